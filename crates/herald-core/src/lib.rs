@@ -1,0 +1,11 @@
+//! Herald's pure domain logic: identifiers, the retry policy, the classification of attempt outcomes,
+//! the SSRF address policy and the delivery scheduler.
+//!
+//! Nothing in this crate performs I/O or reads a clock on its own, so every decision can be tested
+//! exhaustively with plain values (and a virtual clock for the scheduler).
+
+pub mod address;
+pub mod id;
+pub mod outcome;
+pub mod retry;
+pub mod scheduler;
