@@ -1,1 +1,1026 @@
 //! Wire types of the Svix-compatible API.
+//!
+//! Field names, required fields and types follow Svix's OpenAPI document (`openapi.json` in
+//! svix/svix-webhooks) *and* what the official `svix` Python SDK 2.9.1 actually sends and
+//! validates. Where the two disagree, inputs accept both spellings and outputs emit both:
+//!
+//! * the OpenAPI document says `rateLimit` and `filterTypes`; SDK 2.9.1 sends and reads
+//!   `throttleRate` and `eventTypes`. Inputs take either name (serde `alias`); outputs write both
+//!   keys with the same value ([`ThrottleRateOut`], [`FilterTypesOut`]).
+//! * SDK 2.9.1 *requires* some response fields the OpenAPI document does not list
+//!   (`EventTypeOut.deprecated`, `MessageAttemptOut.responseDurationMs` and `statusText`).
+//!
+//! Conventions:
+//! * `*In` / `*Update` / `*Patch` types are request bodies: `Deserialize`, unknown fields ignored.
+//! * `*Out` types are response bodies: `Serialize`. A field the SDK declares as `Optional[...]
+//!   = None` is skipped when `None`; a field the SDK declares without a default is always written
+//!   (as `null` when empty) because pydantic then requires the key to be present.
+//! * Timestamps are RFC 3339 (`time::serde::rfc3339`), e.g. `2024-05-01T12:00:00.123456789Z`;
+//!   the SDK truncates to microseconds, which is harmless.
+//! * Set-valued fields (`filterTypes`, `channels`) are `BTreeSet`s: duplicates collapse and the
+//!   output order is stable, as with Svix's own set types.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::de::{Deserialize, Deserializer};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+/// Free-form string-to-string metadata attached to applications and endpoints.
+pub type Metadata = BTreeMap<String, String>;
+
+/// JSON object holding an event type's schemas, keyed by schema version (`"1"`, …).
+pub type JsonObject = serde_json::Map<String, serde_json::Value>;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers: PATCH semantics, non-nullable optional fields, dual-name outputs.
+// ---------------------------------------------------------------------------------------------
+
+/// One field of a PATCH body, telling apart "absent" (leave unchanged), `null` (clear) and a
+/// value (set).
+///
+/// Use it only for fields Svix marks `nullable`, and **always** with `#[serde(default)]`: the
+/// default supplies [`Patch::Absent`] for a missing key. (Without `default`, serde would feed a
+/// missing key to `deserialize_option` and it would come out as [`Patch::Null`].) Non-nullable
+/// PATCH fields use `Option<T>` with [`non_null`] instead, so an explicit `null` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Patch<T> {
+    /// The key was not in the body: keep the stored value.
+    #[default]
+    Absent,
+    /// The key was present with `null`: clear the stored value.
+    Null,
+    /// The key was present with a value: replace the stored value.
+    Value(T),
+}
+
+impl<T> Patch<T> {
+    /// True when the key was not in the body.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Patch::Absent)
+    }
+
+    /// `None` when absent, `Some(None)` for `null`, `Some(Some(v))` for a value.
+    pub fn into_update(self) -> Option<Option<T>> {
+        match self {
+            Patch::Absent => None,
+            Patch::Null => Some(None),
+            Patch::Value(v) => Some(Some(v)),
+        }
+    }
+
+    /// Applies the patch to a stored nullable value (absent: unchanged; null: cleared; value: set).
+    pub fn apply_to(self, target: &mut Option<T>) {
+        match self {
+            Patch::Absent => {}
+            Patch::Null => *target = None,
+            Patch::Value(v) => *target = Some(v),
+        }
+    }
+
+    /// The new value, if one was given (neither absent nor `null`).
+    pub fn as_value(&self) -> Option<&T> {
+        match self {
+            Patch::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Only reached when the key is present (missing keys take `#[serde(default)]`).
+        Ok(match Option::<T>::deserialize(deserializer)? {
+            None => Patch::Null,
+            Some(v) => Patch::Value(v),
+        })
+    }
+}
+
+/// `deserialize_with` for an optional but non-nullable field: a missing key gives `None` (pair it
+/// with `#[serde(default)]`), a value gives `Some`, and an explicit `null` is an error naming the
+/// expected type, as Svix refuses `null` for non-nullable fields.
+pub fn non_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// Writes one value under two keys into a flattened map, or nothing when the value is `None`.
+fn serialize_two_keys<S, T>(
+    serializer: S,
+    current: &str,
+    legacy: &str,
+    value: &Option<T>,
+) -> Result<S::Ok, S::Error>
+where
+    S: Serializer,
+    T: Serialize,
+{
+    match value {
+        None => serializer.serialize_map(Some(0))?.end(),
+        Some(v) => {
+            let mut map = serializer.serialize_map(Some(2))?;
+            map.serialize_entry(current, v)?;
+            map.serialize_entry(legacy, v)?;
+            map.end()
+        }
+    }
+}
+
+/// Output rate limit (messages/second), written as both `throttleRate` (SDK 2.x) and
+/// `rateLimit` (OpenAPI document, SDK 1.x); omitted when unset. Use with `#[serde(flatten)]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ThrottleRateOut(pub Option<u16>);
+
+impl Serialize for ThrottleRateOut {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize_two_keys(serializer, "throttleRate", "rateLimit", &self.0)
+    }
+}
+
+/// Output event-type filter of an endpoint, written as both `filterTypes` (OpenAPI document) and
+/// `eventTypes` (SDK 2.x); omitted when the endpoint receives every event type. Use with
+/// `#[serde(flatten)]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FilterTypesOut(pub Option<BTreeSet<String>>);
+
+impl Serialize for FilterTypesOut {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize_two_keys(serializer, "filterTypes", "eventTypes", &self.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Applications
+// ---------------------------------------------------------------------------------------------
+
+/// Body of `POST /api/v1/app` and `PUT /api/v1/app/{app_id}`: creates or replaces an application.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationIn {
+    /// Human-readable application name (required, non-empty).
+    pub name: String,
+    /// Optional caller-chosen unique id, accepted wherever the `app_…` id is.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// Maximum messages per second for this application (`throttleRate`, alias `rateLimit`).
+    #[serde(default, alias = "rateLimit")]
+    pub throttle_rate: Option<u16>,
+    /// Free-form metadata; defaults to `{}`.
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// Body of `PATCH /api/v1/app/{app_id}`: only the keys present change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationPatch {
+    /// New name (non-nullable: `null` is refused).
+    #[serde(default, deserialize_with = "non_null")]
+    pub name: Option<String>,
+    /// New uid, or `null` to remove it.
+    #[serde(default)]
+    pub uid: Patch<String>,
+    /// New rate limit, or `null` to remove it (`throttleRate`, alias `rateLimit`).
+    #[serde(default, alias = "rateLimit")]
+    pub throttle_rate: Patch<u16>,
+    /// New metadata, replacing the old map (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub metadata: Option<Metadata>,
+}
+
+/// An application as returned by the API (SDK requires `createdAt`, `updatedAt`, `metadata`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationOut {
+    /// Application id (`app_…`).
+    pub id: String,
+    /// Caller-chosen unique id, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Human-readable application name.
+    pub name: String,
+    /// Rate limit, written as `throttleRate` and `rateLimit`.
+    #[serde(flatten)]
+    pub throttle_rate: ThrottleRateOut,
+    /// Free-form metadata (always present, `{}` when empty).
+    pub metadata: Metadata,
+    /// Creation time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last modification time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event types
+// ---------------------------------------------------------------------------------------------
+
+/// Body of `POST /api/v1/event-type`: declares an event type.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeIn {
+    /// Event type name, e.g. `user.signup` (pattern `^[a-zA-Z0-9\-_.]+$`, ≤ 256 chars).
+    pub name: String,
+    /// Human-readable description (required).
+    pub description: String,
+    /// Whether the event type is archived (hidden); defaults to false.
+    #[serde(default)]
+    pub archived: bool,
+    /// Whether the event type is deprecated; defaults to false.
+    #[serde(default)]
+    pub deprecated: bool,
+    /// JSON Schemas of the payload keyed by version (`{"1": {…}}`).
+    #[serde(default)]
+    pub schemas: Option<JsonObject>,
+    /// Feature flag gating visibility (older single-flag form).
+    #[serde(default)]
+    pub feature_flag: Option<String>,
+    /// Feature flags gating visibility (SDK 2.x form).
+    #[serde(default)]
+    pub feature_flags: Option<Vec<String>>,
+    /// Display group of the event type.
+    #[serde(default)]
+    pub group_name: Option<String>,
+}
+
+/// Body of `PUT /api/v1/event-type/{name}` (Svix `EventTypeUpdate`, SDK `EventTypeUpsertIn`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeUpdate {
+    /// Human-readable description (required).
+    pub description: String,
+    /// Whether the event type is archived; defaults to false.
+    #[serde(default)]
+    pub archived: bool,
+    /// Whether the event type is deprecated; defaults to false.
+    #[serde(default)]
+    pub deprecated: bool,
+    /// JSON Schemas of the payload keyed by version.
+    #[serde(default)]
+    pub schemas: Option<JsonObject>,
+    /// Feature flag gating visibility (older single-flag form).
+    #[serde(default)]
+    pub feature_flag: Option<String>,
+    /// Feature flags gating visibility (SDK 2.x form).
+    #[serde(default)]
+    pub feature_flags: Option<Vec<String>>,
+    /// Display group of the event type.
+    #[serde(default)]
+    pub group_name: Option<String>,
+}
+
+/// Body of `PATCH /api/v1/event-type/{name}`: only the keys present change.
+#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypePatch {
+    /// New description (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub description: Option<String>,
+    /// New archived flag (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub archived: Option<bool>,
+    /// New deprecated flag (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub deprecated: Option<bool>,
+    /// New schemas, or `null` to remove them.
+    #[serde(default)]
+    pub schemas: Patch<JsonObject>,
+    /// New single feature flag, or `null` to remove it.
+    #[serde(default)]
+    pub feature_flag: Patch<String>,
+    /// New feature flags, or `null` to remove them.
+    #[serde(default)]
+    pub feature_flags: Patch<Vec<String>>,
+    /// New display group, or `null` to remove it.
+    #[serde(default)]
+    pub group_name: Patch<String>,
+}
+
+/// An event type as returned by the API (SDK requires `deprecated`, `createdAt`, `updatedAt`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeOut {
+    /// Event type name.
+    pub name: String,
+    /// Human-readable description.
+    pub description: String,
+    /// Whether the event type is archived.
+    pub archived: bool,
+    /// Whether the event type is deprecated (required by SDK 2.9.1).
+    pub deprecated: bool,
+    /// JSON Schemas of the payload keyed by version, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<JsonObject>,
+    /// Single feature flag, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_flag: Option<String>,
+    /// Feature flags, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_flags: Option<Vec<String>>,
+    /// Display group, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_name: Option<String>,
+    /// Creation time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last modification time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints
+// ---------------------------------------------------------------------------------------------
+
+/// Body of `POST /api/v1/app/{app_id}/endpoint`: creates an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointIn {
+    /// Destination URL (required; checked against the SSRF policy by the handler).
+    pub url: String,
+    /// Human-readable description; defaults to `""`.
+    #[serde(default)]
+    pub description: String,
+    /// Optional caller-chosen unique id within the application.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// Whether the endpoint starts disabled; defaults to false.
+    #[serde(default)]
+    pub disabled: bool,
+    /// Event types delivered to this endpoint (`filterTypes`, alias `eventTypes`); `None` = all.
+    #[serde(default, alias = "eventTypes")]
+    pub filter_types: Option<BTreeSet<String>>,
+    /// Channels this endpoint listens to; `None` = all.
+    #[serde(default)]
+    pub channels: Option<BTreeSet<String>>,
+    /// Maximum messages per second (`throttleRate`, alias `rateLimit`).
+    #[serde(default, alias = "rateLimit")]
+    pub throttle_rate: Option<u16>,
+    /// Signing secret (`whsec_` + base64); generated by the server when `None`.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Free-form metadata; defaults to `{}`.
+    #[serde(default)]
+    pub metadata: Metadata,
+    /// Custom headers added to every delivery (SDK 2.x sends them on create).
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Deprecated endpoint version; accepted and ignored.
+    #[serde(default)]
+    pub version: Option<u16>,
+}
+
+/// Body of `PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}` (Svix `EndpointUpdate`, SDK
+/// `EndpointUpsertIn`): replaces an endpoint's settings; the secret is not part of it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointUpdate {
+    /// Destination URL (required).
+    pub url: String,
+    /// Human-readable description; defaults to `""`.
+    #[serde(default)]
+    pub description: String,
+    /// Optional caller-chosen unique id within the application.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// Whether the endpoint is disabled; defaults to false.
+    #[serde(default)]
+    pub disabled: bool,
+    /// Event types delivered (`filterTypes`, alias `eventTypes`); `None` = all.
+    #[serde(default, alias = "eventTypes")]
+    pub filter_types: Option<BTreeSet<String>>,
+    /// Channels listened to; `None` = all.
+    #[serde(default)]
+    pub channels: Option<BTreeSet<String>>,
+    /// Maximum messages per second (`throttleRate`, alias `rateLimit`).
+    #[serde(default, alias = "rateLimit")]
+    pub throttle_rate: Option<u16>,
+    /// Free-form metadata; defaults to `{}`.
+    #[serde(default)]
+    pub metadata: Metadata,
+    /// Deprecated endpoint version; accepted and ignored.
+    #[serde(default)]
+    pub version: Option<u16>,
+}
+
+/// Body of `PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}`: only the keys present change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointPatch {
+    /// New destination URL (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub url: Option<String>,
+    /// New description (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub description: Option<String>,
+    /// New uid, or `null` to remove it.
+    #[serde(default)]
+    pub uid: Patch<String>,
+    /// New disabled flag (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub disabled: Option<bool>,
+    /// New event-type filter, or `null` for all types (`filterTypes`, alias `eventTypes`).
+    #[serde(default, alias = "eventTypes")]
+    pub filter_types: Patch<BTreeSet<String>>,
+    /// New channel filter, or `null` for all channels.
+    #[serde(default)]
+    pub channels: Patch<BTreeSet<String>>,
+    /// New rate limit, or `null` to remove it (`throttleRate`, alias `rateLimit`).
+    #[serde(default, alias = "rateLimit")]
+    pub throttle_rate: Patch<u16>,
+    /// New signing secret, or `null` to have the server generate one.
+    #[serde(default)]
+    pub secret: Patch<String>,
+    /// New metadata, replacing the old map (non-nullable).
+    #[serde(default, deserialize_with = "non_null")]
+    pub metadata: Option<Metadata>,
+    /// Deprecated endpoint version; accepted and ignored.
+    #[serde(default)]
+    pub version: Option<u16>,
+}
+
+/// An endpoint as returned by the API (SDK requires `description`, `metadata`, timestamps).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointOut {
+    /// Endpoint id (`ep_…`).
+    pub id: String,
+    /// Caller-chosen unique id, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Destination URL.
+    pub url: String,
+    /// Human-readable description (always present, `""` when empty).
+    pub description: String,
+    /// Whether the endpoint is disabled.
+    pub disabled: bool,
+    /// Event-type filter, written as `filterTypes` and `eventTypes`; omitted = all types.
+    #[serde(flatten)]
+    pub filter_types: FilterTypesOut,
+    /// Channel filter; omitted = all channels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channels: Option<BTreeSet<String>>,
+    /// Rate limit, written as `throttleRate` and `rateLimit`.
+    #[serde(flatten)]
+    pub throttle_rate: ThrottleRateOut,
+    /// Free-form metadata (always present).
+    pub metadata: Metadata,
+    /// Deprecated version number required by the OpenAPI document; always 1.
+    pub version: u16,
+    /// Creation time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last modification time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// Body of `GET …/endpoint/{endpoint_id}/secret`: the current signing secret.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointSecretOut {
+    /// The signing secret, `whsec_` + base64 (or `whsk_…` for Ed25519 endpoints).
+    pub key: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+// ---------------------------------------------------------------------------------------------
+
+/// Body of `POST /api/v1/app/{app_id}/msg`: a message to fan out to the subscribed endpoints.
+///
+/// Fields that change delivery semantics and that Herald must either implement or refuse with a
+/// 422 naming the field (never silently ignore):
+/// * `deliverAt` — delayed delivery;
+/// * `transformationsParams` — `rawPayload` replaces the delivered body and `headers` (e.g.
+///   `content-type`) change the request; the SDK's `message_in_raw()` sends `payload: {}` with
+///   `transformationsParams.rawPayload`, so ignoring it would deliver `{}`;
+/// * `application` — implicitly creates the application when the path's id/uid does not exist
+///   (ignored by Svix when the application exists).
+///
+/// Purely descriptive / storage fields that may be stored or ignored: `tags`,
+/// `payloadRetentionPeriod`, `payloadRetentionHours`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageIn {
+    /// Producer's idempotency id, unique per application (`eventId`).
+    #[serde(default)]
+    pub event_id: Option<String>,
+    /// Event type name (required).
+    pub event_type: String,
+    /// The webhook body exactly as posted (must be a JSON object; alias `data`).
+    #[serde(alias = "data")]
+    pub payload: Box<RawValue>,
+    /// Channels the message is sent on (1–5 items when present).
+    #[serde(default)]
+    pub channels: Option<BTreeSet<String>>,
+    /// Free-form tags for filtering message listings (descriptive).
+    #[serde(default)]
+    pub tags: Option<BTreeSet<String>>,
+    /// Create-application-on-the-fly request (changes semantics, see above).
+    #[serde(default)]
+    pub application: Option<ApplicationIn>,
+    /// Transformation parameters incl. `rawPayload` / `headers` (changes semantics, see above).
+    #[serde(default)]
+    pub transformations_params: Option<serde_json::Value>,
+    /// Requested delayed delivery time (changes semantics, see above).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub deliver_at: Option<OffsetDateTime>,
+    /// Payload retention in days (Svix: 5–90, default 90; storage only).
+    #[serde(default)]
+    pub payload_retention_period: Option<i64>,
+    /// Payload retention in hours (exclusive with the period; storage only).
+    #[serde(default)]
+    pub payload_retention_hours: Option<i64>,
+}
+
+impl MessageIn {
+    /// Names (wire spelling) of the fields set in this body whose semantics Herald does not
+    /// implement yet and must refuse with a 422.
+    pub fn unsupported_fields(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.deliver_at.is_some() {
+            out.push("deliverAt");
+        }
+        if self.transformations_params.is_some() {
+            out.push("transformationsParams");
+        }
+        out
+    }
+
+    /// True when the payload is a JSON object, as Svix requires (and as the SDK's `MessageOut`
+    /// needs to parse it back).
+    pub fn payload_is_object(&self) -> bool {
+        self.payload.get().starts_with('{')
+    }
+}
+
+/// The payload written back when the caller asked `with_content=false` (SDK 2.x default).
+pub fn empty_payload() -> Box<RawValue> {
+    RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON")
+}
+
+/// A message as returned by the API. `payload` is required by the SDK and must be an object.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageOut {
+    /// Message id (`msg_…`).
+    pub id: String,
+    /// Producer's idempotency id, if given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    /// Event type name.
+    pub event_type: String,
+    /// Stored body byte-for-byte, or [`empty_payload`] when `with_content=false`.
+    pub payload: Box<RawValue>,
+    /// Channels the message was sent on, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channels: Option<BTreeSet<String>>,
+    /// Tags of the message, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeSet<String>>,
+    /// Ingest time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub timestamp: OffsetDateTime,
+    /// Requested delayed delivery time, if any.
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub deliver_at: Option<OffsetDateTime>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attempts
+// ---------------------------------------------------------------------------------------------
+
+/// Delivery status, serialized as an integer (0 Success, 1 Pending, 2 Fail, 3 Sending,
+/// 4 Canceled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageStatus {
+    /// Delivered (2xx).
+    Success = 0,
+    /// Waiting for a (re)try.
+    Pending = 1,
+    /// Failed for good (terminal 4xx, or retries exhausted).
+    Fail = 2,
+    /// An attempt is in flight.
+    Sending = 3,
+    /// Cancelled; Svix only reports it when the caller passes `expanded_statuses=true`
+    /// (otherwise it is reported as Success).
+    Canceled = 4,
+}
+
+impl MessageStatus {
+    /// The matching `statusText` value.
+    pub fn text(self) -> MessageStatusText {
+        match self {
+            MessageStatus::Success => MessageStatusText::Success,
+            MessageStatus::Pending => MessageStatusText::Pending,
+            MessageStatus::Fail => MessageStatusText::Fail,
+            MessageStatus::Sending => MessageStatusText::Sending,
+            MessageStatus::Canceled => MessageStatusText::Canceled,
+        }
+    }
+
+    /// Parses the integer form (e.g. the `status` query parameter).
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => MessageStatus::Success,
+            1 => MessageStatus::Pending,
+            2 => MessageStatus::Fail,
+            3 => MessageStatus::Sending,
+            4 => MessageStatus::Canceled,
+            _ => return None,
+        })
+    }
+}
+
+impl Serialize for MessageStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u8(*self as u8)
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageStatus {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = u8::deserialize(deserializer)?;
+        MessageStatus::from_code(code).ok_or_else(|| {
+            serde::de::Error::custom(format_args!("invalid message status {code}, expected 0-4"))
+        })
+    }
+}
+
+/// Delivery status as text (`statusText`, required by SDK 2.9.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageStatusText {
+    /// `"success"`.
+    Success,
+    /// `"pending"`.
+    Pending,
+    /// `"fail"`.
+    Fail,
+    /// `"sending"`.
+    Sending,
+    /// `"canceled"`.
+    Canceled,
+}
+
+/// Why an attempt was made, serialized as an integer (0 Scheduled, 1 Manual).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageAttemptTriggerType {
+    /// Normal delivery or scheduled retry.
+    Scheduled = 0,
+    /// Resend requested by a user (resend / replay / recover).
+    Manual = 1,
+}
+
+impl Serialize for MessageAttemptTriggerType {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u8(*self as u8)
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageAttemptTriggerType {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match u8::deserialize(deserializer)? {
+            0 => Ok(MessageAttemptTriggerType::Scheduled),
+            1 => Ok(MessageAttemptTriggerType::Manual),
+            other => Err(serde::de::Error::custom(format_args!(
+                "invalid trigger type {other}, expected 0 or 1"
+            ))),
+        }
+    }
+}
+
+/// One delivery attempt as returned by the attempt listings (all fields but `msg` required).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageAttemptOut {
+    /// Attempt id (`atmpt_…`).
+    pub id: String,
+    /// Id of the message delivered.
+    pub msg_id: String,
+    /// Id of the endpoint attempted.
+    pub endpoint_id: String,
+    /// URL the attempt was sent to.
+    pub url: String,
+    /// Response body (capped), or an error description when there was no response.
+    pub response: String,
+    /// HTTP status of the response; 0 when no response was received.
+    pub response_status_code: u16,
+    /// Time from sending to the end of the response, in milliseconds.
+    pub response_duration_ms: i64,
+    /// Outcome of this attempt (integer enum).
+    pub status: MessageStatus,
+    /// Outcome of this attempt as text; must match `status` (see [`MessageStatus::text`]).
+    pub status_text: MessageStatusText,
+    /// Why the attempt was made (integer enum).
+    pub trigger_type: MessageAttemptTriggerType,
+    /// Time of the attempt.
+    #[serde(with = "time::serde::rfc3339")]
+    pub timestamp: OffsetDateTime,
+    /// The message itself, when the listing was asked to expand it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg: Option<MessageOut>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing and errors
+// ---------------------------------------------------------------------------------------------
+
+/// One page of a listing. `iterator` and `prevIterator` are always written (possibly `null`):
+/// the SDK requires the `iterator` key.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResponse<T> {
+    /// The items of this page.
+    pub data: Vec<T>,
+    /// Cursor for the next page (pass back as `?iterator=`), `null` when there is none.
+    pub iterator: Option<String>,
+    /// Cursor for the previous page, `null` when there is none.
+    pub prev_iterator: Option<String>,
+    /// True when this is the last page.
+    pub done: bool,
+}
+
+/// Error body for every non-422 error status: `{"code": "...", "detail": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpError {
+    /// Machine-readable error code, e.g. `not_found`, `conflict`, `validation`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub detail: String,
+}
+
+impl HttpError {
+    /// Builds an error body from a code and a detail message.
+    pub fn new(code: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Error body for 422: `{"code": "validation", "detail": [{"loc": [...], "msg": ..., "type": ...}]}`.
+///
+/// The SDK parses every 422 body as Svix's `HTTPValidationError` and iterates `detail` as a list
+/// of objects; a string `detail` makes it crash with `AttributeError`. The extra `code` key is
+/// kept by the SDK as an additional property.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpValidationError {
+    /// Always `"validation"`.
+    pub code: String,
+    /// One entry per invalid field.
+    pub detail: Vec<ValidationErrorItem>,
+}
+
+impl HttpValidationError {
+    /// A 422 body naming one body field, e.g. `HttpValidationError::body_field("deliverAt", "…")`.
+    pub fn body_field(field: &str, msg: impl Into<String>) -> Self {
+        Self {
+            code: "validation".to_owned(),
+            detail: vec![ValidationErrorItem {
+                loc: vec!["body".to_owned(), field.to_owned()],
+                msg: msg.into(),
+                kind: "value_error".to_owned(),
+            }],
+        }
+    }
+}
+
+/// One invalid field inside an [`HttpValidationError`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ValidationErrorItem {
+    /// Where the error is, e.g. `["body", "deliverAt"]` or `["query", "limit"]`.
+    pub loc: Vec<String>,
+    /// Human-readable message.
+    pub msg: String,
+    /// Error kind, e.g. `value_error` (serialized as `type`).
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use time::macros::datetime;
+
+    #[test]
+    fn endpoint_in_accepts_event_types_alias_and_defaults() {
+        // What svix 2.9.1 sends for EndpointIn(url=..., event_types=[...]).
+        let ep: EndpointIn = serde_json::from_str(
+            r#"{"url":"https://example.com/hook","eventTypes":["user.signup","user.signup"],
+                "throttleRate":5,"somethingNew":true}"#,
+        )
+        .unwrap();
+        assert_eq!(ep.url, "https://example.com/hook");
+        assert_eq!(
+            ep.filter_types,
+            Some(BTreeSet::from(["user.signup".to_owned()]))
+        );
+        assert_eq!(ep.throttle_rate, Some(5));
+        assert_eq!(ep.description, "");
+        assert!(!ep.disabled);
+        assert!(ep.metadata.is_empty());
+
+        // The OpenAPI spelling works too.
+        let ep: EndpointIn =
+            serde_json::from_str(r#"{"url":"https://x","filterTypes":["a"],"rateLimit":1}"#)
+                .unwrap();
+        assert_eq!(ep.filter_types, Some(BTreeSet::from(["a".to_owned()])));
+        assert_eq!(ep.throttle_rate, Some(1));
+    }
+
+    #[test]
+    fn endpoint_patch_tells_absent_from_null() {
+        let p: EndpointPatch =
+            serde_json::from_str(r#"{"description":"d","eventTypes":null}"#).unwrap();
+        assert_eq!(p.description.as_deref(), Some("d"));
+        assert_eq!(p.filter_types, Patch::Null);
+        assert!(p.channels.is_absent());
+        assert!(p.throttle_rate.is_absent());
+        assert_eq!(p.url, None);
+
+        let p: EndpointPatch = serde_json::from_str(r#"{"channels":["c1"],"uid":null}"#).unwrap();
+        assert_eq!(
+            p.channels,
+            Patch::Value(BTreeSet::from(["c1".to_owned()]))
+        );
+        assert_eq!(p.uid, Patch::Null);
+        assert!(p.filter_types.is_absent());
+
+        let mut stored = Some(BTreeSet::from(["x".to_owned()]));
+        Patch::<BTreeSet<String>>::Null.apply_to(&mut stored);
+        assert_eq!(stored, None);
+
+        // Non-nullable fields refuse an explicit null.
+        let err = serde_json::from_str::<EndpointPatch>(r#"{"url":null}"#).unwrap_err();
+        assert!(err.to_string().contains("null"), "{err}");
+    }
+
+    #[test]
+    fn application_patch_null_vs_absent() {
+        let p: ApplicationPatch = serde_json::from_str(r#"{"throttleRate":null}"#).unwrap();
+        assert_eq!(p.throttle_rate, Patch::Null);
+        assert!(p.uid.is_absent());
+        assert_eq!(p.name, None);
+        let p: ApplicationPatch = serde_json::from_str(r#"{"rateLimit":7,"name":"n"}"#).unwrap();
+        assert_eq!(p.throttle_rate, Patch::Value(7));
+        assert_eq!(p.name.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn message_in_keeps_payload_bytes_and_flags_unsupported_fields() {
+        let body = r#"{"eventId":"evt-1","eventType":"user.signup",
+            "payload": {"b": 1.50, "a":"\u00e9"  },"tags":["t"]}"#;
+        let m: MessageIn = serde_json::from_str(body).unwrap();
+        assert_eq!(m.payload.get(), r#"{"b": 1.50, "a":"\u00e9"  }"#);
+        assert!(m.payload_is_object());
+        assert_eq!(m.event_id.as_deref(), Some("evt-1"));
+        assert!(m.unsupported_fields().is_empty());
+
+        let m: MessageIn = serde_json::from_str(
+            r#"{"eventType":"x","data":{},"deliverAt":"2030-01-01T00:00:00Z",
+                "transformationsParams":{"rawPayload":"hi"}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.payload.get(), "{}");
+        assert_eq!(m.deliver_at, Some(datetime!(2030-01-01 0:00 UTC)));
+        assert_eq!(m.unsupported_fields(), vec!["deliverAt", "transformationsParams"]);
+
+        let m: MessageIn = serde_json::from_str(r#"{"eventType":"x","payload":[1]}"#).unwrap();
+        assert!(!m.payload_is_object());
+    }
+
+    #[test]
+    fn application_out_field_names() {
+        let out = ApplicationOut {
+            id: "app_1".into(),
+            uid: None,
+            name: "n".into(),
+            throttle_rate: ThrottleRateOut(Some(3)),
+            metadata: Metadata::new(),
+            created_at: datetime!(2024-05-01 12:00:00.5 UTC),
+            updated_at: datetime!(2024-05-01 12:00:00.5 UTC),
+        };
+        let v = serde_json::to_value(&out).unwrap();
+        assert_eq!(
+            v,
+            json!({"id":"app_1","name":"n","throttleRate":3,"rateLimit":3,"metadata":{},
+                   "createdAt":"2024-05-01T12:00:00.5Z","updatedAt":"2024-05-01T12:00:00.5Z"})
+        );
+        let out = ApplicationOut {
+            throttle_rate: ThrottleRateOut(None),
+            ..out
+        };
+        let v = serde_json::to_value(&out).unwrap();
+        assert!(v.get("throttleRate").is_none() && v.get("rateLimit").is_none());
+    }
+
+    #[test]
+    fn endpoint_out_writes_both_filter_names() {
+        let out = EndpointOut {
+            id: "ep_1".into(),
+            uid: Some("u".into()),
+            url: "https://x".into(),
+            description: String::new(),
+            disabled: false,
+            filter_types: FilterTypesOut(Some(BTreeSet::from(["a.b".to_owned()]))),
+            channels: None,
+            throttle_rate: ThrottleRateOut(None),
+            metadata: Metadata::new(),
+            version: 1,
+            created_at: datetime!(2024-05-01 12:00 UTC),
+            updated_at: datetime!(2024-05-01 12:00 UTC),
+        };
+        let v = serde_json::to_value(&out).unwrap();
+        assert_eq!(v["filterTypes"], json!(["a.b"]));
+        assert_eq!(v["eventTypes"], json!(["a.b"]));
+        assert_eq!(v["description"], json!(""));
+        assert_eq!(v["createdAt"], json!("2024-05-01T12:00:00Z"));
+        assert!(v.get("channels").is_none());
+    }
+
+    #[test]
+    fn message_and_attempt_out_shapes() {
+        let msg = MessageOut {
+            id: "msg_1".into(),
+            event_id: None,
+            event_type: "a.b".into(),
+            payload: RawValue::from_string(r#"{"x": 1.50}"#.into()).unwrap(),
+            channels: None,
+            tags: None,
+            timestamp: datetime!(2024-05-01 12:00 UTC),
+            deliver_at: None,
+        };
+        let text = serde_json::to_string(&msg).unwrap();
+        assert!(text.contains(r#""payload":{"x": 1.50}"#), "{text}");
+        assert!(!text.contains("eventId") && !text.contains("deliverAt"));
+
+        let att = MessageAttemptOut {
+            id: "atmpt_1".into(),
+            msg_id: "msg_1".into(),
+            endpoint_id: "ep_1".into(),
+            url: "https://x".into(),
+            response: "ok".into(),
+            response_status_code: 200,
+            response_duration_ms: 12,
+            status: MessageStatus::Success,
+            status_text: MessageStatus::Success.text(),
+            trigger_type: MessageAttemptTriggerType::Scheduled,
+            timestamp: datetime!(2024-05-01 12:00 UTC),
+            msg: None,
+        };
+        let v = serde_json::to_value(&att).unwrap();
+        assert_eq!(v["status"], json!(0));
+        assert_eq!(v["statusText"], json!("success"));
+        assert_eq!(v["triggerType"], json!(0));
+        assert_eq!(v["responseStatusCode"], json!(200));
+        assert_eq!(v["responseDurationMs"], json!(12));
+        assert_eq!(v["msgId"], json!("msg_1"));
+        assert_eq!(v["endpointId"], json!("ep_1"));
+
+        let page = ListResponse {
+            data: vec![att],
+            iterator: None,
+            prev_iterator: None,
+            done: true,
+        };
+        let v = serde_json::to_value(&page).unwrap();
+        assert_eq!(v["iterator"], Value::Null);
+        assert!(v.as_object().unwrap().contains_key("iterator"));
+        assert_eq!(v["prevIterator"], Value::Null);
+        assert_eq!(v["done"], json!(true));
+
+        assert_eq!(
+            serde_json::from_str::<MessageStatus>("2").unwrap(),
+            MessageStatus::Fail
+        );
+        assert!(serde_json::from_str::<MessageStatus>("9").is_err());
+    }
+
+    #[test]
+    fn error_bodies() {
+        let v = serde_json::to_value(HttpError::new("not_found", "no such app")).unwrap();
+        assert_eq!(v, json!({"code":"not_found","detail":"no such app"}));
+        let v = serde_json::to_value(HttpValidationError::body_field(
+            "deliverAt",
+            "not supported",
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"code":"validation","detail":[
+                {"loc":["body","deliverAt"],"msg":"not supported","type":"value_error"}]})
+        );
+    }
+}

@@ -43,10 +43,17 @@ const fn v6(s: [u16; 8], prefix_len: u8) -> IpNet {
 
 const UNSPECIFIED: &[IpNet] = &[v4(0, 0, 0, 0, 32), v6([0, 0, 0, 0, 0, 0, 0, 0], 128)];
 const THIS_NETWORK: &[IpNet] = &[v4(0, 0, 0, 0, 8)];
-const PRIVATE: &[IpNet] = &[v4(10, 0, 0, 0, 8), v4(172, 16, 0, 0, 12), v4(192, 168, 0, 0, 16)];
+const PRIVATE: &[IpNet] = &[
+    v4(10, 0, 0, 0, 8),
+    v4(172, 16, 0, 0, 12),
+    v4(192, 168, 0, 0, 16),
+];
 const SHARED_ADDRESS_SPACE: &[IpNet] = &[v4(100, 64, 0, 0, 10)];
 const LOOPBACK: &[IpNet] = &[v4(127, 0, 0, 0, 8), v6([0, 0, 0, 0, 0, 0, 0, 1], 128)];
-const LINK_LOCAL: &[IpNet] = &[v4(169, 254, 0, 0, 16), v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10)];
+const LINK_LOCAL: &[IpNet] = &[
+    v4(169, 254, 0, 0, 16),
+    v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),
+];
 const IETF_PROTOCOL: &[IpNet] = &[v4(192, 0, 0, 0, 24), v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23)];
 const DOCUMENTATION: &[IpNet] = &[
     v4(192, 0, 2, 0, 24),
@@ -55,7 +62,10 @@ const DOCUMENTATION: &[IpNet] = &[
     v6([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0], 32),
     v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20),
 ];
-const BENCHMARKING: &[IpNet] = &[v4(198, 18, 0, 0, 15), v6([0x2001, 0x0002, 0, 0, 0, 0, 0, 0], 48)];
+const BENCHMARKING: &[IpNet] = &[
+    v4(198, 18, 0, 0, 15),
+    v6([0x2001, 0x0002, 0, 0, 0, 0, 0, 0], 48),
+];
 const SIX_TO_FOUR_RELAY_ANYCAST: &[IpNet] = &[v4(192, 88, 99, 0, 24)];
 const MULTICAST: &[IpNet] = &[v4(224, 0, 0, 0, 4), v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8)];
 const RESERVED: &[IpNet] = &[v4(240, 0, 0, 0, 4), v6([0, 0, 0, 0, 0, 0, 0, 0], 8)];
@@ -64,7 +74,10 @@ const UNIQUE_LOCAL: &[IpNet] = &[v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7)];
 const SITE_LOCAL: &[IpNet] = &[v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10)];
 const IPV4_MAPPED: &[IpNet] = &[v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96)];
 const IPV4_COMPATIBLE: &[IpNet] = &[v6([0, 0, 0, 0, 0, 0, 0, 0], 96)];
-const NAT64: &[IpNet] = &[v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96), v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48)];
+const NAT64: &[IpNet] = &[
+    v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96),
+    v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48),
+];
 const SIX_TO_FOUR: &[IpNet] = &[v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16)];
 const TEREDO: &[IpNet] = &[v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 32)];
 const DISCARD: &[IpNet] = &[v6([0x0100, 0, 0, 0, 0, 0, 0, 0], 64)];
@@ -259,7 +272,8 @@ impl DenyRule {
         let mut best: Option<(DenyRule, IpNet)> = None;
         for rule in DenyRule::ALL {
             for net in rule.ranges() {
-                if net.contains(&ip) && best.is_none_or(|(_, b)| net.prefix_len() > b.prefix_len()) {
+                if net.contains(&ip) && best.is_none_or(|(_, b)| net.prefix_len() > b.prefix_len())
+                {
                     best = Some((rule, *net));
                 }
             }
@@ -302,7 +316,8 @@ impl serde::Serialize for DenyRule {
 ///
 /// Most forms have exactly one. A NAT64 address under the local-use prefix `64:ff9b:1::/48` is ambiguous: the
 /// operator's NAT64 prefix may be /48, /56, /64 or /96 long, and RFC 6052 places the IPv4 bits differently for
-/// each, so all four readings are returned (denial reports the first denied one; the allowlist must cover all).
+/// each, so all four readings are returned, the /96 one first (the error names the first reading's rule when all
+/// of them are denied; the allowlist must cover all of them).
 fn embedded_ipv4s(rule: DenyRule, ip: Ipv6Addr) -> Vec<Ipv4Addr> {
     let o = ip.octets();
     let last32 = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
@@ -310,10 +325,10 @@ fn embedded_ipv4s(rule: DenyRule, ip: Ipv6Addr) -> Vec<Ipv4Addr> {
         DenyRule::Ipv4Mapped | DenyRule::Ipv4Compatible => vec![last32],
         DenyRule::Nat64 if o[4] == 0 && o[5] == 0 => vec![last32], // 64:ff9b::/96
         DenyRule::Nat64 => vec![
-            last32,                                     // /96 prefix
-            Ipv4Addr::new(o[6], o[7], o[9], o[10]),     // /48 prefix (octet 8 is the reserved "u" octet)
-            Ipv4Addr::new(o[7], o[9], o[10], o[11]),    // /56 prefix
-            Ipv4Addr::new(o[9], o[10], o[11], o[12]),   // /64 prefix
+            last32,                                   // /96 prefix
+            Ipv4Addr::new(o[6], o[7], o[9], o[10]), // /48 prefix (octet 8 is the reserved "u" octet)
+            Ipv4Addr::new(o[7], o[9], o[10], o[11]), // /56 prefix
+            Ipv4Addr::new(o[9], o[10], o[11], o[12]), // /64 prefix
         ],
         DenyRule::SixToFour => vec![Ipv4Addr::new(o[2], o[3], o[4], o[5])],
         _ => Vec::new(),
@@ -331,7 +346,7 @@ pub struct AddressDenied {
     /// The address that was checked, as given (not unmapped).
     pub ip: IpAddr,
     /// The family of the range that matched; for an embedding form whose embedded IPv4 address is itself
-    /// denied, the rule of that IPv4 address.
+    /// denied (under every reading, for local-use NAT64), the rule of that IPv4 address.
     pub rule: DenyRule,
 }
 
@@ -344,10 +359,8 @@ impl AddressDenied {
         }
         let IpAddr::V6(v6) = self.ip else { return None };
         let (form, _) = DenyRule::lookup(self.ip)?;
-        embedded_ipv4s(form, v6).into_iter().find_map(|v4| {
-            let v4 = IpAddr::V4(v4);
-            self.rule.cidr_for(v4).map(|net| (v4, net))
-        })
+        let v4 = IpAddr::V4(*embedded_ipv4s(form, v6).first()?);
+        self.rule.cidr_for(v4).map(|net| (v4, net))
     }
 
     /// The specific CIDR that denied the address (e.g. `10.0.0.0/8` rather than the whole private-use family),
@@ -376,7 +389,9 @@ pub enum UrlRejected {
     Unparseable(String),
     /// The scheme is neither https nor (where the operator enabled it) http; carries the scheme. Other schemes
     /// (file, gopher, ftp, …) are classic SSRF vectors and are never used for delivery.
-    #[error("endpoint URL scheme `{0}` is not allowed; use https (http only where the operator enables it)")]
+    #[error(
+        "endpoint URL scheme `{0}` is not allowed; use https (http only where the operator enables it)"
+    )]
     SchemeNotAllowed(String),
     /// The URL has no host to deliver to.
     #[error("endpoint URL has no host")]
@@ -499,10 +514,16 @@ impl AddressPolicy {
         if !embedded.is_empty() && embedded.iter().all(|v4| self.allowlisted(IpAddr::V4(*v4))) {
             return Ok(());
         }
-        let rule = embedded
+        // Name the real target's rule when every reading of the embedded address is denied; an ambiguous
+        // local-use NAT64 address with a public reading is reported as NAT64 (still denied, as a whole).
+        let embedded_rules: Option<Vec<DenyRule>> = embedded
             .iter()
-            .find_map(|v4| DenyRule::lookup(IpAddr::V4(*v4)).map(|(r, _)| r))
-            .unwrap_or(rule);
+            .map(|v4| DenyRule::lookup(IpAddr::V4(*v4)).map(|(r, _)| r))
+            .collect();
+        let rule = match embedded_rules.as_deref() {
+            Some([first, ..]) => *first,
+            _ => rule,
+        };
         Err(AddressDenied { ip, rule })
     }
 
@@ -546,14 +567,22 @@ impl AddressPolicy {
             }
         };
         let port = parsed.port_or_known_default().unwrap_or(default_port);
-        Ok(Target { url: parsed, host, port })
+        Ok(Target {
+            url: parsed,
+            host,
+            port,
+        })
     }
 }
 
 /// Whether `name` (already without its trailing dot) has the shape of a DNS name: 1–253 characters, no empty
 /// label, no label over 63 characters.
 fn is_dns_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 253 && name.split('.').all(|label| !label.is_empty() && label.len() <= 63)
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63)
 }
 
 /// `localhost` and every name under it refer to the local host (RFC 6761 §6.3; resolvers answer them locally).
@@ -577,7 +606,11 @@ mod tests {
         for rule in DenyRule::ALL {
             assert!(!rule.ranges().is_empty(), "{rule:?}");
             for net in rule.ranges() {
-                assert_eq!(*net, net.trunc(), "{net} of {rule:?} is not a network address");
+                assert_eq!(
+                    *net,
+                    net.trunc(),
+                    "{net} of {rule:?} is not a network address"
+                );
                 assert!(!seen.contains(net), "{net} listed twice");
                 seen.push(*net);
             }
@@ -588,7 +621,11 @@ mod tests {
     fn names_are_unique_snake_case() {
         let names: Vec<_> = DenyRule::ALL.iter().map(DenyRule::name).collect();
         for (i, n) in names.iter().enumerate() {
-            assert!(n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'), "{n}");
+            assert!(
+                n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{n}"
+            );
             assert!(!names[..i].contains(n), "{n} duplicated");
         }
     }
@@ -613,10 +650,16 @@ mod tests {
         let d = deny("::ffff:10.0.0.1");
         assert_eq!(d.rule, DenyRule::Private);
         assert_eq!(d.cidr(), Some("10.0.0.0/8".parse().unwrap()));
-        assert_eq!(d.to_string(), "::ffff:10.0.0.1 embeds 10.0.0.1, which is private-use (10.0.0.0/8)");
+        assert_eq!(
+            d.to_string(),
+            "::ffff:10.0.0.1 embeds 10.0.0.1, which is private-use (10.0.0.0/8)"
+        );
         let d = deny("::ffff:93.184.215.14");
         assert_eq!(d.rule, DenyRule::Ipv4Mapped);
-        assert_eq!(d.to_string(), "::ffff:93.184.215.14 is IPv4-mapped IPv6 (::ffff:0.0.0.0/96)");
+        assert_eq!(
+            d.to_string(),
+            "::ffff:93.184.215.14 is IPv4-mapped IPv6 (::ffff:0.0.0.0/96)"
+        );
     }
 
     #[test]
@@ -636,13 +679,20 @@ mod tests {
         assert_eq!(deny("64:ff9b:1::a00:5").rule, DenyRule::Private);
         // The allowlist must cover every reading, or the gateway could use another one.
         let policy = AddressPolicy::new(vec!["10.0.0.0/8".parse().unwrap()], false);
-        assert!(policy.check_ip("64:ff9b:1:a00:0:500::".parse().unwrap()).is_err());
+        assert!(
+            policy
+                .check_ip("64:ff9b:1:a00:0:500::".parse().unwrap())
+                .is_err()
+        );
         assert!(policy.check_ip("64:ff9b::a00:5".parse().unwrap()).is_ok());
     }
 
     #[test]
     fn allowlist_is_truncated_to_network() {
         let policy = AddressPolicy::new(vec!["127.0.0.1/8".parse().unwrap()], true);
-        assert_eq!(policy.allow_cidrs(), &["127.0.0.0/8".parse::<IpNet>().unwrap()]);
+        assert_eq!(
+            policy.allow_cidrs(),
+            &["127.0.0.0/8".parse::<IpNet>().unwrap()]
+        );
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod address;
 pub mod id;
+pub mod model;
 pub mod outcome;
 pub mod retry;
 pub mod scheduler;

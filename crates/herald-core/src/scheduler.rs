@@ -45,7 +45,10 @@ pub struct EndpointLimits {
 
 impl Default for EndpointLimits {
     fn default() -> Self {
-        Self { max_concurrency: 10, paused: false }
+        Self {
+            max_concurrency: 10,
+            paused: false,
+        }
     }
 }
 
@@ -124,7 +127,9 @@ impl<J> EndpointQueue<J> {
     }
 
     fn can_send(&self) -> bool {
-        !self.limits.paused && !self.ready.is_empty() && self.in_flight < self.limits.max_concurrency.max(1)
+        !self.limits.paused
+            && !self.ready.is_empty()
+            && self.in_flight < self.limits.max_concurrency.max(1)
     }
 }
 
@@ -166,12 +171,21 @@ pub struct Scheduler<K, J> {
 impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     /// An empty scheduler.
     pub fn new(config: SchedulerConfig) -> Self {
-        Self { config, endpoints: HashMap::new(), ring: VecDeque::new(), timers: BinaryHeap::new(), timer_order: 0 }
+        Self {
+            config,
+            endpoints: HashMap::new(),
+            ring: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            timer_order: 0,
+        }
     }
 
     /// Set (or first register) an endpoint's limits. A paused endpoint keeps everything queued.
     pub fn configure(&mut self, endpoint: K, limits: EndpointLimits) {
-        let queue = self.endpoints.entry(endpoint.clone()).or_insert_with(|| EndpointQueue::new(limits));
+        let queue = self
+            .endpoints
+            .entry(endpoint.clone())
+            .or_insert_with(|| EndpointQueue::new(limits));
         queue.limits = limits;
         self.ring_if_sendable(&endpoint);
     }
@@ -179,7 +193,10 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     /// Mark that the store may hold deliveries for this endpoint that are not resident (e.g. at start-up),
     /// so the next [`Scheduler::refills_wanted`] reads them.
     pub fn mark_backlog(&mut self, endpoint: K, limits: EndpointLimits) {
-        let queue = self.endpoints.entry(endpoint).or_insert_with(|| EndpointQueue::new(limits));
+        let queue = self
+            .endpoints
+            .entry(endpoint)
+            .or_insert_with(|| EndpointQueue::new(limits));
         queue.overflow = true;
     }
 
@@ -193,7 +210,10 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     /// Offer a new delivery straight from ingest (already committed to the store with `seq`).
     pub fn offer(&mut self, endpoint: K, seq: i64, due: Millis, job: J, now: Millis) -> Offer {
         let window = self.config.window;
-        let queue = self.endpoints.entry(endpoint.clone()).or_insert_with(|| EndpointQueue::new(EndpointLimits::default()));
+        let queue = self
+            .endpoints
+            .entry(endpoint.clone())
+            .or_insert_with(|| EndpointQueue::new(EndpointLimits::default()));
         if seq <= queue.cursor {
             return Offer::AlreadyResident;
         }
@@ -219,15 +239,27 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             if queue.overflow && !queue.refilling && queue.resident <= window / 2 {
                 queue.refilling = true;
                 queue.deferred_while_refilling = false;
-                wanted.push(Refill { endpoint: key.clone(), after_seq: queue.cursor, limit: window - queue.resident });
+                wanted.push(Refill {
+                    endpoint: key.clone(),
+                    after_seq: queue.cursor,
+                    limit: window - queue.resident,
+                });
             }
         }
         wanted
     }
 
     /// The answer to a refill: the deliveries read (in `seq` order) and whether the store had no more.
-    pub fn refilled(&mut self, endpoint: K, loaded: Vec<Loaded<J>>, store_exhausted: bool, now: Millis) {
-        let Some(queue) = self.endpoints.get_mut(&endpoint) else { return };
+    pub fn refilled(
+        &mut self,
+        endpoint: K,
+        loaded: Vec<Loaded<J>>,
+        store_exhausted: bool,
+        now: Millis,
+    ) {
+        let Some(queue) = self.endpoints.get_mut(&endpoint) else {
+            return;
+        };
         queue.refilling = false;
         if store_exhausted && !queue.deferred_while_refilling {
             queue.overflow = false;
@@ -250,12 +282,16 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     pub fn next(&mut self, now: Millis) -> Option<(K, J)> {
         self.release_due_timers(now);
         while let Some(key) = self.ring.pop_front() {
-            let Some(queue) = self.endpoints.get_mut(&key) else { continue };
+            let Some(queue) = self.endpoints.get_mut(&key) else {
+                continue;
+            };
             if !queue.can_send() {
                 queue.in_ring = false;
                 continue;
             }
-            let Some(job) = queue.ready.pop_front() else { continue };
+            let Some(job) = queue.ready.pop_front() else {
+                continue;
+            };
             queue.in_flight += 1;
             if queue.can_send() {
                 self.ring.push_back(key.clone());
@@ -269,7 +305,9 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
 
     /// Report how an in-flight delivery ended.
     pub fn finish(&mut self, endpoint: K, finished: Finished<J>, now: Millis) {
-        let Some(queue) = self.endpoints.get_mut(&endpoint) else { return };
+        let Some(queue) = self.endpoints.get_mut(&endpoint) else {
+            return;
+        };
         queue.in_flight = queue.in_flight.saturating_sub(1);
         match finished {
             Finished::Done => queue.resident = queue.resident.saturating_sub(1),
@@ -285,12 +323,17 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
 
     /// Counts for one endpoint: (resident, in flight, ready), or `None` if unknown.
     pub fn endpoint_counts(&self, endpoint: &K) -> Option<(usize, u32, usize)> {
-        self.endpoints.get(endpoint).map(|q| (q.resident, q.in_flight, q.ready.len()))
+        self.endpoints
+            .get(endpoint)
+            .map(|q| (q.resident, q.in_flight, q.ready.len()))
     }
 
     /// Deliveries in flight across all endpoints.
     pub fn total_in_flight(&self) -> u64 {
-        self.endpoints.values().map(|q| u64::from(q.in_flight)).sum()
+        self.endpoints
+            .values()
+            .map(|q| u64::from(q.in_flight))
+            .sum()
     }
 
     fn place(&mut self, endpoint: K, due: Millis, job: J, now: Millis) {
@@ -301,14 +344,23 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             self.ring_if_sendable(&endpoint);
         } else {
             self.timer_order += 1;
-            self.timers.push(Reverse(Timer { due, order: self.timer_order, endpoint, job }));
+            self.timers.push(Reverse(Timer {
+                due,
+                order: self.timer_order,
+                endpoint,
+                job,
+            }));
         }
     }
 
     fn release_due_timers(&mut self, now: Millis) {
         while self.timers.peek().is_some_and(|Reverse(t)| t.due <= now) {
-            let Some(Reverse(timer)) = self.timers.pop() else { break };
-            let Entry::Occupied(mut entry) = self.endpoints.entry(timer.endpoint) else { continue };
+            let Some(Reverse(timer)) = self.timers.pop() else {
+                break;
+            };
+            let Entry::Occupied(mut entry) = self.endpoints.entry(timer.endpoint) else {
+                continue;
+            };
             entry.get_mut().ready.push_back(timer.job);
             let key = entry.key().clone();
             self.ring_if_sendable(&key);

@@ -12,7 +12,10 @@ fn sched(window: usize) -> Sched {
 }
 
 fn limits(cap: u32) -> EndpointLimits {
-    EndpointLimits { max_concurrency: cap, paused: false }
+    EndpointLimits {
+        max_concurrency: cap,
+        paused: false,
+    }
 }
 
 #[test]
@@ -79,7 +82,13 @@ fn retries_wait_for_their_timer() {
 #[test]
 fn pause_holds_work_and_resume_releases_it() {
     let mut s = sched(100);
-    s.configure("a", EndpointLimits { max_concurrency: 5, paused: true });
+    s.configure(
+        "a",
+        EndpointLimits {
+            max_concurrency: 5,
+            paused: true,
+        },
+    );
     s.offer("a", 1, 0, 1, 0);
     assert_eq!(s.next(0), None);
     s.configure("a", limits(5));
@@ -114,8 +123,20 @@ fn window_overflow_defers_then_refills_in_order() {
     assert!(s.refills_wanted().is_empty(), "one refill at a time");
     // While the refill reads, another offer arrives: it is deferred and must not be forgotten.
     assert_eq!(s.offer("a", 6, 0, 6, 0), Offer::Deferred);
-    s.refilled("a", vec![Loaded { seq: 5, due: 0, job: 5 }], true, 0);
-    assert!(s.refills_wanted().is_empty(), "three resident: above half the window");
+    s.refilled(
+        "a",
+        vec![Loaded {
+            seq: 5,
+            due: 0,
+            job: 5,
+        }],
+        true,
+        0,
+    );
+    assert!(
+        s.refills_wanted().is_empty(),
+        "three resident: above half the window"
+    );
     let mut sent = Vec::new();
     for _ in 0..2 {
         let (k, job) = s.next(0).unwrap();
@@ -124,9 +145,22 @@ fn window_overflow_defers_then_refills_in_order() {
     }
     assert_eq!(sent, [3, 4]);
     let again = s.refills_wanted();
-    assert_eq!(again.len(), 1, "seq 6 may have been missed by the refill, so read again");
+    assert_eq!(
+        again.len(),
+        1,
+        "seq 6 may have been missed by the refill, so read again"
+    );
     assert_eq!(again[0].after_seq, 5);
-    s.refilled("a", vec![Loaded { seq: 6, due: 0, job: 6 }], true, 0);
+    s.refilled(
+        "a",
+        vec![Loaded {
+            seq: 6,
+            due: 0,
+            job: 6,
+        }],
+        true,
+        0,
+    );
     assert!(s.refills_wanted().is_empty());
     // Ingest's own copy of 6 arriving late changes nothing.
     assert_eq!(s.offer("a", 6, 0, 6, 0), Offer::AlreadyResident);
@@ -141,7 +175,16 @@ fn backlog_marked_at_start_is_refilled() {
     let wanted = s.refills_wanted();
     assert_eq!(wanted.len(), 1);
     assert_eq!((wanted[0].after_seq, wanted[0].limit), (0, 10));
-    s.refilled("a", vec![Loaded { seq: 7, due: 0, job: 7 }], true, 0);
+    s.refilled(
+        "a",
+        vec![Loaded {
+            seq: 7,
+            due: 0,
+            job: 7,
+        }],
+        true,
+        0,
+    );
     assert_eq!(s.next(0), Some(("a", 7)));
 }
 

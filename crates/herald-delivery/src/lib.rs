@@ -1,1 +1,13 @@
-//! placeholder
+//! Herald's delivery engine.
+//!
+//! - [`client`]: the address-checked HTTP client that makes each attempt.
+//! - [`engine`]: the thin async shell around the pure [`herald_core::scheduler::Scheduler`]: it feeds the
+//!   scheduler new deliveries, results and clock ticks, and runs the sends it decides on.
+//! - `recorder`: the batched writer of attempt results.
+
+pub mod client;
+pub mod engine;
+mod recorder;
+
+pub use client::{ClientConfig, DeliveryClient, HostResolver, SystemResolver};
+pub use engine::{Engine, EngineConfig, EngineHandle};

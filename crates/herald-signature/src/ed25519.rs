@@ -67,14 +67,16 @@ impl Ed25519SigningKey {
     pub fn parse(s: &str) -> Result<Self, SecretError> {
         let b64 = util::strip_key_prefix(s, WHSK)?;
         let bytes = Zeroizing::new(util::b64_decode_key(b64)?);
-        let pair: &[u8; 64] = bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| SecretError::InvalidLength {
-                expected: 64,
-                actual: bytes.len(),
-            })?;
-        let key = SigningKey::from_keypair_bytes(pair).map_err(|_| SecretError::MismatchedKeypair)?;
+        let pair: &[u8; 64] =
+            bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| SecretError::InvalidLength {
+                    expected: 64,
+                    actual: bytes.len(),
+                })?;
+        let key =
+            SigningKey::from_keypair_bytes(pair).map_err(|_| SecretError::MismatchedKeypair)?;
         Ok(Self { key })
     }
 
@@ -185,13 +187,14 @@ impl Ed25519PublicKey {
     pub fn parse(s: &str) -> Result<Self, SecretError> {
         let b64 = util::strip_key_prefix(s, WHPK)?;
         let bytes = util::b64_decode_key(b64)?;
-        let raw: &[u8; 32] = bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| SecretError::InvalidLength {
-                expected: 32,
-                actual: bytes.len(),
-            })?;
+        let raw: &[u8; 32] =
+            bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| SecretError::InvalidLength {
+                    expected: 32,
+                    actual: bytes.len(),
+                })?;
         Self::from_bytes(raw)
     }
 
@@ -283,19 +286,31 @@ mod tests {
         );
         assert_eq!(
             Ed25519SigningKey::parse("whsk_AAAA"),
-            Err(SecretError::InvalidLength { expected: 64, actual: 3 })
+            Err(SecretError::InvalidLength {
+                expected: 64,
+                actual: 3
+            })
         );
         assert_eq!(
             Ed25519PublicKey::parse(&sk.to_whsk()),
-            Err(SecretError::WrongPrefix { expected: WHPK, found: WHSK })
+            Err(SecretError::WrongPrefix {
+                expected: WHPK,
+                found: WHSK
+            })
         );
         assert_eq!(
             Ed25519SigningKey::parse(&sk.public_key().to_whpk()),
-            Err(SecretError::WrongPrefix { expected: WHSK, found: WHPK })
+            Err(SecretError::WrongPrefix {
+                expected: WHSK,
+                found: WHPK
+            })
         );
         assert_eq!(
             Ed25519PublicKey::parse("whpk_AAAA"),
-            Err(SecretError::InvalidLength { expected: 32, actual: 3 })
+            Err(SecretError::InvalidLength {
+                expected: 32,
+                actual: 3
+            })
         );
         // The identity point has small order.
         let mut identity = [0u8; 32];
@@ -305,6 +320,9 @@ mod tests {
             Err(SecretError::InvalidPublicKey)
         );
         assert_eq!(Ed25519PublicKey::parse("whpk_"), Err(SecretError::Empty));
-        assert_eq!(Ed25519PublicKey::parse("whpk_%%"), Err(SecretError::InvalidBase64));
+        assert_eq!(
+            Ed25519PublicKey::parse("whpk_%%"),
+            Err(SecretError::InvalidBase64)
+        );
     }
 }

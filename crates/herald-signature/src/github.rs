@@ -66,15 +66,46 @@ mod tests {
     fn errors() {
         let h = sign(b"k", b"body");
         assert_eq!(verify(b"k", &h, b"body"), Ok(()));
-        assert_eq!(verify(b"k", &h.to_uppercase().replace("SHA256=", "sha256="), b"body"), Ok(()));
-        assert_eq!(verify(b"k", &h, b"bodY"), Err(VerifyError::NoMatchingSignature));
-        assert_eq!(verify(b"K", &h, b"body"), Err(VerifyError::NoMatchingSignature));
-        assert_eq!(verify(b"k", "", b"body"), Err(VerifyError::MissingHeader(HEADER)));
-        assert_eq!(verify(b"k", "sha1=00", b"body"), Err(VerifyError::MalformedSignatureHeader));
-        assert_eq!(verify(b"k", "sha256=", b"body"), Err(VerifyError::MalformedSignatureHeader));
-        assert_eq!(verify(b"k", &h[..h.len() - 2], b"body"), Err(VerifyError::MalformedSignatureHeader));
-        assert_eq!(verify(b"k", &format!("{h}00"), b"body"), Err(VerifyError::MalformedSignatureHeader));
-        assert_eq!(verify(b"k", "sha256=zz", b"body"), Err(VerifyError::MalformedSignatureHeader));
+        assert_eq!(
+            verify(
+                b"k",
+                &h.to_uppercase().replace("SHA256=", "sha256="),
+                b"body"
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            verify(b"k", &h, b"bodY"),
+            Err(VerifyError::NoMatchingSignature)
+        );
+        assert_eq!(
+            verify(b"K", &h, b"body"),
+            Err(VerifyError::NoMatchingSignature)
+        );
+        assert_eq!(
+            verify(b"k", "", b"body"),
+            Err(VerifyError::MissingHeader(HEADER))
+        );
+        assert_eq!(
+            verify(b"k", "sha1=00", b"body"),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
+        assert_eq!(
+            verify(b"k", "sha256=", b"body"),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
+        assert_eq!(
+            verify(b"k", &h[..h.len() - 2], b"body"),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
+        assert_eq!(
+            verify(b"k", &format!("{h}00"), b"body"),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
+        assert_eq!(
+            verify(b"k", "sha256=zz", b"body"),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
         // Empty secret is still a valid HMAC key.
         assert_eq!(verify(b"", &sign(b"", b"x"), b"x"), Ok(()));
     }

@@ -182,10 +182,19 @@ mod tests {
     fn parse_rejects() {
         assert_eq!(HmacSecret::parse(""), Err(SecretError::Empty));
         assert_eq!(HmacSecret::parse("whsec_"), Err(SecretError::Empty));
-        assert_eq!(HmacSecret::parse("whsec_!!!"), Err(SecretError::InvalidBase64));
-        assert_eq!(HmacSecret::parse("whsec_AAE CAwQ="), Err(SecretError::InvalidBase64));
+        assert_eq!(
+            HmacSecret::parse("whsec_!!!"),
+            Err(SecretError::InvalidBase64)
+        );
+        assert_eq!(
+            HmacSecret::parse("whsec_AAE CAwQ="),
+            Err(SecretError::InvalidBase64)
+        );
         // URL-safe alphabet is not standard base64.
-        assert_eq!(HmacSecret::parse("whsec_-_-_"), Err(SecretError::InvalidBase64));
+        assert_eq!(
+            HmacSecret::parse("whsec_-_-_"),
+            Err(SecretError::InvalidBase64)
+        );
         assert!(matches!(
             HmacSecret::parse("whpk_AAECAwQ="),
             Err(SecretError::WrongPrefix { .. })

@@ -35,7 +35,10 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 ///
 /// Useful to test a Stripe receiver without Stripe.
 pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
-    format!("t={timestamp},v1={}", hex::encode(mac(secret, timestamp, body)))
+    format!(
+        "t={timestamp},v1={}",
+        hex::encode(mac(secret, timestamp, body))
+    )
 }
 
 /// Verifies a `Stripe-Signature` header against `secret`.
@@ -115,11 +118,8 @@ fn parse_header(header: &str) -> Result<(i64, Vec<&str>), VerifyError> {
             continue;
         };
         match key {
-            "t" => {
-                if timestamp.replace(value).is_some() {
-                    return Err(VerifyError::MalformedSignatureHeader);
-                }
-            }
+            "t" if timestamp.is_some() => return Err(VerifyError::MalformedSignatureHeader),
+            "t" => timestamp = Some(value),
             "v1" => candidates.push(value),
             _ => {}
         }
@@ -146,27 +146,60 @@ mod tests {
     fn round_trip_and_errors() {
         let h = sign("s", 1000, b"body");
         assert_eq!(verify("s", &h, b"body", 1000, TOL), Ok(()));
-        assert_eq!(verify("s", &h, b"body!", 1000, TOL), Err(VerifyError::NoMatchingSignature));
-        assert_eq!(verify("t", &h, b"body", 1000, TOL), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(
+            verify("s", &h, b"body!", 1000, TOL),
+            Err(VerifyError::NoMatchingSignature)
+        );
+        assert_eq!(
+            verify("t", &h, b"body", 1000, TOL),
+            Err(VerifyError::NoMatchingSignature)
+        );
         assert_eq!(verify("s", &h, b"body", 1300, TOL), Ok(()));
-        assert_eq!(verify("s", &h, b"body", 1301, TOL), Err(VerifyError::TooOld));
+        assert_eq!(
+            verify("s", &h, b"body", 1301, TOL),
+            Err(VerifyError::TooOld)
+        );
         assert_eq!(verify("s", &h, b"body", 700, TOL), Ok(()));
         assert_eq!(verify("s", &h, b"body", 699, TOL), Err(VerifyError::TooNew));
-        assert_eq!(verify("s", "", b"body", 1000, TOL), Err(VerifyError::MissingHeader(HEADER)));
-        assert_eq!(verify("s", "v1=00", b"body", 1000, TOL), Err(VerifyError::MalformedSignatureHeader));
+        assert_eq!(
+            verify("s", "", b"body", 1000, TOL),
+            Err(VerifyError::MissingHeader(HEADER))
+        );
+        assert_eq!(
+            verify("s", "v1=00", b"body", 1000, TOL),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
         assert_eq!(
             verify("s", "t=1000,t=1000", b"body", 1000, TOL),
             Err(VerifyError::MalformedSignatureHeader)
         );
-        assert_eq!(verify("s", "t=-1000,v1=00", b"body", 1000, TOL), Err(VerifyError::BadTimestamp));
-        assert_eq!(verify("s", "t=1000", b"body", 1000, TOL), Err(VerifyError::NoMatchingSignature));
-        assert_eq!(verify("s", "t=1000,v1=zz", b"body", 1000, TOL), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(
+            verify("s", "t=-1000,v1=00", b"body", 1000, TOL),
+            Err(VerifyError::BadTimestamp)
+        );
+        assert_eq!(
+            verify("s", "t=1000", b"body", 1000, TOL),
+            Err(VerifyError::NoMatchingSignature)
+        );
+        assert_eq!(
+            verify("s", "t=1000,v1=zz", b"body", 1000, TOL),
+            Err(VerifyError::NoMatchingSignature)
+        );
         // Several v1 entries (secret rotation), v0 ignored, spaces tolerated.
         let sig = &h[h.find("v1=").unwrap()..];
         let multi = format!("t=1000, v0=abc, v1={}, {sig}", "0".repeat(64));
         assert_eq!(verify("s", &multi, b"body", 1000, TOL), Ok(()));
         // Upper-case hex is accepted.
-        assert_eq!(verify("s", &h.to_uppercase().replace("T=", "t=").replace("V1=", "v1="), b"body", 1000, TOL), Ok(()));
+        assert_eq!(
+            verify(
+                "s",
+                &h.to_uppercase().replace("T=", "t=").replace("V1=", "v1="),
+                b"body",
+                1000,
+                TOL
+            ),
+            Ok(())
+        );
         assert_eq!(verify_now("s", &h, b"body", TOL), Err(VerifyError::TooOld));
     }
 }

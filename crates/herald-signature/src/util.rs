@@ -178,7 +178,11 @@ mod tests {
             "١٢٣", // non-ASCII digits
             "\u{0}",
         ] {
-            assert_eq!(parse_timestamp(bad), Err(VerifyError::BadTimestamp), "{bad:?}");
+            assert_eq!(
+                parse_timestamp(bad),
+                Err(VerifyError::BadTimestamp),
+                "{bad:?}"
+            );
         }
     }
 
@@ -188,8 +192,14 @@ mod tests {
         assert_eq!(check_tolerance(100, 401, 300), Err(VerifyError::TooOld));
         assert_eq!(check_tolerance(400, 100, 300), Ok(()));
         assert_eq!(check_tolerance(401, 100, 300), Err(VerifyError::TooNew));
-        assert_eq!(check_tolerance(i64::MAX, i64::MIN, i64::MAX), Err(VerifyError::TooNew));
-        assert_eq!(check_tolerance(i64::MIN, i64::MAX, i64::MAX), Err(VerifyError::TooOld));
+        assert_eq!(
+            check_tolerance(i64::MAX, i64::MIN, i64::MAX),
+            Err(VerifyError::TooNew)
+        );
+        assert_eq!(
+            check_tolerance(i64::MIN, i64::MAX, i64::MAX),
+            Err(VerifyError::TooOld)
+        );
         assert_eq!(check_tolerance(5, 5, 0), Ok(()));
     }
 
@@ -201,7 +211,10 @@ mod tests {
         assert_eq!(strip_key_prefix("", WHSEC), Err(SecretError::Empty));
         assert_eq!(
             strip_key_prefix("whpk_abc", WHSK),
-            Err(SecretError::WrongPrefix { expected: WHSK, found: WHPK })
+            Err(SecretError::WrongPrefix {
+                expected: WHSK,
+                found: WHPK
+            })
         );
     }
 

@@ -365,9 +365,18 @@ mod tests {
         assert_eq!(
             parse_entries("  v1,abc  junk v2,x=,y v1a,zz"),
             vec![
-                Entry { version: "v1", value: "abc" },
-                Entry { version: "v2", value: "x=,y" },
-                Entry { version: "v1a", value: "zz" },
+                Entry {
+                    version: "v1",
+                    value: "abc"
+                },
+                Entry {
+                    version: "v2",
+                    value: "x=,y"
+                },
+                Entry {
+                    version: "v1a",
+                    value: "zz"
+                },
             ]
         );
     }
@@ -381,7 +390,10 @@ mod tests {
     fn error_order_and_kinds() {
         let (secret, v) = verifier();
         let sig = secret.sign("id", 100, b"b");
-        assert_eq!(v.verify("", "100", &sig, b"b", 100), Err(VerifyError::MissingHeader(HEADER_ID)));
+        assert_eq!(
+            v.verify("", "100", &sig, b"b", 100),
+            Err(VerifyError::MissingHeader(HEADER_ID))
+        );
         assert_eq!(
             v.verify("id", "", &sig, b"b", 100),
             Err(VerifyError::MissingHeader(HEADER_TIMESTAMP))
@@ -390,12 +402,30 @@ mod tests {
             v.verify("id", "100", "  ", b"b", 100),
             Err(VerifyError::MissingHeader(HEADER_SIGNATURE))
         );
-        assert_eq!(v.verify("id", "+100", &sig, b"b", 100), Err(VerifyError::BadTimestamp));
-        assert_eq!(v.verify("id", "100", &sig, b"b", 1000), Err(VerifyError::TooOld));
-        assert_eq!(v.verify("id", "100", "v1,", b"b", 100), Err(VerifyError::MalformedSignatureHeader));
-        assert_eq!(v.verify("id", "100", "nonsense", b"b", 100), Err(VerifyError::MalformedSignatureHeader));
-        assert_eq!(v.verify("id", "100", "v2,abcd", b"b", 100), Err(VerifyError::NoMatchingSignature));
-        assert_eq!(v.verify("id", "100", "v1,@@@", b"b", 100), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(
+            v.verify("id", "+100", &sig, b"b", 100),
+            Err(VerifyError::BadTimestamp)
+        );
+        assert_eq!(
+            v.verify("id", "100", &sig, b"b", 1000),
+            Err(VerifyError::TooOld)
+        );
+        assert_eq!(
+            v.verify("id", "100", "v1,", b"b", 100),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
+        assert_eq!(
+            v.verify("id", "100", "nonsense", b"b", 100),
+            Err(VerifyError::MalformedSignatureHeader)
+        );
+        assert_eq!(
+            v.verify("id", "100", "v2,abcd", b"b", 100),
+            Err(VerifyError::NoMatchingSignature)
+        );
+        assert_eq!(
+            v.verify("id", "100", "v1,@@@", b"b", 100),
+            Err(VerifyError::NoMatchingSignature)
+        );
         assert_eq!(v.verify("id", "100", &sig, b"b", 100), Ok(()));
         assert_eq!(v.verify_ignoring_timestamp("id", "100", &sig, b"b"), Ok(()));
         let junk_then_sig = format!("junk v1, {sig}");
@@ -410,10 +440,16 @@ mod tests {
         assert_eq!(v.verify("id", "100", &sig, b"b", 100), Ok(()));
         // A v1a signature relabelled v1 is not accepted.
         let relabelled = sig.replacen("v1a,", "v1,", 1);
-        assert_eq!(v.verify("id", "100", &relabelled, b"b", 100), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(
+            v.verify("id", "100", &relabelled, b"b", 100),
+            Err(VerifyError::NoMatchingSignature)
+        );
         // Unpadded base64 is not accepted.
         let unpadded = sig.trim_end_matches('=');
-        assert_eq!(v.verify("id", "100", unpadded, b"b", 100), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(
+            v.verify("id", "100", unpadded, b"b", 100),
+            Err(VerifyError::NoMatchingSignature)
+        );
     }
 
     #[test]
@@ -421,7 +457,10 @@ mod tests {
         let (secret, _) = verifier();
         let v = Verifier::new(vec![]);
         let sig = secret.sign("id", 100, b"b");
-        assert_eq!(v.verify("id", "100", &sig, b"b", 100), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(
+            v.verify("id", "100", &sig, b"b", 100),
+            Err(VerifyError::NoMatchingSignature)
+        );
     }
 
     #[test]

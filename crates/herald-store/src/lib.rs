@@ -1,1 +1,217 @@
-//! placeholder
+//! Herald's durable store.
+//!
+//! [`Store`] is everything the API and the delivery engine need from storage; [`sqlite::SqliteStore`]
+//! implements it on an embedded SQLite file. The store owns *custody*: [`Store::ingest`] returns only after
+//! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
+//! (group commit) so durability does not cost throughput.
+
+pub mod sqlite;
+mod page;
+
+use std::sync::Arc;
+
+use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message};
+
+pub use page::{Page, PageRequest};
+
+/// Errors from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The object does not exist.
+    #[error("not found")]
+    NotFound,
+    /// A unique field (named) is already taken.
+    #[error("{0} already exists")]
+    Conflict(&'static str),
+    /// A pagination iterator that this store did not issue.
+    #[error("invalid iterator")]
+    BadIterator,
+    /// The database failed or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Migrations failed at start-up.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value could not be decoded (e.g. corrupt JSON text).
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    /// The store is shutting down.
+    #[error("the store is shutting down")]
+    Closed,
+    /// A failure shared by every request of a group commit (the underlying error, as text).
+    #[error("database error: {0}")]
+    Batch(String),
+}
+
+/// Shorthand for store results.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A message to ingest, with the endpoints it fans out to (decided by the caller from the subscriptions).
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// The message (id and creation time already assigned).
+    pub message: Message,
+    /// The producer's `idempotency-key` header, if any.
+    pub idempotency_key: Option<String>,
+    /// One delivery is created per endpoint id.
+    pub endpoint_ids: Vec<String>,
+}
+
+/// A delivery created by ingest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedDelivery {
+    /// Its store sequence number.
+    pub seq: i64,
+    /// Its endpoint.
+    pub endpoint_id: String,
+}
+
+/// The result of an ingest.
+#[derive(Debug, Clone)]
+pub enum Ingested {
+    /// A new message, committed with its deliveries.
+    Created {
+        /// The message as stored.
+        message: Message,
+        /// Its deliveries.
+        deliveries: Vec<CreatedDelivery>,
+    },
+    /// The event id or idempotency key was seen before: this is the original message, nothing was added.
+    Duplicate(Message),
+}
+
+/// A pending delivery read back for the scheduler.
+#[derive(Debug, Clone)]
+pub struct PendingDelivery {
+    /// Store sequence number.
+    pub seq: i64,
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// The message, with its payload (shared across the fan-out).
+    pub message: Arc<Message>,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When the next attempt is due.
+    pub next_attempt_at: i64,
+}
+
+/// A finished attempt and the delivery's new state, as the delivery engine reports it.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// The delivery.
+    pub delivery_seq: i64,
+    /// The message's application.
+    pub app_id: String,
+    /// The attempt to append to the log.
+    pub attempt: Attempt,
+    /// The delivery's status after it.
+    pub status: DeliveryStatus,
+    /// When the next attempt is due (meaningful while pending).
+    pub next_attempt_at: i64,
+    /// Disable the endpoint with this reason (e.g. it answered 410 Gone).
+    pub disable_endpoint: Option<String>,
+}
+
+/// Filters for listing messages.
+#[derive(Debug, Clone, Default)]
+pub struct MessageFilter {
+    /// Only messages created at or after this time.
+    pub since: Option<i64>,
+    /// Only messages created before this time.
+    pub until: Option<i64>,
+    /// Only these event types.
+    pub event_types: Option<Vec<String>>,
+    /// Only messages on this channel.
+    pub channel: Option<String>,
+}
+
+/// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Read a value from the store's own key-value table (e.g. the admin token's hash).
+    async fn meta_get(&self, key: &str) -> StoreResult<Option<String>>;
+    /// Write a value to the key-value table.
+    async fn meta_set(&self, key: &str, value: &str) -> StoreResult<()>;
+
+    /// Create an application; `Conflict("uid")` if its uid is taken.
+    async fn create_app(&self, app: &Application) -> StoreResult<()>;
+    /// Find an application by id or uid.
+    async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application>;
+    /// List applications, oldest first.
+    async fn list_apps(&self, page: &PageRequest) -> StoreResult<Page<Application>>;
+    /// Replace an application's fields (by id).
+    async fn update_app(&self, app: &Application) -> StoreResult<()>;
+    /// Delete an application and everything it owns.
+    async fn delete_app(&self, id: &str) -> StoreResult<()>;
+
+    /// Create an event type; `Conflict("name")` if it exists.
+    async fn create_event_type(&self, event_type: &EventType) -> StoreResult<()>;
+    /// Find an event type by name.
+    async fn get_event_type(&self, name: &str) -> StoreResult<EventType>;
+    /// List event types by name.
+    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>>;
+    /// Replace an event type's fields.
+    async fn update_event_type(&self, event_type: &EventType) -> StoreResult<()>;
+    /// Delete an event type.
+    async fn delete_event_type(&self, name: &str) -> StoreResult<()>;
+
+    /// Create an endpoint; `Conflict("uid")` if its uid is taken within the app.
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Find an endpoint of an app by id or uid.
+    async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint>;
+    /// Find an endpoint by id alone (for the delivery engine).
+    async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint>;
+    /// List an app's endpoints, oldest first.
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
+    /// Every endpoint of an app (for fan-out).
+    async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
+    /// Replace an endpoint's fields (by id).
+    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Delete an endpoint and its pending deliveries.
+    async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
+
+    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// Find a message of an app by id (or event id).
+    async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
+    /// List an app's messages, newest first.
+    async fn list_messages(&self, app_id: &str, filter: &MessageFilter, page: &PageRequest) -> StoreResult<Page<Message>>;
+
+    /// Endpoints that have pending deliveries (read at start-up).
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>>;
+    /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
+    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
+    /// Append attempts and update their deliveries, all in one transaction.
+    async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
+
+    /// Attempts of a message, newest first.
+    async fn list_attempts_by_message(&self, app_id: &str, message_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>>;
+    /// Attempts to an endpoint, newest first.
+    async fn list_attempts_by_endpoint(&self, app_id: &str, endpoint_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>>;
+    /// A delivery's status and attempt count (for tests and operators).
+    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)>;
+
+    /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
+    /// local scheduler. It can be taken once; later calls return `None`.
+    fn take_commit_feed(&self) -> Option<CommitFeed>;
+
+    /// Whether the database answers.
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Deliveries committed by ingest, in commit order (see [`Store::take_commit_feed`]).
+pub type CommitFeed = tokio::sync::mpsc::UnboundedReceiver<Vec<PendingDelivery>>;
+
+/// A shared handle to any store.
+pub type SharedStore = Arc<dyn Store>;
+
+/// Open the store named by a database URL (`sqlite://PATH`) and run its migrations.
+pub async fn open(database_url: &str) -> StoreResult<SharedStore> {
+    if database_url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::open(database_url).await?))
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "unsupported database URL {database_url:?}: expected sqlite://PATH"
+        )))
+    }
+}

@@ -1,0 +1,235 @@
+//! The domain records Herald stores and serves. Times are Unix milliseconds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Free-form string labels a client attaches to an application or endpoint.
+pub type Metadata = BTreeMap<String, String>;
+
+/// A tenant: the owner of endpoints and messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Application {
+    /// `app_…` id.
+    pub id: String,
+    /// Optional client-chosen unique id, accepted wherever the id is.
+    pub uid: Option<String>,
+    /// Human name.
+    pub name: String,
+    /// Default deliveries per second for the app's endpoints, if limited.
+    pub rate_limit: Option<u32>,
+    /// Client labels.
+    pub metadata: Metadata,
+    /// Creation time.
+    pub created_at: i64,
+    /// Last change.
+    pub updated_at: i64,
+}
+
+/// A kind of event producers publish (global, like Svix's event types).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventType {
+    /// The unique name, e.g. `invoice.paid`.
+    pub name: String,
+    /// What the event means.
+    pub description: String,
+    /// Archived types are hidden from listings but still deliverable.
+    pub archived: bool,
+    /// Marked for removal.
+    pub deprecated: bool,
+    /// Optional feature flag gating visibility.
+    pub feature_flag: Option<String>,
+    /// JSON schemas by version, kept as raw JSON text.
+    pub schemas: Option<String>,
+    /// Creation time.
+    pub created_at: i64,
+    /// Last change.
+    pub updated_at: i64,
+}
+
+/// A receiver's URL and what it subscribes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `ep_…` id.
+    pub id: String,
+    /// The owning application's id.
+    pub app_id: String,
+    /// Optional client-chosen id, unique within the app.
+    pub uid: Option<String>,
+    /// Where deliveries go.
+    pub url: String,
+    /// Human description.
+    pub description: String,
+    /// Event types delivered here; `None` or empty means all.
+    pub filter_types: Option<Vec<String>>,
+    /// Channels delivered here; `None` or empty means all.
+    pub channels: Option<Vec<String>>,
+    /// A disabled endpoint receives nothing; its deliveries wait.
+    pub disabled: bool,
+    /// Why Herald disabled it, when Herald did (e.g. a 410 answer).
+    pub disabled_reason: Option<String>,
+    /// Deliveries per second, if limited.
+    pub rate_limit: Option<u32>,
+    /// Endpoint version (Svix field; informational).
+    pub version: i32,
+    /// Client labels.
+    pub metadata: Metadata,
+    /// The signing secret, `whsec_…`.
+    pub secret: String,
+    /// Creation time.
+    pub created_at: i64,
+    /// Last change.
+    pub updated_at: i64,
+}
+
+impl Endpoint {
+    /// Whether a message of `event_type` on `channels` is delivered to this endpoint.
+    ///
+    /// An endpoint without filter types takes every type; one without channels takes every channel. An
+    /// endpoint *with* channels takes only messages that name at least one of them.
+    pub fn subscribes_to(&self, event_type: &str, channels: Option<&[String]>) -> bool {
+        let type_ok = match &self.filter_types {
+            Some(types) if !types.is_empty() => types.iter().any(|t| t == event_type),
+            _ => true,
+        };
+        let channel_ok = match &self.channels {
+            Some(wanted) if !wanted.is_empty() => {
+                channels.is_some_and(|given| given.iter().any(|c| wanted.contains(c)))
+            }
+            _ => true,
+        };
+        type_ok && channel_ok
+    }
+}
+
+/// A published event, kept byte-for-byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// `msg_…` id; also the `webhook-id` of every attempt.
+    pub id: String,
+    /// The owning application's id.
+    pub app_id: String,
+    /// The producer's own unique id for the event, if given (deduplicated per app).
+    pub event_id: Option<String>,
+    /// The event type name.
+    pub event_type: String,
+    /// Channels the message is published on.
+    pub channels: Option<Vec<String>>,
+    /// The exact JSON bytes the producer posted as `payload`. Shared: a fan-out never copies it.
+    pub payload: Arc<[u8]>,
+    /// Creation time.
+    pub created_at: i64,
+}
+
+/// Where a delivery (one message to one endpoint) stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryStatus {
+    /// Waiting for its next attempt.
+    Pending,
+    /// The endpoint accepted it.
+    Delivered,
+    /// A terminal failure (a 4xx other than 408/425/429); no more attempts.
+    Failed,
+    /// Every scheduled attempt failed.
+    Dead,
+    /// Cancelled by an operator.
+    Cancelled,
+}
+
+impl DeliveryStatus {
+    /// The integer stored in the database.
+    pub const fn code(self) -> i64 {
+        match self {
+            DeliveryStatus::Pending => 0,
+            DeliveryStatus::Delivered => 1,
+            DeliveryStatus::Failed => 2,
+            DeliveryStatus::Dead => 3,
+            DeliveryStatus::Cancelled => 4,
+        }
+    }
+}
+
+/// Why an attempt was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptTrigger {
+    /// By the schedule.
+    Scheduled,
+    /// By an operator (resend).
+    Manual,
+}
+
+/// One HTTP attempt of one delivery; the attempt log is append-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// `atmpt_…` id.
+    pub id: String,
+    /// The message.
+    pub message_id: String,
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// The URL the attempt went to (the endpoint may change later).
+    pub url: String,
+    /// 1 for the first attempt of the delivery, and so on.
+    pub attempt_number: u32,
+    /// Whether it was delivered.
+    pub success: bool,
+    /// Outcome class (see `outcome::OutcomeClass::as_str`).
+    pub outcome: String,
+    /// The HTTP status, when there was an answer.
+    pub response_status: Option<u16>,
+    /// The start of the response body (capped), or a description of the error.
+    pub response: String,
+    /// How long the attempt took.
+    pub duration_ms: i64,
+    /// Why it was made.
+    pub trigger: AttemptTrigger,
+    /// When it started.
+    pub created_at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(types: Option<&[&str]>, channels: Option<&[&str]>) -> Endpoint {
+        let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        Endpoint {
+            id: "ep_1".into(),
+            app_id: "app_1".into(),
+            uid: None,
+            url: "https://example.com".into(),
+            description: String::new(),
+            filter_types: types.map(owned),
+            channels: channels.map(owned),
+            disabled: false,
+            disabled_reason: None,
+            rate_limit: None,
+            version: 1,
+            metadata: Metadata::new(),
+            secret: "whsec_x".into(),
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn subscription_rules() {
+        let chans = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let all = endpoint(None, None);
+        assert!(all.subscribes_to("a", None));
+        assert!(all.subscribes_to("a", Some(&chans(&["x"]))));
+        assert!(endpoint(Some(&[]), Some(&[])).subscribes_to("a", None));
+        let typed = endpoint(Some(&["a", "b"]), None);
+        assert!(typed.subscribes_to("b", None));
+        assert!(!typed.subscribes_to("c", None));
+        let chan = endpoint(None, Some(&["x", "y"]));
+        assert!(chan.subscribes_to("a", Some(&chans(&["z", "y"]))));
+        assert!(!chan.subscribes_to("a", Some(&chans(&["z"]))));
+        assert!(
+            !chan.subscribes_to("a", None),
+            "a channel endpoint skips channel-less messages"
+        );
+        let both = endpoint(Some(&["a"]), Some(&["x"]));
+        assert!(both.subscribes_to("a", Some(&chans(&["x"]))));
+        assert!(!both.subscribes_to("b", Some(&chans(&["x"]))));
+    }
+}

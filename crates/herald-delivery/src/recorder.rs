@@ -1,0 +1,30 @@
+//! The result writer: appends attempts and updates deliveries in batched transactions.
+//!
+//! Workers hand their outcomes here and move on. Batching keeps the store's write load proportional to
+//! the number of commits, not the number of attempts. A result that is lost because the process died
+//! before its batch committed only means the delivery is sent again after restart (at-least-once, same
+//! `webhook-id`); custody of the *message* never depends on this path.
+
+use std::time::Duration;
+
+use herald_store::{AttemptRecord, SharedStore};
+use tokio::sync::mpsc;
+
+/// The most attempts written in one transaction.
+const MAX_BATCH: usize = 1_024;
+
+/// Write batches until every sender is gone.
+pub(crate) async fn run(store: SharedStore, mut results: mpsc::Receiver<AttemptRecord>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while results.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let mut wait = Duration::from_millis(50);
+        // Keep trying: dropping a batch would lose the attempt log and leave deliveries pending (which
+        // would then be re-sent after a restart). A store outage stalls results, not ingest custody.
+        while let Err(error) = store.record_attempts(&batch).await {
+            tracing::error!(%error, records = batch.len(), "recording attempts failed; retrying");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+        batch.clear();
+    }
+}

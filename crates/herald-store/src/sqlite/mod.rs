@@ -1,0 +1,521 @@
+//! The SQLite store: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
+//! message survives `kill -9` and a power cut), one writer connection and a pool of readers.
+
+mod rows;
+mod writer;
+
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Row, SqlitePool};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    AttemptRecord, CommitFeed, Ingested, MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Store,
+    StoreError, StoreResult,
+};
+
+/// How many ingest requests may wait for the writer before callers queue on the channel itself.
+const INGEST_QUEUE: usize = 8_192;
+
+/// The SQLite implementation of [`Store`].
+pub struct SqliteStore {
+    read: SqlitePool,
+    write: SqlitePool,
+    ingest: mpsc::Sender<writer::IngestJob>,
+    feed: Mutex<Option<CommitFeed>>,
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the database at `url` (`sqlite://PATH`), run migrations and start the
+    /// group-commit writer.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let base = SqliteConnectOptions::from_str(url)?
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(base.clone().create_if_missing(true))
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&write).await?;
+        let read = SqlitePoolOptions::new().max_connections(4).connect_with(base.read_only(true)).await?;
+        let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
+        let (feed_tx, feed_rx) = mpsc::unbounded_channel();
+        tokio::spawn(writer::run(write.clone(), jobs, feed_tx));
+        Ok(Self { read, write, ingest, feed: Mutex::new(Some(feed_rx)) })
+    }
+}
+
+/// Turn a unique-constraint violation into `Conflict` naming the field.
+pub(crate) fn map_unique(error: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &error {
+        if db.is_unique_violation() {
+            let message = db.message();
+            let field = if message.contains(".uid") {
+                "uid"
+            } else if message.contains(".event_id") {
+                "eventId"
+            } else if message.contains(".name") {
+                "name"
+            } else {
+                "id"
+            };
+            return StoreError::Conflict(field);
+        }
+    }
+    StoreError::Database(error)
+}
+
+fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
+    if result.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+}
+
+/// The keyset condition and order for a page over `column`.
+///
+/// Listings are either oldest-first (`newest_first = false`) or newest-first; a reverse page walks the
+/// other way from its anchor.
+fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, String) {
+    let descending = newest_first != page.reverse;
+    let order = format!("ORDER BY {column} {}", if descending { "DESC" } else { "ASC" });
+    let condition = match page.after {
+        Some(_) => format!("{column} {} ?", if descending { "<" } else { ">" }),
+        None => "1 = 1".to_owned(),
+    };
+    (condition, order)
+}
+
+fn limit_plus_one(page: &PageRequest) -> i64 {
+    i64::try_from(page.limit).unwrap_or(i64::MAX).saturating_add(1)
+}
+
+fn decode_all<T>(rows: &[SqliteRow], decode: fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    rows.iter().map(decode).collect()
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn meta_get(&self, key: &str) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?").bind(key).fetch_optional(&self.read).await?)
+    }
+
+    async fn meta_set(&self, key: &str, value: &str) -> StoreResult<()> {
+        sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+            .bind(key)
+            .bind(value)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    async fn create_app(&self, app: &Application) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&app.id)
+        .bind(&app.uid)
+        .bind(&app.name)
+        .bind(app.rate_limit.map(i64::from))
+        .bind(rows::encode_metadata(&app.metadata))
+        .bind(app.created_at)
+        .bind(app.updated_at)
+        .execute(&self.write)
+        .await
+        .map_err(map_unique)?;
+        Ok(())
+    }
+
+    async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application> {
+        let row = sqlx::query("SELECT * FROM application WHERE id = ? OR uid = ? LIMIT 1")
+            .bind(id_or_uid)
+            .bind(id_or_uid)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::application(&row)
+    }
+
+    async fn list_apps(&self, page: &PageRequest) -> StoreResult<Page<Application>> {
+        let (condition, order) = keyset("id", page, false);
+        let sql = format!("SELECT * FROM application WHERE {condition} {order} LIMIT ?");
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| a.id.clone()))
+    }
+
+    async fn update_app(&self, app: &Application) -> StoreResult<()> {
+        let result = sqlx::query(
+            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(&app.uid)
+        .bind(&app.name)
+        .bind(app.rate_limit.map(i64::from))
+        .bind(rows::encode_metadata(&app.metadata))
+        .bind(app.updated_at)
+        .bind(&app.id)
+        .execute(&self.write)
+        .await
+        .map_err(map_unique)?;
+        one_changed(result)
+    }
+
+    async fn delete_app(&self, id: &str) -> StoreResult<()> {
+        let mut tx = self.write.begin().await?;
+        sqlx::query("DELETE FROM attempt WHERE app_id = ?").bind(id).execute(&mut *tx).await?;
+        let result = sqlx::query("DELETE FROM application WHERE id = ?").bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        one_changed(result)
+    }
+
+    async fn create_event_type(&self, et: &EventType) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&et.name)
+        .bind(&et.description)
+        .bind(et.archived)
+        .bind(et.deprecated)
+        .bind(&et.feature_flag)
+        .bind(&et.schemas)
+        .bind(et.created_at)
+        .bind(et.updated_at)
+        .execute(&self.write)
+        .await
+        .map_err(map_unique)?;
+        Ok(())
+    }
+
+    async fn get_event_type(&self, name: &str) -> StoreResult<EventType> {
+        let row = sqlx::query("SELECT * FROM event_type WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::event_type(&row)
+    }
+
+    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>> {
+        let (condition, order) = keyset("name", page, false);
+        let archived = if include_archived { "" } else { "AND archived = 0" };
+        let sql = format!("SELECT * FROM event_type WHERE {condition} {archived} {order} LIMIT ?");
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::event_type)?, page, |e| e.name.clone()))
+    }
+
+    async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
+        let result = sqlx::query(
+            "UPDATE event_type SET description = ?, archived = ?, deprecated = ?, feature_flag = ?, schemas = ?, \
+             updated_at = ? WHERE name = ?",
+        )
+        .bind(&et.description)
+        .bind(et.archived)
+        .bind(et.deprecated)
+        .bind(&et.feature_flag)
+        .bind(&et.schemas)
+        .bind(et.updated_at)
+        .bind(&et.name)
+        .execute(&self.write)
+        .await?;
+        one_changed(result)
+    }
+
+    async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
+        one_changed(sqlx::query("DELETE FROM event_type WHERE name = ?").bind(name).execute(&self.write).await?)
+    }
+
+    async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO endpoint (id, app_id, uid, url, description, filter_types, channels, disabled, \
+             disabled_reason, rate_limit, version, metadata, secret, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&ep.id)
+        .bind(&ep.app_id)
+        .bind(&ep.uid)
+        .bind(&ep.url)
+        .bind(&ep.description)
+        .bind(rows::encode_list(&ep.filter_types))
+        .bind(rows::encode_list(&ep.channels))
+        .bind(ep.disabled)
+        .bind(&ep.disabled_reason)
+        .bind(ep.rate_limit.map(i64::from))
+        .bind(ep.version)
+        .bind(rows::encode_metadata(&ep.metadata))
+        .bind(&ep.secret)
+        .bind(ep.created_at)
+        .bind(ep.updated_at)
+        .execute(&self.write)
+        .await
+        .map_err(map_unique)?;
+        Ok(())
+    }
+
+    async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
+        let row = sqlx::query("SELECT * FROM endpoint WHERE app_id = ? AND (id = ? OR uid = ?) LIMIT 1")
+            .bind(app_id)
+            .bind(id_or_uid)
+            .bind(id_or_uid)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::endpoint(&row)
+    }
+
+    async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
+        let row = sqlx::query("SELECT * FROM endpoint WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::endpoint(&row)
+    }
+
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
+        let (condition, order) = keyset("id", page, false);
+        let sql = format!("SELECT * FROM endpoint WHERE app_id = ? AND {condition} {order} LIMIT ?");
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
+        if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::endpoint)?, page, |e| e.id.clone()))
+    }
+
+    async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
+        let found = sqlx::query("SELECT * FROM endpoint WHERE app_id = ? ORDER BY id")
+            .bind(app_id)
+            .fetch_all(&self.read)
+            .await?;
+        decode_all(&found, rows::endpoint)
+    }
+
+    async fn update_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
+        let result = sqlx::query(
+            "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, disabled = ?, \
+             disabled_reason = ?, rate_limit = ?, version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(&ep.uid)
+        .bind(&ep.url)
+        .bind(&ep.description)
+        .bind(rows::encode_list(&ep.filter_types))
+        .bind(rows::encode_list(&ep.channels))
+        .bind(ep.disabled)
+        .bind(&ep.disabled_reason)
+        .bind(ep.rate_limit.map(i64::from))
+        .bind(ep.version)
+        .bind(rows::encode_metadata(&ep.metadata))
+        .bind(&ep.secret)
+        .bind(ep.updated_at)
+        .bind(&ep.id)
+        .execute(&self.write)
+        .await
+        .map_err(map_unique)?;
+        one_changed(result)
+    }
+
+    async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
+        one_changed(sqlx::query("DELETE FROM endpoint WHERE id = ?").bind(id).execute(&self.write).await?)
+    }
+
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
+        let (reply, answer) = oneshot::channel();
+        self.ingest.send(writer::IngestJob { new, reply }).await.map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {
+        let sql = format!(
+            "SELECT {} FROM message m WHERE m.app_id = ? AND (m.id = ? OR m.event_id = ?) LIMIT 1",
+            rows::MESSAGE_COLUMNS
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(app_id)
+            .bind(id)
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::message(&row)
+    }
+
+    async fn list_messages(&self, app_id: &str, filter: &MessageFilter, page: &PageRequest) -> StoreResult<Page<Message>> {
+        let (condition, order) = keyset("m.id", page, true);
+        let mut sql = format!("SELECT {} FROM message m WHERE m.app_id = ? AND {condition}", rows::MESSAGE_COLUMNS);
+        if filter.since.is_some() {
+            sql.push_str(" AND m.created_at >= ?");
+        }
+        if filter.until.is_some() {
+            sql.push_str(" AND m.created_at < ?");
+        }
+        if let Some(types) = &filter.event_types {
+            let marks = vec!["?"; types.len()].join(", ");
+            sql.push_str(&format!(" AND m.event_type IN ({marks})"));
+        }
+        if filter.channel.is_some() {
+            sql.push_str(" AND EXISTS (SELECT 1 FROM json_each(m.channels) WHERE json_each.value = ?)");
+        }
+        sql.push_str(&format!(" {order} LIMIT ?"));
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
+        if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        if let Some(since) = filter.since {
+            query = query.bind(since);
+        }
+        if let Some(until) = filter.until {
+            query = query.bind(until);
+        }
+        for event_type in filter.event_types.iter().flatten() {
+            query = query.bind(event_type);
+        }
+        if let Some(channel) = &filter.channel {
+            query = query.bind(channel);
+        }
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::message)?, page, |m| m.id.clone()))
+    }
+
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar("SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0")
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>> {
+        let sql = format!(
+            "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, {} FROM delivery d \
+             JOIN message m ON m.id = d.message_id \
+             WHERE d.endpoint_id = ? AND d.status = 0 AND d.seq > ? ORDER BY d.seq LIMIT ?",
+            rows::MESSAGE_COLUMNS
+        );
+        let found = sqlx::query(AssertSqlSafe(sql))
+            .bind(endpoint_id)
+            .bind(after_seq)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.read)
+            .await?;
+        found
+            .iter()
+            .map(|row| {
+                Ok(PendingDelivery {
+                    seq: row.try_get("seq")?,
+                    endpoint_id: row.try_get("endpoint_id")?,
+                    message: std::sync::Arc::new(rows::message(row)?),
+                    attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
+                    next_attempt_at: row.try_get("next_attempt_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        let mut tx = self.write.begin().await?;
+        for record in records {
+            let a = &record.attempt;
+            sqlx::query(
+                "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
+                 outcome, response_status, response, duration_ms, trigger_type, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&a.id)
+            .bind(record.delivery_seq)
+            .bind(&record.app_id)
+            .bind(&a.message_id)
+            .bind(&a.endpoint_id)
+            .bind(&a.url)
+            .bind(i64::from(a.attempt_number))
+            .bind(a.success)
+            .bind(&a.outcome)
+            .bind(a.response_status.map(i64::from))
+            .bind(&a.response)
+            .bind(a.duration_ms)
+            .bind(match a.trigger {
+                AttemptTrigger::Scheduled => 0i64,
+                AttemptTrigger::Manual => 1,
+            })
+            .bind(a.created_at)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE delivery SET status = ?, attempts = ?, next_attempt_at = ?, updated_at = ? WHERE seq = ?")
+                .bind(record.status.code())
+                .bind(i64::from(a.attempt_number))
+                .bind(record.next_attempt_at)
+                .bind(a.created_at + a.duration_ms)
+                .bind(record.delivery_seq)
+                .execute(&mut *tx)
+                .await?;
+            if let Some(reason) = &record.disable_endpoint {
+                sqlx::query("UPDATE endpoint SET disabled = 1, disabled_reason = ?, updated_at = ? WHERE id = ?")
+                    .bind(reason)
+                    .bind(a.created_at + a.duration_ms)
+                    .bind(&a.endpoint_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_attempts_by_message(&self, app_id: &str, message_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>> {
+        self.list_attempts("message_id", app_id, message_id, page).await
+    }
+
+    async fn list_attempts_by_endpoint(&self, app_id: &str, endpoint_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>> {
+        self.list_attempts("endpoint_id", app_id, endpoint_id, page).await
+    }
+
+    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
+        let row = sqlx::query("SELECT status, attempts FROM delivery WHERE message_id = ? AND endpoint_id = ?")
+            .bind(message_id)
+            .bind(endpoint_id)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let status = match row.try_get::<i64, _>("status")? {
+            0 => DeliveryStatus::Pending,
+            1 => DeliveryStatus::Delivered,
+            2 => DeliveryStatus::Failed,
+            3 => DeliveryStatus::Dead,
+            4 => DeliveryStatus::Cancelled,
+            other => return Err(StoreError::Corrupt(format!("delivery status {other}"))),
+        };
+        Ok((status, u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0)))
+    }
+
+    fn take_commit_feed(&self) -> Option<CommitFeed> {
+        self.feed.lock().ok()?.take()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// Attempts filtered on one column (`message_id` or `endpoint_id`), newest first.
+    async fn list_attempts(&self, column: &'static str, app_id: &str, value: &str, page: &PageRequest) -> StoreResult<Page<Attempt>> {
+        let (condition, order) = keyset("id", page, true);
+        let sql = format!("SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition} {order} LIMIT ?");
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id).bind(value);
+        if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| a.id.clone()))
+    }
+}
