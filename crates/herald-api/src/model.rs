@@ -589,7 +589,10 @@ pub struct MessageOut {
     #[serde(with = "time::serde::rfc3339")]
     pub timestamp: OffsetDateTime,
     /// Requested delayed delivery time, if any.
-    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
     pub deliver_at: Option<OffsetDateTime>,
 }
 
@@ -851,10 +854,7 @@ mod tests {
         assert_eq!(p.url, None);
 
         let p: EndpointPatch = serde_json::from_str(r#"{"channels":["c1"],"uid":null}"#).unwrap();
-        assert_eq!(
-            p.channels,
-            Patch::Value(BTreeSet::from(["c1".to_owned()]))
-        );
+        assert_eq!(p.channels, Patch::Value(BTreeSet::from(["c1".to_owned()])));
         assert_eq!(p.uid, Patch::Null);
         assert!(p.filter_types.is_absent());
 
@@ -895,7 +895,10 @@ mod tests {
         .unwrap();
         assert_eq!(m.payload.get(), "{}");
         assert_eq!(m.deliver_at, Some(datetime!(2030-01-01 0:00 UTC)));
-        assert_eq!(m.unsupported_fields(), vec!["deliverAt", "transformationsParams"]);
+        assert_eq!(
+            m.unsupported_fields(),
+            vec!["deliverAt", "transformationsParams"]
+        );
 
         let m: MessageIn = serde_json::from_str(r#"{"eventType":"x","payload":[1]}"#).unwrap();
         assert!(!m.payload_is_object());

@@ -368,11 +368,12 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     }
 
     fn ring_if_sendable(&mut self, endpoint: &K) {
-        if let Some(queue) = self.endpoints.get_mut(endpoint) {
-            if !queue.in_ring && queue.can_send() {
-                queue.in_ring = true;
-                self.ring.push_back(endpoint.clone());
-            }
+        if let Some(queue) = self.endpoints.get_mut(endpoint)
+            && !queue.in_ring
+            && queue.can_send()
+        {
+            queue.in_ring = true;
+            self.ring.push_back(endpoint.clone());
         }
     }
 }

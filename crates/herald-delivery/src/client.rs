@@ -18,7 +18,10 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 /// Looks up the addresses of a host name. Pluggable so tests can answer without DNS.
 pub trait HostResolver: Send + Sync + 'static {
     /// Resolve `host` to its addresses.
-    fn lookup(&self, host: &str) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>>;
+    fn lookup(
+        &self,
+        host: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>>;
 }
 
 /// The system resolver (hickory, configured from `/etc/resolv.conf`).
@@ -38,11 +41,17 @@ impl SystemResolver {
 }
 
 impl HostResolver for SystemResolver {
-    fn lookup(&self, host: &str) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>> {
+    fn lookup(
+        &self,
+        host: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>> {
         let resolver = self.inner.clone();
         let host = host.to_owned();
         Box::pin(async move {
-            let found = resolver.lookup_ip(host.as_str()).await.map_err(|e| e.to_string())?;
+            let found = resolver
+                .lookup_ip(host.as_str())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(found.iter().collect())
         })
     }
@@ -161,7 +170,11 @@ pub struct DeliveryClient {
 
 impl DeliveryClient {
     /// Build a client enforcing `policy`, resolving names with `resolver`.
-    pub fn new(config: ClientConfig, policy: Arc<AddressPolicy>, resolver: Arc<dyn HostResolver>) -> Result<Self, ClientError> {
+    pub fn new(
+        config: ClientConfig,
+        policy: Arc<AddressPolicy>,
+        resolver: Arc<dyn HostResolver>,
+    ) -> Result<Self, ClientError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -180,9 +193,16 @@ impl DeliveryClient {
             .timeout(config.total_timeout)
             .user_agent(config.user_agent.clone())
             .pool_idle_timeout(Duration::from_secs(60))
-            .dns_resolver(Arc::new(CheckedResolver { resolver, policy: policy.clone() }))
+            .dns_resolver(Arc::new(CheckedResolver {
+                resolver,
+                policy: policy.clone(),
+            }))
             .build()?;
-        Ok(Self { http, policy, config })
+        Ok(Self {
+            http,
+            policy,
+            config,
+        })
     }
 
     /// The address policy in force.
@@ -191,9 +211,18 @@ impl DeliveryClient {
     }
 
     /// POST `body` to `url` with `headers`, and classify what happened.
-    pub async fn post(&self, url: &str, headers: reqwest::header::HeaderMap, body: bytes::Bytes) -> Response {
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: reqwest::header::HeaderMap,
+        body: bytes::Bytes,
+    ) -> Response {
         let started = Instant::now();
-        let finish = |result, body: String| Response { result, body, duration: started.elapsed() };
+        let finish = |result, body: String| Response {
+            result,
+            body,
+            duration: started.elapsed(),
+        };
         let target = match self.policy.check_url(url) {
             Ok(target) => target,
             Err(rejected) => return finish(AttemptResult::Blocked, format!("blocked: {rejected}")),
@@ -202,7 +231,13 @@ impl DeliveryClient {
             // Literals never reach the resolver; check_url has vetted them, including mapped forms.
             debug_assert!(self.policy.check_ip(ip).is_ok());
         }
-        let sent = self.http.post(target.url).headers(headers).body(body).send().await;
+        let sent = self
+            .http
+            .post(target.url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await;
         let response = match sent {
             Ok(response) => response,
             Err(error) => return finish(classify_error(&error), describe_error(&error)),
@@ -214,7 +249,13 @@ impl DeliveryClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
         let body = read_capped(response, self.config.max_response_bytes).await;
-        finish(AttemptResult::Response { status, retry_after }, body)
+        finish(
+            AttemptResult::Response {
+                status,
+                retry_after,
+            },
+            body,
+        )
     }
 }
 
@@ -258,7 +299,11 @@ fn is_blocked(error: &reqwest::Error) -> bool {
 
 /// A one-line description of a transport error, with its causes (never the request body).
 fn describe_error(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() { "timeout".to_owned() } else { error.to_string() };
+    let mut text = if error.is_timeout() {
+        "timeout".to_owned()
+    } else {
+        error.to_string()
+    };
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         text.push_str(": ");

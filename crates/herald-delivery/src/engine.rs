@@ -43,7 +43,12 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { schedule: RetrySchedule::default(), max_in_flight: 512, endpoint_concurrency: 10, window: 1_000 }
+        Self {
+            schedule: RetrySchedule::default(),
+            max_in_flight: 512,
+            endpoint_concurrency: 10,
+            window: 1_000,
+        }
     }
 }
 
@@ -63,10 +68,21 @@ struct EndpointEntry {
 }
 
 enum Event {
-    Sent { endpoint: Arc<str>, finished: Finished<Job>, disable: bool },
-    Refilled { endpoint: Arc<str>, loaded: Vec<PendingDelivery>, exhausted: bool },
-    RefillFailed { endpoint: Arc<str> },
-    EndpointLoaded(Endpoint),
+    Sent {
+        endpoint: Arc<str>,
+        finished: Finished<Job>,
+        disable: bool,
+    },
+    Refilled {
+        endpoint: Arc<str>,
+        loaded: Vec<PendingDelivery>,
+        exhausted: bool,
+    },
+    /// Boxed: an endpoint record is large and this event is rare.
+    RefillFailed {
+        endpoint: Arc<str>,
+    },
+    EndpointLoaded(Box<Endpoint>),
     EndpointGone(Arc<str>),
     EndpointChanged(String),
 }
@@ -80,7 +96,9 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
     pub fn endpoint_changed(&self, endpoint_id: &str) {
-        let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned()));
+        let _ = self
+            .events
+            .send(Event::EndpointChanged(endpoint_id.to_owned()));
     }
 }
 
@@ -97,14 +115,20 @@ pub struct Engine {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Engine {
     /// Start the engine on `store`: take its commit feed, load the pending backlog and start delivering.
     ///
     /// Fails if the commit feed was already taken (one engine per store).
-    pub async fn start(store: SharedStore, client: DeliveryClient, config: EngineConfig) -> Result<EngineHandle, StoreError> {
+    pub async fn start(
+        store: SharedStore,
+        client: DeliveryClient,
+        config: EngineConfig,
+    ) -> Result<EngineHandle, StoreError> {
         let feed = store.take_commit_feed().ok_or(StoreError::Closed)?;
         let (events_tx, events) = mpsc::unbounded_channel();
         let (results, results_rx) = mpsc::channel(16_384);
@@ -112,7 +136,9 @@ impl Engine {
         let mut engine = Engine {
             store: store.clone(),
             client,
-            scheduler: Scheduler::new(SchedulerConfig { window: config.window }),
+            scheduler: Scheduler::new(SchedulerConfig {
+                window: config.window,
+            }),
             config,
             endpoints: HashMap::new(),
             events_tx: events_tx.clone(),
@@ -121,7 +147,9 @@ impl Engine {
         };
         for endpoint_id in store.endpoints_with_pending().await? {
             let key: Arc<str> = Arc::from(endpoint_id.as_str());
-            engine.scheduler.mark_backlog(key.clone(), engine.unloaded_limits());
+            engine
+                .scheduler
+                .mark_backlog(key.clone(), engine.unloaded_limits());
             engine.load_endpoint(key);
         }
         tokio::spawn(engine.run(feed));
@@ -130,7 +158,10 @@ impl Engine {
 
     /// Until an endpoint's record is loaded it is paused: nothing can be sent without its URL and secret.
     fn unloaded_limits(&self) -> EndpointLimits {
-        EndpointLimits { max_concurrency: self.config.endpoint_concurrency, paused: true }
+        EndpointLimits {
+            max_concurrency: self.config.endpoint_concurrency,
+            paused: true,
+        }
     }
 
     async fn run(mut self, mut feed: CommitFeed) {
@@ -139,7 +170,10 @@ impl Engine {
             let now = now_ms();
             self.dispatch(now);
             self.request_refills();
-            let wake = self.scheduler.next_timer().map(|due| Duration::from_millis(u64::try_from(due - now).unwrap_or(0)));
+            let wake = self
+                .scheduler
+                .next_timer()
+                .map(|due| Duration::from_millis(u64::try_from(due - now).unwrap_or(0)));
             tokio::select! {
                 batch = feed.recv(), if feed_open => match batch {
                     Some(batch) => self.accept_committed(batch),
@@ -153,7 +187,9 @@ impl Engine {
 
     fn dispatch(&mut self, now: i64) {
         while self.scheduler.total_in_flight() < self.config.max_in_flight {
-            let Some((key, job)) = self.scheduler.next(now) else { break };
+            let Some((key, job)) = self.scheduler.next(now) else {
+                break;
+            };
             let Some(entry) = self.endpoints.get(&key) else {
                 // Unreachable in practice: endpoints without a record stay paused.
                 self.scheduler.finish(key, Finished::Done, now);
@@ -178,15 +214,24 @@ impl Engine {
             let store = self.store.clone();
             let events = self.events_tx.clone();
             tokio::spawn(async move {
-                let event = match store.load_pending(&refill.endpoint, refill.after_seq, refill.limit).await {
+                let event = match store
+                    .load_pending(&refill.endpoint, refill.after_seq, refill.limit)
+                    .await
+                {
                     Ok(loaded) => {
                         let exhausted = loaded.len() < refill.limit;
-                        Event::Refilled { endpoint: refill.endpoint, loaded, exhausted }
+                        Event::Refilled {
+                            endpoint: refill.endpoint,
+                            loaded,
+                            exhausted,
+                        }
                     }
                     Err(error) => {
                         tracing::warn!(%error, endpoint = %refill.endpoint, "loading backlog failed");
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        Event::RefillFailed { endpoint: refill.endpoint }
+                        Event::RefillFailed {
+                            endpoint: refill.endpoint,
+                        }
                     }
                 };
                 let _ = events.send(event);
@@ -198,8 +243,13 @@ impl Engine {
         let now = now_ms();
         for delivery in batch {
             let key = self.key_for(&delivery.endpoint_id);
-            let job = Job { seq: delivery.seq, message: delivery.message, attempts: delivery.attempts };
-            self.scheduler.offer(key, delivery.seq, delivery.next_attempt_at, job, now);
+            let job = Job {
+                seq: delivery.seq,
+                message: delivery.message,
+                attempts: delivery.attempts,
+            };
+            self.scheduler
+                .offer(key, delivery.seq, delivery.next_attempt_at, job, now);
         }
     }
 
@@ -210,7 +260,8 @@ impl Engine {
         }
         let key: Arc<str> = Arc::from(endpoint_id);
         if self.scheduler.endpoint_counts(&key).is_none() {
-            self.scheduler.configure(key.clone(), self.unloaded_limits());
+            self.scheduler
+                .configure(key.clone(), self.unloaded_limits());
             self.load_endpoint(key.clone());
         }
         key
@@ -223,7 +274,7 @@ impl Engine {
             let mut wait = Duration::from_millis(100);
             loop {
                 match store.get_endpoint_by_id(&key).await {
-                    Ok(endpoint) => break events.send(Event::EndpointLoaded(endpoint)),
+                    Ok(endpoint) => break events.send(Event::EndpointLoaded(Box::new(endpoint))),
                     Err(StoreError::NotFound) => break events.send(Event::EndpointGone(key)),
                     Err(error) => {
                         tracing::warn!(%error, endpoint = %key, "loading endpoint failed; retrying");
@@ -238,29 +289,49 @@ impl Engine {
     fn handle(&mut self, event: Event) {
         let now = now_ms();
         match event {
-            Event::Sent { endpoint, finished, disable } => {
+            Event::Sent {
+                endpoint,
+                finished,
+                disable,
+            } => {
                 if disable {
                     if let Some(entry) = self.endpoints.get_mut(&endpoint) {
                         let mut record = (*entry.endpoint).clone();
                         record.disabled = true;
                         entry.endpoint = Arc::new(record);
                     }
-                    self.scheduler.configure(endpoint.clone(), EndpointLimits { max_concurrency: self.config.endpoint_concurrency, paused: true });
+                    self.scheduler.configure(
+                        endpoint.clone(),
+                        EndpointLimits {
+                            max_concurrency: self.config.endpoint_concurrency,
+                            paused: true,
+                        },
+                    );
                 }
                 self.scheduler.finish(endpoint, finished, now);
             }
-            Event::Refilled { endpoint, loaded, exhausted } => {
+            Event::Refilled {
+                endpoint,
+                loaded,
+                exhausted,
+            } => {
                 let loaded = loaded
                     .into_iter()
                     .map(|d| Loaded {
                         seq: d.seq,
                         due: d.next_attempt_at,
-                        job: Job { seq: d.seq, message: d.message, attempts: d.attempts },
+                        job: Job {
+                            seq: d.seq,
+                            message: d.message,
+                            attempts: d.attempts,
+                        },
                     })
                     .collect();
                 self.scheduler.refilled(endpoint, loaded, exhausted, now);
             }
-            Event::RefillFailed { endpoint } => self.scheduler.refilled(endpoint, Vec::new(), false, now),
+            Event::RefillFailed { endpoint } => {
+                self.scheduler.refilled(endpoint, Vec::new(), false, now)
+            }
             Event::EndpointLoaded(endpoint) => {
                 let key: Arc<str> = match self.endpoints.get_key_value(endpoint.id.as_str()) {
                     Some((key, _)) => key.clone(),
@@ -273,8 +344,17 @@ impl Engine {
                         None
                     }
                 };
-                let limits = EndpointLimits { max_concurrency: self.config.endpoint_concurrency, paused: endpoint.disabled };
-                self.endpoints.insert(key.clone(), EndpointEntry { endpoint: Arc::new(endpoint), secret });
+                let limits = EndpointLimits {
+                    max_concurrency: self.config.endpoint_concurrency,
+                    paused: endpoint.disabled,
+                };
+                self.endpoints.insert(
+                    key.clone(),
+                    EndpointEntry {
+                        endpoint: Arc::from(endpoint),
+                        secret,
+                    },
+                );
                 self.scheduler.configure(key, limits);
             }
             Event::EndpointGone(key) => {
@@ -319,7 +399,13 @@ impl Send {
         let response = match &self.secret {
             Some(secret) => {
                 let headers = signed_headers(secret, message, started_at / 1000);
-                self.client.post(&self.endpoint.url, headers, Bytes::copy_from_slice(&message.payload)).await
+                self.client
+                    .post(
+                        &self.endpoint.url,
+                        headers,
+                        Bytes::copy_from_slice(&message.payload),
+                    )
+                    .await
             }
             None => crate::client::Response {
                 result: herald_core::outcome::AttemptResult::ConnectError,
@@ -331,15 +417,34 @@ impl Send {
         let jitter = rand::random_range(-1.0..=1.0);
         let step = next_step(&response.result, attempt_number, &self.schedule, jitter);
         let class = OutcomeClass::of(&response.result);
-        let finished_at = started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX);
+        let finished_at =
+            started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX);
         let (status, next_at, finished, disable) = match step {
-            NextStep::Delivered => (DeliveryStatus::Delivered, finished_at, Finished::Done, false),
-            NextStep::Failed { disable_endpoint } => (DeliveryStatus::Failed, finished_at, Finished::Done, disable_endpoint),
+            NextStep::Delivered => (
+                DeliveryStatus::Delivered,
+                finished_at,
+                Finished::Done,
+                false,
+            ),
+            NextStep::Failed { disable_endpoint } => (
+                DeliveryStatus::Failed,
+                finished_at,
+                Finished::Done,
+                disable_endpoint,
+            ),
             NextStep::Dead => (DeliveryStatus::Dead, finished_at, Finished::Done, false),
             NextStep::RetryIn(delay) => {
                 let due = finished_at + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2);
-                let job = Job { attempts: attempt_number, ..self.job.clone() };
-                (DeliveryStatus::Pending, due, Finished::RetryAt(due, job), false)
+                let job = Job {
+                    attempts: attempt_number,
+                    ..self.job.clone()
+                };
+                (
+                    DeliveryStatus::Pending,
+                    due,
+                    Finished::RetryAt(due, job),
+                    false,
+                )
             }
         };
         let response_status = match response.result {
@@ -368,7 +473,11 @@ impl Send {
             disable_endpoint: disable.then(|| "the endpoint answered 410 Gone".to_owned()),
         };
         let _ = self.results.send(record).await;
-        let _ = self.events.send(Event::Sent { endpoint: self.key, finished, disable });
+        let _ = self.events.send(Event::Sent {
+            endpoint: self.key,
+            finished,
+            disable,
+        });
     }
 }
 

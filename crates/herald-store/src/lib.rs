@@ -5,8 +5,8 @@
 //! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
 //! (group commit) so durability does not cost throughput.
 
-pub mod sqlite;
 mod page;
+pub mod sqlite;
 
 use std::sync::Arc;
 
@@ -149,7 +149,11 @@ pub trait Store: Send + Sync + 'static {
     /// Find an event type by name.
     async fn get_event_type(&self, name: &str) -> StoreResult<EventType>;
     /// List event types by name.
-    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>>;
+    async fn list_event_types(
+        &self,
+        page: &PageRequest,
+        include_archived: bool,
+    ) -> StoreResult<Page<EventType>>;
     /// Replace an event type's fields.
     async fn update_event_type(&self, event_type: &EventType) -> StoreResult<()>;
     /// Delete an event type.
@@ -162,7 +166,8 @@ pub trait Store: Send + Sync + 'static {
     /// Find an endpoint by id alone (for the delivery engine).
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint>;
     /// List an app's endpoints, oldest first.
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest)
+    -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
     /// Replace an endpoint's fields (by id).
@@ -175,21 +180,45 @@ pub trait Store: Send + Sync + 'static {
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
     /// List an app's messages, newest first.
-    async fn list_messages(&self, app_id: &str, filter: &MessageFilter, page: &PageRequest) -> StoreResult<Page<Message>>;
+    async fn list_messages(
+        &self,
+        app_id: &str,
+        filter: &MessageFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Message>>;
 
     /// Endpoints that have pending deliveries (read at start-up).
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>>;
     /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
-    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
+    async fn load_pending(
+        &self,
+        endpoint_id: &str,
+        after_seq: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<PendingDelivery>>;
     /// Append attempts and update their deliveries, all in one transaction.
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
 
     /// Attempts of a message, newest first.
-    async fn list_attempts_by_message(&self, app_id: &str, message_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>>;
+    async fn list_attempts_by_message(
+        &self,
+        app_id: &str,
+        message_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>>;
     /// Attempts to an endpoint, newest first.
-    async fn list_attempts_by_endpoint(&self, app_id: &str, endpoint_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>>;
+    async fn list_attempts_by_endpoint(
+        &self,
+        app_id: &str,
+        endpoint_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>>;
     /// A delivery's status and attempt count (for tests and operators).
-    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)>;
+    async fn delivery_state(
+        &self,
+        message_id: &str,
+        endpoint_id: &str,
+    ) -> StoreResult<(DeliveryStatus, u32)>;
 
     /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
     /// local scheduler. It can be taken once; later calls return `None`.

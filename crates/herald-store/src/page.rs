@@ -23,13 +23,27 @@ impl PageRequest {
 
     /// Build from the query parameters; `limit` is clamped to 1..=250.
     pub fn new(limit: Option<usize>, iterator: Option<String>) -> Self {
-        let limit = limit.unwrap_or(Self::DEFAULT_LIMIT).clamp(1, Self::MAX_LIMIT);
+        let limit = limit
+            .unwrap_or(Self::DEFAULT_LIMIT)
+            .clamp(1, Self::MAX_LIMIT);
         match iterator.filter(|s| !s.is_empty()) {
             Some(it) => match it.strip_prefix('-') {
-                Some(rest) => Self { limit, after: Some(rest.to_owned()), reverse: true },
-                None => Self { limit, after: Some(it), reverse: false },
+                Some(rest) => Self {
+                    limit,
+                    after: Some(rest.to_owned()),
+                    reverse: true,
+                },
+                None => Self {
+                    limit,
+                    after: Some(it),
+                    reverse: false,
+                },
             },
-            None => Self { limit, after: None, reverse: false },
+            None => Self {
+                limit,
+                after: None,
+                reverse: false,
+            },
         }
     }
 
@@ -73,7 +87,12 @@ impl<T> Page<T> {
         // Walking backwards, "done" would mean "nothing earlier"; Svix clients read `done` as "no next
         // page", and after a backwards step there is always the page we came from.
         let done = if request.reverse { false } else { !more };
-        Page { items: rows, iterator, prev_iterator, done }
+        Page {
+            items: rows,
+            iterator,
+            prev_iterator,
+            done,
+        }
     }
 
     /// Convert the items, keeping the cursors.
@@ -111,7 +130,11 @@ mod tests {
         assert_eq!(page.prev_iterator.as_deref(), Some("-1"));
         let last = Page::assemble(vec![3], &req, |n| n.to_string());
         assert!(last.done);
-        let back = Page::assemble(vec![2, 1], &PageRequest::new(Some(2), Some("-3".into())), |n| n.to_string());
+        let back = Page::assemble(
+            vec![2, 1],
+            &PageRequest::new(Some(2), Some("-3".into())),
+            |n| n.to_string(),
+        );
         assert_eq!(back.items, [1, 2]);
     }
 }

@@ -1,1 +1,118 @@
-fn main() {}
+//! `herald`: the webhook delivery system's command.
+//!
+//! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
+//! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
+
+mod config;
+mod serve;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+/// Herald: webhooks that are never lost, never forged, and never let one endpoint hurt another.
+#[derive(Debug, Parser)]
+#[command(name = "herald", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the webhook sender: the REST API and the delivery engine.
+    Serve(ServeArgs),
+    /// Verify a Standard Webhooks signature over a payload file.
+    Verify(verify::VerifyArgs),
+}
+
+/// Options of `herald serve`. Each can also be set in the TOML file given with `--config` (same name,
+/// snake_case) or through its environment variable; a flag wins over its variable, which wins over the file.
+#[derive(Debug, Args, Serialize)]
+struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "HERALD_CONFIG")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8040].
+    #[arg(long, env = "HERALD_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    listen: Option<String>,
+    /// Database URL: `sqlite://PATH` [default: sqlite://./herald.db].
+    #[arg(long, env = "HERALD_DATABASE_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database_url: Option<String>,
+    /// Admin bearer token. When unset, one is generated at first start, stored (hashed) and printed once.
+    #[arg(long, env = "HERALD_ADMIN_TOKEN", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin_token: Option<String>,
+    /// Delays between attempts, comma-separated (ms, s, m, h, d) [default: 5s,1m,5m,30m,2h,6h,12h,1d].
+    #[arg(long, env = "HERALD_RETRY_SCHEDULE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_schedule: Option<String>,
+    /// CIDRs that deliveries may reach although they are not public (e.g. 127.0.0.0/8), comma-separated.
+    #[arg(long, env = "HERALD_ALLOW_PRIVATE_CIDRS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_private_cidrs: Option<String>,
+    /// Allow plain http endpoint URLs (otherwise https only).
+    #[arg(long, env = "HERALD_ALLOW_HTTP")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_http: Option<bool>,
+    /// Development mode: allow http and loopback destinations. Never in production.
+    #[arg(long, env = "HERALD_DEV", num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dev: Option<bool>,
+    /// Largest message payload in bytes; larger ones get 413 [default: 1048576].
+    #[arg(long, env = "HERALD_MAX_PAYLOAD_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_payload_bytes: Option<usize>,
+    /// Requests in flight per endpoint [default: 10].
+    #[arg(long, env = "HERALD_ENDPOINT_CONCURRENCY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint_concurrency: Option<u32>,
+    /// Requests in flight across all endpoints [default: 512].
+    #[arg(long, env = "HERALD_MAX_IN_FLIGHT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_in_flight: Option<u64>,
+    /// Time allowed to connect to an endpoint [default: 5s].
+    #[arg(long, env = "HERALD_CONNECT_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connect_timeout: Option<String>,
+    /// Time allowed for a whole attempt [default: 15s].
+    #[arg(long, env = "HERALD_REQUEST_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_timeout: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("herald: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => {
+                let config = config::Config::load(args.config.as_deref(), &args)?;
+                serve::run(config.settings()?).await
+            }
+            Command::Verify(args) => verify::run(args),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("herald: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -8,14 +8,18 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AttemptRecord, CommitFeed, Ingested, MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Store,
-    StoreError, StoreResult,
+    AttemptRecord, CommitFeed, Ingested, MessageFilter, NewMessage, Page, PageRequest,
+    PendingDelivery, Store, StoreError, StoreResult,
 };
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
@@ -43,36 +47,48 @@ impl SqliteStore {
             .connect_with(base.clone().create_if_missing(true))
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&write).await?;
-        let read = SqlitePoolOptions::new().max_connections(4).connect_with(base.read_only(true)).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(base.read_only(true))
+            .await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
         tokio::spawn(writer::run(write.clone(), jobs, feed_tx));
-        Ok(Self { read, write, ingest, feed: Mutex::new(Some(feed_rx)) })
+        Ok(Self {
+            read,
+            write,
+            ingest,
+            feed: Mutex::new(Some(feed_rx)),
+        })
     }
 }
 
 /// Turn a unique-constraint violation into `Conflict` naming the field.
 pub(crate) fn map_unique(error: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &error {
-        if db.is_unique_violation() {
-            let message = db.message();
-            let field = if message.contains(".uid") {
-                "uid"
-            } else if message.contains(".event_id") {
-                "eventId"
-            } else if message.contains(".name") {
-                "name"
-            } else {
-                "id"
-            };
-            return StoreError::Conflict(field);
-        }
+    if let sqlx::Error::Database(db) = &error
+        && db.is_unique_violation()
+    {
+        let message = db.message();
+        let field = if message.contains(".uid") {
+            "uid"
+        } else if message.contains(".event_id") {
+            "eventId"
+        } else if message.contains(".name") {
+            "name"
+        } else {
+            "id"
+        };
+        return StoreError::Conflict(field);
     }
     StoreError::Database(error)
 }
 
 fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
-    if result.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    if result.rows_affected() == 0 {
+        Err(StoreError::NotFound)
+    } else {
+        Ok(())
+    }
 }
 
 /// The keyset condition and order for a page over `column`.
@@ -81,7 +97,10 @@ fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
 /// other way from its anchor.
 fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, String) {
     let descending = newest_first != page.reverse;
-    let order = format!("ORDER BY {column} {}", if descending { "DESC" } else { "ASC" });
+    let order = format!(
+        "ORDER BY {column} {}",
+        if descending { "DESC" } else { "ASC" }
+    );
     let condition = match page.after {
         Some(_) => format!("{column} {} ?", if descending { "<" } else { ">" }),
         None => "1 = 1".to_owned(),
@@ -90,17 +109,25 @@ fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, Stri
 }
 
 fn limit_plus_one(page: &PageRequest) -> i64 {
-    i64::try_from(page.limit).unwrap_or(i64::MAX).saturating_add(1)
+    i64::try_from(page.limit)
+        .unwrap_or(i64::MAX)
+        .saturating_add(1)
 }
 
-fn decode_all<T>(rows: &[SqliteRow], decode: fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+fn decode_all<T>(
+    rows: &[SqliteRow],
+    decode: fn(&SqliteRow) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
     rows.iter().map(decode).collect()
 }
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     async fn meta_get(&self, key: &str) -> StoreResult<Option<String>> {
-        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?").bind(key).fetch_optional(&self.read).await?)
+        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
+            .bind(key)
+            .fetch_optional(&self.read)
+            .await?)
     }
 
     async fn meta_set(&self, key: &str, value: &str) -> StoreResult<()> {
@@ -147,8 +174,15 @@ impl Store for SqliteStore {
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
-        Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| a.id.clone()))
+        let found = query
+            .bind(limit_plus_one(page))
+            .fetch_all(&self.read)
+            .await?;
+        Ok(Page::assemble(
+            decode_all(&found, rows::application)?,
+            page,
+            |a| a.id.clone(),
+        ))
     }
 
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
@@ -169,8 +203,14 @@ impl Store for SqliteStore {
 
     async fn delete_app(&self, id: &str) -> StoreResult<()> {
         let mut tx = self.write.begin().await?;
-        sqlx::query("DELETE FROM attempt WHERE app_id = ?").bind(id).execute(&mut *tx).await?;
-        let result = sqlx::query("DELETE FROM application WHERE id = ?").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM attempt WHERE app_id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let result = sqlx::query("DELETE FROM application WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         one_changed(result)
     }
@@ -203,16 +243,31 @@ impl Store for SqliteStore {
         rows::event_type(&row)
     }
 
-    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>> {
+    async fn list_event_types(
+        &self,
+        page: &PageRequest,
+        include_archived: bool,
+    ) -> StoreResult<Page<EventType>> {
         let (condition, order) = keyset("name", page, false);
-        let archived = if include_archived { "" } else { "AND archived = 0" };
+        let archived = if include_archived {
+            ""
+        } else {
+            "AND archived = 0"
+        };
         let sql = format!("SELECT * FROM event_type WHERE {condition} {archived} {order} LIMIT ?");
         let mut query = sqlx::query(AssertSqlSafe(sql));
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
-        Ok(Page::assemble(decode_all(&found, rows::event_type)?, page, |e| e.name.clone()))
+        let found = query
+            .bind(limit_plus_one(page))
+            .fetch_all(&self.read)
+            .await?;
+        Ok(Page::assemble(
+            decode_all(&found, rows::event_type)?,
+            page,
+            |e| e.name.clone(),
+        ))
     }
 
     async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
@@ -233,7 +288,12 @@ impl Store for SqliteStore {
     }
 
     async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
-        one_changed(sqlx::query("DELETE FROM event_type WHERE name = ?").bind(name).execute(&self.write).await?)
+        one_changed(
+            sqlx::query("DELETE FROM event_type WHERE name = ?")
+                .bind(name)
+                .execute(&self.write)
+                .await?,
+        )
     }
 
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
@@ -264,13 +324,14 @@ impl Store for SqliteStore {
     }
 
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
-        let row = sqlx::query("SELECT * FROM endpoint WHERE app_id = ? AND (id = ? OR uid = ?) LIMIT 1")
-            .bind(app_id)
-            .bind(id_or_uid)
-            .bind(id_or_uid)
-            .fetch_optional(&self.read)
-            .await?
-            .ok_or(StoreError::NotFound)?;
+        let row =
+            sqlx::query("SELECT * FROM endpoint WHERE app_id = ? AND (id = ? OR uid = ?) LIMIT 1")
+                .bind(app_id)
+                .bind(id_or_uid)
+                .bind(id_or_uid)
+                .fetch_optional(&self.read)
+                .await?
+                .ok_or(StoreError::NotFound)?;
         rows::endpoint(&row)
     }
 
@@ -283,15 +344,27 @@ impl Store for SqliteStore {
         rows::endpoint(&row)
     }
 
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
+    async fn list_endpoints(
+        &self,
+        app_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Endpoint>> {
         let (condition, order) = keyset("id", page, false);
-        let sql = format!("SELECT * FROM endpoint WHERE app_id = ? AND {condition} {order} LIMIT ?");
+        let sql =
+            format!("SELECT * FROM endpoint WHERE app_id = ? AND {condition} {order} LIMIT ?");
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
-        Ok(Page::assemble(decode_all(&found, rows::endpoint)?, page, |e| e.id.clone()))
+        let found = query
+            .bind(limit_plus_one(page))
+            .fetch_all(&self.read)
+            .await?;
+        Ok(Page::assemble(
+            decode_all(&found, rows::endpoint)?,
+            page,
+            |e| e.id.clone(),
+        ))
     }
 
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
@@ -327,12 +400,20 @@ impl Store for SqliteStore {
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
-        one_changed(sqlx::query("DELETE FROM endpoint WHERE id = ?").bind(id).execute(&self.write).await?)
+        one_changed(
+            sqlx::query("DELETE FROM endpoint WHERE id = ?")
+                .bind(id)
+                .execute(&self.write)
+                .await?,
+        )
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
         let (reply, answer) = oneshot::channel();
-        self.ingest.send(writer::IngestJob { new, reply }).await.map_err(|_| StoreError::Closed)?;
+        self.ingest
+            .send(writer::IngestJob { new, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -351,9 +432,17 @@ impl Store for SqliteStore {
         rows::message(&row)
     }
 
-    async fn list_messages(&self, app_id: &str, filter: &MessageFilter, page: &PageRequest) -> StoreResult<Page<Message>> {
+    async fn list_messages(
+        &self,
+        app_id: &str,
+        filter: &MessageFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Message>> {
         let (condition, order) = keyset("m.id", page, true);
-        let mut sql = format!("SELECT {} FROM message m WHERE m.app_id = ? AND {condition}", rows::MESSAGE_COLUMNS);
+        let mut sql = format!(
+            "SELECT {} FROM message m WHERE m.app_id = ? AND {condition}",
+            rows::MESSAGE_COLUMNS
+        );
         if filter.since.is_some() {
             sql.push_str(" AND m.created_at >= ?");
         }
@@ -365,7 +454,9 @@ impl Store for SqliteStore {
             sql.push_str(&format!(" AND m.event_type IN ({marks})"));
         }
         if filter.channel.is_some() {
-            sql.push_str(" AND EXISTS (SELECT 1 FROM json_each(m.channels) WHERE json_each.value = ?)");
+            sql.push_str(
+                " AND EXISTS (SELECT 1 FROM json_each(m.channels) WHERE json_each.value = ?)",
+            );
         }
         sql.push_str(&format!(" {order} LIMIT ?"));
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
@@ -384,17 +475,31 @@ impl Store for SqliteStore {
         if let Some(channel) = &filter.channel {
             query = query.bind(channel);
         }
-        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
-        Ok(Page::assemble(decode_all(&found, rows::message)?, page, |m| m.id.clone()))
+        let found = query
+            .bind(limit_plus_one(page))
+            .fetch_all(&self.read)
+            .await?;
+        Ok(Page::assemble(
+            decode_all(&found, rows::message)?,
+            page,
+            |m| m.id.clone(),
+        ))
     }
 
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar("SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0")
-            .fetch_all(&self.read)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0")
+                .fetch_all(&self.read)
+                .await?,
+        )
     }
 
-    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>> {
+    async fn load_pending(
+        &self,
+        endpoint_id: &str,
+        after_seq: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<PendingDelivery>> {
         let sql = format!(
             "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, {} FROM delivery d \
              JOIN message m ON m.id = d.message_id \
@@ -470,21 +575,39 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn list_attempts_by_message(&self, app_id: &str, message_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>> {
-        self.list_attempts("message_id", app_id, message_id, page).await
+    async fn list_attempts_by_message(
+        &self,
+        app_id: &str,
+        message_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>> {
+        self.list_attempts("message_id", app_id, message_id, page)
+            .await
     }
 
-    async fn list_attempts_by_endpoint(&self, app_id: &str, endpoint_id: &str, page: &PageRequest) -> StoreResult<Page<Attempt>> {
-        self.list_attempts("endpoint_id", app_id, endpoint_id, page).await
+    async fn list_attempts_by_endpoint(
+        &self,
+        app_id: &str,
+        endpoint_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>> {
+        self.list_attempts("endpoint_id", app_id, endpoint_id, page)
+            .await
     }
 
-    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
-        let row = sqlx::query("SELECT status, attempts FROM delivery WHERE message_id = ? AND endpoint_id = ?")
-            .bind(message_id)
-            .bind(endpoint_id)
-            .fetch_optional(&self.read)
-            .await?
-            .ok_or(StoreError::NotFound)?;
+    async fn delivery_state(
+        &self,
+        message_id: &str,
+        endpoint_id: &str,
+    ) -> StoreResult<(DeliveryStatus, u32)> {
+        let row = sqlx::query(
+            "SELECT status, attempts FROM delivery WHERE message_id = ? AND endpoint_id = ?",
+        )
+        .bind(message_id)
+        .bind(endpoint_id)
+        .fetch_optional(&self.read)
+        .await?
+        .ok_or(StoreError::NotFound)?;
         let status = match row.try_get::<i64, _>("status")? {
             0 => DeliveryStatus::Pending,
             1 => DeliveryStatus::Delivered,
@@ -493,7 +616,10 @@ impl Store for SqliteStore {
             4 => DeliveryStatus::Cancelled,
             other => return Err(StoreError::Corrupt(format!("delivery status {other}"))),
         };
-        Ok((status, u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0)))
+        Ok((
+            status,
+            u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
+        ))
     }
 
     fn take_commit_feed(&self) -> Option<CommitFeed> {
@@ -508,14 +634,29 @@ impl Store for SqliteStore {
 
 impl SqliteStore {
     /// Attempts filtered on one column (`message_id` or `endpoint_id`), newest first.
-    async fn list_attempts(&self, column: &'static str, app_id: &str, value: &str, page: &PageRequest) -> StoreResult<Page<Attempt>> {
+    async fn list_attempts(
+        &self,
+        column: &'static str,
+        app_id: &str,
+        value: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>> {
         let (condition, order) = keyset("id", page, true);
-        let sql = format!("SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition} {order} LIMIT ?");
+        let sql = format!(
+            "SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition} {order} LIMIT ?"
+        );
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id).bind(value);
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
-        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| a.id.clone()))
+        let found = query
+            .bind(limit_plus_one(page))
+            .fetch_all(&self.read)
+            .await?;
+        Ok(Page::assemble(
+            decode_all(&found, rows::attempt)?,
+            page,
+            |a| a.id.clone(),
+        ))
     }
 }

@@ -2,14 +2,17 @@
 
 use std::sync::Arc;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata,
+};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
 use crate::{StoreError, StoreResult};
 
 pub(crate) fn encode_list(list: &Option<Vec<String>>) -> Option<String> {
-    list.as_ref().map(|items| serde_json::Value::from(items.clone()).to_string())
+    list.as_ref()
+        .map(|items| serde_json::Value::from(items.clone()).to_string())
 }
 
 pub(crate) fn encode_metadata(metadata: &Metadata) -> String {
@@ -17,8 +20,10 @@ pub(crate) fn encode_metadata(metadata: &Metadata) -> String {
 }
 
 fn decode_list(text: Option<String>) -> StoreResult<Option<Vec<String>>> {
-    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("list column: {e}"))))
-        .transpose()
+    text.map(|t| {
+        serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("list column: {e}")))
+    })
+    .transpose()
 }
 
 fn decode_metadata(text: &str) -> StoreResult<Metadata> {
@@ -102,10 +107,16 @@ pub(crate) fn attempt(row: &SqliteRow) -> StoreResult<Attempt> {
         attempt_number: u32_opt(Some(row.try_get("attempt_number")?)).unwrap_or(0),
         success: row.try_get("success")?,
         outcome: row.try_get("outcome")?,
-        response_status: row.try_get::<Option<i64>, _>("response_status")?.and_then(|s| u16::try_from(s).ok()),
+        response_status: row
+            .try_get::<Option<i64>, _>("response_status")?
+            .and_then(|s| u16::try_from(s).ok()),
         response: row.try_get("response")?,
         duration_ms: row.try_get("duration_ms")?,
-        trigger: if trigger == 1 { AttemptTrigger::Manual } else { AttemptTrigger::Scheduled },
+        trigger: if trigger == 1 {
+            AttemptTrigger::Manual
+        } else {
+            AttemptTrigger::Scheduled
+        },
         created_at: row.try_get("created_at")?,
     })
 }

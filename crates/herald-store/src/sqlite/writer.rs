@@ -60,7 +60,10 @@ pub(crate) async fn run(
 
 fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
     match ingested {
-        Ingested::Created { message, deliveries } => {
+        Ingested::Created {
+            message,
+            deliveries,
+        } => {
             let shared = Arc::new(message.clone());
             deliveries
                 .iter()
@@ -78,7 +81,10 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 }
 
 /// Write a batch; the outer error means the transaction itself failed (nothing was committed).
-async fn write_batch(pool: &SqlitePool, batch: &[IngestJob]) -> Result<Vec<StoreResult<Ingested>>, StoreError> {
+async fn write_batch(
+    pool: &SqlitePool,
+    batch: &[IngestJob],
+) -> Result<Vec<StoreResult<Ingested>>, StoreError> {
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
     let mut outcomes = Vec::with_capacity(batch.len());
@@ -99,7 +105,10 @@ async fn write_batch(pool: &SqlitePool, batch: &[IngestJob]) -> Result<Vec<Store
     Ok(outcomes)
 }
 
-async fn find_duplicate(conn: &mut SqliteConnection, new: &NewMessage) -> StoreResult<Option<Message>> {
+async fn find_duplicate(
+    conn: &mut SqliteConnection,
+    new: &NewMessage,
+) -> StoreResult<Option<Message>> {
     let message = &new.message;
     if message.event_id.is_none() && new.idempotency_key.is_none() {
         return Ok(None);
@@ -149,7 +158,13 @@ async fn write_one(conn: &mut SqliteConnection, new: &NewMessage) -> StoreResult
         .bind(m.created_at)
         .fetch_one(&mut *conn)
         .await?;
-        deliveries.push(CreatedDelivery { seq: row.try_get(0)?, endpoint_id: endpoint_id.clone() });
+        deliveries.push(CreatedDelivery {
+            seq: row.try_get(0)?,
+            endpoint_id: endpoint_id.clone(),
+        });
     }
-    Ok(Ingested::Created { message: m.clone(), deliveries })
+    Ok(Ingested::Created {
+        message: m.clone(),
+        deliveries,
+    })
 }

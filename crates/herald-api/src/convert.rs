@@ -1,0 +1,133 @@
+//! Domain records to wire types.
+
+use std::collections::BTreeSet;
+
+use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message};
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+use crate::model::{
+    ApplicationOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse, MessageAttemptOut,
+    MessageAttemptTriggerType, MessageOut, MessageStatus, ThrottleRateOut, empty_payload,
+};
+
+/// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
+pub fn datetime(ms: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+fn set(list: &Option<Vec<String>>) -> Option<BTreeSet<String>> {
+    list.as_ref().map(|items| items.iter().cloned().collect())
+}
+
+fn rate(limit: Option<u32>) -> ThrottleRateOut {
+    ThrottleRateOut(limit.and_then(|l| u16::try_from(l).ok()))
+}
+
+/// An application on the wire.
+pub fn application(app: Application) -> ApplicationOut {
+    ApplicationOut {
+        id: app.id,
+        uid: app.uid,
+        name: app.name,
+        throttle_rate: rate(app.rate_limit),
+        metadata: app.metadata,
+        created_at: datetime(app.created_at),
+        updated_at: datetime(app.updated_at),
+    }
+}
+
+/// An event type on the wire.
+pub fn event_type(et: EventType) -> EventTypeOut {
+    EventTypeOut {
+        name: et.name,
+        description: et.description,
+        archived: et.archived,
+        deprecated: et.deprecated,
+        schemas: et.schemas.and_then(|text| serde_json::from_str(&text).ok()),
+        feature_flag: et.feature_flag,
+        feature_flags: None,
+        group_name: None,
+        created_at: datetime(et.created_at),
+        updated_at: datetime(et.updated_at),
+    }
+}
+
+/// An endpoint on the wire (the secret is never part of it).
+pub fn endpoint(ep: Endpoint) -> EndpointOut {
+    EndpointOut {
+        filter_types: FilterTypesOut(set(&ep.filter_types)),
+        channels: set(&ep.channels),
+        throttle_rate: rate(ep.rate_limit),
+        id: ep.id,
+        uid: ep.uid,
+        url: ep.url,
+        description: ep.description,
+        disabled: ep.disabled,
+        metadata: ep.metadata,
+        version: u16::try_from(ep.version).unwrap_or(1),
+        created_at: datetime(ep.created_at),
+        updated_at: datetime(ep.updated_at),
+    }
+}
+
+/// A message on the wire; `with_content = false` sends `{}` as the payload, as Svix does.
+pub fn message(msg: &Message, with_content: bool) -> MessageOut {
+    let payload = if with_content {
+        std::str::from_utf8(&msg.payload)
+            .ok()
+            .and_then(|text| RawValue::from_string(text.to_owned()).ok())
+            .unwrap_or_else(empty_payload)
+    } else {
+        empty_payload()
+    };
+    MessageOut {
+        id: msg.id.clone(),
+        event_id: msg.event_id.clone(),
+        event_type: msg.event_type.clone(),
+        payload,
+        channels: set(&msg.channels),
+        tags: None,
+        timestamp: datetime(msg.created_at),
+        deliver_at: None,
+    }
+}
+
+/// An attempt on the wire.
+pub fn attempt(a: Attempt) -> MessageAttemptOut {
+    let status = if a.success {
+        MessageStatus::Success
+    } else {
+        MessageStatus::Fail
+    };
+    MessageAttemptOut {
+        id: a.id,
+        msg_id: a.message_id,
+        endpoint_id: a.endpoint_id,
+        url: a.url,
+        response: a.response,
+        // Svix requires an integer; 0 says "no HTTP answer" (timeout, connection error, blocked).
+        response_status_code: a.response_status.unwrap_or(0),
+        response_duration_ms: a.duration_ms,
+        status,
+        status_text: status.text(),
+        trigger_type: match a.trigger {
+            AttemptTrigger::Scheduled => MessageAttemptTriggerType::Scheduled,
+            AttemptTrigger::Manual => MessageAttemptTriggerType::Manual,
+        },
+        timestamp: datetime(a.created_at),
+        msg: None,
+    }
+}
+
+/// A store page on the wire.
+pub fn list<T, U>(page: herald_store::Page<T>, f: impl FnMut(T) -> U) -> ListResponse<U> {
+    let page = page.map(f);
+    ListResponse {
+        data: page.items,
+        iterator: page.iterator,
+        prev_iterator: page.prev_iterator,
+        done: page.done,
+    }
+}

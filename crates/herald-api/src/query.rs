@@ -1,0 +1,95 @@
+//! Query-string parsing shared by the listing routes: pagination, times and lists.
+//!
+//! Svix clients send lists both as repeated keys and comma-joined, and some send times without an
+//! offset; both are accepted here, in one place.
+
+use axum::http::Uri;
+use herald_store::PageRequest;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::error::ApiError;
+
+/// The decoded query string of a request.
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+impl Query {
+    /// Decode the query of `uri`.
+    pub fn of(uri: &Uri) -> Self {
+        let raw = uri.query().unwrap_or("");
+        Self {
+            pairs: url::form_urlencoded::parse(raw.as_bytes())
+                .into_owned()
+                .collect(),
+        }
+    }
+
+    /// The last value of the first key present among `keys`.
+    pub fn get(&self, keys: &[&str]) -> Option<&str> {
+        keys.iter().find_map(|key| {
+            self.pairs
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        })
+    }
+
+    /// Every value of `keys`, with comma-joined values split.
+    pub fn list(&self, keys: &[&str]) -> Option<Vec<String>> {
+        let items: Vec<String> = self
+            .pairs
+            .iter()
+            .filter(|(k, _)| keys.contains(&k.as_str()))
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        (!items.is_empty()).then_some(items)
+    }
+
+    /// `limit` and `iterator`.
+    pub fn page(&self) -> Result<PageRequest, ApiError> {
+        let limit = match self.get(&["limit"]) {
+            Some(text) => Some(
+                text.parse::<usize>()
+                    .map_err(|_| ApiError::validation("limit: expected a positive integer"))?,
+            ),
+            None => None,
+        };
+        Ok(PageRequest::new(
+            limit,
+            self.get(&["iterator"]).map(str::to_owned),
+        ))
+    }
+
+    /// A boolean flag (`true`/`false`), defaulting when absent.
+    pub fn flag(&self, key: &str, default: bool) -> Result<bool, ApiError> {
+        match self.get(&[key]) {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(_) => Err(ApiError::validation(format!(
+                "{key}: expected true or false"
+            ))),
+        }
+    }
+
+    /// A time in RFC 3339 (a missing offset means UTC), as Unix milliseconds.
+    pub fn time_ms(&self, keys: &[&str]) -> Result<Option<i64>, ApiError> {
+        let Some(text) = self.get(keys) else {
+            return Ok(None);
+        };
+        let parsed = OffsetDateTime::parse(text, &Rfc3339)
+            .or_else(|_| OffsetDateTime::parse(&format!("{text}Z"), &Rfc3339))
+            .map_err(|_| {
+                ApiError::validation(format!("{}: expected an RFC 3339 date-time", keys[0]))
+            })?;
+        Ok(Some(
+            i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
+        ))
+    }
+}

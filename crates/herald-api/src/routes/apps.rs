@@ -1,0 +1,189 @@
+//! Applications: `/app`, `/app/{app_id}` (an id or a uid).
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::Application;
+use herald_store::StoreError;
+
+use crate::body::JsonBody;
+use crate::convert;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{ApplicationIn, ApplicationOut, ApplicationPatch, ListResponse};
+use crate::query::Query;
+use crate::state::AppState;
+use crate::validate;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/app", get(list).post(create)).route(
+        "/app/{app_id}",
+        get(read).put(replace).patch(patch).delete(remove),
+    )
+}
+
+fn now_ms() -> i64 {
+    crate::now_ms()
+}
+
+fn check(name: &str, uid: Option<&str>) -> ApiResult<()> {
+    validate::text("name", name, true, 256)?;
+    if let Some(uid) = uid {
+        validate::uid(uid, IdKind::Application)?;
+    }
+    Ok(())
+}
+
+/// Look up an app by id or uid, answering 404 when missing.
+pub(crate) async fn find(state: &AppState, id_or_uid: &str) -> ApiResult<Application> {
+    state
+        .store
+        .get_app(id_or_uid)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<ApplicationOut>>> {
+    let page = Query::of(&uri).page()?;
+    let apps = state
+        .store
+        .list_apps(&page)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    Ok(Json(convert::list(apps, convert::application)))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    JsonBody(input): JsonBody<ApplicationIn>,
+) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
+    check(&input.name, input.uid.as_deref())?;
+    if Query::of(&uri).flag("get_if_exists", false)?
+        && let Some(uid) = &input.uid
+    {
+        match state.store.get_app(uid).await {
+            Ok(existing) => return Ok((StatusCode::OK, Json(convert::application(existing)))),
+            Err(StoreError::NotFound) => {}
+            Err(other) => return Err(ApiError::from_store(other, "application")),
+        }
+    }
+    let app = new_app(input);
+    state
+        .store
+        .create_app(&app)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    Ok((StatusCode::CREATED, Json(convert::application(app))))
+}
+
+fn new_app(input: ApplicationIn) -> Application {
+    let now = now_ms();
+    Application {
+        id: new_id(IdKind::Application),
+        uid: input.uid,
+        name: input.name,
+        rate_limit: input.throttle_rate.map(u32::from),
+        metadata: input.metadata,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+async fn read(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> ApiResult<Json<ApplicationOut>> {
+    Ok(Json(convert::application(find(&state, &app_id).await?)))
+}
+
+/// PUT replaces the app, creating it (with the path segment as its uid) when it does not exist, as
+/// Svix's SDKs expect.
+async fn replace(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    JsonBody(input): JsonBody<ApplicationIn>,
+) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
+    check(&input.name, input.uid.as_deref())?;
+    match state.store.get_app(&app_id).await {
+        Ok(mut app) => {
+            app.uid = input.uid;
+            app.name = input.name;
+            app.rate_limit = input.throttle_rate.map(u32::from);
+            app.metadata = input.metadata;
+            app.updated_at = now_ms();
+            state
+                .store
+                .update_app(&app)
+                .await
+                .map_err(|e| ApiError::from_store(e, "application"))?;
+            Ok((StatusCode::OK, Json(convert::application(app))))
+        }
+        Err(StoreError::NotFound) => {
+            let mut input = input;
+            if input.uid.is_none() && !IdKind::Application.matches(&app_id) {
+                validate::uid(&app_id, IdKind::Application)?;
+                input.uid = Some(app_id);
+            }
+            let app = new_app(input);
+            state
+                .store
+                .create_app(&app)
+                .await
+                .map_err(|e| ApiError::from_store(e, "application"))?;
+            Ok((StatusCode::CREATED, Json(convert::application(app))))
+        }
+        Err(other) => Err(ApiError::from_store(other, "application")),
+    }
+}
+
+async fn patch(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    JsonBody(input): JsonBody<ApplicationPatch>,
+) -> ApiResult<Json<ApplicationOut>> {
+    let mut app = find(&state, &app_id).await?;
+    if let Some(name) = input.name {
+        app.name = name;
+    }
+    input.uid.apply_to(&mut app.uid);
+    let mut rate = app.rate_limit.and_then(|r| u16::try_from(r).ok());
+    input.throttle_rate.apply_to(&mut rate);
+    app.rate_limit = rate.map(u32::from);
+    if let Some(metadata) = input.metadata {
+        app.metadata = metadata;
+    }
+    check(&app.name, app.uid.as_deref())?;
+    app.updated_at = now_ms();
+    state
+        .store
+        .update_app(&app)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    Ok(Json(convert::application(app)))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let app = find(&state, &app_id).await?;
+    let endpoints = state
+        .store
+        .app_endpoints(&app.id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    state
+        .store
+        .delete_app(&app.id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    for endpoint in endpoints {
+        state.endpoint_changed(&app.id, &endpoint.id);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,373 @@
+//! Endpoints: `/app/{app_id}/endpoint`, `/app/{app_id}/endpoint/{endpoint_id}`, and its `/secret`.
+
+use std::collections::BTreeSet;
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine as _;
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::Endpoint;
+use herald_signature::HmacSecret;
+use herald_store::StoreError;
+
+use super::apps;
+use crate::body::JsonBody;
+use crate::convert;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{
+    EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse,
+    Metadata,
+};
+use crate::query::Query;
+use crate::state::AppState;
+use crate::validate;
+
+/// Most filter types an endpoint may list.
+const MAX_FILTER_TYPES: usize = 256;
+/// Most channels an endpoint may list.
+const MAX_CHANNELS: usize = 10;
+/// Secret key sizes accepted (bytes), per the Standard Webhooks recommendation.
+const SECRET_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
+/// Bytes of randomness in a generated secret.
+const GENERATED_SECRET_BYTES: usize = 32;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/app/{app_id}/endpoint", get(list).post(create))
+        .route(
+            "/app/{app_id}/endpoint/{endpoint_id}",
+            get(read).put(replace).patch(patch).delete(remove),
+        )
+        .route("/app/{app_id}/endpoint/{endpoint_id}/secret", get(secret))
+}
+
+fn store_error(error: StoreError) -> ApiError {
+    ApiError::from_store(error, "endpoint")
+}
+
+/// Look up an endpoint of an app by id or uid.
+pub(crate) async fn find(state: &AppState, app_id: &str, endpoint_id: &str) -> ApiResult<Endpoint> {
+    state
+        .store
+        .get_endpoint(app_id, endpoint_id)
+        .await
+        .map_err(store_error)
+}
+
+/// The fields every write of an endpoint sets, validated.
+struct EndpointFields {
+    url: String,
+    description: String,
+    uid: Option<String>,
+    disabled: bool,
+    filter_types: Option<BTreeSet<String>>,
+    channels: Option<BTreeSet<String>>,
+    throttle_rate: Option<u16>,
+    metadata: Metadata,
+}
+
+impl EndpointFields {
+    /// Validate, and canonicalise the URL the way the delivery client will read it.
+    fn validate(mut self, state: &AppState) -> ApiResult<Self> {
+        let target = state
+            .policy
+            .check_url(&self.url)
+            .map_err(|e| ApiError::validation(format!("url: {e}")))?;
+        self.url = target.url.to_string();
+        validate::text("description", &self.description, false, 4096)?;
+        if let Some(uid) = &self.uid {
+            validate::uid(uid, IdKind::Endpoint)?;
+        }
+        if let Some(types) = &self.filter_types {
+            validate::names("filterTypes", types, MAX_FILTER_TYPES, false)?;
+        }
+        if let Some(channels) = &self.channels {
+            validate::names("channels", channels, MAX_CHANNELS, true)?;
+        }
+        if self.throttle_rate == Some(0) {
+            return Err(ApiError::validation("throttleRate: must be at least 1"));
+        }
+        Ok(self)
+    }
+
+    fn apply(self, endpoint: &mut Endpoint) {
+        let list = |set: Option<BTreeSet<String>>| set.map(|s| s.into_iter().collect::<Vec<_>>());
+        endpoint.url = self.url;
+        endpoint.description = self.description;
+        endpoint.uid = self.uid;
+        if endpoint.disabled != self.disabled {
+            endpoint.disabled_reason = None;
+        }
+        endpoint.disabled = self.disabled;
+        endpoint.filter_types = list(self.filter_types);
+        endpoint.channels = list(self.channels);
+        endpoint.rate_limit = self.throttle_rate.map(u32::from);
+        endpoint.metadata = self.metadata;
+    }
+
+    fn of_patch(endpoint: &Endpoint, patch: EndpointPatch) -> Self {
+        let set = |list: &Option<Vec<String>>| {
+            list.as_ref()
+                .map(|l| l.iter().cloned().collect::<BTreeSet<_>>())
+        };
+        let mut uid = endpoint.uid.clone();
+        patch.uid.apply_to(&mut uid);
+        let mut filter_types = set(&endpoint.filter_types);
+        patch.filter_types.apply_to(&mut filter_types);
+        let mut channels = set(&endpoint.channels);
+        patch.channels.apply_to(&mut channels);
+        let mut throttle_rate = endpoint.rate_limit.and_then(|r| u16::try_from(r).ok());
+        patch.throttle_rate.apply_to(&mut throttle_rate);
+        Self {
+            url: patch.url.unwrap_or_else(|| endpoint.url.clone()),
+            description: patch
+                .description
+                .unwrap_or_else(|| endpoint.description.clone()),
+            uid,
+            disabled: patch.disabled.unwrap_or(endpoint.disabled),
+            filter_types,
+            channels,
+            throttle_rate,
+            metadata: patch.metadata.unwrap_or_else(|| endpoint.metadata.clone()),
+        }
+    }
+}
+
+impl From<EndpointUpdate> for EndpointFields {
+    fn from(u: EndpointUpdate) -> Self {
+        Self {
+            url: u.url,
+            description: u.description,
+            uid: u.uid,
+            disabled: u.disabled,
+            filter_types: u.filter_types,
+            channels: u.channels,
+            throttle_rate: u.throttle_rate,
+            metadata: u.metadata,
+        }
+    }
+}
+
+/// A client-supplied secret (validated) or a fresh random one, as `whsec_…`.
+fn signing_secret(given: Option<&str>) -> ApiResult<String> {
+    match given {
+        Some(text) => {
+            let secret = HmacSecret::parse(text)
+                .map_err(|e| ApiError::validation(format!("secret: {e}")))?;
+            if !SECRET_BYTES.contains(&secret.len()) {
+                return Err(ApiError::validation(format!(
+                    "secret: the key must be {} to {} bytes long, got {}",
+                    SECRET_BYTES.start(),
+                    SECRET_BYTES.end(),
+                    secret.len()
+                )));
+            }
+            Ok(secret.to_whsec())
+        }
+        None => {
+            let bytes: [u8; GENERATED_SECRET_BYTES] = rand::random();
+            Ok(format!(
+                "{}{}",
+                HmacSecret::PREFIX,
+                base64::engine::general_purpose::STANDARD.encode(bytes)
+            ))
+        }
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<EndpointOut>>> {
+    let page = Query::of(&uri).page()?;
+    let app = apps::find(&state, &app_id).await?;
+    let found = state
+        .store
+        .list_endpoints(&app.id, &page)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(convert::list(found, convert::endpoint)))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    JsonBody(input): JsonBody<EndpointIn>,
+) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
+    let app = apps::find(&state, &app_id).await?;
+    if input.headers.as_ref().is_some_and(|h| !h.is_empty()) {
+        return Err(ApiError::validation(
+            "headers: custom endpoint headers are not supported yet",
+        ));
+    }
+    let secret = signing_secret(input.secret.as_deref())?;
+    let endpoint = insert(
+        &state,
+        &app.id,
+        new_endpoint_id(),
+        secret,
+        input.into_fields(),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
+}
+
+fn new_endpoint_id() -> String {
+    new_id(IdKind::Endpoint)
+}
+
+async fn insert(
+    state: &AppState,
+    app_id: &str,
+    id: String,
+    secret: String,
+    fields: EndpointFields,
+) -> ApiResult<Endpoint> {
+    let fields = fields.validate(state)?;
+    let now = crate::now_ms();
+    let mut endpoint = Endpoint {
+        id,
+        app_id: app_id.to_owned(),
+        uid: None,
+        url: String::new(),
+        description: String::new(),
+        filter_types: None,
+        channels: None,
+        disabled: false,
+        disabled_reason: None,
+        rate_limit: None,
+        version: 1,
+        metadata: Metadata::new(),
+        secret,
+        created_at: now,
+        updated_at: now,
+    };
+    fields.apply(&mut endpoint);
+    state
+        .store
+        .create_endpoint(&endpoint)
+        .await
+        .map_err(store_error)?;
+    state.endpoint_changed(app_id, &endpoint.id);
+    Ok(endpoint)
+}
+
+impl EndpointIn {
+    fn into_fields(self) -> EndpointFields {
+        EndpointFields {
+            url: self.url,
+            description: self.description,
+            uid: self.uid,
+            disabled: self.disabled,
+            filter_types: self.filter_types,
+            channels: self.channels,
+            throttle_rate: self.throttle_rate,
+            metadata: self.metadata,
+        }
+    }
+}
+
+async fn read(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<EndpointOut>> {
+    let app = apps::find(&state, &app_id).await?;
+    Ok(Json(convert::endpoint(
+        find(&state, &app.id, &endpoint_id).await?,
+    )))
+}
+
+async fn save(
+    state: &AppState,
+    mut endpoint: Endpoint,
+    fields: EndpointFields,
+) -> ApiResult<Endpoint> {
+    let fields = fields.validate(state)?;
+    fields.apply(&mut endpoint);
+    endpoint.updated_at = crate::now_ms();
+    state
+        .store
+        .update_endpoint(&endpoint)
+        .await
+        .map_err(store_error)?;
+    state.endpoint_changed(&endpoint.app_id, &endpoint.id);
+    Ok(endpoint)
+}
+
+/// PUT replaces the endpoint, creating it (with the path segment as its uid) when missing.
+async fn replace(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    JsonBody(input): JsonBody<EndpointUpdate>,
+) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
+    let app = apps::find(&state, &app_id).await?;
+    match state.store.get_endpoint(&app.id, &endpoint_id).await {
+        Ok(existing) => Ok((
+            StatusCode::OK,
+            Json(convert::endpoint(
+                save(&state, existing, input.into()).await?,
+            )),
+        )),
+        Err(StoreError::NotFound) => {
+            let mut fields = EndpointFields::from(input);
+            if fields.uid.is_none() && !IdKind::Endpoint.matches(&endpoint_id) {
+                fields.uid = Some(endpoint_id);
+            }
+            let endpoint = insert(
+                &state,
+                &app.id,
+                new_endpoint_id(),
+                signing_secret(None)?,
+                fields,
+            )
+            .await?;
+            Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
+        }
+        Err(other) => Err(store_error(other)),
+    }
+}
+
+async fn patch(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    JsonBody(input): JsonBody<EndpointPatch>,
+) -> ApiResult<Json<EndpointOut>> {
+    let app = apps::find(&state, &app_id).await?;
+    let mut endpoint = find(&state, &app.id, &endpoint_id).await?;
+    if let Some(update) = input.secret.as_value() {
+        endpoint.secret = signing_secret(Some(update))?;
+    }
+    let fields = EndpointFields::of_patch(&endpoint, input);
+    Ok(Json(convert::endpoint(
+        save(&state, endpoint, fields).await?,
+    )))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let app = apps::find(&state, &app_id).await?;
+    let endpoint = find(&state, &app.id, &endpoint_id).await?;
+    state
+        .store
+        .delete_endpoint(&endpoint.id)
+        .await
+        .map_err(store_error)?;
+    state.endpoint_changed(&app.id, &endpoint.id);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn secret(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<EndpointSecretOut>> {
+    let app = apps::find(&state, &app_id).await?;
+    let endpoint = find(&state, &app.id, &endpoint_id).await?;
+    Ok(Json(EndpointSecretOut {
+        key: endpoint.secret,
+    }))
+}

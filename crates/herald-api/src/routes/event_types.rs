@@ -1,0 +1,172 @@
+//! Event types: `/event-type`, `/event-type/{name}`.
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use herald_core::model::EventType;
+use herald_store::StoreError;
+
+use crate::body::JsonBody;
+use crate::convert;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{
+    EventTypeIn, EventTypeOut, EventTypePatch, EventTypeUpdate, JsonObject, ListResponse,
+};
+use crate::query::Query;
+use crate::state::AppState;
+use crate::validate;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/event-type", get(list).post(create))
+        .route(
+            "/event-type/{name}",
+            get(read).put(replace).patch(patch).delete(remove),
+        )
+}
+
+fn store_error(error: StoreError) -> ApiError {
+    ApiError::from_store(error, "event type")
+}
+
+fn schemas_text(schemas: Option<JsonObject>) -> Option<String> {
+    schemas.map(|s| serde_json::Value::Object(s).to_string())
+}
+
+async fn list(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    let include_archived = query.flag("include_archived", false)?;
+    let found = state
+        .store
+        .list_event_types(&page, include_archived)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(convert::list(found, convert::event_type)))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    JsonBody(input): JsonBody<EventTypeIn>,
+) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
+    validate::name("name", &input.name, false)?;
+    validate::text("description", &input.description, false, 4096)?;
+    let now = crate::now_ms();
+    let et = EventType {
+        name: input.name,
+        description: input.description,
+        archived: input.archived,
+        deprecated: input.deprecated,
+        feature_flag: input.feature_flag,
+        schemas: schemas_text(input.schemas),
+        created_at: now,
+        updated_at: now,
+    };
+    state
+        .store
+        .create_event_type(&et)
+        .await
+        .map_err(store_error)?;
+    Ok((StatusCode::CREATED, Json(convert::event_type(et))))
+}
+
+async fn read(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<EventTypeOut>> {
+    Ok(Json(convert::event_type(
+        state
+            .store
+            .get_event_type(&name)
+            .await
+            .map_err(store_error)?,
+    )))
+}
+
+/// PUT replaces the event type, creating it when missing (Svix's SDKs treat PUT as an upsert).
+async fn replace(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(input): JsonBody<EventTypeUpdate>,
+) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
+    validate::text("description", &input.description, false, 4096)?;
+    let now = crate::now_ms();
+    let (existing, status) = match state.store.get_event_type(&name).await {
+        Ok(et) => (Some(et), StatusCode::OK),
+        Err(StoreError::NotFound) => {
+            validate::name("name", &name, false)?;
+            (None, StatusCode::CREATED)
+        }
+        Err(other) => return Err(store_error(other)),
+    };
+    let et = EventType {
+        name,
+        description: input.description,
+        archived: input.archived,
+        deprecated: input.deprecated,
+        feature_flag: input.feature_flag,
+        schemas: schemas_text(input.schemas),
+        created_at: existing.as_ref().map_or(now, |e| e.created_at),
+        updated_at: now,
+    };
+    if existing.is_some() {
+        state
+            .store
+            .update_event_type(&et)
+            .await
+            .map_err(store_error)?;
+    } else {
+        state
+            .store
+            .create_event_type(&et)
+            .await
+            .map_err(store_error)?;
+    }
+    Ok((status, Json(convert::event_type(et))))
+}
+
+async fn patch(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(input): JsonBody<EventTypePatch>,
+) -> ApiResult<Json<EventTypeOut>> {
+    let mut et = state
+        .store
+        .get_event_type(&name)
+        .await
+        .map_err(store_error)?;
+    if let Some(description) = input.description {
+        validate::text("description", &description, false, 4096)?;
+        et.description = description;
+    }
+    if let Some(archived) = input.archived {
+        et.archived = archived;
+    }
+    if let Some(deprecated) = input.deprecated {
+        et.deprecated = deprecated;
+    }
+    input.feature_flag.apply_to(&mut et.feature_flag);
+    if let Some(update) = input.schemas.into_update() {
+        et.schemas = schemas_text(update);
+    }
+    et.updated_at = crate::now_ms();
+    state
+        .store
+        .update_event_type(&et)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(convert::event_type(et)))
+}
+
+async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    state
+        .store
+        .delete_event_type(&name)
+        .await
+        .map_err(store_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,173 @@
+//! Messages: `POST /app/{app_id}/msg` (the hot path), listing and reading.
+//!
+//! Creating a message answers 202 only once the message and one delivery per subscribed endpoint are
+//! committed to disk (see the store's group commit); a repeated `eventId` or `idempotency-key` answers
+//! with the original message and adds nothing.
+
+use std::sync::Arc;
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::Message;
+use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
+
+use super::apps;
+use crate::body::JsonBody;
+use crate::convert;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{ListResponse, MessageIn, MessageOut};
+use crate::query::Query;
+use crate::state::AppState;
+use crate::validate;
+
+/// Most channels a message may name.
+const MAX_CHANNELS: usize = 10;
+/// Longest `eventId` and `idempotency-key`.
+const MAX_KEY_LEN: usize = 256;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/app/{app_id}/msg", post(create).get(list))
+        .route("/app/{app_id}/msg/{msg_id}", get(read))
+}
+
+fn store_error(error: StoreError) -> ApiError {
+    ApiError::from_store(error, "message")
+}
+
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| ApiError::validation("idempotency-key: must be visible ASCII"))?;
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(ApiError::validation(format!(
+            "idempotency-key: must be 1 to {MAX_KEY_LEN} characters"
+        )));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
+    if let Some(field) = input.unsupported_fields().first() {
+        return Err(ApiError::validation(format!(
+            "{field}: not supported by this server yet"
+        )));
+    }
+    if input.application.is_some() {
+        return Err(ApiError::validation(
+            "application: creating an application with a message is not supported yet",
+        ));
+    }
+    validate::name("eventType", &input.event_type, false)?;
+    if let Some(event_id) = &input.event_id {
+        validate::text("eventId", event_id, true, MAX_KEY_LEN)?;
+    }
+    if let Some(channels) = &input.channels {
+        validate::names("channels", channels, MAX_CHANNELS, true)?;
+    }
+    if !input.payload_is_object() {
+        return Err(ApiError::validation("payload: must be a JSON object"));
+    }
+    let size = input.payload.get().len();
+    if size > state.limits.max_payload_bytes {
+        return Err(ApiError::payload_too_large(state.limits.max_payload_bytes));
+    }
+    Ok(())
+}
+
+async fn create(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    JsonBody(input): JsonBody<MessageIn>,
+) -> ApiResult<(StatusCode, Json<MessageOut>)> {
+    check(&input, &state)?;
+    let idempotency_key = idempotency_key(&headers)?;
+    let with_content = Query::of(&uri).flag("with_content", true)?;
+    let app = apps::find(&state, &app_id).await?;
+    let channels = input
+        .channels
+        .map(|set| set.into_iter().collect::<Vec<_>>());
+    let endpoints = state
+        .endpoint_index
+        .endpoints(&state.store, &app.id)
+        .await
+        .map_err(store_error)?;
+    let endpoint_ids = endpoints
+        .iter()
+        .filter(|ep| ep.subscribes_to(&input.event_type, channels.as_deref()))
+        .map(|ep| ep.id.clone())
+        .collect();
+    let message = Message {
+        id: new_id(IdKind::Message),
+        app_id: app.id,
+        event_id: input.event_id,
+        event_type: input.event_type,
+        channels,
+        payload: Arc::from(input.payload.get().as_bytes()),
+        created_at: crate::now_ms(),
+    };
+    let ingested = state
+        .store
+        .ingest(NewMessage {
+            message,
+            idempotency_key,
+            endpoint_ids,
+        })
+        .await
+        .map_err(store_error)?;
+    let stored = match &ingested {
+        Ingested::Created { message, .. } | Ingested::Duplicate(message) => message,
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(convert::message(stored, with_content)),
+    ))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<MessageOut>>> {
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    let with_content = query.flag("with_content", true)?;
+    let filter = MessageFilter {
+        since: query.time_ms(&["since", "after"])?,
+        until: query.time_ms(&["until", "before"])?,
+        event_types: query.list(&["eventTypes", "event_types"]),
+        channel: query.get(&["channel"]).map(str::to_owned),
+    };
+    let app = apps::find(&state, &app_id).await?;
+    let found = state
+        .store
+        .list_messages(&app.id, &filter, &page)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(convert::list(found, |m| {
+        convert::message(&m, with_content)
+    })))
+}
+
+async fn read(
+    State(state): State<AppState>,
+    Path((app_id, msg_id)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<MessageOut>> {
+    let with_content = Query::of(&uri).flag("with_content", true)?;
+    let app = apps::find(&state, &app_id).await?;
+    let message = state
+        .store
+        .get_message(&app.id, &msg_id)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(convert::message(&message, with_content)))
+}

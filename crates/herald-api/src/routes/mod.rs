@@ -1,0 +1,55 @@
+//! The REST resources, one module each, and the router that composes them.
+
+mod apps;
+mod attempts;
+mod endpoints;
+mod event_types;
+mod health;
+mod messages;
+
+use axum::Router;
+use axum::http::{StatusCode, Uri};
+use axum::middleware;
+use axum::routing::get;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Every `/api/v1` route. Paths carry no trailing slash; the service wrapper in [`crate::service`]
+/// trims one from requests, so both spellings work.
+pub fn router(state: AppState) -> Router {
+    let authenticated = Router::new()
+        .merge(apps::routes())
+        .merge(event_types::routes())
+        .merge(endpoints::routes())
+        .merge(messages::routes())
+        .merge(attempts::routes())
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::require_admin,
+        ));
+    Router::new()
+        .nest(
+            "/api/v1",
+            authenticated.route("/health", get(health::health)),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this method is not allowed on this path",
+    )
+}

@@ -1,0 +1,251 @@
+//! Configuration: built-in defaults, then a TOML file (`--config`), then `HERALD_*` environment variables
+//! and command-line flags (a flag wins over its variable).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use herald_core::retry::{RetrySchedule, parse_duration};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Every setting of `herald serve`, as read from the file and overrides (strings where humans write them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: String,
+    /// `sqlite://PATH`.
+    pub database_url: String,
+    /// The admin bearer token; generated, stored and printed once at first start when unset.
+    pub admin_token: Option<String>,
+    /// Delays between attempts, e.g. `5s,1m,5m,30m,2h,6h,12h,24h`.
+    pub retry_schedule: String,
+    /// CIDRs that deliveries may reach although they are not public, comma-separated.
+    pub allow_private_cidrs: String,
+    /// Allow `http://` endpoint URLs (otherwise https only).
+    pub allow_http: bool,
+    /// Development mode: allows http and loopback destinations.
+    pub dev: bool,
+    /// Largest accepted message payload in bytes.
+    pub max_payload_bytes: usize,
+    /// Requests in flight per endpoint.
+    pub endpoint_concurrency: u32,
+    /// Requests in flight across all endpoints.
+    pub max_in_flight: u64,
+    /// Time to connect to an endpoint.
+    pub connect_timeout: String,
+    /// Time for a whole attempt.
+    pub request_timeout: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8040".to_owned(),
+            database_url: "sqlite://./herald.db".to_owned(),
+            admin_token: None,
+            retry_schedule: RetrySchedule::default().to_string(),
+            allow_private_cidrs: String::new(),
+            allow_http: false,
+            dev: false,
+            max_payload_bytes: 1024 * 1024,
+            endpoint_concurrency: 10,
+            max_in_flight: 512,
+            connect_timeout: "5s".to_owned(),
+            request_timeout: "15s".to_owned(),
+        }
+    }
+}
+
+/// The loopback ranges `--dev` opens.
+const DEV_CIDRS: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+
+/// Settings after parsing and checking.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Database URL.
+    pub database_url: String,
+    /// Admin token, if configured.
+    pub admin_token: Option<String>,
+    /// Retry schedule.
+    pub retry_schedule: RetrySchedule,
+    /// Allowed private ranges.
+    pub allow_private_cidrs: Vec<IpNet>,
+    /// Whether http endpoints are allowed.
+    pub allow_http: bool,
+    /// Development mode.
+    pub dev: bool,
+    /// Payload limit.
+    pub max_payload_bytes: usize,
+    /// Per-endpoint concurrency.
+    pub endpoint_concurrency: u32,
+    /// Global concurrency.
+    pub max_in_flight: u64,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Request timeout.
+    pub request_timeout: Duration,
+}
+
+impl Config {
+    /// Layer the file (if any) and the overrides over the defaults.
+    pub fn load(file: Option<&Path>, overrides: &impl Serialize) -> anyhow::Result<Self> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                bail!("configuration file {} does not exist", path.display());
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        figment
+            .merge(Serialized::defaults(overrides))
+            .extract()
+            .context("invalid configuration")
+    }
+
+    /// Parse and check every value.
+    pub fn settings(self) -> anyhow::Result<Settings> {
+        let listen = self
+            .listen
+            .parse()
+            .with_context(|| format!("listen: {:?} is not an address:port", self.listen))?;
+        let retry_schedule = self.retry_schedule.parse().context("retry_schedule")?;
+        let mut allow_private_cidrs = parse_cidrs(&self.allow_private_cidrs)?;
+        if self.dev {
+            allow_private_cidrs.extend(DEV_CIDRS.iter().filter_map(|c| c.parse::<IpNet>().ok()));
+        }
+        if !self.database_url.starts_with("sqlite:") {
+            bail!(
+                "database_url: {:?} is not supported; use sqlite://PATH",
+                self.database_url
+            );
+        }
+        if self.max_payload_bytes == 0 || self.endpoint_concurrency == 0 || self.max_in_flight == 0
+        {
+            bail!("max_payload_bytes, endpoint_concurrency and max_in_flight must be at least 1");
+        }
+        Ok(Settings {
+            listen,
+            database_url: self.database_url,
+            admin_token: self.admin_token.filter(|t| !t.is_empty()),
+            retry_schedule,
+            allow_private_cidrs,
+            allow_http: self.allow_http || self.dev,
+            dev: self.dev,
+            max_payload_bytes: self.max_payload_bytes,
+            endpoint_concurrency: self.endpoint_concurrency,
+            max_in_flight: self.max_in_flight,
+            connect_timeout: parse_duration(&self.connect_timeout).context("connect_timeout")?,
+            request_timeout: parse_duration(&self.request_timeout).context("request_timeout")?,
+        })
+    }
+}
+
+fn parse_cidrs(list: &str) -> anyhow::Result<Vec<IpNet>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            // A bare address means just that address.
+            item.parse::<IpNet>()
+                .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
+                .with_context(|| format!("allow_private_cidrs: {item:?} is not a CIDR"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize, Default)]
+    struct Overrides {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        listen: Option<String>,
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_setup() {
+        let settings = Config::load(None, &Overrides::default())
+            .unwrap()
+            .settings()
+            .unwrap();
+        assert_eq!(settings.listen.to_string(), "127.0.0.1:8040");
+        assert_eq!(settings.database_url, "sqlite://./herald.db");
+        assert_eq!(settings.retry_schedule.max_attempts(), 9);
+        assert!(!settings.allow_http);
+        assert!(settings.allow_private_cidrs.is_empty());
+    }
+
+    #[test]
+    fn file_then_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\nretry_schedule = \"1s,2s\"\nallow_private_cidrs = \"10.0.0.0/8, 127.0.0.1\"\n").unwrap();
+        let from_file = Config::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .settings()
+            .unwrap();
+        assert_eq!(from_file.listen.port(), 9000);
+        assert_eq!(from_file.retry_schedule.max_attempts(), 3);
+        assert_eq!(from_file.allow_private_cidrs.len(), 2);
+        let over = Overrides {
+            listen: Some("127.0.0.1:9001".into()),
+        };
+        assert_eq!(
+            Config::load(Some(&path), &over)
+                .unwrap()
+                .settings()
+                .unwrap()
+                .listen
+                .port(),
+            9001
+        );
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        for bad in [
+            "listen = \"nowhere\"",
+            "retry_schedule = \"5x\"",
+            "allow_private_cidrs = \"10.0.0.0/99\"",
+            "unknown_key = 1",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            let result =
+                Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
+            assert!(result.is_err(), "{bad} accepted");
+        }
+        assert!(
+            Config::load(
+                Some(Path::new("/nonexistent/herald.toml")),
+                &Overrides::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn dev_mode_opens_loopback_and_http() {
+        let config = Config {
+            dev: true,
+            ..Config::default()
+        };
+        let settings = config.settings().unwrap();
+        assert!(settings.allow_http);
+        assert!(
+            settings
+                .allow_private_cidrs
+                .iter()
+                .any(|c| c.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap()))
+        );
+    }
+}
