@@ -1,0 +1,425 @@
+//! Test harness: the real `herald` binary on a temporary SQLite file, and real HTTP receivers on loopback.
+//!
+//! Each test file uses only part of this module.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+pub const TOKEN: &str = "test-admin-token";
+
+/// A running `herald serve` process.
+pub struct Herald {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub dir: Arc<tempfile::TempDir>,
+    pub env: Vec<(String, String)>,
+    pub stdout_lines: Vec<String>,
+    http: reqwest::Client,
+}
+
+impl Herald {
+    /// Start with a fresh database, loopback allowed, a fast retry schedule and the test token.
+    pub async fn start(extra_env: &[(&str, &str)]) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let mut env: Vec<(String, String)> = vec![
+            ("HERALD_ADMIN_TOKEN".into(), TOKEN.into()),
+            ("HERALD_ALLOW_PRIVATE_CIDRS".into(), "127.0.0.0/8".into()),
+            ("HERALD_ALLOW_HTTP".into(), "true".into()),
+            ("HERALD_RETRY_SCHEDULE".into(), "100ms,200ms".into()),
+            ("HERALD_CONNECT_TIMEOUT".into(), "1s".into()),
+            ("HERALD_REQUEST_TIMEOUT".into(), "2s".into()),
+        ];
+        for (k, v) in extra_env {
+            env.retain(|(key, _)| key != k);
+            env.push(((*k).into(), (*v).into()));
+        }
+        Self::spawn(dir, env, None).await
+    }
+
+    /// Start again on the same database (after [`Herald::kill9`] or [`Herald::stop`]).
+    pub async fn restart(&mut self) {
+        let again = Self::spawn(self.dir.clone(), self.env.clone(), Some(self.addr)).await;
+        *self = again;
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("herald.db")
+    }
+
+    async fn spawn(
+        dir: Arc<tempfile::TempDir>,
+        env: Vec<(String, String)>,
+        addr: Option<SocketAddr>,
+    ) -> Self {
+        let listen = addr.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        command
+            .arg("serve")
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "warn")
+            .env("HERALD_LISTEN", &listen)
+            .env(
+                "HERALD_DATABASE_URL",
+                format!("sqlite://{}", dir.path().join("herald.db").display()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in &env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn herald");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stdout_lines = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("herald did not start");
+            stdout_lines.push(line.clone());
+            if let Some(rest) = line.strip_prefix("herald listening on http://") {
+                break rest.parse().expect("address");
+            }
+        };
+        // reqwest is built without a default TLS provider (Herald picks ring); the tests must pick too.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client");
+        Self {
+            child: Some(child),
+            addr,
+            dir,
+            env,
+            stdout_lines,
+            http,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}/api/v1{}", self.addr, path)
+    }
+
+    /// Send a request with the admin token; returns the status and the JSON body (Null when empty).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call_with(
+            method,
+            path,
+            body.map(|b| b.to_string().into_bytes()),
+            &[("authorization", &format!("Bearer {TOKEN}"))],
+        )
+        .await
+    }
+
+    pub async fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.http.request(method, self.url(path));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("body");
+        let json = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON body")
+        };
+        (status, json)
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        let (status, json) = self.call("POST", path, Some(body)).await;
+        assert!((200..300).contains(&status), "POST {path}: {status} {json}");
+        json
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, json) = self.call("GET", path, None).await;
+        assert_eq!(status, 200, "GET {path}: {json}");
+        json
+    }
+
+    /// Create an app and return its id.
+    pub async fn app(&self, name: &str) -> String {
+        self.post("/app", serde_json::json!({ "name": name })).await["id"]
+            .as_str()
+            .expect("id")
+            .to_owned()
+    }
+
+    /// Create an endpoint and return (id, secret).
+    pub async fn endpoint(&self, app: &str, body: Value) -> (String, String) {
+        let ep = self.post(&format!("/app/{app}/endpoint"), body).await;
+        let id = ep["id"].as_str().expect("id").to_owned();
+        let secret = self.get(&format!("/app/{app}/endpoint/{id}/secret")).await["key"]
+            .as_str()
+            .expect("key")
+            .to_owned();
+        (id, secret)
+    }
+
+    /// Attempts of a message, oldest first.
+    pub async fn attempts(&self, app: &str, msg: &str) -> Vec<Value> {
+        let mut list = self
+            .get(&format!("/app/{app}/attempt/msg/{msg}?limit=250"))
+            .await["data"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        list.reverse();
+        list
+    }
+
+    /// Wait until `check` holds on the attempts of a message.
+    pub async fn wait_attempts(
+        &self,
+        app: &str,
+        msg: &str,
+        timeout: Duration,
+        check: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let attempts = self.attempts(app, msg).await;
+            if check(&attempts) {
+                return attempts;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting on attempts: {attempts:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("kill");
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Herald {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// One request a receiver got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub at: Instant,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+/// What a receiver answers.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: String::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn body(mut self, body: &str) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    received: Mutex<Vec<Received>>,
+    script: Mutex<VecDeque<Reply>>,
+    fallback: Mutex<Option<Reply>>,
+    notify: Notify,
+}
+
+/// A real HTTP receiver on loopback that records every request and answers from a script.
+#[derive(Clone)]
+pub struct Receiver {
+    pub addr: SocketAddr,
+    state: Arc<ReceiverState>,
+    shutdown: Arc<Notify>,
+}
+
+impl Receiver {
+    /// A receiver answering `fallback` to every request not covered by a scripted reply.
+    pub async fn start(fallback: Reply) -> Self {
+        Self::bind("127.0.0.1:0".parse().expect("addr"), fallback).await
+    }
+
+    pub async fn bind(addr: SocketAddr, fallback: Reply) -> Self {
+        let state = Arc::new(ReceiverState::default());
+        *state.fallback.lock().unwrap() = Some(fallback);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .expect("bind receiver");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(state.clone());
+        let shutdown = Arc::new(Notify::new());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.notified().await })
+                .await;
+        });
+        Self {
+            addr,
+            state,
+            shutdown,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    /// Answer the next requests with these replies, in order.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state.script.lock().unwrap().extend(replies);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    /// Wait until at least `n` requests arrived.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.state.notify.notified();
+            let got = self.received();
+            if got.len() >= n {
+                return got;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "receiver got {} of {n} requests",
+                got.len()
+            );
+            let _ = tokio::time::timeout(left, notified).await;
+        }
+    }
+
+    pub fn stop(&self) {
+        self.shutdown.notify_waiters();
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<ReceiverState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    state.received.lock().unwrap().push(Received {
+        headers,
+        body,
+        at: Instant::now(),
+    });
+    state.notify.notify_waiters();
+    let reply = state
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .or_else(|| state.fallback.lock().unwrap().clone());
+    let reply = reply.unwrap_or_else(|| Reply::status(200));
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = (
+        StatusCode::from_u16(reply.status).expect("status"),
+        reply.body,
+    )
+        .into_response();
+    for (k, v) in reply.headers {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+            axum::http::HeaderValue::from_str(&v).expect("value"),
+        );
+    }
+    response
+}
+
+/// A port that nothing listens on right now (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
