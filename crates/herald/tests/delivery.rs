@@ -474,3 +474,27 @@ async fn messages_are_listed_newest_first_with_filters_and_pages() {
         .await;
     assert!(past["data"].as_array().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_destination_refused_at_delivery_time_is_recorded_as_blocked() {
+    // The endpoint is created while loopback is allowed; the operator then narrows the allowlist.
+    let mut herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "100ms")]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let (app, _, _) = app_with_endpoint(&herald, &receiver.url()).await;
+    herald.kill9();
+    for (key, value) in &mut herald.env {
+        if key == "HERALD_ALLOW_PRIVATE_CIDRS" {
+            *value = "127.0.0.2/32".to_owned();
+        }
+    }
+    herald.restart().await;
+    let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
+    let attempts = herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 2).await;
+    for attempt in &attempts {
+        assert_eq!(attempt["status"], 2);
+        assert_eq!(attempt["responseStatusCode"], 0);
+        let response = attempt["response"].as_str().unwrap();
+        assert!(response.starts_with("blocked:") && response.contains("loopback"), "{response}");
+    }
+    assert!(receiver.received().is_empty(), "a blocked destination was contacted");
+}
