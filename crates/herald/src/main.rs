@@ -3,7 +3,6 @@
 //! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
 //! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
 
-mod config;
 mod serve;
 mod verify;
 
@@ -102,7 +101,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => {
-                let config = config::Config::load(args.config.as_deref(), &args)?;
+                let config = herald_server::Config::load(args.config.as_deref(), &args)?;
                 serve::run(config.settings()?).await
             }
             Command::Verify(args) => verify::run(args),

@@ -1,0 +1,114 @@
+//! A running Herald node, assembled from its parts: the store, the delivery engine and the API.
+//!
+//! [`Node::start`] is what `herald serve` runs; the benchmark harness and tests start nodes in-process
+//! with it too. [`config`] reads the settings from defaults, a TOML file, the environment and flags.
+
+pub mod config;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use base64::Engine as _;
+use herald_api::auth::token_digest;
+use herald_api::{AppState, Limits};
+use herald_core::address::AddressPolicy;
+use herald_delivery::{ClientConfig, DeliveryClient, Engine, EngineConfig, HostResolver, SystemResolver};
+use herald_store::SharedStore;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use config::{Config, Settings};
+
+/// The store key holding the generated admin token's digest.
+const ADMIN_TOKEN_KEY: &str = "admin_token_sha256";
+
+/// A node that is serving.
+pub struct Node {
+    /// The address the API listens on.
+    pub addr: SocketAddr,
+    /// The admin token, when this start generated it (it is shown once and never stored in clear).
+    pub generated_admin_token: Option<String>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Node {
+    /// Open the store, start the delivery engine and start serving the API.
+    pub async fn start(settings: &Settings) -> anyhow::Result<Self> {
+        let store = herald_store::open(&settings.database_url)
+            .await
+            .with_context(|| format!("opening {}", settings.database_url))?;
+        let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
+        let policy = Arc::new(AddressPolicy::new(settings.allow_private_cidrs.clone(), settings.allow_http));
+        let resolver: Arc<dyn HostResolver> =
+            Arc::new(SystemResolver::new().map_err(anyhow::Error::msg).context("DNS resolver")?);
+        let client_config = ClientConfig {
+            connect_timeout: settings.connect_timeout,
+            total_timeout: settings.request_timeout,
+            ..ClientConfig::default()
+        };
+        let client = DeliveryClient::new(client_config, policy.clone(), resolver).context("delivery client")?;
+        let engine_config = EngineConfig {
+            schedule: settings.retry_schedule.clone(),
+            max_in_flight: settings.max_in_flight,
+            endpoint_concurrency: settings.endpoint_concurrency,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::start(store.clone(), client, engine_config)
+            .await
+            .context("starting the delivery engine")?;
+        let state = AppState::new(
+            store,
+            Some(engine),
+            policy,
+            admin_token_sha256,
+            Limits::for_payload(settings.max_payload_bytes),
+        );
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("listening on {}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, herald_api::make_service(state))
+                .with_graceful_shutdown(async move {
+                    let _ = stop.await;
+                })
+                .await
+                .context("serving")
+        });
+        Ok(Self { addr, generated_admin_token, shutdown: Some(shutdown), task })
+    }
+
+    /// Serve until `signal` completes, then stop accepting requests and finish the open ones.
+    pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+        tokio::select! {
+            () = signal => {
+                if let Some(shutdown) = self.shutdown.take() {
+                    let _ = shutdown.send(());
+                }
+                self.task.await.context("server task")?
+            }
+            result = &mut self.task => result.context("server task")?,
+        }
+    }
+}
+
+/// The admin token's digest: from the configuration, or the stored one, or a new one (returned so the
+/// caller can show it once).
+async fn admin_token(store: &SharedStore, configured: Option<&str>) -> anyhow::Result<([u8; 32], Option<String>)> {
+    if let Some(token) = configured {
+        return Ok((token_digest(token), None));
+    }
+    if let Some(hex_digest) = store.meta_get(ADMIN_TOKEN_KEY).await? {
+        let mut digest = [0u8; 32];
+        hex::decode_to_slice(hex_digest.trim(), &mut digest).context("the stored admin token digest is corrupt")?;
+        return Ok((digest, None));
+    }
+    let random: [u8; 32] = rand::random();
+    let token = format!("herald_admin_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random));
+    let digest = token_digest(&token);
+    store.meta_set(ADMIN_TOKEN_KEY, &hex::encode(digest)).await?;
+    Ok((digest, Some(token)))
+}
