@@ -1,0 +1,343 @@
+//! The store's contract, written against `SharedStore` so that every backend runs the same suite.
+//! Today it runs on SQLite files; a new backend adds itself to `backends()`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
+use herald_store::{
+    AttemptRecord, Ingested, MessageFilter, NewMessage, PageRequest, SharedStore, StoreError,
+};
+
+/// Every backend under test, each on fresh storage. The temp dir must outlive the store.
+async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let store = herald_store::open(&url).await.unwrap();
+    vec![(dir, store)]
+}
+
+fn app(uid: Option<&str>) -> Application {
+    Application {
+        id: new_id(IdKind::Application),
+        uid: uid.map(str::to_owned),
+        name: "shop".into(),
+        rate_limit: None,
+        metadata: BTreeMap::from([("team".to_owned(), "billing".to_owned())]),
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+fn endpoint(app_id: &str) -> Endpoint {
+    Endpoint {
+        id: new_id(IdKind::Endpoint),
+        app_id: app_id.to_owned(),
+        uid: None,
+        url: "https://example.com/hook".into(),
+        description: String::new(),
+        filter_types: Some(vec!["a.b".into()]),
+        channels: None,
+        disabled: false,
+        disabled_reason: None,
+        rate_limit: None,
+        version: 1,
+        metadata: BTreeMap::new(),
+        secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+fn message(app_id: &str, event_id: Option<&str>, at: i64) -> Message {
+    Message {
+        id: new_id(IdKind::Message),
+        app_id: app_id.to_owned(),
+        event_id: event_id.map(str::to_owned),
+        event_type: "a.b".into(),
+        channels: Some(vec!["eu".into()]),
+        payload: Arc::from(&b"{\"k\": [1, 2]}"[..]),
+        created_at: at,
+    }
+}
+
+async fn ingest(
+    store: &SharedStore,
+    message: Message,
+    key: Option<&str>,
+    endpoints: &[&str],
+) -> Ingested {
+    let new = NewMessage {
+        message,
+        idempotency_key: key.map(str::to_owned),
+        endpoint_ids: endpoints.iter().map(|e| (*e).to_owned()).collect(),
+    };
+    store.ingest(new).await.unwrap()
+}
+
+#[tokio::test]
+async fn applications_round_trip_and_uids_are_unique() {
+    for (_dir, store) in backends().await {
+        let a = app(Some("acme"));
+        store.create_app(&a).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap(), a);
+        assert_eq!(store.get_app("acme").await.unwrap(), a);
+        assert!(matches!(
+            store.create_app(&app(Some("acme"))).await,
+            Err(StoreError::Conflict("uid"))
+        ));
+        let mut changed = a.clone();
+        changed.name = "renamed".into();
+        store.update_app(&changed).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap().name, "renamed");
+        store.delete_app(&a.id).await.unwrap();
+        assert!(matches!(
+            store.get_app(&a.id).await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(matches!(
+            store.delete_app(&a.id).await,
+            Err(StoreError::NotFound)
+        ));
+    }
+}
+
+#[tokio::test]
+async fn pages_walk_forward_and_back_without_gaps() {
+    for (_dir, store) in backends().await {
+        let mut ids = Vec::new();
+        for _ in 0..7 {
+            let a = app(None);
+            store.create_app(&a).await.unwrap();
+            ids.push(a.id);
+        }
+        let mut seen = Vec::new();
+        let mut page = store.list_apps(&PageRequest::first(3)).await.unwrap();
+        loop {
+            seen.extend(page.items.iter().map(|a| a.id.clone()));
+            if page.done {
+                break;
+            }
+            page = store
+                .list_apps(&PageRequest::new(Some(3), page.iterator.clone()))
+                .await
+                .unwrap();
+        }
+        assert_eq!(seen, ids, "oldest first, every app exactly once");
+        let back = store
+            .list_apps(&PageRequest::new(Some(3), page.prev_iterator.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            back.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
+            ids[3..6]
+        );
+    }
+}
+
+#[tokio::test]
+async fn ingest_commits_message_and_deliveries_and_deduplicates() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e1 = endpoint(&a.id);
+        let e2 = endpoint(&a.id);
+        store.create_endpoint(&e1).await.unwrap();
+        store.create_endpoint(&e2).await.unwrap();
+        let mut feed = store.take_commit_feed().expect("feed");
+        assert!(store.take_commit_feed().is_none(), "the feed is taken once");
+
+        let original = message(&a.id, Some("evt-1"), 10);
+        let Ingested::Created {
+            message: stored,
+            deliveries,
+        } = ingest(&store, original.clone(), None, &[&e1.id, &e2.id]).await
+        else {
+            panic!("expected a new message")
+        };
+        assert_eq!(stored, original);
+        assert_eq!(deliveries.len(), 2);
+        let fed = feed.recv().await.unwrap();
+        assert_eq!(
+            fed.iter().map(|d| d.seq).collect::<Vec<_>>(),
+            deliveries.iter().map(|d| d.seq).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            store
+                .get_message(&a.id, &original.id)
+                .await
+                .unwrap()
+                .payload,
+            original.payload,
+            "bytes kept"
+        );
+        assert_eq!(
+            store.get_message(&a.id, "evt-1").await.unwrap().id,
+            original.id,
+            "found by event id"
+        );
+
+        let Ingested::Duplicate(dup) =
+            ingest(&store, message(&a.id, Some("evt-1"), 11), None, &[&e1.id]).await
+        else {
+            panic!("expected the duplicate to be recognised")
+        };
+        assert_eq!(dup.id, original.id);
+        let keyed = message(&a.id, None, 12);
+        ingest(&store, keyed.clone(), Some("key-1"), &[&e1.id]).await;
+        let Ingested::Duplicate(again) =
+            ingest(&store, message(&a.id, None, 13), Some("key-1"), &[&e1.id]).await
+        else {
+            panic!("expected the idempotency key to be recognised")
+        };
+        assert_eq!(again.id, keyed.id);
+        let pending = store.load_pending(&e1.id, 0, 100).await.unwrap();
+        assert_eq!(pending.len(), 2, "duplicates added no delivery");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_ingests_each_commit_once_and_a_failing_one_fails_alone() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..200 {
+            let store = store.clone();
+            let app_id = if n == 57 {
+                "app_missing".to_owned()
+            } else {
+                a.id.clone()
+            };
+            let endpoint_id = e.id.clone();
+            tasks.push(tokio::spawn(async move {
+                let new = NewMessage {
+                    message: message(&app_id, None, n),
+                    idempotency_key: None,
+                    endpoint_ids: vec![endpoint_id],
+                };
+                store.ingest(new).await
+            }));
+        }
+        let mut ok = 0;
+        for (n, task) in tasks.into_iter().enumerate() {
+            match task.await.unwrap() {
+                Ok(Ingested::Created { .. }) => ok += 1,
+                Ok(Ingested::Duplicate(_)) => panic!("no duplicates here"),
+                Err(error) => assert_eq!(n, 57, "only the message of a missing app fails: {error}"),
+            }
+        }
+        assert_eq!(ok, 199);
+        let pending = store.load_pending(&e.id, 0, 1_000).await.unwrap();
+        assert_eq!(pending.len(), 199);
+        let seqs: HashSet<i64> = pending.iter().map(|p| p.seq).collect();
+        assert_eq!(seqs.len(), 199);
+        let listed = store
+            .list_messages(&a.id, &MessageFilter::default(), &PageRequest::first(250))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.len(), 199);
+    }
+}
+
+#[tokio::test]
+async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let m = message(&a.id, None, 5);
+        let Ingested::Created { deliveries, .. } = ingest(&store, m.clone(), None, &[&e.id]).await
+        else {
+            panic!()
+        };
+        let attempt = |n: u32, success: bool| Attempt {
+            id: new_id(IdKind::Attempt),
+            message_id: m.id.clone(),
+            endpoint_id: e.id.clone(),
+            url: e.url.clone(),
+            attempt_number: n,
+            success,
+            outcome: if success {
+                "success".into()
+            } else {
+                "gone".into()
+            },
+            response_status: Some(if success { 200 } else { 410 }),
+            response: "body".into(),
+            duration_ms: 3,
+            trigger: AttemptTrigger::Scheduled,
+            created_at: 100 + i64::from(n),
+        };
+        let record = |n: u32, status: DeliveryStatus, disable: Option<&str>| AttemptRecord {
+            delivery_seq: deliveries[0].seq,
+            app_id: a.id.clone(),
+            attempt: attempt(n, status == DeliveryStatus::Delivered),
+            status,
+            next_attempt_at: 1_000,
+            disable_endpoint: disable.map(str::to_owned),
+        };
+        store
+            .record_attempts(&[record(1, DeliveryStatus::Pending, None)])
+            .await
+            .unwrap();
+        let pending = store.load_pending(&e.id, 0, 10).await.unwrap();
+        assert_eq!(
+            (pending[0].attempts, pending[0].next_attempt_at),
+            (1, 1_000)
+        );
+        store
+            .record_attempts(&[record(2, DeliveryStatus::Failed, Some("gone"))])
+            .await
+            .unwrap();
+        assert_eq!(
+            store.delivery_state(&m.id, &e.id).await.unwrap(),
+            (DeliveryStatus::Failed, 2)
+        );
+        assert!(
+            store.load_pending(&e.id, 0, 10).await.unwrap().is_empty(),
+            "finished deliveries are not pending"
+        );
+        let ep = store.get_endpoint_by_id(&e.id).await.unwrap();
+        assert!(ep.disabled);
+        assert_eq!(ep.disabled_reason.as_deref(), Some("gone"));
+        let log = store
+            .list_attempts_by_message(&a.id, &m.id, &PageRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            log.items
+                .iter()
+                .map(|x| x.attempt_number)
+                .collect::<Vec<_>>(),
+            [2, 1],
+            "newest first"
+        );
+        assert_eq!(log.items[1].response_status, Some(410));
+        assert!(store.endpoints_with_pending().await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_reopened_store_keeps_everything_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let a = app(None);
+    let e = endpoint(&a.id);
+    {
+        let store = herald_store::open(&url).await.unwrap();
+        store.create_app(&a).await.unwrap();
+        store.create_endpoint(&e).await.unwrap();
+        ingest(&store, message(&a.id, None, 1), None, &[&e.id]).await;
+    }
+    let store = herald_store::open(&url).await.unwrap();
+    assert_eq!(
+        store.endpoints_with_pending().await.unwrap(),
+        [e.id.clone()]
+    );
+    assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
+}
