@@ -19,20 +19,12 @@ pub fn token_digest(token: &str) -> [u8; 32] {
 }
 
 /// Reject requests without the admin bearer token.
-pub async fn require_admin(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
+pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
     let presented = request
         .headers()
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| {
-            value
-                .strip_prefix("Bearer ")
-                .or_else(|| value.strip_prefix("bearer "))
-        })
+        .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
         .map(str::trim)
         .ok_or_else(ApiError::unauthorized)?;
     if bool::from(token_digest(presented).ct_eq(&state.admin_token_sha256)) {

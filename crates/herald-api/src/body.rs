@@ -24,24 +24,31 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 }
 
 async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(request.into_body(), limit)
-        .await
-        .map_err(|error| {
-            let too_large =
-                std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |e| {
-                    e.source()
-                })
-                .any(|e| e.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                ApiError::payload_too_large(limit)
-            } else {
-                ApiError::bad_request("the request body could not be read")
-            }
-        })
+    axum::body::to_bytes(request.into_body(), limit).await.map_err(|error| {
+        let too_large = std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |e| e.source())
+            .any(|e| e.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::payload_too_large(limit)
+        } else {
+            ApiError::bad_request("the request body could not be read")
+        }
+    })
 }
 
 /// Parse JSON, telling malformed bytes (400) from a wrong shape (422).
+///
+/// Every request body of this API is a JSON object; an array would otherwise be read positionally
+/// into the fields of the target struct, so anything but an object is refused up front.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        Some(_) => return Err(ApiError::bad_request("the request body must be a JSON object")),
+        None => {
+            return Err(ApiError::bad_request(
+                "the request body is empty; a JSON object is required",
+            ));
+        }
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -67,7 +74,5 @@ fn json_error(path: &str, error: &serde_json::Error) -> ApiError {
 
 /// serde_json appends " at line L column C" to data errors; the field path says more.
 fn strip_position(message: &str) -> &str {
-    message
-        .rfind(" at line ")
-        .map_or(message, |i| &message[..i])
+    message.rfind(" at line ").map_or(message, |i| &message[..i])
 }

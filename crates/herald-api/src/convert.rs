@@ -13,8 +13,7 @@ use crate::model::{
 
 /// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
 pub fn datetime(ms: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
 fn set(list: &Option<Vec<String>>) -> Option<BTreeSet<String>> {

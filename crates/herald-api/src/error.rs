@@ -39,11 +39,7 @@ impl ApiError {
 
     /// 404 for the named kind of object.
     pub fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("{what} not found"),
-        )
+        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
     }
 
     /// 401: no or wrong credentials.
@@ -73,9 +69,7 @@ impl ApiError {
                 "conflict",
                 format!("{what} with this {field} already exists"),
             ),
-            StoreError::BadIterator => {
-                Self::validation("iterator: not an iterator this server issued")
-            }
+            StoreError::BadIterator => Self::validation("iterator: not an iterator this server issued"),
             other => {
                 tracing::error!(error = %other, "store failure");
                 Self::new(
@@ -90,11 +84,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            axum::Json(HttpError::new(self.code, self.detail)),
-        )
-            .into_response()
+        (self.status, axum::Json(HttpError::new(self.code, self.detail))).into_response()
     }
 }
 

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod body;
 mod convert;
 pub mod error;
+mod json_errors;
 pub mod model;
 mod query;
 mod routes;
@@ -26,29 +27,13 @@ pub use state::{AppState, Limits};
 /// (Svix clients use both spellings) and `Server: Herald` on every response.
 pub fn service(state: AppState) -> NormalizePath<axum::Router> {
     let server = HeaderValue::from_static(concat!("Herald/", env!("CARGO_PKG_VERSION")));
-    let router = routes::router(state).layer(SetResponseHeaderLayer::if_not_present(
-        header::SERVER,
-        server,
-    ));
+    let router = routes::router(state).layer(SetResponseHeaderLayer::if_not_present(header::SERVER, server));
     NormalizePathLayer::trim_trailing_slash().layer(router)
 }
 
 /// Convert the service for `axum::serve`.
 pub fn make_service(
     state: AppState,
-) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<
-    NormalizePath<axum::Router>,
-    std::net::SocketAddr,
-> {
-    axum::ServiceExt::<Request>::into_make_service_with_connect_info::<std::net::SocketAddr>(
-        service(state),
-    )
-}
-
-/// The current time in Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    let elapsed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<NormalizePath<axum::Router>, std::net::SocketAddr> {
+    axum::ServiceExt::<Request>::into_make_service_with_connect_info::<std::net::SocketAddr>(service(state))
 }

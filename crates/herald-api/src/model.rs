@@ -110,12 +110,7 @@ where
 }
 
 /// Writes one value under two keys into a flattened map, or nothing when the value is `None`.
-fn serialize_two_keys<S, T>(
-    serializer: S,
-    current: &str,
-    legacy: &str,
-    value: &Option<T>,
-) -> Result<S::Ok, S::Error>
+fn serialize_two_keys<S, T>(serializer: S, current: &str, legacy: &str, value: &Option<T>) -> Result<S::Ok, S::Error>
 where
     S: Serializer,
     T: Serialize,
@@ -589,10 +584,7 @@ pub struct MessageOut {
     #[serde(with = "time::serde::rfc3339")]
     pub timestamp: OffsetDateTime,
     /// Requested delayed delivery time, if any.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        with = "time::serde::rfc3339::option"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     pub deliver_at: Option<OffsetDateTime>,
 }
 
@@ -652,9 +644,8 @@ impl Serialize for MessageStatus {
 impl<'de> Deserialize<'de> for MessageStatus {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let code = u8::deserialize(deserializer)?;
-        MessageStatus::from_code(code).ok_or_else(|| {
-            serde::de::Error::custom(format_args!("invalid message status {code}, expected 0-4"))
-        })
+        MessageStatus::from_code(code)
+            .ok_or_else(|| serde::de::Error::custom(format_args!("invalid message status {code}, expected 0-4")))
     }
 }
 
@@ -826,27 +817,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ep.url, "https://example.com/hook");
-        assert_eq!(
-            ep.filter_types,
-            Some(BTreeSet::from(["user.signup".to_owned()]))
-        );
+        assert_eq!(ep.filter_types, Some(BTreeSet::from(["user.signup".to_owned()])));
         assert_eq!(ep.throttle_rate, Some(5));
         assert_eq!(ep.description, "");
         assert!(!ep.disabled);
         assert!(ep.metadata.is_empty());
 
         // The OpenAPI spelling works too.
-        let ep: EndpointIn =
-            serde_json::from_str(r#"{"url":"https://x","filterTypes":["a"],"rateLimit":1}"#)
-                .unwrap();
+        let ep: EndpointIn = serde_json::from_str(r#"{"url":"https://x","filterTypes":["a"],"rateLimit":1}"#).unwrap();
         assert_eq!(ep.filter_types, Some(BTreeSet::from(["a".to_owned()])));
         assert_eq!(ep.throttle_rate, Some(1));
     }
 
     #[test]
     fn endpoint_patch_tells_absent_from_null() {
-        let p: EndpointPatch =
-            serde_json::from_str(r#"{"description":"d","eventTypes":null}"#).unwrap();
+        let p: EndpointPatch = serde_json::from_str(r#"{"description":"d","eventTypes":null}"#).unwrap();
         assert_eq!(p.description.as_deref(), Some("d"));
         assert_eq!(p.filter_types, Patch::Null);
         assert!(p.channels.is_absent());
@@ -895,10 +880,7 @@ mod tests {
         .unwrap();
         assert_eq!(m.payload.get(), "{}");
         assert_eq!(m.deliver_at, Some(datetime!(2030-01-01 0:00 UTC)));
-        assert_eq!(
-            m.unsupported_fields(),
-            vec!["deliverAt", "transformationsParams"]
-        );
+        assert_eq!(m.unsupported_fields(), vec!["deliverAt", "transformationsParams"]);
 
         let m: MessageIn = serde_json::from_str(r#"{"eventType":"x","payload":[1]}"#).unwrap();
         assert!(!m.payload_is_object());
@@ -1004,10 +986,7 @@ mod tests {
         assert_eq!(v["prevIterator"], Value::Null);
         assert_eq!(v["done"], json!(true));
 
-        assert_eq!(
-            serde_json::from_str::<MessageStatus>("2").unwrap(),
-            MessageStatus::Fail
-        );
+        assert_eq!(serde_json::from_str::<MessageStatus>("2").unwrap(), MessageStatus::Fail);
         assert!(serde_json::from_str::<MessageStatus>("9").is_err());
     }
 
@@ -1015,11 +994,7 @@ mod tests {
     fn error_bodies() {
         let v = serde_json::to_value(HttpError::new("not_found", "no such app")).unwrap();
         assert_eq!(v, json!({"code":"not_found","detail":"no such app"}));
-        let v = serde_json::to_value(HttpValidationError::body_field(
-            "deliverAt",
-            "not supported",
-        ))
-        .unwrap();
+        let v = serde_json::to_value(HttpValidationError::body_field("deliverAt", "not supported")).unwrap();
         assert_eq!(
             v,
             json!({"code":"validation","detail":[

@@ -20,25 +20,21 @@ impl Query {
     pub fn of(uri: &Uri) -> Self {
         let raw = uri.query().unwrap_or("");
         Self {
-            pairs: url::form_urlencoded::parse(raw.as_bytes())
-                .into_owned()
-                .collect(),
+            pairs: url::form_urlencoded::parse(raw.as_bytes()).into_owned().collect(),
         }
     }
 
     /// The last value of the first key present among `keys`.
     pub fn get(&self, keys: &[&str]) -> Option<&str> {
-        keys.iter().find_map(|key| {
-            self.pairs
-                .iter()
-                .rev()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        })
+        keys.iter()
+            .find_map(|key| self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str()))
     }
 
-    /// Every value of `keys`, with comma-joined values split.
-    pub fn list(&self, keys: &[&str]) -> Option<Vec<String>> {
+    /// The most values a list parameter may carry.
+    const MAX_LIST: usize = 250;
+
+    /// Every value of `keys`, with comma-joined values split (at most 250).
+    pub fn list(&self, keys: &[&str]) -> Result<Option<Vec<String>>, ApiError> {
         let items: Vec<String> = self
             .pairs
             .iter()
@@ -48,7 +44,14 @@ impl Query {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
-        (!items.is_empty()).then_some(items)
+        if items.len() > Self::MAX_LIST {
+            return Err(ApiError::validation(format!(
+                "{}: at most {} values",
+                keys[0],
+                Self::MAX_LIST
+            )));
+        }
+        Ok((!items.is_empty()).then_some(items))
     }
 
     /// `limit` and `iterator`.
@@ -60,10 +63,7 @@ impl Query {
             ),
             None => None,
         };
-        Ok(PageRequest::new(
-            limit,
-            self.get(&["iterator"]).map(str::to_owned),
-        ))
+        Ok(PageRequest::new(limit, self.get(&["iterator"]).map(str::to_owned)))
     }
 
     /// A boolean flag (`true`/`false`), defaulting when absent.
@@ -72,9 +72,7 @@ impl Query {
             None => Ok(default),
             Some("true") => Ok(true),
             Some("false") => Ok(false),
-            Some(_) => Err(ApiError::validation(format!(
-                "{key}: expected true or false"
-            ))),
+            Some(_) => Err(ApiError::validation(format!("{key}: expected true or false"))),
         }
     }
 
@@ -85,9 +83,7 @@ impl Query {
         };
         let parsed = OffsetDateTime::parse(text, &Rfc3339)
             .or_else(|_| OffsetDateTime::parse(&format!("{text}Z"), &Rfc3339))
-            .map_err(|_| {
-                ApiError::validation(format!("{}: expected an RFC 3339 date-time", keys[0]))
-            })?;
+            .map_err(|_| ApiError::validation(format!("{}: expected an RFC 3339 date-time", keys[0])))?;
         Ok(Some(
             i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
         ))

@@ -1,12 +1,10 @@
 //! The state every handler shares.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use herald_core::address::AddressPolicy;
-use herald_core::model::Endpoint;
 use herald_delivery::EngineHandle;
-use herald_store::{SharedStore, StoreError};
+use herald_store::SharedStore;
 
 /// Size limits on what clients send.
 #[derive(Debug, Clone, Copy)]
@@ -46,8 +44,6 @@ pub struct AppState {
     pub admin_token_sha256: [u8; 32],
     /// Request limits.
     pub limits: Limits,
-    /// Fan-out index: each app's endpoints, so ingest needs no query per message.
-    pub(crate) endpoint_index: Arc<EndpointIndex>,
 }
 
 impl AppState {
@@ -65,52 +61,14 @@ impl AppState {
             policy,
             admin_token_sha256,
             limits,
-            endpoint_index: Arc::default(),
         }
     }
 
-    /// An endpoint of `app_id` changed: refresh the fan-out index and tell the engine.
-    pub(crate) fn endpoint_changed(&self, app_id: &str, endpoint_id: &str) {
-        self.endpoint_index.invalidate(app_id);
+    /// An endpoint changed (or was deleted): tell the delivery engine to reload it. Fan-out needs no
+    /// notice: the store reads the endpoints inside each ingest transaction.
+    pub(crate) fn endpoint_changed(&self, endpoint_id: &str) {
         if let Some(engine) = &self.engine {
             engine.endpoint_changed(endpoint_id);
-        }
-    }
-}
-
-/// Each application's endpoints, cached until one of them changes.
-///
-/// Only this node's API invalidates it, which is exact on a single node (the SQLite default). Several
-/// nodes sharing one database need cross-node invalidation; that arrives with the PostgreSQL backend.
-#[derive(Default)]
-pub(crate) struct EndpointIndex {
-    apps: RwLock<HashMap<String, Arc<Vec<Endpoint>>>>,
-}
-
-impl EndpointIndex {
-    pub(crate) async fn endpoints(
-        &self,
-        store: &SharedStore,
-        app_id: &str,
-    ) -> Result<Arc<Vec<Endpoint>>, StoreError> {
-        if let Some(found) = self
-            .apps
-            .read()
-            .ok()
-            .and_then(|apps| apps.get(app_id).cloned())
-        {
-            return Ok(found);
-        }
-        let loaded = Arc::new(store.app_endpoints(app_id).await?);
-        if let Ok(mut apps) = self.apps.write() {
-            apps.insert(app_id.to_owned(), loaded.clone());
-        }
-        Ok(loaded)
-    }
-
-    pub(crate) fn invalidate(&self, app_id: &str) {
-        if let Ok(mut apps) = self.apps.write() {
-            apps.remove(app_id);
         }
     }
 }

@@ -7,9 +7,7 @@ const MAX_NAME_LEN: usize = 256;
 
 /// A `uid`, event-type name or channel: 1–256 of `[A-Za-z0-9_.-]` (channels also allow `:`).
 pub fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), ApiError> {
-    let valid_char = |c: char| {
-        c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || (allow_colon && c == ':')
-    };
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || (allow_colon && c == ':');
     if value.is_empty() || value.len() > MAX_NAME_LEN || !value.chars().all(valid_char) {
         let extra = if allow_colon { ", ':'" } else { "" };
         return Err(ApiError::validation(format!(
@@ -44,9 +42,7 @@ pub fn names<'a>(
         name(field, value, allow_colon)?;
     }
     if count > max {
-        return Err(ApiError::validation(format!(
-            "{field}: at most {max} items"
-        )));
+        return Err(ApiError::validation(format!("{field}: at most {max} items")));
     }
     Ok(())
 }
@@ -57,9 +53,7 @@ pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), 
         return Err(ApiError::validation(format!("{field}: must not be empty")));
     }
     if value.len() > max {
-        return Err(ApiError::validation(format!(
-            "{field}: at most {max} bytes"
-        )));
+        return Err(ApiError::validation(format!("{field}: at most {max} bytes")));
     }
     Ok(())
 }

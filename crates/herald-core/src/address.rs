@@ -43,17 +43,10 @@ const fn v6(s: [u16; 8], prefix_len: u8) -> IpNet {
 
 const UNSPECIFIED: &[IpNet] = &[v4(0, 0, 0, 0, 32), v6([0, 0, 0, 0, 0, 0, 0, 0], 128)];
 const THIS_NETWORK: &[IpNet] = &[v4(0, 0, 0, 0, 8)];
-const PRIVATE: &[IpNet] = &[
-    v4(10, 0, 0, 0, 8),
-    v4(172, 16, 0, 0, 12),
-    v4(192, 168, 0, 0, 16),
-];
+const PRIVATE: &[IpNet] = &[v4(10, 0, 0, 0, 8), v4(172, 16, 0, 0, 12), v4(192, 168, 0, 0, 16)];
 const SHARED_ADDRESS_SPACE: &[IpNet] = &[v4(100, 64, 0, 0, 10)];
 const LOOPBACK: &[IpNet] = &[v4(127, 0, 0, 0, 8), v6([0, 0, 0, 0, 0, 0, 0, 1], 128)];
-const LINK_LOCAL: &[IpNet] = &[
-    v4(169, 254, 0, 0, 16),
-    v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),
-];
+const LINK_LOCAL: &[IpNet] = &[v4(169, 254, 0, 0, 16), v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10)];
 const IETF_PROTOCOL: &[IpNet] = &[v4(192, 0, 0, 0, 24), v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23)];
 const DOCUMENTATION: &[IpNet] = &[
     v4(192, 0, 2, 0, 24),
@@ -62,10 +55,7 @@ const DOCUMENTATION: &[IpNet] = &[
     v6([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0], 32),
     v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20),
 ];
-const BENCHMARKING: &[IpNet] = &[
-    v4(198, 18, 0, 0, 15),
-    v6([0x2001, 0x0002, 0, 0, 0, 0, 0, 0], 48),
-];
+const BENCHMARKING: &[IpNet] = &[v4(198, 18, 0, 0, 15), v6([0x2001, 0x0002, 0, 0, 0, 0, 0, 0], 48)];
 const SIX_TO_FOUR_RELAY_ANYCAST: &[IpNet] = &[v4(192, 88, 99, 0, 24)];
 const MULTICAST: &[IpNet] = &[v4(224, 0, 0, 0, 4), v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8)];
 const RESERVED: &[IpNet] = &[v4(240, 0, 0, 0, 4), v6([0, 0, 0, 0, 0, 0, 0, 0], 8)];
@@ -272,8 +262,7 @@ impl DenyRule {
         let mut best: Option<(DenyRule, IpNet)> = None;
         for rule in DenyRule::ALL {
             for net in rule.ranges() {
-                if net.contains(&ip) && best.is_none_or(|(_, b)| net.prefix_len() > b.prefix_len())
-                {
+                if net.contains(&ip) && best.is_none_or(|(_, b)| net.prefix_len() > b.prefix_len()) {
                     best = Some((rule, *net));
                 }
             }
@@ -326,8 +315,8 @@ fn embedded_ipv4s(rule: DenyRule, ip: Ipv6Addr) -> Vec<Ipv4Addr> {
         DenyRule::Nat64 if o[4] == 0 && o[5] == 0 => vec![last32], // 64:ff9b::/96
         DenyRule::Nat64 => vec![
             last32,                                   // /96 prefix
-            Ipv4Addr::new(o[6], o[7], o[9], o[10]), // /48 prefix (octet 8 is the reserved "u" octet)
-            Ipv4Addr::new(o[7], o[9], o[10], o[11]), // /56 prefix
+            Ipv4Addr::new(o[6], o[7], o[9], o[10]),   // /48 prefix (octet 8 is the reserved "u" octet)
+            Ipv4Addr::new(o[7], o[9], o[10], o[11]),  // /56 prefix
             Ipv4Addr::new(o[9], o[10], o[11], o[12]), // /64 prefix
         ],
         DenyRule::SixToFour => vec![Ipv4Addr::new(o[2], o[3], o[4], o[5])],
@@ -389,9 +378,7 @@ pub enum UrlRejected {
     Unparseable(String),
     /// The scheme is neither https nor (where the operator enabled it) http; carries the scheme. Other schemes
     /// (file, gopher, ftp, …) are classic SSRF vectors and are never used for delivery.
-    #[error(
-        "endpoint URL scheme `{0}` is not allowed; use https (http only where the operator enables it)"
-    )]
+    #[error("endpoint URL scheme `{0}` is not allowed; use https (http only where the operator enables it)")]
     SchemeNotAllowed(String),
     /// The URL has no host to deliver to.
     #[error("endpoint URL has no host")]
@@ -578,11 +565,7 @@ impl AddressPolicy {
 /// Whether `name` (already without its trailing dot) has the shape of a DNS name: 1–253 characters, no empty
 /// label, no label over 63 characters.
 fn is_dns_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name
-            .split('.')
-            .all(|label| !label.is_empty() && label.len() <= 63)
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(|label| !label.is_empty() && label.len() <= 63)
 }
 
 /// `localhost` and every name under it refer to the local host (RFC 6761 §6.3; resolvers answer them locally).
@@ -595,9 +578,7 @@ mod tests {
     use super::*;
 
     fn deny(ip: &str) -> AddressDenied {
-        AddressPolicy::default()
-            .check_ip(ip.parse().unwrap())
-            .expect_err(ip)
+        AddressPolicy::default().check_ip(ip.parse().unwrap()).expect_err(ip)
     }
 
     #[test]
@@ -606,11 +587,7 @@ mod tests {
         for rule in DenyRule::ALL {
             assert!(!rule.ranges().is_empty(), "{rule:?}");
             for net in rule.ranges() {
-                assert_eq!(
-                    *net,
-                    net.trunc(),
-                    "{net} of {rule:?} is not a network address"
-                );
+                assert_eq!(*net, net.trunc(), "{net} of {rule:?} is not a network address");
                 assert!(!seen.contains(net), "{net} listed twice");
                 seen.push(*net);
             }
@@ -679,20 +656,13 @@ mod tests {
         assert_eq!(deny("64:ff9b:1::a00:5").rule, DenyRule::Private);
         // The allowlist must cover every reading, or the gateway could use another one.
         let policy = AddressPolicy::new(vec!["10.0.0.0/8".parse().unwrap()], false);
-        assert!(
-            policy
-                .check_ip("64:ff9b:1:a00:0:500::".parse().unwrap())
-                .is_err()
-        );
+        assert!(policy.check_ip("64:ff9b:1:a00:0:500::".parse().unwrap()).is_err());
         assert!(policy.check_ip("64:ff9b::a00:5".parse().unwrap()).is_ok());
     }
 
     #[test]
     fn allowlist_is_truncated_to_network() {
         let policy = AddressPolicy::new(vec!["127.0.0.1/8".parse().unwrap()], true);
-        assert_eq!(
-            policy.allow_cidrs(),
-            &["127.0.0.0/8".parse::<IpNet>().unwrap()]
-        );
+        assert_eq!(policy.allow_cidrs(), &["127.0.0.0/8".parse::<IpNet>().unwrap()]);
     }
 }

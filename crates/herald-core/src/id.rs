@@ -33,9 +33,8 @@ impl IdKind {
     ///
     /// Used to tell an id from a user-chosen `uid` when both are accepted in the same path segment.
     pub fn matches(self, s: &str) -> bool {
-        s.strip_prefix(self.prefix()).is_some_and(|rest| {
-            rest.len() == ENCODED_LEN && rest.bytes().all(|b| b.is_ascii_alphanumeric())
-        })
+        s.strip_prefix(self.prefix())
+            .is_some_and(|rest| rest.len() == ENCODED_LEN && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
     }
 }
 

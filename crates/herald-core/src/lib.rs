@@ -1,10 +1,12 @@
 //! Herald's pure domain logic: identifiers, the retry policy, the classification of attempt outcomes,
 //! the SSRF address policy and the delivery scheduler.
 //!
-//! Nothing in this crate performs I/O or reads a clock on its own, so every decision can be tested
-//! exhaustively with plain values (and a virtual clock for the scheduler).
+//! Nothing in this crate performs I/O, and no decision reads a clock on its own (only minting an id and
+//! [`clock::now_ms`], which the I/O shells call, do), so every decision can be tested exhaustively with
+//! plain values (and a virtual clock for the scheduler).
 
 pub mod address;
+pub mod clock;
 pub mod id;
 pub mod model;
 pub mod outcome;

@@ -46,8 +46,8 @@ pub struct EventType {
     pub updated_at: i64,
 }
 
-/// A receiver's URL and what it subscribes to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A receiver's URL and what it subscribes to. `Debug` leaves the secret out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// `ep_…` id.
     pub id: String,
@@ -79,6 +79,21 @@ pub struct Endpoint {
     pub created_at: i64,
     /// Last change.
     pub updated_at: i64,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("app_id", &self.app_id)
+            .field("uid", &self.uid)
+            .field("url", &self.url)
+            .field("filter_types", &self.filter_types)
+            .field("channels", &self.channels)
+            .field("disabled", &self.disabled)
+            .field("secret", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 impl Endpoint {
@@ -145,6 +160,18 @@ impl DeliveryStatus {
             DeliveryStatus::Dead => 3,
             DeliveryStatus::Cancelled => 4,
         }
+    }
+
+    /// The status stored as `code`, if it is one.
+    pub const fn from_code(code: i64) -> Option<Self> {
+        Some(match code {
+            0 => DeliveryStatus::Pending,
+            1 => DeliveryStatus::Delivered,
+            2 => DeliveryStatus::Failed,
+            3 => DeliveryStatus::Dead,
+            4 => DeliveryStatus::Cancelled,
+            _ => return None,
+        })
     }
 }
 

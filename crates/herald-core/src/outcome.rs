@@ -117,19 +117,12 @@ pub enum NextStep {
 /// `jitter` in `[-1, 1]` is drawn by the caller (see [`RetrySchedule::delay_after`]). A `Retry-After`
 /// longer than the scheduled delay wins, but never beyond the schedule's whole window, so one answer
 /// cannot park a delivery past the point where it would otherwise have died.
-pub fn next_step(
-    result: &AttemptResult,
-    attempts_made: u32,
-    schedule: &RetrySchedule,
-    jitter: f64,
-) -> NextStep {
+pub fn next_step(result: &AttemptResult, attempts_made: u32, schedule: &RetrySchedule, jitter: f64) -> NextStep {
     let class = OutcomeClass::of(result);
     match class {
         OutcomeClass::Success => return NextStep::Delivered,
         OutcomeClass::Gone => {
-            return NextStep::Failed {
-                disable_endpoint: true,
-            };
+            return NextStep::Failed { disable_endpoint: true };
         }
         OutcomeClass::ClientError => {
             return NextStep::Failed {
@@ -159,9 +152,7 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // Saturate absurd values; next_step bounds them by the schedule's window anyway.
-        return Some(Duration::from_secs(
-            value.parse::<u64>().unwrap_or(u64::MAX),
-        ));
+        return Some(Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX)));
     }
     let when = httpdate::parse_http_date(value).ok()?;
     Some(when.duration_since(now).unwrap_or(Duration::ZERO))
@@ -182,14 +173,11 @@ mod tests {
     fn classifies_every_status_family() {
         for code in 100..=599u16 {
             let class = OutcomeClass::of(&status(code));
-            let expected_retryable = !(200..300).contains(&code)
-                && (!(400..500).contains(&code) || [408, 425, 429].contains(&code));
+            let expected_retryable =
+                !(200..300).contains(&code) && (!(400..500).contains(&code) || [408, 425, 429].contains(&code));
             assert_eq!(class.is_retryable(), expected_retryable, "status {code}");
         }
-        assert_eq!(
-            OutcomeClass::of(&status(302)),
-            OutcomeClass::UnexpectedStatus
-        );
+        assert_eq!(OutcomeClass::of(&status(302)), OutcomeClass::UnexpectedStatus);
         assert_eq!(OutcomeClass::of(&status(410)), OutcomeClass::Gone);
         assert!(OutcomeClass::Timeout.is_retryable());
         assert!(OutcomeClass::ConnectError.is_retryable());
@@ -199,10 +187,7 @@ mod tests {
     #[test]
     fn next_step_follows_the_contract() {
         let schedule: RetrySchedule = "1s,2s".parse().unwrap();
-        assert_eq!(
-            next_step(&status(204), 1, &schedule, 0.0),
-            NextStep::Delivered
-        );
+        assert_eq!(next_step(&status(204), 1, &schedule, 0.0), NextStep::Delivered);
         assert_eq!(
             next_step(&status(400), 1, &schedule, 0.0),
             NextStep::Failed {
@@ -211,9 +196,7 @@ mod tests {
         );
         assert_eq!(
             next_step(&status(410), 1, &schedule, 0.0),
-            NextStep::Failed {
-                disable_endpoint: true
-            }
+            NextStep::Failed { disable_endpoint: true }
         );
         assert_eq!(
             next_step(&status(503), 1, &schedule, 0.0),
@@ -226,10 +209,7 @@ mod tests {
         assert_eq!(next_step(&status(500), 3, &schedule, 0.0), NextStep::Dead);
         assert_eq!(next_step(&status(301), 3, &schedule, 0.0), NextStep::Dead);
         // A success on the last attempt is still a success.
-        assert_eq!(
-            next_step(&status(200), 3, &schedule, 0.0),
-            NextStep::Delivered
-        );
+        assert_eq!(next_step(&status(200), 3, &schedule, 0.0), NextStep::Delivered);
     }
 
     #[test]
@@ -256,16 +236,10 @@ mod tests {
     #[test]
     fn parses_retry_after_forms() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        assert_eq!(
-            parse_retry_after("120", now),
-            Some(Duration::from_secs(120))
-        );
+        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
         assert_eq!(parse_retry_after(" 7 ", now), Some(Duration::from_secs(7)));
         let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
-        assert_eq!(
-            parse_retry_after(&later, now),
-            Some(Duration::from_secs(30))
-        );
+        assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(30)));
         let earlier = httpdate::fmt_http_date(now - Duration::from_secs(30));
         assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
         for bad in ["", "-1", "1.5", "soon", "Mon, 99 Foo"] {

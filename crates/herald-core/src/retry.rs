@@ -83,16 +83,7 @@ impl Default for RetrySchedule {
     fn default() -> Self {
         const MIN: u64 = 60;
         const HOUR: u64 = 3600;
-        let secs = [
-            5,
-            MIN,
-            5 * MIN,
-            30 * MIN,
-            2 * HOUR,
-            6 * HOUR,
-            12 * HOUR,
-            24 * HOUR,
-        ];
+        let secs = [5, MIN, 5 * MIN, 30 * MIN, 2 * HOUR, 6 * HOUR, 12 * HOUR, 24 * HOUR];
         Self {
             delays: secs.into_iter().map(Duration::from_secs).collect(),
         }
@@ -124,9 +115,7 @@ impl fmt::Display for RetrySchedule {
 /// Parse one human duration: an unsigned integer followed by `ms`, `s`, `m`, `h` or `d`.
 pub fn parse_duration(item: &str) -> Result<Duration, ScheduleError> {
     let invalid = || ScheduleError::InvalidDelay(item.to_owned());
-    let split = item
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(invalid)?;
+    let split = item.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
     let (digits, unit) = item.split_at(split);
     if digits.is_empty() {
         return Err(invalid());
@@ -149,12 +138,7 @@ pub fn parse_duration(item: &str) -> Result<Duration, ScheduleError> {
 /// Format a duration in the largest unit that divides it exactly (the inverse of [`parse_duration`]).
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [
-        ("d", 86_400_000u128),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
+    for (unit, size) in [("d", 86_400_000u128), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
         if ms != 0 && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
@@ -185,17 +169,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_schedules() {
-        for bad in [
-            "",
-            ",",
-            "5",
-            "s",
-            "5x",
-            "-5s",
-            "5 s",
-            "1.5s",
-            "99999999999999999999s",
-        ] {
+        for bad in ["", ",", "5", "s", "5x", "-5s", "5 s", "1.5s", "99999999999999999999s"] {
             assert!(bad.parse::<RetrySchedule>().is_err(), "{bad:?} accepted");
         }
         let long = vec!["1s"; RetrySchedule::MAX_LEN + 1].join(",");
@@ -210,11 +184,7 @@ mod tests {
     #[test]
     fn delay_after_walks_the_schedule_then_stops() {
         let s: RetrySchedule = "1s,2s".parse().unwrap();
-        assert_eq!(
-            s.delay_after(0, 0.0),
-            None,
-            "no attempt made yet: nothing to retry"
-        );
+        assert_eq!(s.delay_after(0, 0.0), None, "no attempt made yet: nothing to retry");
         assert_eq!(s.delay_after(1, 0.0), Some(Duration::from_secs(1)));
         assert_eq!(s.delay_after(2, 0.0), Some(Duration::from_secs(2)));
         assert_eq!(s.delay_after(3, 0.0), None, "third attempt was the last");
@@ -225,11 +195,7 @@ mod tests {
         let s: RetrySchedule = "10s".parse().unwrap();
         assert_eq!(s.delay_after(1, 1.0), Some(Duration::from_secs(12)));
         assert_eq!(s.delay_after(1, -1.0), Some(Duration::from_secs(8)));
-        assert_eq!(
-            s.delay_after(1, 7.0),
-            Some(Duration::from_secs(12)),
-            "clamped"
-        );
+        assert_eq!(s.delay_after(1, 7.0), Some(Duration::from_secs(12)), "clamped");
         for i in 0..=100 {
             let j = f64::from(i) / 50.0 - 1.0;
             let d = s.delay_after(1, j).unwrap();

@@ -15,7 +15,7 @@
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 
 /// A point in time in milliseconds, on whichever clock the caller uses consistently.
@@ -127,9 +127,7 @@ impl<J> EndpointQueue<J> {
     }
 
     fn can_send(&self) -> bool {
-        !self.limits.paused
-            && !self.ready.is_empty()
-            && self.in_flight < self.limits.max_concurrency.max(1)
+        !self.limits.paused && !self.ready.is_empty() && self.in_flight < self.limits.max_concurrency.max(1)
     }
 }
 
@@ -166,6 +164,10 @@ pub struct Scheduler<K, J> {
     ring: VecDeque<K>,
     timers: BinaryHeap<Reverse<Timer<K, J>>>,
     timer_order: u64,
+    /// Deliveries in flight across all endpoints (kept, not summed, so the hot loop stays O(1)).
+    in_flight: u64,
+    /// Endpoints with deliveries in the store beyond their window: the only ones a refill can concern.
+    overflowing: HashSet<K>,
 }
 
 impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
@@ -177,6 +179,8 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             ring: VecDeque::new(),
             timers: BinaryHeap::new(),
             timer_order: 0,
+            in_flight: 0,
+            overflowing: HashSet::new(),
         }
     }
 
@@ -195,15 +199,19 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     pub fn mark_backlog(&mut self, endpoint: K, limits: EndpointLimits) {
         let queue = self
             .endpoints
-            .entry(endpoint)
+            .entry(endpoint.clone())
             .or_insert_with(|| EndpointQueue::new(limits));
         queue.overflow = true;
+        self.overflowing.insert(endpoint);
     }
 
     /// Forget an endpoint and everything queued for it (it was deleted). In-flight results that arrive
     /// later are ignored.
     pub fn remove_endpoint(&mut self, endpoint: &K) {
-        self.endpoints.remove(endpoint);
+        if let Some(queue) = self.endpoints.remove(endpoint) {
+            self.in_flight -= u64::from(queue.in_flight);
+        }
+        self.overflowing.remove(endpoint);
         // Ring entries and timers of the removed endpoint are dropped lazily when reached.
     }
 
@@ -222,6 +230,7 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             if queue.refilling {
                 queue.deferred_while_refilling = true;
             }
+            self.overflowing.insert(endpoint);
             return Offer::Deferred;
         }
         queue.cursor = seq;
@@ -235,8 +244,11 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     pub fn refills_wanted(&mut self) -> Vec<Refill<K>> {
         let window = self.config.window;
         let mut wanted = Vec::new();
-        for (key, queue) in &mut self.endpoints {
-            if queue.overflow && !queue.refilling && queue.resident <= window / 2 {
+        for key in &self.overflowing {
+            let Some(queue) = self.endpoints.get_mut(key) else {
+                continue;
+            };
+            if !queue.refilling && queue.resident <= window / 2 {
                 queue.refilling = true;
                 queue.deferred_while_refilling = false;
                 wanted.push(Refill {
@@ -250,19 +262,14 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     }
 
     /// The answer to a refill: the deliveries read (in `seq` order) and whether the store had no more.
-    pub fn refilled(
-        &mut self,
-        endpoint: K,
-        loaded: Vec<Loaded<J>>,
-        store_exhausted: bool,
-        now: Millis,
-    ) {
+    pub fn refilled(&mut self, endpoint: K, loaded: Vec<Loaded<J>>, store_exhausted: bool, now: Millis) {
         let Some(queue) = self.endpoints.get_mut(&endpoint) else {
             return;
         };
         queue.refilling = false;
         if store_exhausted && !queue.deferred_while_refilling {
             queue.overflow = false;
+            self.overflowing.remove(&endpoint);
         }
         let mut fresh = Vec::with_capacity(loaded.len());
         for item in loaded {
@@ -293,6 +300,7 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
                 continue;
             };
             queue.in_flight += 1;
+            self.in_flight += 1;
             if queue.can_send() {
                 self.ring.push_back(key.clone());
             } else {
@@ -308,7 +316,10 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
         let Some(queue) = self.endpoints.get_mut(&endpoint) else {
             return;
         };
-        queue.in_flight = queue.in_flight.saturating_sub(1);
+        if queue.in_flight > 0 {
+            queue.in_flight -= 1;
+            self.in_flight -= 1;
+        }
         match finished {
             Finished::Done => queue.resident = queue.resident.saturating_sub(1),
             Finished::RetryAt(due, job) => self.place(endpoint.clone(), due, job, now),
@@ -330,10 +341,7 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
 
     /// Deliveries in flight across all endpoints.
     pub fn total_in_flight(&self) -> u64 {
-        self.endpoints
-            .values()
-            .map(|q| u64::from(q.in_flight))
-            .sum()
+        self.in_flight
     }
 
     fn place(&mut self, endpoint: K, due: Millis, job: J, now: Millis) {

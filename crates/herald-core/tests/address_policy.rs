@@ -8,10 +8,7 @@ use herald_core::address::{AddressDenied, AddressPolicy, DenyRule, TargetHost, U
 use ipnet::IpNet;
 use proptest::prelude::*;
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/vectors/ssrf-urls.txt"
-);
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/ssrf-urls.txt");
 
 /// The deny list exactly as STACK.md / the brief write it, plus the documented extras (`::/8` reserved,
 /// `3fff::/20` documentation), and the embedding forms that are denied as a whole (`::ffff:0:0/96`, `::/96`).
@@ -73,8 +70,7 @@ fn net(s: &str) -> IpNet {
 
 /// Sections of the vectors file: (section letter, lines), comments and blanks dropped.
 fn vector_sections() -> Vec<(char, Vec<String>)> {
-    let text =
-        std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("reading {VECTORS}: {e}"));
+    let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("reading {VECTORS}: {e}"));
     let mut sections: Vec<(char, Vec<String>)> = Vec::new();
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
@@ -211,10 +207,7 @@ fn http_only_when_allowed() {
         "blob:https://example.com/x",
     ] {
         assert!(
-            matches!(
-                with_http.check_url(url),
-                Err(UrlRejected::SchemeNotAllowed(_))
-            ),
+            matches!(with_http.check_url(url), Err(UrlRejected::SchemeNotAllowed(_))),
             "{url}"
         );
     }
@@ -227,14 +220,8 @@ fn allowlist_opens_only_its_range() {
     p.check_ip(ip("127.0.0.1")).unwrap();
     p.check_ip(ip("::ffff:127.0.0.1")).unwrap();
     p.check_ip(ip("127.255.0.9")).unwrap();
-    assert_eq!(
-        p.check_ip(ip("10.0.0.1")).unwrap_err().rule,
-        DenyRule::Private
-    );
-    assert_eq!(
-        p.check_ip(ip("::ffff:10.0.0.1")).unwrap_err().rule,
-        DenyRule::Private
-    );
+    assert_eq!(p.check_ip(ip("10.0.0.1")).unwrap_err().rule, DenyRule::Private);
+    assert_eq!(p.check_ip(ip("::ffff:10.0.0.1")).unwrap_err().rule, DenyRule::Private);
     // ::1 is not an alias of 127.0.0.1; it needs its own entry.
     assert_eq!(p.check_ip(ip("::1")).unwrap_err().rule, DenyRule::Loopback);
     // With 127.0.0.1 allowlisted, localhost names are acceptable (the resolver still vets what they resolve to).
@@ -242,31 +229,20 @@ fn allowlist_opens_only_its_range() {
     assert_eq!(t.host, TargetHost::Domain("localhost".into()));
     assert_eq!(t.port, 8080);
     p.check_url("http://[::ffff:127.0.0.1]:8080/hook").unwrap();
-    assert!(matches!(
-        p.check_url("http://10.0.0.1/"),
-        Err(UrlRejected::Denied(_))
-    ));
+    assert!(matches!(p.check_url("http://10.0.0.1/"), Err(UrlRejected::Denied(_))));
 
     let v6 = AddressPolicy::new(vec![net("fd00:ec2::/32"), net("::1/128")], false);
     v6.check_ip(ip("fd00:ec2::254")).unwrap();
     v6.check_ip(ip("::1")).unwrap();
     assert!(v6.check_ip(ip("fd01::1")).is_err());
     // Allowlisting ::1 does not allowlist 127.0.0.1, so localhost names stay refused.
-    assert_eq!(
-        v6.check_url("https://localhost/"),
-        Err(UrlRejected::LocalhostName)
-    );
+    assert_eq!(v6.check_url("https://localhost/"), Err(UrlRejected::LocalhostName));
 }
 
 #[test]
 fn allowlist_applies_to_embedded_ipv4() {
     let p = AddressPolicy::new(vec![net("10.0.0.0/8")], false);
-    for a in [
-        "::ffff:10.1.2.3",
-        "::10.1.2.3",
-        "64:ff9b::a01:203",
-        "2002:a01:203::1",
-    ] {
+    for a in ["::ffff:10.1.2.3", "::10.1.2.3", "64:ff9b::a01:203", "2002:a01:203::1"] {
         p.check_ip(ip(a)).unwrap_or_else(|e| panic!("{a}: {e}"));
     }
     assert!(p.check_ip(ip("::ffff:192.168.0.1")).is_err());
@@ -301,10 +277,7 @@ fn whatwg_normalises_obfuscated_ipv4_before_the_check() {
         let t = p.check_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
         assert_eq!(t.host, TargetHost::Ip(ip(want)), "{url}");
         // And the strict policy refuses every one of them.
-        assert!(
-            matches!(strict().check_url(url), Err(UrlRejected::Denied(_))),
-            "{url}"
-        );
+        assert!(matches!(strict().check_url(url), Err(UrlRejected::Denied(_))), "{url}");
     }
 }
 
@@ -335,11 +308,7 @@ fn localhost_names_are_rejected_in_every_spelling() {
         "http://ｌｏｃａｌｈｏｓｔ/",
         "https://user:pw@localhost:443/",
     ] {
-        assert_eq!(
-            strict().check_url(url),
-            Err(UrlRejected::LocalhostName),
-            "{url}"
-        );
+        assert_eq!(strict().check_url(url), Err(UrlRejected::LocalhostName), "{url}");
     }
     // Names that merely contain the word are ordinary domains.
     for url in [
@@ -395,13 +364,9 @@ fn malformed_hosts_are_rejected() {
 
 #[test]
 fn userinfo_is_ignored_the_host_counts() {
-    let t = strict()
-        .check_url("https://user:pass@example.com/hook")
-        .unwrap();
+    let t = strict().check_url("https://user:pass@example.com/hook").unwrap();
     assert_eq!(t.host, TargetHost::Domain("example.com".into()));
-    let t = strict()
-        .check_url("https://127.0.0.1@example.com/")
-        .unwrap();
+    let t = strict().check_url("https://127.0.0.1@example.com/").unwrap();
     assert_eq!(t.host, TargetHost::Domain("example.com".into()));
     assert!(matches!(
         strict().check_url("https://example.com@127.0.0.1/"),
@@ -411,9 +376,7 @@ fn userinfo_is_ignored_the_host_counts() {
 
 #[test]
 fn rejection_messages_are_user_facing() {
-    let e = strict()
-        .check_url("http://127.0.0.1:8080/hook")
-        .unwrap_err();
+    let e = strict().check_url("http://127.0.0.1:8080/hook").unwrap_err();
     assert_eq!(
         e.to_string(),
         "endpoint URL host is not allowed: 127.0.0.1 is loopback (127.0.0.0/8)"
@@ -422,18 +385,13 @@ fn rejection_messages_are_user_facing() {
     let e = strict().check_url("file:///etc/passwd").unwrap_err();
     assert!(e.to_string().contains("`file`"), "{e}");
     assert_eq!(e.code(), "scheme_not_allowed");
-    let e = strict()
-        .check_url("http://[::ffff:a9fe:a9fe]/")
-        .unwrap_err();
+    let e = strict().check_url("http://[::ffff:a9fe:a9fe]/").unwrap_err();
     assert_eq!(
         e.to_string(),
         "endpoint URL host is not allowed: ::ffff:169.254.169.254 embeds 169.254.169.254, which is link-local (169.254.0.0/16)"
     );
     assert_eq!(UrlRejected::LocalhostName.code(), "localhost_name");
-    assert_eq!(
-        UrlRejected::MissingHost.to_string(),
-        "endpoint URL has no host"
-    );
+    assert_eq!(UrlRejected::MissingHost.to_string(), "endpoint URL has no host");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -442,12 +400,7 @@ fn rejection_messages_are_user_facing() {
 
 /// (rule, stable code, sample addresses, expected CIDR for the first sample)
 const RULE_SAMPLES: &[(DenyRule, &str, &[&str], &str)] = &[
-    (
-        DenyRule::Unspecified,
-        "unspecified",
-        &["0.0.0.0", "::"],
-        "0.0.0.0/32",
-    ),
+    (DenyRule::Unspecified, "unspecified", &["0.0.0.0", "::"], "0.0.0.0/32"),
     (
         DenyRule::ThisNetwork,
         "this_network",
@@ -481,25 +434,13 @@ const RULE_SAMPLES: &[(DenyRule, &str, &[&str], &str)] = &[
     (
         DenyRule::IetfProtocol,
         "ietf_protocol",
-        &[
-            "192.0.0.1",
-            "192.0.0.170",
-            "2001:1::1",
-            "2001:20::1",
-            "2001:1ff::1",
-        ],
+        &["192.0.0.1", "192.0.0.170", "2001:1::1", "2001:20::1", "2001:1ff::1"],
         "192.0.0.0/24",
     ),
     (
         DenyRule::Documentation,
         "documentation",
-        &[
-            "192.0.2.1",
-            "198.51.100.7",
-            "203.0.113.200",
-            "2001:db8::1",
-            "3fff::1",
-        ],
+        &["192.0.2.1", "198.51.100.7", "203.0.113.200", "2001:db8::1", "3fff::1"],
         "192.0.2.0/24",
     ),
     (
@@ -538,12 +479,7 @@ const RULE_SAMPLES: &[(DenyRule, &str, &[&str], &str)] = &[
         &["fc00::1", "fd00:ec2::254", "fd12:3456::1"],
         "fc00::/7",
     ),
-    (
-        DenyRule::SiteLocal,
-        "site_local",
-        &["fec0::1", "feff::1"],
-        "fec0::/10",
-    ),
+    (DenyRule::SiteLocal, "site_local", &["fec0::1", "feff::1"], "fec0::/10"),
     (
         DenyRule::Ipv4Mapped,
         "ipv4_mapped",
@@ -559,11 +495,7 @@ const RULE_SAMPLES: &[(DenyRule, &str, &[&str], &str)] = &[
     (
         DenyRule::Nat64,
         "nat64",
-        &[
-            "64:ff9b::5db8:d70e",
-            "64:ff9b::1.1.1.1",
-            "64:ff9b:1::5db8:d70e",
-        ],
+        &["64:ff9b::5db8:d70e", "64:ff9b::1.1.1.1", "64:ff9b:1::5db8:d70e"],
         "64:ff9b::/96",
     ),
     (
@@ -620,11 +552,7 @@ fn each_rule_denies_its_samples_with_its_code_and_cidr() {
                 IpAddr::V4(a) => format!("https://{a}/"),
                 IpAddr::V6(a) => format!("https://[{a}]/"),
             };
-            assert_eq!(
-                strict().check_url(&url),
-                Err(UrlRejected::Denied(denied)),
-                "{url}"
-            );
+            assert_eq!(strict().check_url(&url), Err(UrlRejected::Denied(denied)), "{url}");
         }
         // Display on the rule lists the family's CIDRs.
         let shown = rule.to_string();
@@ -639,24 +567,15 @@ fn each_rule_denies_its_samples_with_its_code_and_cidr() {
 fn loopback_message_matches_the_documented_example() {
     let d = strict().check_ip(ip("127.0.0.1")).unwrap_err();
     assert_eq!(d.to_string(), "127.0.0.1 is loopback (127.0.0.0/8)");
-    assert_eq!(
-        DenyRule::Loopback.to_string(),
-        "loopback (127.0.0.0/8, ::1/128)"
-    );
+    assert_eq!(DenyRule::Loopback.to_string(), "loopback (127.0.0.0/8, ::1/128)");
 }
 
 #[test]
 fn implementation_ranges_match_the_spec_list() {
     let spec = spec_nets();
-    let ours: Vec<IpNet> = DenyRule::ALL
-        .iter()
-        .flat_map(|r| r.ranges().iter().copied())
-        .collect();
+    let ours: Vec<IpNet> = DenyRule::ALL.iter().flat_map(|r| r.ranges().iter().copied()).collect();
     for n in &spec {
-        assert!(
-            ours.iter().any(|o| o.contains(n)),
-            "spec range {n} not covered"
-        );
+        assert!(ours.iter().any(|o| o.contains(n)), "spec range {n} not covered");
     }
     for o in &ours {
         assert!(
@@ -685,18 +604,13 @@ fn inside(net: IpNet, bits: u128) -> IpAddr {
 }
 
 fn spec_v4_nets() -> Vec<IpNet> {
-    spec_nets()
-        .into_iter()
-        .filter(|n| matches!(n, IpNet::V4(_)))
-        .collect()
+    spec_nets().into_iter().filter(|n| matches!(n, IpNet::V4(_))).collect()
 }
 
 fn denied_v4() -> impl Strategy<Value = Ipv4Addr> {
-    (proptest::sample::select(spec_v4_nets()), any::<u128>()).prop_map(|(n, bits)| {
-        match inside(n, bits) {
-            IpAddr::V4(a) => a,
-            IpAddr::V6(_) => unreachable!(),
-        }
+    (proptest::sample::select(spec_v4_nets()), any::<u128>()).prop_map(|(n, bits)| match inside(n, bits) {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => unreachable!(),
     })
 }
 

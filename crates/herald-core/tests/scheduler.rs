@@ -123,20 +123,8 @@ fn window_overflow_defers_then_refills_in_order() {
     assert!(s.refills_wanted().is_empty(), "one refill at a time");
     // While the refill reads, another offer arrives: it is deferred and must not be forgotten.
     assert_eq!(s.offer("a", 6, 0, 6, 0), Offer::Deferred);
-    s.refilled(
-        "a",
-        vec![Loaded {
-            seq: 5,
-            due: 0,
-            job: 5,
-        }],
-        true,
-        0,
-    );
-    assert!(
-        s.refills_wanted().is_empty(),
-        "three resident: above half the window"
-    );
+    s.refilled("a", vec![Loaded { seq: 5, due: 0, job: 5 }], true, 0);
+    assert!(s.refills_wanted().is_empty(), "three resident: above half the window");
     let mut sent = Vec::new();
     for _ in 0..2 {
         let (k, job) = s.next(0).unwrap();
@@ -151,16 +139,7 @@ fn window_overflow_defers_then_refills_in_order() {
         "seq 6 may have been missed by the refill, so read again"
     );
     assert_eq!(again[0].after_seq, 5);
-    s.refilled(
-        "a",
-        vec![Loaded {
-            seq: 6,
-            due: 0,
-            job: 6,
-        }],
-        true,
-        0,
-    );
+    s.refilled("a", vec![Loaded { seq: 6, due: 0, job: 6 }], true, 0);
     assert!(s.refills_wanted().is_empty());
     // Ingest's own copy of 6 arriving late changes nothing.
     assert_eq!(s.offer("a", 6, 0, 6, 0), Offer::AlreadyResident);
@@ -175,16 +154,7 @@ fn backlog_marked_at_start_is_refilled() {
     let wanted = s.refills_wanted();
     assert_eq!(wanted.len(), 1);
     assert_eq!((wanted[0].after_seq, wanted[0].limit), (0, 10));
-    s.refilled(
-        "a",
-        vec![Loaded {
-            seq: 7,
-            due: 0,
-            job: 7,
-        }],
-        true,
-        0,
-    );
+    s.refilled("a", vec![Loaded { seq: 7, due: 0, job: 7 }], true, 0);
     assert_eq!(s.next(0), Some(("a", 7)));
 }
 

@@ -11,17 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
-use herald_core::address::{AddressPolicy, TargetHost};
+use herald_core::address::AddressPolicy;
 use herald_core::outcome::{AttemptResult, parse_retry_after};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Looks up the addresses of a host name. Pluggable so tests can answer without DNS.
 pub trait HostResolver: Send + Sync + 'static {
     /// Resolve `host` to its addresses.
-    fn lookup(
-        &self,
-        host: &str,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>>;
+    fn lookup(&self, host: &str) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>>;
 }
 
 /// The system resolver (hickory, configured from `/etc/resolv.conf`).
@@ -41,17 +38,11 @@ impl SystemResolver {
 }
 
 impl HostResolver for SystemResolver {
-    fn lookup(
-        &self,
-        host: &str,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>> {
+    fn lookup(&self, host: &str) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>> {
         let resolver = self.inner.clone();
         let host = host.to_owned();
         Box::pin(async move {
-            let found = resolver
-                .lookup_ip(host.as_str())
-                .await
-                .map_err(|e| e.to_string())?;
+            let found = resolver.lookup_ip(host.as_str()).await.map_err(|e| e.to_string())?;
             Ok(found.iter().collect())
         })
     }
@@ -198,11 +189,7 @@ impl DeliveryClient {
                 policy: policy.clone(),
             }))
             .build()?;
-        Ok(Self {
-            http,
-            policy,
-            config,
-        })
+        Ok(Self { http, policy, config })
     }
 
     /// The address policy in force.
@@ -211,12 +198,7 @@ impl DeliveryClient {
     }
 
     /// POST `body` to `url` with `headers`, and classify what happened.
-    pub async fn post(
-        &self,
-        url: &str,
-        headers: reqwest::header::HeaderMap,
-        body: bytes::Bytes,
-    ) -> Response {
+    pub async fn post(&self, url: &str, headers: reqwest::header::HeaderMap, body: bytes::Bytes) -> Response {
         let started = Instant::now();
         let finish = |result, body: String| Response {
             result,
@@ -227,20 +209,12 @@ impl DeliveryClient {
             Ok(target) => target,
             Err(rejected) => return finish(AttemptResult::Blocked, format!("blocked: {rejected}")),
         };
-        if let TargetHost::Ip(ip) = target.host {
-            // Literals never reach the resolver; check_url has vetted them, including mapped forms.
-            debug_assert!(self.policy.check_ip(ip).is_ok());
-        }
-        let sent = self
-            .http
-            .post(target.url)
-            .headers(headers)
-            .body(body)
-            .send()
-            .await;
+        // IP literals never reach the resolver; check_url has vetted them (mapped forms included).
+        let sent = self.http.post(target.url).headers(headers).body(body).send().await;
         let response = match sent {
             Ok(response) => response,
-            Err(error) => return finish(classify_error(&error), describe_error(&error)),
+            // Without the URL: it may carry userinfo credentials, which must not reach the attempt log.
+            Err(error) => return finish(classify_error(&error), describe_error(&error.without_url())),
         };
         let status = response.status().as_u16();
         let retry_after = response
@@ -249,13 +223,7 @@ impl DeliveryClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
         let body = read_capped(response, self.config.max_response_bytes).await;
-        finish(
-            AttemptResult::Response {
-                status,
-                retry_after,
-            },
-            body,
-        )
+        finish(AttemptResult::Response { status, retry_after }, body)
     }
 }
 

@@ -1,31 +1,34 @@
-//! The async shell around the scheduler: one task owns the [`Scheduler`] and feeds it events; each send
-//! runs as its own task and reports back.
+//! The async shell around the scheduler: one task owns the [`Scheduler`] and feeds it events; each
+//! attempt runs as its own task and reports back.
 //!
 //! Events the loop handles:
 //! - deliveries committed by ingest (the store's commit feed, in commit order);
-//! - outcomes of finished sends (which also go to the batched result writer);
+//! - outcomes of finished attempts (whose records go to the batched result writer);
 //! - backlog refills read from the store;
 //! - endpoint (re)loads, after the API changed an endpoint or when an endpoint is first seen;
 //! - the clock, when the earliest retry timer is due.
 //!
 //! The loop itself never waits on the database or the network, so one slow endpoint or a slow query can
 //! delay nobody else's dispatch.
+//!
+//! Endpoint records are loaded one at a time per endpoint: a change that arrives while a load is running
+//! marks the endpoint dirty and the load is repeated, so the engine always ends on the latest committed
+//! record (a URL, secret or disabled flag changed by the API is never overtaken by an older read).
+//! A deleted endpoint is remembered, so nothing can bring its queue back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::Bytes;
-use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
-use herald_core::outcome::{NextStep, OutcomeClass, next_step};
+use herald_core::clock::now_ms;
+use herald_core::model::Endpoint;
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{EndpointLimits, Finished, Loaded, Scheduler, SchedulerConfig};
 use herald_signature::HmacSecret;
 use herald_store::{AttemptRecord, CommitFeed, PendingDelivery, SharedStore, StoreError};
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio::sync::mpsc;
 
+use crate::attempt::{AttemptTask, Job, Outcome};
 use crate::client::DeliveryClient;
 
 /// Settings of the delivery engine.
@@ -52,15 +55,6 @@ impl Default for EngineConfig {
     }
 }
 
-/// One delivery as the scheduler holds it.
-#[derive(Debug, Clone)]
-struct Job {
-    seq: i64,
-    message: Arc<Message>,
-    /// Attempts already made.
-    attempts: u32,
-}
-
 /// An endpoint as the engine needs it: its record and its parsed signing key.
 struct EndpointEntry {
     endpoint: Arc<Endpoint>,
@@ -68,21 +62,20 @@ struct EndpointEntry {
 }
 
 enum Event {
-    Sent {
+    Attempted {
         endpoint: Arc<str>,
-        finished: Finished<Job>,
-        disable: bool,
+        outcome: Outcome,
     },
     Refilled {
         endpoint: Arc<str>,
         loaded: Vec<PendingDelivery>,
         exhausted: bool,
     },
-    /// Boxed: an endpoint record is large and this event is rare.
     RefillFailed {
         endpoint: Arc<str>,
     },
-    EndpointLoaded(Box<Endpoint>),
+    /// Boxed: an endpoint record is large and this event is rare.
+    EndpointLoaded(Arc<str>, Box<Endpoint>),
     EndpointGone(Arc<str>),
     EndpointChanged(String),
 }
@@ -96,9 +89,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
     pub fn endpoint_changed(&self, endpoint_id: &str) {
-        let _ = self
-            .events
-            .send(Event::EndpointChanged(endpoint_id.to_owned()));
+        let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned()));
     }
 }
 
@@ -109,15 +100,13 @@ pub struct Engine {
     config: EngineConfig,
     scheduler: Scheduler<Arc<str>, Job>,
     endpoints: HashMap<Arc<str>, EndpointEntry>,
+    /// Endpoints with a load running; `true` when a change arrived meanwhile (load again).
+    loading: HashMap<Arc<str>, bool>,
+    /// Endpoints that were deleted.
+    removed: HashSet<Arc<str>>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
     results: mpsc::Sender<AttemptRecord>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Engine {
@@ -136,21 +125,19 @@ impl Engine {
         let mut engine = Engine {
             store: store.clone(),
             client,
-            scheduler: Scheduler::new(SchedulerConfig {
-                window: config.window,
-            }),
+            scheduler: Scheduler::new(SchedulerConfig { window: config.window }),
             config,
             endpoints: HashMap::new(),
+            loading: HashMap::new(),
+            removed: HashSet::new(),
             events_tx: events_tx.clone(),
             events,
             results,
         };
         for endpoint_id in store.endpoints_with_pending().await? {
             let key: Arc<str> = Arc::from(endpoint_id.as_str());
-            engine
-                .scheduler
-                .mark_backlog(key.clone(), engine.unloaded_limits());
-            engine.load_endpoint(key);
+            engine.scheduler.mark_backlog(key.clone(), engine.unloaded_limits());
+            engine.request_load(key);
         }
         tokio::spawn(engine.run(feed));
         Ok(EngineHandle { events: events_tx })
@@ -191,21 +178,26 @@ impl Engine {
                 break;
             };
             let Some(entry) = self.endpoints.get(&key) else {
-                // Unreachable in practice: endpoints without a record stay paused.
-                self.scheduler.finish(key, Finished::Done, now);
+                // Endpoints stay paused until loaded, so this means the record was dropped while work
+                // was ready. Keep the delivery (it is still pending in the store) and look again later.
+                tracing::error!(endpoint = %key, "delivery ready for an endpoint with no record; retrying later");
+                self.scheduler.finish(key, Finished::RetryAt(now + 1_000, job), now);
                 continue;
             };
-            let send = Send {
-                key,
+            let task = AttemptTask {
                 endpoint: entry.endpoint.clone(),
                 secret: entry.secret.clone(),
                 job,
                 client: self.client.clone(),
                 schedule: self.config.schedule.clone(),
-                events: self.events_tx.clone(),
-                results: self.results.clone(),
             };
-            tokio::spawn(send.run());
+            let events = self.events_tx.clone();
+            let results = self.results.clone();
+            tokio::spawn(async move {
+                let (record, outcome) = task.run().await;
+                let _ = results.send(record).await;
+                let _ = events.send(Event::Attempted { endpoint: key, outcome });
+            });
         }
     }
 
@@ -242,7 +234,9 @@ impl Engine {
     fn accept_committed(&mut self, batch: Vec<PendingDelivery>) {
         let now = now_ms();
         for delivery in batch {
-            let key = self.key_for(&delivery.endpoint_id);
+            let Some(key) = self.key_for(&delivery.endpoint_id) else {
+                continue;
+            };
             let job = Job {
                 seq: delivery.seq,
                 message: delivery.message,
@@ -253,28 +247,37 @@ impl Engine {
         }
     }
 
-    /// The scheduler key of an endpoint, registering (and loading) it on first sight.
-    fn key_for(&mut self, endpoint_id: &str) -> Arc<str> {
+    /// The scheduler key of an endpoint, registering (and loading) it on first sight; `None` for a
+    /// deleted endpoint.
+    fn key_for(&mut self, endpoint_id: &str) -> Option<Arc<str>> {
+        if self.removed.contains(endpoint_id) {
+            return None;
+        }
         if let Some((key, _)) = self.endpoints.get_key_value(endpoint_id) {
-            return key.clone();
+            return Some(key.clone());
         }
         let key: Arc<str> = Arc::from(endpoint_id);
         if self.scheduler.endpoint_counts(&key).is_none() {
-            self.scheduler
-                .configure(key.clone(), self.unloaded_limits());
-            self.load_endpoint(key.clone());
+            self.scheduler.configure(key.clone(), self.unloaded_limits());
+            self.request_load(key.clone());
         }
-        key
+        Some(key)
     }
 
-    fn load_endpoint(&self, key: Arc<str>) {
+    /// Load an endpoint's record, one load at a time per endpoint.
+    fn request_load(&mut self, key: Arc<str>) {
+        if let Some(dirty) = self.loading.get_mut(&key) {
+            *dirty = true;
+            return;
+        }
+        self.loading.insert(key.clone(), false);
         let store = self.store.clone();
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(100);
             loop {
                 match store.get_endpoint_by_id(&key).await {
-                    Ok(endpoint) => break events.send(Event::EndpointLoaded(Box::new(endpoint))),
+                    Ok(endpoint) => break events.send(Event::EndpointLoaded(key, Box::new(endpoint))),
                     Err(StoreError::NotFound) => break events.send(Event::EndpointGone(key)),
                     Err(error) => {
                         tracing::warn!(%error, endpoint = %key, "loading endpoint failed; retrying");
@@ -286,29 +289,30 @@ impl Engine {
         });
     }
 
+    /// A load finished; `true` if its result is current (no change arrived while it ran).
+    fn load_finished(&mut self, key: &Arc<str>) -> bool {
+        let dirty = self.loading.remove(key).unwrap_or(false);
+        if dirty {
+            self.request_load(key.clone());
+        }
+        !dirty
+    }
+
+    fn limits_of(&self, endpoint: &Endpoint) -> EndpointLimits {
+        EndpointLimits {
+            max_concurrency: self.config.endpoint_concurrency,
+            paused: endpoint.disabled,
+        }
+    }
+
     fn handle(&mut self, event: Event) {
         let now = now_ms();
         match event {
-            Event::Sent {
-                endpoint,
-                finished,
-                disable,
-            } => {
-                if disable {
-                    if let Some(entry) = self.endpoints.get_mut(&endpoint) {
-                        let mut record = (*entry.endpoint).clone();
-                        record.disabled = true;
-                        entry.endpoint = Arc::new(record);
-                    }
-                    self.scheduler.configure(
-                        endpoint.clone(),
-                        EndpointLimits {
-                            max_concurrency: self.config.endpoint_concurrency,
-                            paused: true,
-                        },
-                    );
+            Event::Attempted { endpoint, outcome } => {
+                if outcome.disable_endpoint {
+                    self.disable(&endpoint);
                 }
-                self.scheduler.finish(endpoint, finished, now);
+                self.scheduler.finish(endpoint, outcome.finished, now);
             }
             Event::Refilled {
                 endpoint,
@@ -329,14 +333,11 @@ impl Engine {
                     .collect();
                 self.scheduler.refilled(endpoint, loaded, exhausted, now);
             }
-            Event::RefillFailed { endpoint } => {
-                self.scheduler.refilled(endpoint, Vec::new(), false, now)
-            }
-            Event::EndpointLoaded(endpoint) => {
-                let key: Arc<str> = match self.endpoints.get_key_value(endpoint.id.as_str()) {
-                    Some((key, _)) => key.clone(),
-                    None => Arc::from(endpoint.id.as_str()),
-                };
+            Event::RefillFailed { endpoint } => self.scheduler.refilled(endpoint, Vec::new(), false, now),
+            Event::EndpointLoaded(key, endpoint) => {
+                if !self.load_finished(&key) || self.removed.contains(&key) {
+                    return;
+                }
                 let secret = match HmacSecret::parse(&endpoint.secret) {
                     Ok(secret) => Some(Arc::new(secret)),
                     Err(error) => {
@@ -344,10 +345,7 @@ impl Engine {
                         None
                     }
                 };
-                let limits = EndpointLimits {
-                    max_concurrency: self.config.endpoint_concurrency,
-                    paused: endpoint.disabled,
-                };
+                let limits = self.limits_of(&endpoint);
                 self.endpoints.insert(
                     key.clone(),
                     EndpointEntry {
@@ -358,18 +356,42 @@ impl Engine {
                 self.scheduler.configure(key, limits);
             }
             Event::EndpointGone(key) => {
+                self.loading.remove(&key);
                 self.endpoints.remove(&key);
                 self.scheduler.remove_endpoint(&key);
+                self.removed.insert(key);
             }
             Event::EndpointChanged(id) => {
-                let key = match self.endpoints.get_key_value(id.as_str()) {
-                    Some((key, _)) => key.clone(),
-                    // Not seen yet: it will be loaded when a delivery for it first arrives.
-                    None => return,
-                };
-                self.load_endpoint(key);
+                if self.removed.contains(id.as_str()) {
+                    return;
+                }
+                let known = self.endpoints.get_key_value(id.as_str()).map(|(k, _)| k.clone());
+                let key = known.unwrap_or_else(|| Arc::from(id.as_str()));
+                // Reload whatever the engine holds or is loading; an endpoint it has never seen is
+                // loaded when its first delivery arrives.
+                if self.endpoints.contains_key(&key)
+                    || self.loading.contains_key(&key)
+                    || self.scheduler.endpoint_counts(&key).is_some()
+                {
+                    self.request_load(key);
+                }
             }
         }
+    }
+
+    /// The endpoint answered 410 Gone: pause it now (the result writer records the disable).
+    fn disable(&mut self, key: &Arc<str>) {
+        let Some(entry) = self.endpoints.get_mut(key) else {
+            return;
+        };
+        let mut record = (*entry.endpoint).clone();
+        record.disabled = true;
+        entry.endpoint = Arc::new(record);
+        let limits = EndpointLimits {
+            max_concurrency: self.config.endpoint_concurrency,
+            paused: true,
+        };
+        self.scheduler.configure(key.clone(), limits);
     }
 }
 
@@ -378,123 +400,4 @@ async fn sleep_for(wake: Option<Duration>) {
         Some(duration) => tokio::time::sleep(duration).await,
         None => std::future::pending().await,
     }
-}
-
-/// One attempt in flight.
-struct Send {
-    key: Arc<str>,
-    endpoint: Arc<Endpoint>,
-    secret: Option<Arc<HmacSecret>>,
-    job: Job,
-    client: DeliveryClient,
-    schedule: RetrySchedule,
-    events: mpsc::UnboundedSender<Event>,
-    results: mpsc::Sender<AttemptRecord>,
-}
-
-impl Send {
-    async fn run(self) {
-        let message = &self.job.message;
-        let started_at = now_ms();
-        let response = match &self.secret {
-            Some(secret) => {
-                let headers = signed_headers(secret, message, started_at / 1000);
-                self.client
-                    .post(
-                        &self.endpoint.url,
-                        headers,
-                        Bytes::copy_from_slice(&message.payload),
-                    )
-                    .await
-            }
-            None => crate::client::Response {
-                result: herald_core::outcome::AttemptResult::ConnectError,
-                body: "the endpoint's signing secret is invalid".to_owned(),
-                duration: Duration::ZERO,
-            },
-        };
-        let attempt_number = self.job.attempts + 1;
-        let jitter = rand::random_range(-1.0..=1.0);
-        let step = next_step(&response.result, attempt_number, &self.schedule, jitter);
-        let class = OutcomeClass::of(&response.result);
-        let finished_at =
-            started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX);
-        let (status, next_at, finished, disable) = match step {
-            NextStep::Delivered => (
-                DeliveryStatus::Delivered,
-                finished_at,
-                Finished::Done,
-                false,
-            ),
-            NextStep::Failed { disable_endpoint } => (
-                DeliveryStatus::Failed,
-                finished_at,
-                Finished::Done,
-                disable_endpoint,
-            ),
-            NextStep::Dead => (DeliveryStatus::Dead, finished_at, Finished::Done, false),
-            NextStep::RetryIn(delay) => {
-                let due = finished_at + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2);
-                let job = Job {
-                    attempts: attempt_number,
-                    ..self.job.clone()
-                };
-                (
-                    DeliveryStatus::Pending,
-                    due,
-                    Finished::RetryAt(due, job),
-                    false,
-                )
-            }
-        };
-        let response_status = match response.result {
-            herald_core::outcome::AttemptResult::Response { status, .. } => Some(status),
-            _ => None,
-        };
-        let record = AttemptRecord {
-            delivery_seq: self.job.seq,
-            app_id: message.app_id.clone(),
-            attempt: Attempt {
-                id: new_id(IdKind::Attempt),
-                message_id: message.id.clone(),
-                endpoint_id: self.endpoint.id.clone(),
-                url: self.endpoint.url.clone(),
-                attempt_number,
-                success: status == DeliveryStatus::Delivered,
-                outcome: class.as_str().to_owned(),
-                response_status,
-                response: response.body,
-                duration_ms: finished_at - started_at,
-                trigger: AttemptTrigger::Scheduled,
-                created_at: started_at,
-            },
-            status,
-            next_attempt_at: next_at,
-            disable_endpoint: disable.then(|| "the endpoint answered 410 Gone".to_owned()),
-        };
-        let _ = self.results.send(record).await;
-        let _ = self.events.send(Event::Sent {
-            endpoint: self.key,
-            finished,
-            disable,
-        });
-    }
-}
-
-/// The Standard Webhooks headers for one attempt (the timestamp, hence the signature, is per attempt).
-fn signed_headers(secret: &HmacSecret, message: &Message, timestamp: i64) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(4);
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let signature = secret.sign(&message.id, timestamp, &message.payload);
-    // Ids are ASCII by construction, signatures are base64, timestamps digits: these never fail.
-    for (name, value) in [
-        (herald_signature::HEADER_ID, message.id.clone()),
-        (herald_signature::HEADER_TIMESTAMP, timestamp.to_string()),
-        (herald_signature::HEADER_SIGNATURE, signature),
-    ] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(name, value);
-        }
-    }
-    headers
 }

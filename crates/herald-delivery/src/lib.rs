@@ -3,8 +3,10 @@
 //! - [`client`]: the address-checked HTTP client that makes each attempt.
 //! - [`engine`]: the thin async shell around the pure [`herald_core::scheduler::Scheduler`]: it feeds the
 //!   scheduler new deliveries, results and clock ticks, and runs the sends it decides on.
+//! - `attempt`: one attempt (sign, send, classify, decide the next step).
 //! - `recorder`: the batched writer of attempt results.
 
+mod attempt;
 pub mod client;
 pub mod engine;
 mod recorder;

@@ -126,8 +126,7 @@ impl Config {
                 self.database_url
             );
         }
-        if self.max_payload_bytes == 0 || self.endpoint_concurrency == 0 || self.max_in_flight == 0
-        {
+        if self.max_payload_bytes == 0 || self.endpoint_concurrency == 0 || self.max_in_flight == 0 {
             bail!("max_payload_bytes, endpoint_concurrency and max_in_flight must be at least 1");
         }
         Ok(Settings {
@@ -172,10 +171,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_embedded_setup() {
-        let settings = Config::load(None, &Overrides::default())
-            .unwrap()
-            .settings()
-            .unwrap();
+        let settings = Config::load(None, &Overrides::default()).unwrap().settings().unwrap();
         assert_eq!(settings.listen.to_string(), "127.0.0.1:8040");
         assert_eq!(settings.database_url, "sqlite://./herald.db");
         assert_eq!(settings.retry_schedule.max_attempts(), 9);
@@ -220,17 +216,10 @@ mod tests {
             "unknown_key = 1",
         ] {
             std::fs::write(&path, bad).unwrap();
-            let result =
-                Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
+            let result = Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
             assert!(result.is_err(), "{bad} accepted");
         }
-        assert!(
-            Config::load(
-                Some(Path::new("/nonexistent/herald.toml")),
-                &Overrides::default()
-            )
-            .is_err()
-        );
+        assert!(Config::load(Some(Path::new("/nonexistent/herald.toml")), &Overrides::default()).is_err());
     }
 
     #[test]

@@ -40,9 +40,15 @@ impl Node {
             .await
             .with_context(|| format!("opening {}", settings.database_url))?;
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
-        let policy = Arc::new(AddressPolicy::new(settings.allow_private_cidrs.clone(), settings.allow_http));
-        let resolver: Arc<dyn HostResolver> =
-            Arc::new(SystemResolver::new().map_err(anyhow::Error::msg).context("DNS resolver")?);
+        let policy = Arc::new(AddressPolicy::new(
+            settings.allow_private_cidrs.clone(),
+            settings.allow_http,
+        ));
+        let resolver: Arc<dyn HostResolver> = Arc::new(
+            SystemResolver::new()
+                .map_err(anyhow::Error::msg)
+                .context("DNS resolver")?,
+        );
         let client_config = ClientConfig {
             connect_timeout: settings.connect_timeout,
             total_timeout: settings.request_timeout,
@@ -78,7 +84,12 @@ impl Node {
                 .await
                 .context("serving")
         });
-        Ok(Self { addr, generated_admin_token, shutdown: Some(shutdown), task })
+        Ok(Self {
+            addr,
+            generated_admin_token,
+            shutdown: Some(shutdown),
+            task,
+        })
     }
 
     /// Serve until `signal` completes, then stop accepting requests and finish the open ones.
@@ -107,7 +118,10 @@ async fn admin_token(store: &SharedStore, configured: Option<&str>) -> anyhow::R
         return Ok((digest, None));
     }
     let random: [u8; 32] = rand::random();
-    let token = format!("herald_admin_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random));
+    let token = format!(
+        "herald_admin_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
+    );
     let digest = token_digest(&token);
     store.meta_set(ADMIN_TOKEN_KEY, &hex::encode(digest)).await?;
     Ok((digest, Some(token)))

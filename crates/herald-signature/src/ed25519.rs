@@ -67,16 +67,11 @@ impl Ed25519SigningKey {
     pub fn parse(s: &str) -> Result<Self, SecretError> {
         let b64 = util::strip_key_prefix(s, WHSK)?;
         let bytes = Zeroizing::new(util::b64_decode_key(b64)?);
-        let pair: &[u8; 64] =
-            bytes
-                .as_slice()
-                .try_into()
-                .map_err(|_| SecretError::InvalidLength {
-                    expected: 64,
-                    actual: bytes.len(),
-                })?;
-        let key =
-            SigningKey::from_keypair_bytes(pair).map_err(|_| SecretError::MismatchedKeypair)?;
+        let pair: &[u8; 64] = bytes.as_slice().try_into().map_err(|_| SecretError::InvalidLength {
+            expected: 64,
+            actual: bytes.len(),
+        })?;
+        let key = SigningKey::from_keypair_bytes(pair).map_err(|_| SecretError::MismatchedKeypair)?;
         Ok(Self { key })
     }
 
@@ -187,14 +182,10 @@ impl Ed25519PublicKey {
     pub fn parse(s: &str) -> Result<Self, SecretError> {
         let b64 = util::strip_key_prefix(s, WHPK)?;
         let bytes = util::b64_decode_key(b64)?;
-        let raw: &[u8; 32] =
-            bytes
-                .as_slice()
-                .try_into()
-                .map_err(|_| SecretError::InvalidLength {
-                    expected: 32,
-                    actual: bytes.len(),
-                })?;
+        let raw: &[u8; 32] = bytes.as_slice().try_into().map_err(|_| SecretError::InvalidLength {
+            expected: 32,
+            actual: bytes.len(),
+        })?;
         Self::from_bytes(raw)
     }
 
@@ -218,9 +209,7 @@ impl Ed25519PublicKey {
 
 impl fmt::Debug for Ed25519PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Ed25519PublicKey")
-            .field(&self.to_whpk())
-            .finish()
+        f.debug_tuple("Ed25519PublicKey").field(&self.to_whpk()).finish()
     }
 }
 
@@ -320,9 +309,6 @@ mod tests {
             Err(SecretError::InvalidPublicKey)
         );
         assert_eq!(Ed25519PublicKey::parse("whpk_"), Err(SecretError::Empty));
-        assert_eq!(
-            Ed25519PublicKey::parse("whpk_%%"),
-            Err(SecretError::InvalidBase64)
-        );
+        assert_eq!(Ed25519PublicKey::parse("whpk_%%"), Err(SecretError::InvalidBase64));
     }
 }

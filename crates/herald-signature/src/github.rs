@@ -54,8 +54,7 @@ pub fn verify(secret: &[u8], header: &str, body: &[u8]) -> Result<(), VerifyErro
     hex::decode_to_slice(hex_sig, &mut tag).map_err(|_| VerifyError::MalformedSignatureHeader)?;
     let mut mac = util::hmac_sha256(secret);
     mac.update(body);
-    mac.verify_slice(&tag)
-        .map_err(|_| VerifyError::NoMatchingSignature)
+    mac.verify_slice(&tag).map_err(|_| VerifyError::NoMatchingSignature)
 }
 
 #[cfg(test)]
@@ -67,25 +66,12 @@ mod tests {
         let h = sign(b"k", b"body");
         assert_eq!(verify(b"k", &h, b"body"), Ok(()));
         assert_eq!(
-            verify(
-                b"k",
-                &h.to_uppercase().replace("SHA256=", "sha256="),
-                b"body"
-            ),
+            verify(b"k", &h.to_uppercase().replace("SHA256=", "sha256="), b"body"),
             Ok(())
         );
-        assert_eq!(
-            verify(b"k", &h, b"bodY"),
-            Err(VerifyError::NoMatchingSignature)
-        );
-        assert_eq!(
-            verify(b"K", &h, b"body"),
-            Err(VerifyError::NoMatchingSignature)
-        );
-        assert_eq!(
-            verify(b"k", "", b"body"),
-            Err(VerifyError::MissingHeader(HEADER))
-        );
+        assert_eq!(verify(b"k", &h, b"bodY"), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(verify(b"K", &h, b"body"), Err(VerifyError::NoMatchingSignature));
+        assert_eq!(verify(b"k", "", b"body"), Err(VerifyError::MissingHeader(HEADER)));
         assert_eq!(
             verify(b"k", "sha1=00", b"body"),
             Err(VerifyError::MalformedSignatureHeader)

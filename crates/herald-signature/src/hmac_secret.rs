@@ -121,10 +121,7 @@ impl HmacSecret {
     /// Verifiers in this crate reject negative timestamps, so sign with the
     /// real current time in seconds.
     pub fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-        format!(
-            "v1,{}",
-            util::b64_encode(&self.mac(msg_id, timestamp, body))
-        )
+        format!("v1,{}", util::b64_encode(&self.mac(msg_id, timestamp, body)))
     }
 
     /// The raw 32-byte HMAC-SHA256 of `{msg_id}.{timestamp}.{body}`.
@@ -182,19 +179,10 @@ mod tests {
     fn parse_rejects() {
         assert_eq!(HmacSecret::parse(""), Err(SecretError::Empty));
         assert_eq!(HmacSecret::parse("whsec_"), Err(SecretError::Empty));
-        assert_eq!(
-            HmacSecret::parse("whsec_!!!"),
-            Err(SecretError::InvalidBase64)
-        );
-        assert_eq!(
-            HmacSecret::parse("whsec_AAE CAwQ="),
-            Err(SecretError::InvalidBase64)
-        );
+        assert_eq!(HmacSecret::parse("whsec_!!!"), Err(SecretError::InvalidBase64));
+        assert_eq!(HmacSecret::parse("whsec_AAE CAwQ="), Err(SecretError::InvalidBase64));
         // URL-safe alphabet is not standard base64.
-        assert_eq!(
-            HmacSecret::parse("whsec_-_-_"),
-            Err(SecretError::InvalidBase64)
-        );
+        assert_eq!(HmacSecret::parse("whsec_-_-_"), Err(SecretError::InvalidBase64));
         assert!(matches!(
             HmacSecret::parse("whpk_AAECAwQ="),
             Err(SecretError::WrongPrefix { .. })

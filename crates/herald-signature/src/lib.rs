@@ -97,6 +97,5 @@ pub use crate::ed25519::{Ed25519PublicKey, Ed25519SigningKey};
 pub use crate::error::{SecretError, VerifyError};
 pub use crate::hmac_secret::HmacSecret;
 pub use crate::verify::{
-    DEFAULT_TOLERANCE, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, Verifier, VerifyKey,
-    signature_header,
+    DEFAULT_TOLERANCE, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, Verifier, VerifyKey, signature_header,
 };

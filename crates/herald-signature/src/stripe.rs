@@ -35,10 +35,7 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 ///
 /// Useful to test a Stripe receiver without Stripe.
 pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
-    format!(
-        "t={timestamp},v1={}",
-        hex::encode(mac(secret, timestamp, body))
-    )
+    format!("t={timestamp},v1={}", hex::encode(mac(secret, timestamp, body)))
 }
 
 /// Verifies a `Stripe-Signature` header against `secret`.
@@ -64,13 +61,7 @@ pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
 /// * [`VerifyError::TooOld`] / [`VerifyError::TooNew`] outside the tolerance;
 /// * [`VerifyError::NoMatchingSignature`] if no `v1` item matches (including
 ///   when there is none).
-pub fn verify(
-    secret: &str,
-    header: &str,
-    body: &[u8],
-    now_unix: i64,
-    tolerance: Duration,
-) -> Result<(), VerifyError> {
+pub fn verify(secret: &str, header: &str, body: &[u8], now_unix: i64, tolerance: Duration) -> Result<(), VerifyError> {
     if header.trim().is_empty() {
         return Err(VerifyError::MissingHeader(HEADER));
     }
@@ -85,8 +76,7 @@ pub fn verify(
     let matched = candidates.iter().any(|candidate| {
         let mut tag = [0u8; 32];
         // Wrong length or non-hex: cannot match.
-        hex::decode_to_slice(candidate, &mut tag).is_ok()
-            && template.clone().verify_slice(&tag).is_ok()
+        hex::decode_to_slice(candidate, &mut tag).is_ok() && template.clone().verify_slice(&tag).is_ok()
     });
     if matched {
         Ok(())
@@ -100,12 +90,7 @@ pub fn verify(
 /// # Errors
 ///
 /// As for [`verify`].
-pub fn verify_now(
-    secret: &str,
-    header: &str,
-    body: &[u8],
-    tolerance: Duration,
-) -> Result<(), VerifyError> {
+pub fn verify_now(secret: &str, header: &str, body: &[u8], tolerance: Duration) -> Result<(), VerifyError> {
     verify(secret, header, body, util::unix_now(), tolerance)
 }
 
@@ -155,10 +140,7 @@ mod tests {
             Err(VerifyError::NoMatchingSignature)
         );
         assert_eq!(verify("s", &h, b"body", 1300, TOL), Ok(()));
-        assert_eq!(
-            verify("s", &h, b"body", 1301, TOL),
-            Err(VerifyError::TooOld)
-        );
+        assert_eq!(verify("s", &h, b"body", 1301, TOL), Err(VerifyError::TooOld));
         assert_eq!(verify("s", &h, b"body", 700, TOL), Ok(()));
         assert_eq!(verify("s", &h, b"body", 699, TOL), Err(VerifyError::TooNew));
         assert_eq!(

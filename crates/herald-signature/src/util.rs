@@ -29,12 +29,7 @@ pub(crate) fn hmac_sha256(key: &[u8]) -> HmacSha256 {
 }
 
 /// Feeds `{msg_id}.{timestamp}.{body}` into `mac`.
-pub(crate) fn update_standard_content(
-    mac: &mut HmacSha256,
-    msg_id: &str,
-    timestamp: i64,
-    body: &[u8],
-) {
+pub(crate) fn update_standard_content(mac: &mut HmacSha256, msg_id: &str, timestamp: i64, body: &[u8]) {
     mac.update(msg_id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
@@ -77,10 +72,7 @@ pub(crate) fn b64_decode_key(s: &str) -> Result<Vec<u8>, SecretError> {
 ///
 /// A different known prefix is an error; no prefix at all is accepted. The
 /// remainder must not be empty.
-pub(crate) fn strip_key_prefix<'a>(
-    s: &'a str,
-    expected: &'static str,
-) -> Result<&'a str, SecretError> {
+pub(crate) fn strip_key_prefix<'a>(s: &'a str, expected: &'static str) -> Result<&'a str, SecretError> {
     let s = s.trim();
     let rest = match s.strip_prefix(expected) {
         Some(rest) => rest,
@@ -127,11 +119,7 @@ pub(crate) fn duration_secs(d: Duration) -> i64 {
 }
 
 /// Checks `|now - timestamp| <= tolerance` (bounds inclusive).
-pub(crate) fn check_tolerance(
-    timestamp: i64,
-    now_unix: i64,
-    tolerance_secs: i64,
-) -> Result<(), VerifyError> {
+pub(crate) fn check_tolerance(timestamp: i64, now_unix: i64, tolerance_secs: i64) -> Result<(), VerifyError> {
     // i128 so that extreme inputs cannot overflow.
     let age = i128::from(now_unix) - i128::from(timestamp);
     let tol = i128::from(tolerance_secs);
@@ -178,11 +166,7 @@ mod tests {
             "١٢٣", // non-ASCII digits
             "\u{0}",
         ] {
-            assert_eq!(
-                parse_timestamp(bad),
-                Err(VerifyError::BadTimestamp),
-                "{bad:?}"
-            );
+            assert_eq!(parse_timestamp(bad), Err(VerifyError::BadTimestamp), "{bad:?}");
         }
     }
 
@@ -192,14 +176,8 @@ mod tests {
         assert_eq!(check_tolerance(100, 401, 300), Err(VerifyError::TooOld));
         assert_eq!(check_tolerance(400, 100, 300), Ok(()));
         assert_eq!(check_tolerance(401, 100, 300), Err(VerifyError::TooNew));
-        assert_eq!(
-            check_tolerance(i64::MAX, i64::MIN, i64::MAX),
-            Err(VerifyError::TooNew)
-        );
-        assert_eq!(
-            check_tolerance(i64::MIN, i64::MAX, i64::MAX),
-            Err(VerifyError::TooOld)
-        );
+        assert_eq!(check_tolerance(i64::MAX, i64::MIN, i64::MAX), Err(VerifyError::TooNew));
+        assert_eq!(check_tolerance(i64::MIN, i64::MAX, i64::MAX), Err(VerifyError::TooOld));
         assert_eq!(check_tolerance(5, 5, 0), Ok(()));
     }
 

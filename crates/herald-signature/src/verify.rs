@@ -187,13 +187,7 @@ impl Verifier {
         body: &[u8],
         now_unix: i64,
     ) -> Result<(), VerifyError> {
-        self.verify_inner(
-            msg_id,
-            timestamp_header,
-            signature_header,
-            body,
-            Some(now_unix),
-        )
+        self.verify_inner(msg_id, timestamp_header, signature_header, body, Some(now_unix))
     }
 
     /// Like [`verify`](Self::verify), reading the system clock for `now`.
@@ -208,13 +202,7 @@ impl Verifier {
         signature_header: &str,
         body: &[u8],
     ) -> Result<(), VerifyError> {
-        self.verify(
-            msg_id,
-            timestamp_header,
-            signature_header,
-            body,
-            util::unix_now(),
-        )
+        self.verify(msg_id, timestamp_header, signature_header, body, util::unix_now())
     }
 
     /// Like [`verify`](Self::verify) but without the tolerance check.
@@ -286,8 +274,7 @@ impl Verifier {
                     }
                 }
                 VerifyKey::Ed25519(public) if has_v1a => {
-                    let content = content
-                        .get_or_insert_with(|| util::standard_content(msg_id, timestamp, body));
+                    let content = content.get_or_insert_with(|| util::standard_content(msg_id, timestamp, body));
                     for entry in entries.iter().filter(|e| e.version == "v1a") {
                         let Some(sig) = util::b64_decode_strict(entry.value) else {
                             continue;
@@ -402,14 +389,8 @@ mod tests {
             v.verify("id", "100", "  ", b"b", 100),
             Err(VerifyError::MissingHeader(HEADER_SIGNATURE))
         );
-        assert_eq!(
-            v.verify("id", "+100", &sig, b"b", 100),
-            Err(VerifyError::BadTimestamp)
-        );
-        assert_eq!(
-            v.verify("id", "100", &sig, b"b", 1000),
-            Err(VerifyError::TooOld)
-        );
+        assert_eq!(v.verify("id", "+100", &sig, b"b", 100), Err(VerifyError::BadTimestamp));
+        assert_eq!(v.verify("id", "100", &sig, b"b", 1000), Err(VerifyError::TooOld));
         assert_eq!(
             v.verify("id", "100", "v1,", b"b", 100),
             Err(VerifyError::MalformedSignatureHeader)

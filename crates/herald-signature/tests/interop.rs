@@ -117,8 +117,6 @@ fn rotation_header_is_understood_by_standardwebhooks() {
     ]);
     for secret in [&old, &new] {
         let theirs = Webhook::new(&secret.to_whsec()).unwrap();
-        theirs
-            .verify(b"{}", &headers("msg_x", ts, &header))
-            .unwrap();
+        theirs.verify(b"{}", &headers("msg_x", ts, &header)).unwrap();
     }
 }

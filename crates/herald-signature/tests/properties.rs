@@ -2,8 +2,7 @@
 //! arbitrary headers.
 
 use herald_signature::{
-    Ed25519SigningKey, HmacSecret, Verifier, VerifyError, VerifyKey, github, signature_header,
-    stripe,
+    Ed25519SigningKey, HmacSecret, Verifier, VerifyError, VerifyKey, github, signature_header, stripe,
 };
 use proptest::prelude::*;
 
@@ -22,8 +21,7 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn hmac_secret() -> impl Strategy<Value = HmacSecret> {
-    proptest::collection::vec(any::<u8>(), 24..=64)
-        .prop_map(|bytes| HmacSecret::from_bytes(&bytes).unwrap())
+    proptest::collection::vec(any::<u8>(), 24..=64).prop_map(|bytes| HmacSecret::from_bytes(&bytes).unwrap())
 }
 
 fn ed25519_key() -> impl Strategy<Value = Ed25519SigningKey> {
@@ -54,10 +52,7 @@ impl AnyKey {
 }
 
 fn any_key() -> impl Strategy<Value = AnyKey> {
-    prop_oneof![
-        hmac_secret().prop_map(AnyKey::Hmac),
-        ed25519_key().prop_map(AnyKey::Ed)
-    ]
+    prop_oneof![hmac_secret().prop_map(AnyKey::Hmac), ed25519_key().prop_map(AnyKey::Ed)]
 }
 
 /// Flips bits of one ASCII byte so that it stays ASCII (so the string stays

@@ -3,38 +3,27 @@
 use std::time::Duration;
 
 use herald_signature::{
-    Ed25519PublicKey, Ed25519SigningKey, HEADER_SIGNATURE, HmacSecret, Verifier, VerifyError,
-    VerifyKey, github, stripe,
+    Ed25519PublicKey, Ed25519SigningKey, HEADER_SIGNATURE, HmacSecret, Verifier, VerifyError, VerifyKey, github, stripe,
 };
 use serde_json::Value;
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/vectors/signatures.json"
-);
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
 
 fn vectors() -> Value {
-    let text =
-        std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("cannot read {VECTORS}: {e}"));
+    let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("cannot read {VECTORS}: {e}"));
     serde_json::from_str(&text).expect("vectors are valid JSON")
 }
 
 fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
-    v[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("missing string field {key}"))
+    v[key].as_str().unwrap_or_else(|| panic!("missing string field {key}"))
 }
 
 fn int_field(v: &Value, key: &str) -> i64 {
-    v[key]
-        .as_i64()
-        .unwrap_or_else(|| panic!("missing integer field {key}"))
+    v[key].as_i64().unwrap_or_else(|| panic!("missing integer field {key}"))
 }
 
 fn list<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
-    v[key]
-        .as_array()
-        .unwrap_or_else(|| panic!("missing array {key}"))
+    v[key].as_array().unwrap_or_else(|| panic!("missing array {key}"))
 }
 
 #[test]
@@ -63,9 +52,7 @@ fn standard_webhooks_v1() {
                 .verify_ignoring_timestamp(msg_id, &ts_text, expected, body)
                 .unwrap();
             // With the clock at the vector's time, the full check passes too.
-            verifier
-                .verify(msg_id, &ts_text, expected, body, ts)
-                .unwrap();
+            verifier.verify(msg_id, &ts_text, expected, body, ts).unwrap();
             // The vectors are old: the live check rejects them.
             assert_eq!(
                 verifier.verify_now(msg_id, &ts_text, expected, body),
@@ -127,9 +114,7 @@ fn standard_webhooks_v1a() {
         verifier
             .verify_ignoring_timestamp(msg_id, &ts_text, expected, body)
             .unwrap();
-        verifier
-            .verify(msg_id, &ts_text, expected, body, ts)
-            .unwrap();
+        verifier.verify(msg_id, &ts_text, expected, body, ts).unwrap();
         assert_eq!(
             verifier.verify_ignoring_timestamp(msg_id, &ts_text, expected, b"{}"),
             Err(VerifyError::NoMatchingSignature)
@@ -138,12 +123,9 @@ fn standard_webhooks_v1a() {
         // Independent check with ring.
         let sig = herald_b64_decode(expected.strip_prefix("v1a,").unwrap());
         let content = format!("{msg_id}.{ts}.{}", str_field(case, "payload"));
-        ring::signature::UnparsedPublicKey::new(
-            &ring::signature::ED25519,
-            public.to_bytes().as_slice(),
-        )
-        .verify(content.as_bytes(), &sig)
-        .expect("ring accepts the v1a vector");
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public.to_bytes().as_slice())
+            .verify(content.as_bytes(), &sig)
+            .expect("ring accepts the v1a vector");
 
         // An HMAC-only verifier never accepts a v1a entry.
         let hmac_only = Verifier::new(vec![HmacSecret::from_bytes(&seed).unwrap().into()]);
@@ -179,22 +161,13 @@ fn stripe_vectors() {
         );
         // The key is the whole secret text, not its base64 decoding.
         assert_eq!(
-            stripe::verify(
-                secret.strip_prefix("whsec_").unwrap(),
-                header,
-                body,
-                ts,
-                tol
-            ),
+            stripe::verify(secret.strip_prefix("whsec_").unwrap(), header, body, ts, tol),
             Err(VerifyError::NoMatchingSignature)
         );
         // A v0 entry and a second, wrong v1 are ignored.
         let extended = format!("{header},v1={},v0=deadbeef", "ab".repeat(32));
         stripe::verify(secret, &extended, body, ts, tol).unwrap();
-        assert_eq!(
-            stripe::verify_now(secret, header, body, tol),
-            Err(VerifyError::TooOld)
-        );
+        assert_eq!(stripe::verify_now(secret, header, body, tol), Err(VerifyError::TooOld));
     }
 }
 

@@ -46,15 +46,24 @@ pub enum StoreError {
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// A message to ingest, with the endpoints it fans out to (decided by the caller from the subscriptions).
+/// A message to ingest. The store assigns its id and creation time when it commits it, so ids follow
+/// commit order (a reader paging by id never skips a message that committed late), and it fans the
+/// message out to the app's enabled, subscribed endpoints *inside the same transaction*, so the fan-out
+/// always matches the endpoints as committed.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
-    /// The message (id and creation time already assigned).
-    pub message: Message,
+    /// The application's id.
+    pub app_id: String,
+    /// The producer's own unique id for the event, if given (deduplicated per app).
+    pub event_id: Option<String>,
+    /// The event type name.
+    pub event_type: String,
+    /// Channels the message is published on.
+    pub channels: Option<Vec<String>>,
+    /// The exact payload bytes.
+    pub payload: Arc<[u8]>,
     /// The producer's `idempotency-key` header, if any.
     pub idempotency_key: Option<String>,
-    /// One delivery is created per endpoint id.
-    pub endpoint_ids: Vec<String>,
 }
 
 /// A delivery created by ingest.
@@ -149,11 +158,7 @@ pub trait Store: Send + Sync + 'static {
     /// Find an event type by name.
     async fn get_event_type(&self, name: &str) -> StoreResult<EventType>;
     /// List event types by name.
-    async fn list_event_types(
-        &self,
-        page: &PageRequest,
-        include_archived: bool,
-    ) -> StoreResult<Page<EventType>>;
+    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>>;
     /// Replace an event type's fields.
     async fn update_event_type(&self, event_type: &EventType) -> StoreResult<()>;
     /// Delete an event type.
@@ -166,8 +171,7 @@ pub trait Store: Send + Sync + 'static {
     /// Find an endpoint by id alone (for the delivery engine).
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint>;
     /// List an app's endpoints, oldest first.
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest)
-    -> StoreResult<Page<Endpoint>>;
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
     /// Replace an endpoint's fields (by id).
@@ -176,6 +180,7 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
 
     /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
+    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
@@ -190,12 +195,7 @@ pub trait Store: Send + Sync + 'static {
     /// Endpoints that have pending deliveries (read at start-up).
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>>;
     /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
-    async fn load_pending(
-        &self,
-        endpoint_id: &str,
-        after_seq: i64,
-        limit: usize,
-    ) -> StoreResult<Vec<PendingDelivery>>;
+    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
     /// Append attempts and update their deliveries, all in one transaction.
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
 
@@ -214,11 +214,7 @@ pub trait Store: Send + Sync + 'static {
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>>;
     /// A delivery's status and attempt count (for tests and operators).
-    async fn delivery_state(
-        &self,
-        message_id: &str,
-        endpoint_id: &str,
-    ) -> StoreResult<(DeliveryStatus, u32)>;
+    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)>;
 
     /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
     /// local scheduler. It can be taken once; later calls return `None`.

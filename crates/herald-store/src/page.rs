@@ -23,9 +23,7 @@ impl PageRequest {
 
     /// Build from the query parameters; `limit` is clamped to 1..=250.
     pub fn new(limit: Option<usize>, iterator: Option<String>) -> Self {
-        let limit = limit
-            .unwrap_or(Self::DEFAULT_LIMIT)
-            .clamp(1, Self::MAX_LIMIT);
+        let limit = limit.unwrap_or(Self::DEFAULT_LIMIT).clamp(1, Self::MAX_LIMIT);
         match iterator.filter(|s| !s.is_empty()) {
             Some(it) => match it.strip_prefix('-') {
                 Some(rest) => Self {
@@ -130,11 +128,9 @@ mod tests {
         assert_eq!(page.prev_iterator.as_deref(), Some("-1"));
         let last = Page::assemble(vec![3], &req, |n| n.to_string());
         assert!(last.done);
-        let back = Page::assemble(
-            vec![2, 1],
-            &PageRequest::new(Some(2), Some("-3".into())),
-            |n| n.to_string(),
-        );
+        let back = Page::assemble(vec![2, 1], &PageRequest::new(Some(2), Some("-3".into())), |n| {
+            n.to_string()
+        });
         assert_eq!(back.items, [1, 2]);
     }
 }

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use herald_core::id::{IdKind, new_id};
 use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
-use herald_store::{
-    AttemptRecord, Ingested, MessageFilter, NewMessage, PageRequest, SharedStore, StoreError,
-};
+use herald_store::{AttemptRecord, Ingested, MessageFilter, NewMessage, PageRequest, SharedStore, StoreError};
 
 /// Every backend under test, each on fresh storage. The temp dir must outlive the store.
 async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
@@ -50,30 +48,26 @@ fn endpoint(app_id: &str) -> Endpoint {
     }
 }
 
-fn message(app_id: &str, event_id: Option<&str>, at: i64) -> Message {
-    Message {
-        id: new_id(IdKind::Message),
+fn new_message(app_id: &str, event_id: Option<&str>, key: Option<&str>) -> NewMessage {
+    NewMessage {
         app_id: app_id.to_owned(),
         event_id: event_id.map(str::to_owned),
         event_type: "a.b".into(),
         channels: Some(vec!["eu".into()]),
         payload: Arc::from(&b"{\"k\": [1, 2]}"[..]),
-        created_at: at,
+        idempotency_key: key.map(str::to_owned),
     }
 }
 
-async fn ingest(
-    store: &SharedStore,
-    message: Message,
-    key: Option<&str>,
-    endpoints: &[&str],
-) -> Ingested {
-    let new = NewMessage {
-        message,
-        idempotency_key: key.map(str::to_owned),
-        endpoint_ids: endpoints.iter().map(|e| (*e).to_owned()).collect(),
-    };
-    store.ingest(new).await.unwrap()
+async fn ingest(store: &SharedStore, app_id: &str, event_id: Option<&str>, key: Option<&str>) -> Ingested {
+    store.ingest(new_message(app_id, event_id, key)).await.unwrap()
+}
+
+fn created(ingested: Ingested) -> (Message, Vec<herald_store::CreatedDelivery>) {
+    match ingested {
+        Ingested::Created { message, deliveries } => (message, deliveries),
+        Ingested::Duplicate(m) => panic!("unexpected duplicate of {}", m.id),
+    }
 }
 
 #[tokio::test]
@@ -92,14 +86,8 @@ async fn applications_round_trip_and_uids_are_unique() {
         store.update_app(&changed).await.unwrap();
         assert_eq!(store.get_app(&a.id).await.unwrap().name, "renamed");
         store.delete_app(&a.id).await.unwrap();
-        assert!(matches!(
-            store.get_app(&a.id).await,
-            Err(StoreError::NotFound)
-        ));
-        assert!(matches!(
-            store.delete_app(&a.id).await,
-            Err(StoreError::NotFound)
-        ));
+        assert!(matches!(store.get_app(&a.id).await, Err(StoreError::NotFound)));
+        assert!(matches!(store.delete_app(&a.id).await, Err(StoreError::NotFound)));
     }
 }
 
@@ -129,10 +117,7 @@ async fn pages_walk_forward_and_back_without_gaps() {
             .list_apps(&PageRequest::new(Some(3), page.prev_iterator.clone()))
             .await
             .unwrap();
-        assert_eq!(
-            back.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
-            ids[3..6]
-        );
+        assert_eq!(back.items.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), ids[3..6]);
     }
 }
 
@@ -148,50 +133,46 @@ async fn ingest_commits_message_and_deliveries_and_deduplicates() {
         let mut feed = store.take_commit_feed().expect("feed");
         assert!(store.take_commit_feed().is_none(), "the feed is taken once");
 
-        let original = message(&a.id, Some("evt-1"), 10);
-        let Ingested::Created {
-            message: stored,
-            deliveries,
-        } = ingest(&store, original.clone(), None, &[&e1.id, &e2.id]).await
-        else {
-            panic!("expected a new message")
-        };
-        assert_eq!(stored, original);
-        assert_eq!(deliveries.len(), 2);
+        let mut disabled = endpoint(&a.id);
+        disabled.disabled = true;
+        store.create_endpoint(&disabled).await.unwrap();
+        let mut other_type = endpoint(&a.id);
+        other_type.filter_types = Some(vec!["x.y".into()]);
+        store.create_endpoint(&other_type).await.unwrap();
+
+        let (original, deliveries) = created(ingest(&store, &a.id, Some("evt-1"), None).await);
+        let mut targets: Vec<&str> = deliveries.iter().map(|d| d.endpoint_id.as_str()).collect();
+        targets.sort_unstable();
+        let mut expected = [e1.id.as_str(), e2.id.as_str()];
+        expected.sort_unstable();
+        assert_eq!(targets, expected, "fan-out: enabled, subscribed endpoints only");
+        assert!(IdKind::Message.matches(&original.id), "the store assigns the id");
         let fed = feed.recv().await.unwrap();
         assert_eq!(
             fed.iter().map(|d| d.seq).collect::<Vec<_>>(),
             deliveries.iter().map(|d| d.seq).collect::<Vec<_>>()
         );
-        assert_eq!(
-            store
-                .get_message(&a.id, &original.id)
-                .await
-                .unwrap()
-                .payload,
-            original.payload,
-            "bytes kept"
-        );
+        let stored = store.get_message(&a.id, &original.id).await.unwrap();
+        assert_eq!(&*stored.payload, b"{\"k\": [1, 2]}", "bytes kept");
         assert_eq!(
             store.get_message(&a.id, "evt-1").await.unwrap().id,
             original.id,
             "found by event id"
         );
 
-        let Ingested::Duplicate(dup) =
-            ingest(&store, message(&a.id, Some("evt-1"), 11), None, &[&e1.id]).await
-        else {
+        let Ingested::Duplicate(dup) = ingest(&store, &a.id, Some("evt-1"), None).await else {
             panic!("expected the duplicate to be recognised")
         };
         assert_eq!(dup.id, original.id);
-        let keyed = message(&a.id, None, 12);
-        ingest(&store, keyed.clone(), Some("key-1"), &[&e1.id]).await;
-        let Ingested::Duplicate(again) =
-            ingest(&store, message(&a.id, None, 13), Some("key-1"), &[&e1.id]).await
-        else {
+        let (keyed, _) = created(ingest(&store, &a.id, None, Some("key-1")).await);
+        let Ingested::Duplicate(again) = ingest(&store, &a.id, None, Some("key-1")).await else {
             panic!("expected the idempotency key to be recognised")
         };
         assert_eq!(again.id, keyed.id);
+        assert!(matches!(
+            store.ingest(new_message("app_missing", None, None)).await,
+            Err(StoreError::NotFound)
+        ));
         let pending = store.load_pending(&e1.id, 0, 100).await.unwrap();
         assert_eq!(pending.len(), 2, "duplicates added no delivery");
     }
@@ -212,14 +193,8 @@ async fn concurrent_ingests_each_commit_once_and_a_failing_one_fails_alone() {
             } else {
                 a.id.clone()
             };
-            let endpoint_id = e.id.clone();
             tasks.push(tokio::spawn(async move {
-                let new = NewMessage {
-                    message: message(&app_id, None, n),
-                    idempotency_key: None,
-                    endpoint_ids: vec![endpoint_id],
-                };
-                store.ingest(new).await
+                store.ingest(new_message(&app_id, None, None)).await
             }));
         }
         let mut ok = 0;
@@ -240,6 +215,11 @@ async fn concurrent_ingests_each_commit_once_and_a_failing_one_fails_alone() {
             .await
             .unwrap();
         assert_eq!(listed.items.len(), 199);
+        // Ids follow commit order, so the newest-first listing is exactly the reverse of seq order.
+        let by_seq: Vec<String> = pending.iter().map(|p| p.message.id.clone()).collect();
+        let mut listed_ids: Vec<String> = listed.items.iter().map(|m| m.id.clone()).collect();
+        listed_ids.reverse();
+        assert_eq!(listed_ids, by_seq);
     }
 }
 
@@ -250,11 +230,7 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
         store.create_app(&a).await.unwrap();
         let e = endpoint(&a.id);
         store.create_endpoint(&e).await.unwrap();
-        let m = message(&a.id, None, 5);
-        let Ingested::Created { deliveries, .. } = ingest(&store, m.clone(), None, &[&e.id]).await
-        else {
-            panic!()
-        };
+        let (m, deliveries) = created(ingest(&store, &a.id, None, None).await);
         let attempt = |n: u32, success: bool| Attempt {
             id: new_id(IdKind::Attempt),
             message_id: m.id.clone(),
@@ -262,11 +238,7 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
             url: e.url.clone(),
             attempt_number: n,
             success,
-            outcome: if success {
-                "success".into()
-            } else {
-                "gone".into()
-            },
+            outcome: if success { "success".into() } else { "gone".into() },
             response_status: Some(if success { 200 } else { 410 }),
             response: "body".into(),
             duration_ms: 3,
@@ -286,10 +258,7 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
             .await
             .unwrap();
         let pending = store.load_pending(&e.id, 0, 10).await.unwrap();
-        assert_eq!(
-            (pending[0].attempts, pending[0].next_attempt_at),
-            (1, 1_000)
-        );
+        assert_eq!((pending[0].attempts, pending[0].next_attempt_at), (1, 1_000));
         store
             .record_attempts(&[record(2, DeliveryStatus::Failed, Some("gone"))])
             .await
@@ -310,10 +279,7 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
             .await
             .unwrap();
         assert_eq!(
-            log.items
-                .iter()
-                .map(|x| x.attempt_number)
-                .collect::<Vec<_>>(),
+            log.items.iter().map(|x| x.attempt_number).collect::<Vec<_>>(),
             [2, 1],
             "newest first"
         );
@@ -332,12 +298,9 @@ async fn a_reopened_store_keeps_everything_committed() {
         let store = herald_store::open(&url).await.unwrap();
         store.create_app(&a).await.unwrap();
         store.create_endpoint(&e).await.unwrap();
-        ingest(&store, message(&a.id, None, 1), None, &[&e.id]).await;
+        ingest(&store, &a.id, None, None).await;
     }
     let store = herald_store::open(&url).await.unwrap();
-    assert_eq!(
-        store.endpoints_with_pending().await.unwrap(),
-        [e.id.clone()]
-    );
+    assert_eq!(store.endpoints_with_pending().await.unwrap(), [e.id.clone()]);
     assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
 }

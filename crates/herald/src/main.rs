@@ -3,6 +3,7 @@
 //! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
 //! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
 
+mod bench;
 mod serve;
 mod verify;
 
@@ -26,6 +27,8 @@ enum Command {
     Serve(ServeArgs),
     /// Verify a Standard Webhooks signature over a payload file.
     Verify(verify::VerifyArgs),
+    /// Run a benchmark scenario and print its figures (see docs/performance.md).
+    Bench(bench::BenchArgs),
 }
 
 /// Options of `herald serve`. Each can also be set in the TOML file given with `--config` (same name,
@@ -88,10 +91,7 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("herald: cannot start the async runtime: {error}");
@@ -105,6 +105,7 @@ fn main() -> ExitCode {
                 serve::run(config.settings()?).await
             }
             Command::Verify(args) => verify::run(args),
+            Command::Bench(args) => bench::run(args).await,
         }
     });
     match result {

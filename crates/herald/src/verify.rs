@@ -33,8 +33,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let secret = HmacSecret::parse(&args.secret).map_err(|e| anyhow!("--secret: {e}"))?;
     let body = if args.body.as_os_str() == "-" {
         let mut buffer = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buffer)
-            .context("reading standard input")?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buffer).context("reading standard input")?;
         buffer
     } else {
         std::fs::read(&args.body).with_context(|| format!("reading {}", args.body.display()))?

@@ -39,23 +39,12 @@ fn api(path: &str) -> String {
 
 /// Send any request to `path` (from the server root, see [`api`]); `headers` are sent as given (no
 /// token is added). A fresh client each time: a pooled connection must not outlive a test's runtime.
-async fn send(
-    herald: &Herald,
-    method: &str,
-    path: &str,
-    body: Option<Vec<u8>>,
-    headers: &[(&str, &str)],
-) -> Answer {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+async fn send(herald: &Herald, method: &str, path: &str, body: Option<Vec<u8>>, headers: &[(&str, &str)]) -> Answer {
+    let client = reqwest::Client::builder().no_proxy().build().expect("client");
     let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
     let mut request = client.request(method, format!("http://{}{path}", herald.addr));
     if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(body);
+        request = request.header("content-type", "application/json").body(body);
     }
     for (k, v) in headers {
         request = request.header(*k, *v);
@@ -72,8 +61,7 @@ async fn send(
     let body = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     Answer {
         status,
@@ -113,10 +101,7 @@ async fn admin(herald: &Herald, method: &str, path: &str, body: Option<Value>) -
 
 /// POST a message with an `idempotency-key` header.
 async fn post_message_keyed(herald: &Herald, app: &str, body: &Value, key: &str) -> Answer {
-    let headers = [
-        ("authorization", bearer()),
-        ("idempotency-key", key.to_owned()),
-    ];
+    let headers = [("authorization", bearer()), ("idempotency-key", key.to_owned())];
     send(
         herald,
         "POST",
@@ -144,10 +129,7 @@ fn assert_error(answer: &Answer, status: u16, code: &str, what: &str) {
         "{what}: wrong code in {answer:?}"
     );
     let detail = answer.body["detail"].as_str().unwrap_or_default();
-    assert!(
-        !detail.is_empty(),
-        "{what}: missing string detail in {answer:?}"
-    );
+    assert!(!detail.is_empty(), "{what}: missing string detail in {answer:?}");
 }
 
 /// A 422 `validation` error whose detail names `field`.
@@ -217,9 +199,7 @@ impl Fixture {
     async fn start(env: &[(&str, &str)]) -> Self {
         let herald = Herald::start(env).await;
         let receiver = Receiver::start(common::Reply::status(200)).await;
-        let app = herald
-            .post("/app", json!({ "name": "Shop", "uid": "shop" }))
-            .await["id"]
+        let app = herald.post("/app", json!({ "name": "Shop", "uid": "shop" })).await["id"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -253,16 +233,8 @@ impl Fixture {
             ("GET", "/app".into(), None),
             ("POST", "/app".into(), Some(json!({ "name": "intruder" }))),
             ("GET", format!("/app/{app}"), None),
-            (
-                "PUT",
-                format!("/app/{app}"),
-                Some(json!({ "name": "pwned" })),
-            ),
-            (
-                "PATCH",
-                format!("/app/{app}"),
-                Some(json!({ "name": "pwned" })),
-            ),
+            ("PUT", format!("/app/{app}"), Some(json!({ "name": "pwned" }))),
+            ("PATCH", format!("/app/{app}"), Some(json!({ "name": "pwned" }))),
             ("DELETE", format!("/app/{app}"), None),
             ("GET", format!("/app/{app}/endpoint"), None),
             (
@@ -320,10 +292,7 @@ async fn every_resource_route_answers_401_json_without_a_valid_bearer_token() {
     let before = snapshot(&fx.herald, &fx.app).await;
     let basic = format!(
         "Basic {}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("admin:{TOKEN}")
-        )
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("admin:{TOKEN}"))
     );
     let wrong_token = "Bearer not-the-token".to_owned();
     let prefix_of_token = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
@@ -427,23 +396,14 @@ fn malformed_bodies() -> Vec<(&'static str, Vec<u8>)> {
         ("a document cut after a comma", br#"{"name": "a","#.to_vec()),
         ("a form body", b"name=a&url=b".to_vec()),
         ("plain text", b"hello".to_vec()),
-        (
-            "trailing garbage",
-            format!("{VALID_FOR_ALL} trailing").into_bytes(),
-        ),
-        (
-            "two documents",
-            format!("{VALID_FOR_ALL}{VALID_FOR_ALL}").into_bytes(),
-        ),
+        ("trailing garbage", format!("{VALID_FOR_ALL} trailing").into_bytes()),
+        ("two documents", format!("{VALID_FOR_ALL}{VALID_FOR_ALL}").into_bytes()),
         ("a trailing comma", br#"{"name": "a",}"#.to_vec()),
         ("single quotes", br"{'name': 'a'}".to_vec()),
         ("NaN", br#"{"name": NaN}"#.to_vec()),
         ("invalid UTF-8 in every string", every_field(b"a\xff\xfeb")),
         ("invalid UTF-8 in a key", b"{\"\xff\xfe\": 1}".to_vec()),
-        (
-            "invalid UTF-8 outside strings",
-            b"\xff\xfe{\"name\": \"a\"}".to_vec(),
-        ),
+        ("invalid UTF-8 outside strings", b"\xff\xfe{\"name\": \"a\"}".to_vec()),
         ("a lone surrogate in every string", every_field(br"\ud800")),
         ("a lone surrogate in a key", br#"{"\udc00": 1}"#.to_vec()),
         ("a bad escape in a key", br#"{"\q": 1}"#.to_vec()),
@@ -474,12 +434,7 @@ async fn malformed_json_is_400_bad_request_on_every_body_route() {
     for (method, path) in body_routes(&fx) {
         for (name, body) in malformed_bodies() {
             let answer = admin_raw(&fx.herald, method, &path, &body).await;
-            assert_error(
-                &answer,
-                400,
-                "bad_request",
-                &format!("{method} {path} with {name}"),
-            );
+            assert_error(&answer, 400, "bad_request", &format!("{method} {path} with {name}"));
         }
     }
     assert_eq!(
@@ -514,11 +469,7 @@ fn array_bodies(fx: &Fixture) -> Vec<(&'static str, String, Value)> {
             format!("/app/{app}/endpoint/{ep}"),
             json!(["https://example.com/by-array"]),
         ),
-        (
-            "POST",
-            msg_path(app),
-            json!([null, "user.created", { "by": "array" }]),
-        ),
+        ("POST", msg_path(app), json!([null, "user.created", { "by": "array" }])),
         (
             "POST",
             "/event-type".to_owned(),
@@ -567,12 +518,7 @@ async fn a_json_array_body_is_400_bad_request() {
     let fx = Fixture::start(&[]).await;
     for (method, path, body) in array_bodies(&fx) {
         let answer = admin(&fx.herald, method, &path, Some(body.clone())).await;
-        assert_error(
-            &answer,
-            400,
-            "bad_request",
-            &format!("{method} {path} with {body}"),
-        );
+        assert_error(&answer, 400, "bad_request", &format!("{method} {path} with {body}"));
     }
 }
 
@@ -588,40 +534,15 @@ async fn well_formed_json_of_the_wrong_shape_is_422_naming_the_field() {
         ("POST", "/app".into(), json!({}), "name"),
         ("POST", "/app".into(), json!({ "uid": "x" }), "name"),
         ("PUT", format!("/app/{app}"), json!({ "uid": "x" }), "name"),
-        (
-            "POST",
-            endpoint_path.clone(),
-            json!({ "description": "x" }),
-            "url",
-        ),
-        (
-            "PUT",
-            one_endpoint.clone(),
-            json!({ "description": "x" }),
-            "url",
-        ),
+        ("POST", endpoint_path.clone(), json!({ "description": "x" }), "url"),
+        ("PUT", one_endpoint.clone(), json!({ "description": "x" }), "url"),
         ("POST", msg_path(app), json!({ "payload": {} }), "eventType"),
-        (
-            "POST",
-            msg_path(app),
-            json!({ "eventType": "user.created" }),
-            "payload",
-        ),
-        (
-            "POST",
-            "/event-type".into(),
-            json!({ "description": "x" }),
-            "name",
-        ),
+        ("POST", msg_path(app), json!({ "eventType": "user.created" }), "payload"),
+        ("POST", "/event-type".into(), json!({ "description": "x" }), "name"),
         // Wrong types.
         ("POST", "/app".into(), json!({ "name": 5 }), "name"),
         ("POST", "/app".into(), json!({ "name": null }), "name"),
-        (
-            "POST",
-            "/app".into(),
-            json!({ "name": "a", "uid": 7 }),
-            "uid",
-        ),
+        ("POST", "/app".into(), json!({ "name": "a", "uid": 7 }), "uid"),
         (
             "POST",
             "/app".into(),
@@ -634,12 +555,7 @@ async fn well_formed_json_of_the_wrong_shape_is_422_naming_the_field() {
             json!({ "name": "a", "throttleRate": "fast" }),
             "throttleRate",
         ),
-        (
-            "PATCH",
-            format!("/app/{app}"),
-            json!({ "name": ["x"] }),
-            "name",
-        ),
+        ("PATCH", format!("/app/{app}"), json!({ "name": ["x"] }), "name"),
         ("POST", endpoint_path.clone(), json!({ "url": 42 }), "url"),
         (
             "POST",
@@ -677,12 +593,7 @@ async fn well_formed_json_of_the_wrong_shape_is_422_naming_the_field() {
             json!({ "url": { "href": "https://example.com" } }),
             "url",
         ),
-        (
-            "PATCH",
-            one_endpoint.clone(),
-            json!({ "disabled": 1 }),
-            "disabled",
-        ),
+        ("PATCH", one_endpoint.clone(), json!({ "disabled": 1 }), "disabled"),
         (
             "POST",
             msg_path(app),
@@ -701,12 +612,7 @@ async fn well_formed_json_of_the_wrong_shape_is_422_naming_the_field() {
             message_with("channels", json!("one")),
             "channels",
         ),
-        (
-            "POST",
-            msg_path(app),
-            message_with("eventId", json!(12)),
-            "eventId",
-        ),
+        ("POST", msg_path(app), message_with("eventId", json!(12)), "eventId"),
         (
             "POST",
             "/event-type".into(),
@@ -744,11 +650,7 @@ async fn unknown_objects_are_404_not_found() {
     let cases: Vec<(&str, String, Option<Value>)> = vec![
         ("GET", "/app/app_doesnotexist".into(), None),
         ("GET", "/app/no-such-uid".into(), None),
-        (
-            "PATCH",
-            "/app/no-such-uid".into(),
-            Some(json!({ "name": "x" })),
-        ),
+        ("PATCH", "/app/no-such-uid".into(), Some(json!({ "name": "x" }))),
         ("DELETE", "/app/no-such-uid".into(), None),
         ("GET", "/app/no-such-uid/endpoint".into(), None),
         (
@@ -769,24 +671,12 @@ async fn unknown_objects_are_404_not_found() {
             Some(json!({ "description": "x" })),
         ),
         ("DELETE", format!("/app/{app}/endpoint/no-such-ep"), None),
-        (
-            "GET",
-            format!("/app/{app}/endpoint/no-such-ep/secret"),
-            None,
-        ),
+        ("GET", format!("/app/{app}/endpoint/no-such-ep/secret"), None),
         ("POST", "/app/no-such-uid/msg".into(), Some(valid_message())),
         ("GET", "/app/no-such-uid/msg".into(), None),
         ("GET", format!("/app/{app}/msg/msg_doesnotexist"), None),
-        (
-            "GET",
-            format!("/app/{app}/attempt/msg/msg_doesnotexist"),
-            None,
-        ),
-        (
-            "GET",
-            format!("/app/{app}/attempt/endpoint/no-such-ep"),
-            None,
-        ),
+        ("GET", format!("/app/{app}/attempt/msg/msg_doesnotexist"), None),
+        ("GET", format!("/app/{app}/attempt/endpoint/no-such-ep"), None),
         ("GET", format!("/app/no-such-uid/attempt/msg/{msg}"), None),
         ("GET", "/event-type/no.such.type".into(), None),
         (
@@ -840,12 +730,7 @@ async fn unknown_routes_are_404_json_and_wrong_methods_405_json() {
                 vec![]
             };
             let answer = send(&fx.herald, "GET", path, None, &borrowed(&headers)).await;
-            assert_error(
-                &answer,
-                404,
-                "not_found",
-                &format!("GET {path} (token: {token})"),
-            );
+            assert_error(&answer, 404, "not_found", &format!("GET {path} (token: {token})"));
         }
     }
     for (method, path) in [
@@ -856,22 +741,14 @@ async fn unknown_routes_are_404_json_and_wrong_methods_405_json() {
         ("PUT", format!("/app/{app}/msg/{msg}")),
         ("DELETE", format!("/app/{app}/msg/{msg}")),
         ("POST", format!("/app/{app}/attempt/msg/{msg}")),
-        (
-            "POST",
-            format!("/app/{app}/endpoint/{}/secret", fx.endpoint),
-        ),
+        ("POST", format!("/app/{app}/endpoint/{}/secret", fx.endpoint)),
         ("DELETE", "/event-type".to_owned()),
         ("POST", "/event-type/user.created".to_owned()),
         ("POST", "/health".to_owned()),
         ("DELETE", "/health".to_owned()),
     ] {
         let answer = admin(&fx.herald, method, &path, None).await;
-        assert_error(
-            &answer,
-            405,
-            "method_not_allowed",
-            &format!("{method} {path}"),
-        );
+        assert_error(&answer, 405, "method_not_allowed", &format!("{method} {path}"));
     }
 }
 
@@ -884,26 +761,18 @@ async fn duplicate_uids_and_names_are_409_conflict() {
     let fx = Fixture::start(&[]).await;
     let herald = &fx.herald;
     let url = fx.receiver.url();
-    let second = herald
-        .post("/app", json!({ "name": "Second", "uid": "second" }))
-        .await["id"]
+    let second = herald.post("/app", json!({ "name": "Second", "uid": "second" })).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let (second_ep, _) = herald
-        .endpoint(&second, json!({ "url": url, "uid": "ep2" }))
-        .await;
+    let (second_ep, _) = herald.endpoint(&second, json!({ "url": url, "uid": "ep2" })).await;
     herald
         .endpoint(&second, json!({ "url": url, "uid": "ep2-other" }))
         .await;
     let before = snapshot(herald, &fx.app).await;
     let before_second = listing(herald, &format!("/app/{second}/endpoint")).await;
     let cases: Vec<(&str, String, Value)> = vec![
-        (
-            "POST",
-            "/app".into(),
-            json!({ "name": "Again", "uid": "shop" }),
-        ),
+        ("POST", "/app".into(), json!({ "name": "Again", "uid": "shop" })),
         (
             "PUT",
             format!("/app/{second}"),
@@ -938,22 +807,14 @@ async fn duplicate_uids_and_names_are_409_conflict() {
     ];
     for (method, path, body) in &cases {
         let answer = admin(herald, method, path, Some(body.clone())).await;
-        assert_error(
-            &answer,
-            409,
-            "conflict",
-            &format!("{method} {path} with {body}"),
-        );
+        assert_error(&answer, 409, "conflict", &format!("{method} {path} with {body}"));
     }
     assert_eq!(
         snapshot(herald, &fx.app).await,
         before,
         "a conflicting write changed stored state"
     );
-    assert_eq!(
-        listing(herald, &format!("/app/{second}/endpoint")).await,
-        before_second
-    );
+    assert_eq!(listing(herald, &format!("/app/{second}/endpoint")).await, before_second);
     // The same endpoint uid in a different application is not a conflict.
     let third = herald.app("third").await;
     let answer = admin(
@@ -1014,31 +875,15 @@ async fn hostile_endpoint_urls_are_422_on_create_put_and_patch_and_change_nothin
     hostile.push(json!(format!("https://{}.com/", "a".repeat(5000))));
     for url in &hostile {
         let writes = [
-            (
-                "POST",
-                format!("/app/{app}/endpoint"),
-                json!({ "url": url }),
-            ),
+            ("POST", format!("/app/{app}/endpoint"), json!({ "url": url })),
             (
                 "POST",
                 format!("/app/{app}/endpoint"),
                 json!({ "url": url, "uid": "fresh" }),
             ),
-            (
-                "PUT",
-                format!("/app/{app}/endpoint/{ep}"),
-                json!({ "url": url }),
-            ),
-            (
-                "PUT",
-                format!("/app/{app}/endpoint/new-by-put"),
-                json!({ "url": url }),
-            ),
-            (
-                "PATCH",
-                format!("/app/{app}/endpoint/{ep}"),
-                json!({ "url": url }),
-            ),
+            ("PUT", format!("/app/{app}/endpoint/{ep}"), json!({ "url": url })),
+            ("PUT", format!("/app/{app}/endpoint/new-by-put"), json!({ "url": url })),
+            ("PATCH", format!("/app/{app}/endpoint/{ep}"), json!({ "url": url })),
         ];
         for (method, path, body) in &writes {
             let answer = admin(herald, method, path, Some(body.clone())).await;
@@ -1089,19 +934,9 @@ async fn payload_over_the_limit_is_413_and_nothing_is_stored() {
     let answer = admin(herald, "POST", &msg_path(app), Some(payload_of(200 * 1024))).await;
     assert_error(&answer, 413, "payload_too_large", "200 KiB body");
     // A large body on other routes is refused the same way.
-    let answer = admin(
-        herald,
-        "POST",
-        "/app",
-        Some(json!({ "name": "x".repeat(200 * 1024) })),
-    )
-    .await;
+    let answer = admin(herald, "POST", "/app", Some(json!({ "name": "x".repeat(200 * 1024) }))).await;
     assert_error(&answer, 413, "payload_too_large", "200 KiB app body");
-    assert_eq!(
-        messages(herald, app).await,
-        before,
-        "a refused payload was stored"
-    );
+    assert_eq!(messages(herald, app).await, before, "a refused payload was stored");
     // Exactly at the limit is accepted, and a normal message still works.
     let answer = admin(herald, "POST", &msg_path(app), Some(payload_of(1024))).await;
     assert_eq!(answer.status, 202, "1024-byte payload: {answer:?}");
@@ -1131,27 +966,15 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
         (message_with("payload", json!(42)), "payload"),
         (message_with("payload", json!(null)), "payload"),
         (message_with("payload", json!(true)), "payload"),
-        (
-            message_with("eventType", json!("user created")),
-            "eventType",
-        ),
-        (
-            message_with("eventType", json!("e".repeat(300))),
-            "eventType",
-        ),
+        (message_with("eventType", json!("user created")), "eventType"),
+        (message_with("eventType", json!("e".repeat(300))), "eventType"),
         (message_with("eventType", json!("")), "eventType"),
-        (
-            message_with("eventType", json!("user/created")),
-            "eventType",
-        ),
+        (message_with("eventType", json!("user/created")), "eventType"),
         (message_with("eventType", json!("ütf8")), "eventType"),
         (message_with("channels", json!(eleven)), "channels"),
         (message_with("channels", json!(["has space"])), "channels"),
         (message_with("channels", json!([""])), "channels"),
-        (
-            message_with("deliverAt", json!("2030-01-01T00:00:00Z")),
-            "deliverAt",
-        ),
+        (message_with("deliverAt", json!("2030-01-01T00:00:00Z")), "deliverAt"),
         (message_with("deliverAt", json!("tomorrow")), "deliverAt"),
         (
             message_with("transformationsParams", json!({ "rawPayload": "x" })),
@@ -1171,17 +994,9 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
     let long_key = "k".repeat(300);
     let answer = post_message_keyed(herald, app, &valid_message(), &long_key).await;
     assert_validation(&answer, "idempotency-key", "300-char idempotency key");
-    assert_eq!(
-        messages(herald, app).await,
-        before,
-        "an invalid message was stored"
-    );
+    assert_eq!(messages(herald, app).await, before, "an invalid message was stored");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        fx.receiver.received().len(),
-        1,
-        "an invalid message was delivered"
-    );
+    assert_eq!(fx.receiver.received().len(), 1, "an invalid message was delivered");
     // Ten channels is the maximum, not an error.
     let ten: Vec<String> = (0..10).map(|i| format!("ch{i}")).collect();
     let answer = admin(
@@ -1219,28 +1034,19 @@ async fn bad_query_parameters_are_422_naming_the_parameter() {
         // Too large clamps rather than failing; zero clamps up to one.
         let answer = admin(&fx.herald, "GET", &format!("{list}?limit=100000"), None).await;
         assert_eq!(answer.status, 200, "GET {list}?limit=100000: {answer:?}");
-        assert!(
-            !answer.body["data"].as_array().expect("data").is_empty(),
-            "{answer:?}"
-        );
+        assert!(!answer.body["data"].as_array().expect("data").is_empty(), "{answer:?}");
         let answer = admin(&fx.herald, "GET", &format!("{list}?limit=0"), None).await;
         assert_eq!(answer.status, 200, "GET {list}?limit=0: {answer:?}");
     }
     let cases = [
         (msg_path(app) + "?with_content=maybe", "with_content"),
         (msg_path(app) + "?with_content=1", "with_content"),
-        (
-            format!("/app/{app}/msg/{msg}?with_content=maybe"),
-            "with_content",
-        ),
+        (format!("/app/{app}/msg/{msg}?with_content=maybe"), "with_content"),
         (msg_path(app) + "?since=yesterday", "since"),
         (msg_path(app) + "?since=2024-13-45T00:00:00Z", "since"),
         (msg_path(app) + "?until=soon", "until"),
         (msg_path(app) + "?before=1700000000", "until"),
-        (
-            "/event-type?include_archived=maybe".to_owned(),
-            "include_archived",
-        ),
+        ("/event-type?include_archived=maybe".to_owned(), "include_archived"),
         ("/app?get_if_exists=maybe".to_owned(), "get_if_exists"),
     ];
     for (path, param) in &cases {
@@ -1271,13 +1077,7 @@ async fn bad_query_parameters_are_422_naming_the_parameter() {
     );
     // A garbage iterator is a client error (or an empty page), never a server error.
     for list in &lists {
-        let answer = admin(
-            &fx.herald,
-            "GET",
-            &format!("{list}?iterator=%00%FF'--garbage"),
-            None,
-        )
-        .await;
+        let answer = admin(&fx.herald, "GET", &format!("{list}?iterator=%00%FF'--garbage"), None).await;
         assert_not_5xx(&answer, list);
         assert!(answer.is_json(), "{list}: {answer:?}");
     }
@@ -1305,11 +1105,7 @@ async fn a_flood_of_odd_inputs_does_not_crash_the_server() {
         ("POST", msg_path(&app), only_open.into_bytes()),
         ("POST", "/app".into(), huge_number.into_bytes()),
         ("POST", "/app".into(), br#"{"name": 1e999999}"#.to_vec()),
-        (
-            "POST",
-            "/app".into(),
-            br#"{"name": "nul\u0000byte"}"#.to_vec(),
-        ),
+        ("POST", "/app".into(), br#"{"name": "nul\u0000byte"}"#.to_vec()),
         (
             "POST",
             "/app".into(),
@@ -1321,11 +1117,7 @@ async fn a_flood_of_odd_inputs_does_not_crash_the_server() {
             br#"{"name": "x", "name": "duplicate key"}"#.to_vec(),
         ),
         ("POST", "/app".into(), vec![0u8; 4096]),
-        (
-            "POST",
-            "/app".into(),
-            (0..=255u8).cycle().take(10_000).collect(),
-        ),
+        ("POST", "/app".into(), (0..=255u8).cycle().take(10_000).collect()),
         (
             "POST",
             format!("/app/{app}/endpoint"),
@@ -1400,14 +1192,7 @@ async fn a_flood_of_odd_inputs_does_not_crash_the_server() {
         assert_not_5xx(&answer, path);
     }
     // Odd headers: non-ASCII authorization bytes, odd idempotency keys, unknown methods.
-    let answer = send(
-        herald,
-        "GET",
-        &api("/app"),
-        None,
-        &[("authorization", "Bearer tést")],
-    )
-    .await;
+    let answer = send(herald, "GET", &api("/app"), None, &[("authorization", "Bearer tést")]).await;
     assert_error(&answer, 401, "authentication_failed", "non-ASCII token");
     for key in ["k".repeat(257), " ".to_owned()] {
         let answer = post_message_keyed(herald, &app, &valid_message(), &key).await;
@@ -1416,10 +1201,7 @@ async fn a_flood_of_odd_inputs_does_not_crash_the_server() {
     let answer = admin(herald, "BREW", "/app", None).await;
     assert_not_5xx(&answer, "BREW /app");
     // Many bad requests at once.
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = reqwest::Client::builder().no_proxy().build().expect("client");
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let url = herald.url(&msg_path(&app));
@@ -1443,10 +1225,7 @@ async fn a_flood_of_odd_inputs_does_not_crash_the_server() {
     }
     while let Some(status) = tasks.join_next().await {
         let status = status.expect("task");
-        assert!(
-            status == 400 || status == 422,
-            "concurrent bad request got {status}"
-        );
+        assert!(status == 400 || status == 422, "concurrent bad request got {status}");
     }
     // Still alive and still working.
     let health = send(herald, "GET", &api("/health"), None, &[]).await;
@@ -1494,7 +1273,8 @@ async fn failed_requests_leave_nothing_half_stored() {
 
     // A message with an invalid channel or event type stores nothing and reserves neither its eventId
     // nor its idempotency key.
-    let bad = json!({ "eventType": "user.created", "eventId": "evt-1", "payload": { "v": 1 }, "channels": ["bad channel"] });
+    let bad =
+        json!({ "eventType": "user.created", "eventId": "evt-1", "payload": { "v": 1 }, "channels": ["bad channel"] });
     let answer = post_message_keyed(herald, app, &bad, "key-1").await;
     assert_validation(&answer, "channels", "message with an invalid channel");
     let answer = admin(
@@ -1505,11 +1285,7 @@ async fn failed_requests_leave_nothing_half_stored() {
     )
     .await;
     assert_validation(&answer, "eventType", "message with an invalid event type");
-    assert_eq!(
-        messages(herald, app).await.len(),
-        1,
-        "a refused message is listed"
-    );
+    assert_eq!(messages(herald, app).await.len(), 1, "a refused message is listed");
     let good = json!({ "eventType": "user.updated", "eventId": "evt-1", "payload": { "v": 2 } });
     let answer = post_message_keyed(herald, app, &good, "key-1").await;
     assert_eq!(answer.status, 202, "{answer:?}");
@@ -1545,12 +1321,7 @@ async fn failed_requests_leave_nothing_half_stored() {
     )
     .await;
     assert_validation(&answer, "name", "app with a blank name");
-    assert!(
-        listing(herald, "/app")
-            .await
-            .iter()
-            .all(|a| a["uid"] != "later-app")
-    );
+    assert!(listing(herald, "/app").await.iter().all(|a| a["uid"] != "later-app"));
     let answer = admin(
         herald,
         "POST",
@@ -1590,12 +1361,7 @@ async fn failed_requests_leave_nothing_half_stored() {
     assert_eq!(status, 204);
     for target in [app.as_str(), "shop"] {
         let answer = admin(herald, "POST", &msg_path(target), Some(valid_message())).await;
-        assert_error(
-            &answer,
-            404,
-            "not_found",
-            &format!("message for deleted app {target}"),
-        );
+        assert_error(&answer, 404, "not_found", &format!("message for deleted app {target}"));
         let answer = admin(herald, "GET", &msg_path(target), None).await;
         assert_error(&answer, 404, "not_found", "listing of a deleted app");
     }
@@ -1610,9 +1376,7 @@ async fn failed_requests_leave_nothing_half_stored() {
         "messages leaked into the re-created app"
     );
     assert!(
-        listing(herald, &format!("/app/{reborn}/endpoint"))
-            .await
-            .is_empty(),
+        listing(herald, &format!("/app/{reborn}/endpoint")).await.is_empty(),
         "endpoints leaked into the re-created app"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1630,8 +1394,7 @@ async fn errors_are_always_json() {
     let app = &fx.app;
     let token = || vec![("authorization", bearer())];
     // Over the default 1 MiB payload limit and over the body limit (payload + 64 KiB).
-    let big =
-        json!({ "eventType": "a", "payload": { "pad": "x".repeat(1024 * 1024 + 70 * 1024) } });
+    let big = json!({ "eventType": "a", "payload": { "pad": "x".repeat(1024 * 1024 + 70 * 1024) } });
     let samples: Vec<(&str, String, Option<Vec<u8>>, Vec<(&str, String)>, u16)> = vec![
         ("GET", api("/app"), None, vec![], 401),
         (
@@ -1665,10 +1428,7 @@ async fn errors_are_always_json() {
     ];
     for (method, path, body, headers, status) in &samples {
         let answer = send(herald, method, path, body.clone(), &borrowed(headers)).await;
-        assert!(
-            answer.is_json(),
-            "{method} {path}: not a JSON error: {answer:?}"
-        );
+        assert!(answer.is_json(), "{method} {path}: not a JSON error: {answer:?}");
         assert_eq!(answer.status, *status, "{method} {path}: {answer:?}");
         assert!(
             answer.body["code"].is_string() && answer.body["detail"].is_string(),

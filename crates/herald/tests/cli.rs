@@ -20,28 +20,18 @@ async fn an_admin_token_is_generated_once_printed_once_and_kept() {
         .expect("token printed")
         .to_owned();
     let auth = format!("Bearer {line}");
-    let (status, _) = node
-        .call_with("GET", "/app", None, &[("authorization", &auth)])
-        .await;
+    let (status, _) = node.call_with("GET", "/app", None, &[("authorization", &auth)]).await;
     assert_eq!(status, 200, "the printed token works");
     let (status, _) = node.call("GET", "/app", None).await;
-    assert_eq!(
-        status, 401,
-        "the harness token is not configured on this node"
-    );
+    assert_eq!(status, 401, "the harness token is not configured on this node");
 
     node.kill9();
     node.restart().await;
     assert!(
-        !node
-            .stdout_lines
-            .iter()
-            .any(|l| l.contains("HERALD_ADMIN_TOKEN=")),
+        !node.stdout_lines.iter().any(|l| l.contains("HERALD_ADMIN_TOKEN=")),
         "printed only at first start"
     );
-    let (status, _) = node
-        .call_with("GET", "/app", None, &[("authorization", &auth)])
-        .await;
+    let (status, _) = node.call_with("GET", "/app", None, &[("authorization", &auth)]).await;
     assert_eq!(status, 200, "the stored token still works after a restart");
     let database = std::fs::read(node.db_path()).expect("read db");
     assert!(
@@ -63,10 +53,7 @@ fn help_documents_every_setting() {
         "HERALD_ALLOW_HTTP",
         "HERALD_CONFIG",
     ] {
-        assert!(
-            help.contains(variable),
-            "{variable} missing from --help:\n{help}"
-        );
+        assert!(help.contains(variable), "{variable} missing from --help:\n{help}");
     }
 }
 
@@ -95,32 +82,18 @@ fn bad_configuration_is_refused_with_a_clear_message() {
 async fn the_configuration_file_is_read_and_the_environment_wins() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("herald.toml");
-    std::fs::write(
-        &file,
-        "admin_token = \"from-file\"\nmax_payload_bytes = 100\n",
-    )
-    .unwrap();
+    std::fs::write(&file, "admin_token = \"from-file\"\nmax_payload_bytes = 100\n").unwrap();
     let file = file.display().to_string();
     // The harness sets HERALD_ADMIN_TOKEN, which wins over the file's admin_token.
     let node = Herald::start(&[("HERALD_CONFIG", file.as_str())]).await;
     let (status, _) = node
-        .call_with(
-            "GET",
-            "/app",
-            None,
-            &[("authorization", "Bearer from-file")],
-        )
+        .call_with("GET", "/app", None, &[("authorization", "Bearer from-file")])
         .await;
     assert_eq!(status, 401);
     let app = node.app("config").await;
     let big = serde_json::json!({"eventType": "a.b", "payload": {"pad": "x".repeat(200)}});
-    let (status, body) = node
-        .call("POST", &format!("/app/{app}/msg"), Some(big))
-        .await;
-    assert_eq!(
-        status, 413,
-        "max_payload_bytes from the file applies: {body}"
-    );
+    let (status, body) = node.call("POST", &format!("/app/{app}/msg"), Some(big)).await;
+    assert_eq!(status, 413, "max_payload_bytes from the file applies: {body}");
 }
 
 #[test]
@@ -145,11 +118,7 @@ fn verify_checks_a_signature_from_the_command_line() {
             .output()
             .expect("run")
     };
-    assert!(
-        run("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
-            .status
-            .success()
-    );
+    assert!(run("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=").status.success());
     let rejected = run("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA=");
     assert!(!rejected.status.success());
     assert!(String::from_utf8_lossy(&rejected.stderr).contains("signature rejected"));

@@ -64,21 +64,13 @@ async fn delivers_exact_bytes_signed_and_verifiable_by_an_independent_library() 
         "{}",
         request.header("user-agent")
     );
-    let timestamp: i64 = request
-        .header("webhook-timestamp")
-        .parse()
-        .expect("integer timestamp");
+    let timestamp: i64 = request.header("webhook-timestamp").parse().expect("integer timestamp");
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    assert!(
-        (now - timestamp).abs() < 30,
-        "timestamp {timestamp} is not now"
-    );
+    assert!((now - timestamp).abs() < 30, "timestamp {timestamp} is not now");
     assert!(request.header("webhook-signature").starts_with("v1,"));
 
     // Verified by Herald's own library...
-    let verifier = herald_signature::Verifier::new(vec![
-        herald_signature::HmacSecret::parse(&secret).unwrap().into(),
-    ]);
+    let verifier = herald_signature::Verifier::new(vec![herald_signature::HmacSecret::parse(&secret).unwrap().into()]);
     verifier
         .verify_now(
             msg_id,
@@ -93,24 +85,16 @@ async fn delivers_exact_bytes_signed_and_verifiable_by_an_independent_library() 
         .verify(&request.body, &request.headers)
         .expect("standardwebhooks verifies");
     // A tampered body fails the reference check: the check above is not vacuous.
-    assert!(
-        reference
-            .verify(b"{\"tampered\":true}", &request.headers)
-            .is_err()
-    );
+    assert!(reference.verify(b"{\"tampered\":true}", &request.headers).is_err());
 
-    let attempts = herald
-        .wait_attempts(&app, msg_id, WAIT, |a| !a.is_empty())
-        .await;
+    let attempts = herald.wait_attempts(&app, msg_id, WAIT, |a| !a.is_empty()).await;
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0]["status"], 0);
     assert_eq!(attempts[0]["responseStatusCode"], 204);
     assert_eq!(attempts[0]["endpointId"], endpoint.as_str());
     assert_eq!(attempts[0]["msgId"], msg_id);
     assert_eq!(attempts[0]["triggerType"], 0);
-    let by_endpoint = herald
-        .get(&format!("/app/{app}/attempt/endpoint/{endpoint}"))
-        .await;
+    let by_endpoint = herald.get(&format!("/app/{app}/attempt/endpoint/{endpoint}")).await;
     assert_eq!(by_endpoint["data"][0]["id"], attempts[0]["id"]);
 }
 
@@ -118,32 +102,18 @@ async fn delivers_exact_bytes_signed_and_verifiable_by_an_independent_library() 
 async fn retryable_failures_are_retried_with_the_same_webhook_id() {
     let herald_schedule = Herald::start(&[("HERALD_RETRY_SCHEDULE", "100ms,100ms,100ms")]).await;
     let receiver = Receiver::start(Reply::status(200)).await;
-    receiver.script([
-        Reply::status(503).body("busy"),
-        Reply::status(408),
-        Reply::status(200),
-    ]);
+    receiver.script([Reply::status(503).body("busy"), Reply::status(408), Reply::status(200)]);
     let (app, _, _) = app_with_endpoint(&herald_schedule, &receiver.url()).await;
-    let msg = send(
-        &herald_schedule,
-        &app,
-        json!({"eventType": "a.b", "payload": {"n": 1}}),
-    )
-    .await;
+    let msg = send(&herald_schedule, &app, json!({"eventType": "a.b", "payload": {"n": 1}})).await;
     let got = receiver.wait_for(3, WAIT).await;
     assert!(
         got.iter().all(|r| r.header("webhook-id") == msg),
         "webhook-id must be stable"
     );
-    let attempts = herald_schedule
-        .wait_attempts(&app, &msg, WAIT, |a| a.len() == 3)
-        .await;
+    let attempts = herald_schedule.wait_attempts(&app, &msg, WAIT, |a| a.len() == 3).await;
     assert_eq!(statuses(&attempts), [503, 408, 200]);
     assert_eq!(attempts[0]["status"], 2);
-    assert_eq!(
-        attempts[0]["response"], "busy",
-        "the response body is recorded"
-    );
+    assert_eq!(attempts[0]["response"], "busy", "the response body is recorded");
     assert_eq!(attempts[2]["status"], 0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.received().len(), 3, "no attempt after success");
@@ -162,14 +132,8 @@ async fn a_delivery_is_dead_after_the_last_scheduled_attempt() {
     assert!(first_gap >= Duration::from_millis(80), "{first_gap:?}");
     assert!(second_gap >= Duration::from_millis(160), "{second_gap:?}");
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    assert_eq!(
-        receiver.received().len(),
-        3,
-        "no attempt after the schedule ends"
-    );
-    let attempts = herald
-        .wait_attempts(&app, &msg, WAIT, |a| a.len() == 3)
-        .await;
+    assert_eq!(receiver.received().len(), 3, "no attempt after the schedule ends");
+    let attempts = herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 3).await;
     assert!(attempts.iter().all(|a| a["status"] == 2));
 }
 
@@ -182,9 +146,7 @@ async fn client_errors_are_terminal_and_410_disables_the_endpoint() {
     let (_, _) = herald.endpoint(&app, json!({"url": terminal.url()})).await;
     let (gone_id, _) = herald.endpoint(&app, json!({"url": gone.url()})).await;
     let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
-    herald
-        .wait_attempts(&app, &msg, WAIT, |a| a.len() == 2)
-        .await;
+    herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 2).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(terminal.received().len(), 1, "a 400 is not retried");
     assert_eq!(gone.received().len(), 1, "a 410 is not retried");
@@ -220,9 +182,7 @@ async fn redirects_are_failures_and_never_followed() {
     let redirector = Receiver::start(Reply::status(307).header("location", &target.url())).await;
     let (app, _, _) = app_with_endpoint(&herald, &redirector.url()).await;
     let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
-    let attempts = herald
-        .wait_attempts(&app, &msg, WAIT, |a| a.len() == 2)
-        .await;
+    let attempts = herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 2).await;
     assert_eq!(statuses(&attempts), [307, 307]);
     assert!(attempts.iter().all(|a| a["status"] == 2));
     assert!(target.received().is_empty(), "the redirect was followed");
@@ -230,30 +190,21 @@ async fn redirects_are_failures_and_never_followed() {
 
 #[tokio::test]
 async fn timeouts_and_refused_connections_are_retried() {
-    let herald = Herald::start(&[
-        ("HERALD_RETRY_SCHEDULE", "100ms"),
-        ("HERALD_REQUEST_TIMEOUT", "300ms"),
-    ])
-    .await;
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "100ms"), ("HERALD_REQUEST_TIMEOUT", "300ms")]).await;
     let slow = Receiver::start(Reply::status(200).delay(Duration::from_secs(3))).await;
     let refused_url = format!("http://127.0.0.1:{}/hook", common::free_port());
     let app = herald.app("shop").await;
     let (slow_id, _) = herald.endpoint(&app, json!({"url": slow.url()})).await;
     let (refused_id, _) = herald.endpoint(&app, json!({"url": refused_url})).await;
     let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
-    let attempts = herald
-        .wait_attempts(&app, &msg, WAIT, |a| a.len() == 4)
-        .await;
+    let attempts = herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 4).await;
     for endpoint in [&slow_id, &refused_id] {
         let mine: Vec<&Value> = attempts
             .iter()
             .filter(|a| a["endpointId"] == endpoint.as_str())
             .collect();
         assert_eq!(mine.len(), 2, "two attempts each");
-        assert!(
-            mine.iter()
-                .all(|a| a["status"] == 2 && a["responseStatusCode"] == 0)
-        );
+        assert!(mine.iter().all(|a| a["status"] == 2 && a["responseStatusCode"] == 0));
     }
     assert_eq!(slow.received().len(), 2);
 }
@@ -287,28 +238,20 @@ async fn fan_out_follows_filter_types_and_channels() {
     let disabled = Receiver::start(Reply::status(200)).await;
     herald.endpoint(&app, json!({"url": all.url()})).await;
     herald
-        .endpoint(
-            &app,
-            json!({"url": typed.url(), "filterTypes": ["order.created"]}),
-        )
+        .endpoint(&app, json!({"url": typed.url(), "filterTypes": ["order.created"]}))
         .await;
     herald
         .endpoint(&app, json!({"url": channeled.url(), "channels": ["eu"]}))
         .await;
     herald
-        .endpoint(
-            &app,
-            json!({"url": other_type.url(), "eventTypes": ["order.deleted"]}),
-        )
+        .endpoint(&app, json!({"url": other_type.url(), "eventTypes": ["order.deleted"]}))
         .await;
     herald
         .endpoint(&app, json!({"url": disabled.url(), "disabled": true}))
         .await;
     let other_app = herald.app("other").await;
     let foreign = Receiver::start(Reply::status(200)).await;
-    herald
-        .endpoint(&other_app, json!({"url": foreign.url()}))
-        .await;
+    herald.endpoint(&other_app, json!({"url": foreign.url()})).await;
 
     send(
         &herald,
@@ -338,11 +281,7 @@ async fn fan_out_follows_filter_types_and_channels() {
         let mut n: Vec<i64> = r
             .received()
             .iter()
-            .map(|x| {
-                serde_json::from_slice::<Value>(&x.body).unwrap()["n"]
-                    .as_i64()
-                    .unwrap()
-            })
+            .map(|x| serde_json::from_slice::<Value>(&x.body).unwrap()["n"].as_i64().unwrap())
             .collect();
         n.sort_unstable();
         n
@@ -351,14 +290,8 @@ async fn fan_out_follows_filter_types_and_channels() {
     assert_eq!(bodies(&typed), [1, 2]);
     assert_eq!(bodies(&channeled), [1]);
     assert_eq!(bodies(&other_type), [3]);
-    assert!(
-        disabled.received().is_empty(),
-        "a disabled endpoint receives nothing"
-    );
-    assert!(
-        foreign.received().is_empty(),
-        "another app's endpoint receives nothing"
-    );
+    assert!(disabled.received().is_empty(), "a disabled endpoint receives nothing");
+    assert!(foreign.received().is_empty(), "another app's endpoint receives nothing");
 }
 
 #[tokio::test]
@@ -410,11 +343,7 @@ async fn duplicate_event_ids_and_idempotency_keys_return_the_original() {
 
     receiver.wait_for(2, WAIT).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(
-        receiver.received().len(),
-        2,
-        "duplicates created no second delivery"
-    );
+    assert_eq!(receiver.received().len(), 2, "duplicates created no second delivery");
     let listed = herald.get(&format!("/app/{app}/msg")).await;
     assert_eq!(listed["data"].as_array().unwrap().len(), 2);
     // The same event id in another app is a different message.
@@ -434,19 +363,8 @@ async fn messages_are_listed_newest_first_with_filters_and_pages() {
     let app = herald.app("shop").await;
     let mut ids = Vec::new();
     for n in 0..5 {
-        let kind = if n % 2 == 0 {
-            "even.number"
-        } else {
-            "odd.number"
-        };
-        ids.push(
-            send(
-                &herald,
-                &app,
-                json!({"eventType": kind, "payload": {"n": n}}),
-            )
-            .await,
-        );
+        let kind = if n % 2 == 0 { "even.number" } else { "odd.number" };
+        ids.push(send(&herald, &app, json!({"eventType": kind, "payload": {"n": n}})).await);
     }
     let page = herald.get(&format!("/app/{app}/msg?limit=2")).await;
     assert_eq!(page["data"][0]["id"], ids[4].as_str());
@@ -459,19 +377,13 @@ async fn messages_are_listed_newest_first_with_filters_and_pages() {
         ))
         .await;
     assert_eq!(next["data"][0]["id"], ids[2].as_str());
-    let evens = herald
-        .get(&format!("/app/{app}/msg?eventTypes=even.number"))
-        .await;
+    let evens = herald.get(&format!("/app/{app}/msg?eventTypes=even.number")).await;
     assert_eq!(evens["data"].as_array().unwrap().len(), 3);
     let one = herald.get(&format!("/app/{app}/msg/{}", ids[1])).await;
     assert_eq!(one["payload"]["n"], 1);
-    let future = herald
-        .get(&format!("/app/{app}/msg?since=2999-01-01T00:00:00Z"))
-        .await;
+    let future = herald.get(&format!("/app/{app}/msg?since=2999-01-01T00:00:00Z")).await;
     assert!(future["data"].as_array().unwrap().is_empty());
-    let past = herald
-        .get(&format!("/app/{app}/msg?until=2000-01-01T00:00:00Z"))
-        .await;
+    let past = herald.get(&format!("/app/{app}/msg?until=2000-01-01T00:00:00Z")).await;
     assert!(past["data"].as_array().unwrap().is_empty());
 }
 
@@ -494,7 +406,10 @@ async fn a_destination_refused_at_delivery_time_is_recorded_as_blocked() {
         assert_eq!(attempt["status"], 2);
         assert_eq!(attempt["responseStatusCode"], 0);
         let response = attempt["response"].as_str().unwrap();
-        assert!(response.starts_with("blocked:") && response.contains("loopback"), "{response}");
+        assert!(
+            response.starts_with("blocked:") && response.contains("loopback"),
+            "{response}"
+        );
     }
     assert!(receiver.received().is_empty(), "a blocked destination was contacted");
 }

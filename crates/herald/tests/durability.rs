@@ -44,11 +44,7 @@ async fn acknowledged_messages_survive_kill_9_and_are_delivered_after_restart() 
 
     herald.kill9();
     herald.restart().await;
-    let receiver = Receiver::bind(
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        Reply::status(200),
-    )
-    .await;
+    let receiver = Receiver::bind(format!("127.0.0.1:{port}").parse().unwrap(), Reply::status(200)).await;
 
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let delivered = loop {

@@ -4,6 +4,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
+use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
 use herald_core::model::Application;
 use herald_store::StoreError;
@@ -17,14 +18,9 @@ use crate::state::AppState;
 use crate::validate;
 
 pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/app", get(list).post(create)).route(
-        "/app/{app_id}",
-        get(read).put(replace).patch(patch).delete(remove),
-    )
-}
-
-fn now_ms() -> i64 {
-    crate::now_ms()
+    Router::new()
+        .route("/app", get(list).post(create))
+        .route("/app/{app_id}", get(read).put(replace).patch(patch).delete(remove))
 }
 
 fn check(name: &str, uid: Option<&str>) -> ApiResult<()> {
@@ -94,10 +90,7 @@ fn new_app(input: ApplicationIn) -> Application {
     }
 }
 
-async fn read(
-    State(state): State<AppState>,
-    Path(app_id): Path<String>,
-) -> ApiResult<Json<ApplicationOut>> {
+async fn read(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<Json<ApplicationOut>> {
     Ok(Json(convert::application(find(&state, &app_id).await?)))
 }
 
@@ -167,10 +160,7 @@ async fn patch(
     Ok(Json(convert::application(app)))
 }
 
-async fn remove(
-    State(state): State<AppState>,
-    Path(app_id): Path<String>,
-) -> ApiResult<StatusCode> {
+async fn remove(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<StatusCode> {
     let app = find(&state, &app_id).await?;
     let endpoints = state
         .store
@@ -183,7 +173,7 @@ async fn remove(
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
     for endpoint in endpoints {
-        state.endpoint_changed(&app.id, &endpoint.id);
+        state.endpoint_changed(&endpoint.id);
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -14,10 +14,7 @@ use crate::state::AppState;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/app/{app_id}/attempt/msg/{msg_id}", get(by_message))
-        .route(
-            "/app/{app_id}/attempt/endpoint/{endpoint_id}",
-            get(by_endpoint),
-        )
+        .route("/app/{app_id}/attempt/endpoint/{endpoint_id}", get(by_endpoint))
 }
 
 async fn by_message(

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine as _;
+use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
 use herald_core::model::Endpoint;
 use herald_signature::HmacSecret;
@@ -16,10 +17,7 @@ use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{
-    EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse,
-    Metadata,
-};
+use crate::model::{EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse, Metadata};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
@@ -49,11 +47,7 @@ fn store_error(error: StoreError) -> ApiError {
 
 /// Look up an endpoint of an app by id or uid.
 pub(crate) async fn find(state: &AppState, app_id: &str, endpoint_id: &str) -> ApiResult<Endpoint> {
-    state
-        .store
-        .get_endpoint(app_id, endpoint_id)
-        .await
-        .map_err(store_error)
+    state.store.get_endpoint(app_id, endpoint_id).await.map_err(store_error)
 }
 
 /// The fields every write of an endpoint sets, validated.
@@ -108,10 +102,7 @@ impl EndpointFields {
     }
 
     fn of_patch(endpoint: &Endpoint, patch: EndpointPatch) -> Self {
-        let set = |list: &Option<Vec<String>>| {
-            list.as_ref()
-                .map(|l| l.iter().cloned().collect::<BTreeSet<_>>())
-        };
+        let set = |list: &Option<Vec<String>>| list.as_ref().map(|l| l.iter().cloned().collect::<BTreeSet<_>>());
         let mut uid = endpoint.uid.clone();
         patch.uid.apply_to(&mut uid);
         let mut filter_types = set(&endpoint.filter_types);
@@ -122,9 +113,7 @@ impl EndpointFields {
         patch.throttle_rate.apply_to(&mut throttle_rate);
         Self {
             url: patch.url.unwrap_or_else(|| endpoint.url.clone()),
-            description: patch
-                .description
-                .unwrap_or_else(|| endpoint.description.clone()),
+            description: patch.description.unwrap_or_else(|| endpoint.description.clone()),
             uid,
             disabled: patch.disabled.unwrap_or(endpoint.disabled),
             filter_types,
@@ -154,8 +143,7 @@ impl From<EndpointUpdate> for EndpointFields {
 fn signing_secret(given: Option<&str>) -> ApiResult<String> {
     match given {
         Some(text) => {
-            let secret = HmacSecret::parse(text)
-                .map_err(|e| ApiError::validation(format!("secret: {e}")))?;
+            let secret = HmacSecret::parse(text).map_err(|e| ApiError::validation(format!("secret: {e}")))?;
             if !SECRET_BYTES.contains(&secret.len()) {
                 return Err(ApiError::validation(format!(
                     "secret: the key must be {} to {} bytes long, got {}",
@@ -184,11 +172,7 @@ async fn list(
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
     let page = Query::of(&uri).page()?;
     let app = apps::find(&state, &app_id).await?;
-    let found = state
-        .store
-        .list_endpoints(&app.id, &page)
-        .await
-        .map_err(store_error)?;
+    let found = state.store.list_endpoints(&app.id, &page).await.map_err(store_error)?;
     Ok(Json(convert::list(found, convert::endpoint)))
 }
 
@@ -204,14 +188,7 @@ async fn create(
         ));
     }
     let secret = signing_secret(input.secret.as_deref())?;
-    let endpoint = insert(
-        &state,
-        &app.id,
-        new_endpoint_id(),
-        secret,
-        input.into_fields(),
-    )
-    .await?;
+    let endpoint = insert(&state, &app.id, new_endpoint_id(), secret, input.into_fields()).await?;
     Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
 }
 
@@ -227,7 +204,7 @@ async fn insert(
     fields: EndpointFields,
 ) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
-    let now = crate::now_ms();
+    let now = now_ms();
     let mut endpoint = Endpoint {
         id,
         app_id: app_id.to_owned(),
@@ -246,12 +223,8 @@ async fn insert(
         updated_at: now,
     };
     fields.apply(&mut endpoint);
-    state
-        .store
-        .create_endpoint(&endpoint)
-        .await
-        .map_err(store_error)?;
-    state.endpoint_changed(app_id, &endpoint.id);
+    state.store.create_endpoint(&endpoint).await.map_err(store_error)?;
+    state.endpoint_changed(&endpoint.id);
     Ok(endpoint)
 }
 
@@ -275,25 +248,15 @@ async fn read(
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<Json<EndpointOut>> {
     let app = apps::find(&state, &app_id).await?;
-    Ok(Json(convert::endpoint(
-        find(&state, &app.id, &endpoint_id).await?,
-    )))
+    Ok(Json(convert::endpoint(find(&state, &app.id, &endpoint_id).await?)))
 }
 
-async fn save(
-    state: &AppState,
-    mut endpoint: Endpoint,
-    fields: EndpointFields,
-) -> ApiResult<Endpoint> {
+async fn save(state: &AppState, mut endpoint: Endpoint, fields: EndpointFields) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
     fields.apply(&mut endpoint);
-    endpoint.updated_at = crate::now_ms();
-    state
-        .store
-        .update_endpoint(&endpoint)
-        .await
-        .map_err(store_error)?;
-    state.endpoint_changed(&endpoint.app_id, &endpoint.id);
+    endpoint.updated_at = now_ms();
+    state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
+    state.endpoint_changed(&endpoint.id);
     Ok(endpoint)
 }
 
@@ -307,23 +270,14 @@ async fn replace(
     match state.store.get_endpoint(&app.id, &endpoint_id).await {
         Ok(existing) => Ok((
             StatusCode::OK,
-            Json(convert::endpoint(
-                save(&state, existing, input.into()).await?,
-            )),
+            Json(convert::endpoint(save(&state, existing, input.into()).await?)),
         )),
         Err(StoreError::NotFound) => {
             let mut fields = EndpointFields::from(input);
             if fields.uid.is_none() && !IdKind::Endpoint.matches(&endpoint_id) {
                 fields.uid = Some(endpoint_id);
             }
-            let endpoint = insert(
-                &state,
-                &app.id,
-                new_endpoint_id(),
-                signing_secret(None)?,
-                fields,
-            )
-            .await?;
+            let endpoint = insert(&state, &app.id, new_endpoint_id(), signing_secret(None)?, fields).await?;
             Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
         }
         Err(other) => Err(store_error(other)),
@@ -341,9 +295,7 @@ async fn patch(
         endpoint.secret = signing_secret(Some(update))?;
     }
     let fields = EndpointFields::of_patch(&endpoint, input);
-    Ok(Json(convert::endpoint(
-        save(&state, endpoint, fields).await?,
-    )))
+    Ok(Json(convert::endpoint(save(&state, endpoint, fields).await?)))
 }
 
 async fn remove(
@@ -352,12 +304,8 @@ async fn remove(
 ) -> ApiResult<StatusCode> {
     let app = apps::find(&state, &app_id).await?;
     let endpoint = find(&state, &app.id, &endpoint_id).await?;
-    state
-        .store
-        .delete_endpoint(&endpoint.id)
-        .await
-        .map_err(store_error)?;
-    state.endpoint_changed(&app.id, &endpoint.id);
+    state.store.delete_endpoint(&endpoint.id).await.map_err(store_error)?;
+    state.endpoint_changed(&endpoint.id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -367,7 +315,5 @@ async fn secret(
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let app = apps::find(&state, &app_id).await?;
     let endpoint = find(&state, &app.id, &endpoint_id).await?;
-    Ok(Json(EndpointSecretOut {
-        key: endpoint.secret,
-    }))
+    Ok(Json(EndpointSecretOut { key: endpoint.secret }))
 }

@@ -4,15 +4,14 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
+use herald_core::clock::now_ms;
 use herald_core::model::EventType;
 use herald_store::StoreError;
 
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{
-    EventTypeIn, EventTypeOut, EventTypePatch, EventTypeUpdate, JsonObject, ListResponse,
-};
+use crate::model::{EventTypeIn, EventTypeOut, EventTypePatch, EventTypeUpdate, JsonObject, ListResponse};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
@@ -20,10 +19,7 @@ use crate::validate;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/event-type", get(list).post(create))
-        .route(
-            "/event-type/{name}",
-            get(read).put(replace).patch(patch).delete(remove),
-        )
+        .route("/event-type/{name}", get(read).put(replace).patch(patch).delete(remove))
 }
 
 fn store_error(error: StoreError) -> ApiError {
@@ -55,7 +51,7 @@ async fn create(
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
     validate::name("name", &input.name, false)?;
     validate::text("description", &input.description, false, 4096)?;
-    let now = crate::now_ms();
+    let now = now_ms();
     let et = EventType {
         name: input.name,
         description: input.description,
@@ -66,24 +62,13 @@ async fn create(
         created_at: now,
         updated_at: now,
     };
-    state
-        .store
-        .create_event_type(&et)
-        .await
-        .map_err(store_error)?;
+    state.store.create_event_type(&et).await.map_err(store_error)?;
     Ok((StatusCode::CREATED, Json(convert::event_type(et))))
 }
 
-async fn read(
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-) -> ApiResult<Json<EventTypeOut>> {
+async fn read(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<EventTypeOut>> {
     Ok(Json(convert::event_type(
-        state
-            .store
-            .get_event_type(&name)
-            .await
-            .map_err(store_error)?,
+        state.store.get_event_type(&name).await.map_err(store_error)?,
     )))
 }
 
@@ -94,7 +79,7 @@ async fn replace(
     JsonBody(input): JsonBody<EventTypeUpdate>,
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
     validate::text("description", &input.description, false, 4096)?;
-    let now = crate::now_ms();
+    let now = now_ms();
     let (existing, status) = match state.store.get_event_type(&name).await {
         Ok(et) => (Some(et), StatusCode::OK),
         Err(StoreError::NotFound) => {
@@ -114,17 +99,9 @@ async fn replace(
         updated_at: now,
     };
     if existing.is_some() {
-        state
-            .store
-            .update_event_type(&et)
-            .await
-            .map_err(store_error)?;
+        state.store.update_event_type(&et).await.map_err(store_error)?;
     } else {
-        state
-            .store
-            .create_event_type(&et)
-            .await
-            .map_err(store_error)?;
+        state.store.create_event_type(&et).await.map_err(store_error)?;
     }
     Ok((status, Json(convert::event_type(et))))
 }
@@ -134,11 +111,7 @@ async fn patch(
     Path(name): Path<String>,
     JsonBody(input): JsonBody<EventTypePatch>,
 ) -> ApiResult<Json<EventTypeOut>> {
-    let mut et = state
-        .store
-        .get_event_type(&name)
-        .await
-        .map_err(store_error)?;
+    let mut et = state.store.get_event_type(&name).await.map_err(store_error)?;
     if let Some(description) = input.description {
         validate::text("description", &description, false, 4096)?;
         et.description = description;
@@ -153,20 +126,12 @@ async fn patch(
     if let Some(update) = input.schemas.into_update() {
         et.schemas = schemas_text(update);
     }
-    et.updated_at = crate::now_ms();
-    state
-        .store
-        .update_event_type(&et)
-        .await
-        .map_err(store_error)?;
+    et.updated_at = now_ms();
+    state.store.update_event_type(&et).await.map_err(store_error)?;
     Ok(Json(convert::event_type(et)))
 }
 
 async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    state
-        .store
-        .delete_event_type(&name)
-        .await
-        .map_err(store_error)?;
+    state.store.delete_event_type(&name).await.map_err(store_error)?;
     Ok(StatusCode::NO_CONTENT)
 }

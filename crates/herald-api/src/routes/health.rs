@@ -9,10 +9,7 @@ use crate::state::AppState;
 
 pub(super) async fn health(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     match state.store.ping().await {
-        Ok(()) => (
-            StatusCode::OK,
-            Json(json!({"status": "ok", "database": "ok"})),
-        ),
+        Ok(()) => (StatusCode::OK, Json(json!({"status": "ok", "database": "ok"}))),
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "unavailable", "database": "unreachable"})),

@@ -10,8 +10,6 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::id::{IdKind, new_id};
-use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 
 use super::apps;
@@ -92,44 +90,23 @@ async fn create(
     let idempotency_key = idempotency_key(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app = apps::find(&state, &app_id).await?;
-    let channels = input
-        .channels
-        .map(|set| set.into_iter().collect::<Vec<_>>());
-    let endpoints = state
-        .endpoint_index
-        .endpoints(&state.store, &app.id)
-        .await
-        .map_err(store_error)?;
-    let endpoint_ids = endpoints
-        .iter()
-        .filter(|ep| ep.subscribes_to(&input.event_type, channels.as_deref()))
-        .map(|ep| ep.id.clone())
-        .collect();
-    let message = Message {
-        id: new_id(IdKind::Message),
+    let new = NewMessage {
         app_id: app.id,
         event_id: input.event_id,
         event_type: input.event_type,
-        channels,
+        channels: input.channels.map(|set| set.into_iter().collect()),
         payload: Arc::from(input.payload.get().as_bytes()),
-        created_at: crate::now_ms(),
+        idempotency_key,
     };
     let ingested = state
         .store
-        .ingest(NewMessage {
-            message,
-            idempotency_key,
-            endpoint_ids,
-        })
+        .ingest(new)
         .await
-        .map_err(store_error)?;
+        .map_err(|e| ApiError::from_store(e, "application"))?;
     let stored = match &ingested {
         Ingested::Created { message, .. } | Ingested::Duplicate(message) => message,
     };
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(convert::message(stored, with_content)),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(convert::message(stored, with_content))))
 }
 
 async fn list(
@@ -143,7 +120,7 @@ async fn list(
     let filter = MessageFilter {
         since: query.time_ms(&["since", "after"])?,
         until: query.time_ms(&["until", "before"])?,
-        event_types: query.list(&["eventTypes", "event_types"]),
+        event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
     };
     let app = apps::find(&state, &app_id).await?;
@@ -152,9 +129,7 @@ async fn list(
         .list_messages(&app.id, &filter, &page)
         .await
         .map_err(store_error)?;
-    Ok(Json(convert::list(found, |m| {
-        convert::message(&m, with_content)
-    })))
+    Ok(Json(convert::list(found, |m| convert::message(&m, with_content))))
 }
 
 async fn read(
@@ -164,10 +139,6 @@ async fn read(
 ) -> ApiResult<Json<MessageOut>> {
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app = apps::find(&state, &app_id).await?;
-    let message = state
-        .store
-        .get_message(&app.id, &msg_id)
-        .await
-        .map_err(store_error)?;
+    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
 }

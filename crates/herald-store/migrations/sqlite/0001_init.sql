@@ -62,9 +62,10 @@ CREATE INDEX message_app_created ON message (app_id, created_at);
 CREATE INDEX message_app_id ON message (app_id, id);
 
 -- One row per message x subscribed endpoint, written in the same transaction as the message.
--- seq is the rowid: with a single writer it grows in commit order, which the scheduler's refill cursor relies on.
+-- seq grows in commit order (one writer), which the scheduler's refill cursor relies on; AUTOINCREMENT
+-- guarantees a seq is never reused, so a late result for a deleted delivery can never land on another one.
 CREATE TABLE delivery (
-    seq             INTEGER PRIMARY KEY,
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     message_id      TEXT NOT NULL REFERENCES message(id) ON DELETE CASCADE,
     endpoint_id     TEXT NOT NULL REFERENCES endpoint(id) ON DELETE CASCADE,
     status          INTEGER NOT NULL DEFAULT 0,
@@ -96,3 +97,4 @@ CREATE TABLE attempt (
 );
 CREATE INDEX attempt_message ON attempt (message_id, id);
 CREATE INDEX attempt_endpoint ON attempt (endpoint_id, id);
+CREATE INDEX attempt_app ON attempt (app_id, id);

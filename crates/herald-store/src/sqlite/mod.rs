@@ -8,22 +8,18 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use herald_core::model::{
-    Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message,
-};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{AssertSqlSafe, Row, SqlitePool};
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AttemptRecord, CommitFeed, Ingested, MessageFilter, NewMessage, Page, PageRequest,
-    PendingDelivery, Store, StoreError, StoreResult,
+    AttemptRecord, CommitFeed, Ingested, MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Store,
+    StoreError, StoreResult,
 };
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
-const INGEST_QUEUE: usize = 8_192;
+const INGEST_QUEUE: usize = 1_024;
 
 /// The SQLite implementation of [`Store`].
 pub struct SqliteStore {
@@ -63,22 +59,26 @@ impl SqliteStore {
     }
 }
 
-/// Turn a unique-constraint violation into `Conflict` naming the field.
-pub(crate) fn map_unique(error: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &error
-        && db.is_unique_violation()
-    {
-        let message = db.message();
-        let field = if message.contains(".uid") {
-            "uid"
-        } else if message.contains(".event_id") {
-            "eventId"
-        } else if message.contains(".name") {
-            "name"
-        } else {
-            "id"
-        };
-        return StoreError::Conflict(field);
+/// Turn a constraint violation into what it means: `Conflict` naming the field for a unique key,
+/// `NotFound` for a foreign key (the parent — an application or endpoint — does not exist).
+pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &error {
+        if db.is_foreign_key_violation() {
+            return StoreError::NotFound;
+        }
+        if db.is_unique_violation() {
+            let message = db.message();
+            let field = if message.contains(".uid") {
+                "uid"
+            } else if message.contains(".event_id") {
+                "eventId"
+            } else if message.contains(".name") {
+                "name"
+            } else {
+                "id"
+            };
+            return StoreError::Conflict(field);
+        }
     }
     StoreError::Database(error)
 }
@@ -97,10 +97,7 @@ fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
 /// other way from its anchor.
 fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, String) {
     let descending = newest_first != page.reverse;
-    let order = format!(
-        "ORDER BY {column} {}",
-        if descending { "DESC" } else { "ASC" }
-    );
+    let order = format!("ORDER BY {column} {}", if descending { "DESC" } else { "ASC" });
     let condition = match page.after {
         Some(_) => format!("{column} {} ?", if descending { "<" } else { ">" }),
         None => "1 = 1".to_owned(),
@@ -109,15 +106,10 @@ fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, Stri
 }
 
 fn limit_plus_one(page: &PageRequest) -> i64 {
-    i64::try_from(page.limit)
-        .unwrap_or(i64::MAX)
-        .saturating_add(1)
+    i64::try_from(page.limit).unwrap_or(i64::MAX).saturating_add(1)
 }
 
-fn decode_all<T>(
-    rows: &[SqliteRow],
-    decode: fn(&SqliteRow) -> StoreResult<T>,
-) -> StoreResult<Vec<T>> {
+fn decode_all<T>(rows: &[SqliteRow], decode: fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
     rows.iter().map(decode).collect()
 }
 
@@ -131,11 +123,13 @@ impl Store for SqliteStore {
     }
 
     async fn meta_set(&self, key: &str, value: &str) -> StoreResult<()> {
-        sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-            .bind(key)
-            .bind(value)
-            .execute(&self.write)
-            .await?;
+        sqlx::query(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(key)
+        .bind(value)
+        .execute(&self.write)
+        .await?;
         Ok(())
     }
 
@@ -153,7 +147,7 @@ impl Store for SqliteStore {
         .bind(app.updated_at)
         .execute(&self.write)
         .await
-        .map_err(map_unique)?;
+        .map_err(map_constraint)?;
         Ok(())
     }
 
@@ -174,15 +168,10 @@ impl Store for SqliteStore {
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query
-            .bind(limit_plus_one(page))
-            .fetch_all(&self.read)
-            .await?;
-        Ok(Page::assemble(
-            decode_all(&found, rows::application)?,
-            page,
-            |a| a.id.clone(),
-        ))
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| {
+            a.id.clone()
+        }))
     }
 
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
@@ -197,7 +186,7 @@ impl Store for SqliteStore {
         .bind(&app.id)
         .execute(&self.write)
         .await
-        .map_err(map_unique)?;
+        .map_err(map_constraint)?;
         one_changed(result)
     }
 
@@ -230,7 +219,7 @@ impl Store for SqliteStore {
         .bind(et.updated_at)
         .execute(&self.write)
         .await
-        .map_err(map_unique)?;
+        .map_err(map_constraint)?;
         Ok(())
     }
 
@@ -243,31 +232,18 @@ impl Store for SqliteStore {
         rows::event_type(&row)
     }
 
-    async fn list_event_types(
-        &self,
-        page: &PageRequest,
-        include_archived: bool,
-    ) -> StoreResult<Page<EventType>> {
+    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>> {
         let (condition, order) = keyset("name", page, false);
-        let archived = if include_archived {
-            ""
-        } else {
-            "AND archived = 0"
-        };
+        let archived = if include_archived { "" } else { "AND archived = 0" };
         let sql = format!("SELECT * FROM event_type WHERE {condition} {archived} {order} LIMIT ?");
         let mut query = sqlx::query(AssertSqlSafe(sql));
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query
-            .bind(limit_plus_one(page))
-            .fetch_all(&self.read)
-            .await?;
-        Ok(Page::assemble(
-            decode_all(&found, rows::event_type)?,
-            page,
-            |e| e.name.clone(),
-        ))
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::event_type)?, page, |e| {
+            e.name.clone()
+        }))
     }
 
     async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
@@ -319,19 +295,18 @@ impl Store for SqliteStore {
         .bind(ep.updated_at)
         .execute(&self.write)
         .await
-        .map_err(map_unique)?;
+        .map_err(map_constraint)?;
         Ok(())
     }
 
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
-        let row =
-            sqlx::query("SELECT * FROM endpoint WHERE app_id = ? AND (id = ? OR uid = ?) LIMIT 1")
-                .bind(app_id)
-                .bind(id_or_uid)
-                .bind(id_or_uid)
-                .fetch_optional(&self.read)
-                .await?
-                .ok_or(StoreError::NotFound)?;
+        let row = sqlx::query("SELECT * FROM endpoint WHERE app_id = ? AND (id = ? OR uid = ?) LIMIT 1")
+            .bind(app_id)
+            .bind(id_or_uid)
+            .bind(id_or_uid)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
         rows::endpoint(&row)
     }
 
@@ -344,27 +319,17 @@ impl Store for SqliteStore {
         rows::endpoint(&row)
     }
 
-    async fn list_endpoints(
-        &self,
-        app_id: &str,
-        page: &PageRequest,
-    ) -> StoreResult<Page<Endpoint>> {
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
         let (condition, order) = keyset("id", page, false);
-        let sql =
-            format!("SELECT * FROM endpoint WHERE app_id = ? AND {condition} {order} LIMIT ?");
+        let sql = format!("SELECT * FROM endpoint WHERE app_id = ? AND {condition} {order} LIMIT ?");
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query
-            .bind(limit_plus_one(page))
-            .fetch_all(&self.read)
-            .await?;
-        Ok(Page::assemble(
-            decode_all(&found, rows::endpoint)?,
-            page,
-            |e| e.id.clone(),
-        ))
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::endpoint)?, page, |e| {
+            e.id.clone()
+        }))
     }
 
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
@@ -395,7 +360,7 @@ impl Store for SqliteStore {
         .bind(&ep.id)
         .execute(&self.write)
         .await
-        .map_err(map_unique)?;
+        .map_err(map_constraint)?;
         one_changed(result)
     }
 
@@ -454,9 +419,7 @@ impl Store for SqliteStore {
             sql.push_str(&format!(" AND m.event_type IN ({marks})"));
         }
         if filter.channel.is_some() {
-            sql.push_str(
-                " AND EXISTS (SELECT 1 FROM json_each(m.channels) WHERE json_each.value = ?)",
-            );
+            sql.push_str(" AND EXISTS (SELECT 1 FROM json_each(m.channels) WHERE json_each.value = ?)");
         }
         sql.push_str(&format!(" {order} LIMIT ?"));
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
@@ -475,15 +438,10 @@ impl Store for SqliteStore {
         if let Some(channel) = &filter.channel {
             query = query.bind(channel);
         }
-        let found = query
-            .bind(limit_plus_one(page))
-            .fetch_all(&self.read)
-            .await?;
-        Ok(Page::assemble(
-            decode_all(&found, rows::message)?,
-            page,
-            |m| m.id.clone(),
-        ))
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::message)?, page, |m| {
+            m.id.clone()
+        }))
     }
 
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>> {
@@ -494,12 +452,7 @@ impl Store for SqliteStore {
         )
     }
 
-    async fn load_pending(
-        &self,
-        endpoint_id: &str,
-        after_seq: i64,
-        limit: usize,
-    ) -> StoreResult<Vec<PendingDelivery>> {
+    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>> {
         let sql = format!(
             "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, {} FROM delivery d \
              JOIN message m ON m.id = d.message_id \
@@ -529,46 +482,15 @@ impl Store for SqliteStore {
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
         let mut tx = self.write.begin().await?;
         for record in records {
-            let a = &record.attempt;
-            sqlx::query(
-                "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
-                 outcome, response_status, response, duration_ms, trigger_type, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&a.id)
-            .bind(record.delivery_seq)
-            .bind(&record.app_id)
-            .bind(&a.message_id)
-            .bind(&a.endpoint_id)
-            .bind(&a.url)
-            .bind(i64::from(a.attempt_number))
-            .bind(a.success)
-            .bind(&a.outcome)
-            .bind(a.response_status.map(i64::from))
-            .bind(&a.response)
-            .bind(a.duration_ms)
-            .bind(match a.trigger {
-                AttemptTrigger::Scheduled => 0i64,
-                AttemptTrigger::Manual => 1,
-            })
-            .bind(a.created_at)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE delivery SET status = ?, attempts = ?, next_attempt_at = ?, updated_at = ? WHERE seq = ?")
-                .bind(record.status.code())
-                .bind(i64::from(a.attempt_number))
-                .bind(record.next_attempt_at)
-                .bind(a.created_at + a.duration_ms)
-                .bind(record.delivery_seq)
-                .execute(&mut *tx)
-                .await?;
-            if let Some(reason) = &record.disable_endpoint {
-                sqlx::query("UPDATE endpoint SET disabled = 1, disabled_reason = ?, updated_at = ? WHERE id = ?")
-                    .bind(reason)
-                    .bind(a.created_at + a.duration_ms)
-                    .bind(&a.endpoint_id)
-                    .execute(&mut *tx)
-                    .await?;
+            // One savepoint per record: a record that cannot be written is logged and skipped, so it can
+            // never wedge the results of every other delivery behind it.
+            let mut savepoint = tx.begin().await?;
+            match write_attempt(&mut savepoint, record).await {
+                Ok(()) => savepoint.commit().await?,
+                Err(error) => {
+                    tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
+                    savepoint.rollback().await?;
+                }
             }
         }
         tx.commit().await?;
@@ -581,8 +503,7 @@ impl Store for SqliteStore {
         message_id: &str,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        self.list_attempts("message_id", app_id, message_id, page)
-            .await
+        self.list_attempts("message_id", app_id, message_id, page).await
     }
 
     async fn list_attempts_by_endpoint(
@@ -591,35 +512,20 @@ impl Store for SqliteStore {
         endpoint_id: &str,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        self.list_attempts("endpoint_id", app_id, endpoint_id, page)
-            .await
+        self.list_attempts("endpoint_id", app_id, endpoint_id, page).await
     }
 
-    async fn delivery_state(
-        &self,
-        message_id: &str,
-        endpoint_id: &str,
-    ) -> StoreResult<(DeliveryStatus, u32)> {
-        let row = sqlx::query(
-            "SELECT status, attempts FROM delivery WHERE message_id = ? AND endpoint_id = ?",
-        )
-        .bind(message_id)
-        .bind(endpoint_id)
-        .fetch_optional(&self.read)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-        let status = match row.try_get::<i64, _>("status")? {
-            0 => DeliveryStatus::Pending,
-            1 => DeliveryStatus::Delivered,
-            2 => DeliveryStatus::Failed,
-            3 => DeliveryStatus::Dead,
-            4 => DeliveryStatus::Cancelled,
-            other => return Err(StoreError::Corrupt(format!("delivery status {other}"))),
-        };
-        Ok((
-            status,
-            u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
-        ))
+    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
+        let row = sqlx::query("SELECT status, attempts FROM delivery WHERE message_id = ? AND endpoint_id = ?")
+            .bind(message_id)
+            .bind(endpoint_id)
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let code: i64 = row.try_get("status")?;
+        let status =
+            DeliveryStatus::from_code(code).ok_or_else(|| StoreError::Corrupt(format!("delivery status {code}")))?;
+        Ok((status, u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0)))
     }
 
     fn take_commit_feed(&self) -> Option<CommitFeed> {
@@ -632,6 +538,56 @@ impl Store for SqliteStore {
     }
 }
 
+/// Append one attempt and move its delivery on. The update only touches a delivery that is still
+/// pending, so a stale result (say, from before an operator cancelled it) cannot resurrect or re-finish it.
+async fn write_attempt(conn: &mut sqlx::SqliteConnection, record: &AttemptRecord) -> StoreResult<()> {
+    let a = &record.attempt;
+    sqlx::query(
+        "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
+         outcome, response_status, response, duration_ms, trigger_type, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&a.id)
+    .bind(record.delivery_seq)
+    .bind(&record.app_id)
+    .bind(&a.message_id)
+    .bind(&a.endpoint_id)
+    .bind(&a.url)
+    .bind(i64::from(a.attempt_number))
+    .bind(a.success)
+    .bind(&a.outcome)
+    .bind(a.response_status.map(i64::from))
+    .bind(&a.response)
+    .bind(a.duration_ms)
+    .bind(match a.trigger {
+        AttemptTrigger::Scheduled => 0i64,
+        AttemptTrigger::Manual => 1,
+    })
+    .bind(a.created_at)
+    .execute(&mut *conn)
+    .await?;
+    let finished_at = a.created_at + a.duration_ms;
+    sqlx::query(
+        "UPDATE delivery SET status = ?, attempts = ?, next_attempt_at = ?, updated_at = ? WHERE seq = ? AND status = 0",
+    )
+    .bind(record.status.code())
+    .bind(i64::from(a.attempt_number))
+    .bind(record.next_attempt_at)
+    .bind(finished_at)
+    .bind(record.delivery_seq)
+    .execute(&mut *conn)
+    .await?;
+    if let Some(reason) = &record.disable_endpoint {
+        sqlx::query("UPDATE endpoint SET disabled = 1, disabled_reason = ?, updated_at = ? WHERE id = ?")
+            .bind(reason)
+            .bind(finished_at)
+            .bind(&a.endpoint_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Attempts filtered on one column (`message_id` or `endpoint_id`), newest first.
     async fn list_attempts(
@@ -642,21 +598,14 @@ impl SqliteStore {
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
         let (condition, order) = keyset("id", page, true);
-        let sql = format!(
-            "SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition} {order} LIMIT ?"
-        );
+        let sql = format!("SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition} {order} LIMIT ?");
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id).bind(value);
         if let Some(after) = &page.after {
             query = query.bind(after);
         }
-        let found = query
-            .bind(limit_plus_one(page))
-            .fetch_all(&self.read)
-            .await?;
-        Ok(Page::assemble(
-            decode_all(&found, rows::attempt)?,
-            page,
-            |a| a.id.clone(),
-        ))
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
+            a.id.clone()
+        }))
     }
 }

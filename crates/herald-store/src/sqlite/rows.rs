@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use herald_core::model::{
-    Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata,
-};
+use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -20,10 +18,8 @@ pub(crate) fn encode_metadata(metadata: &Metadata) -> String {
 }
 
 fn decode_list(text: Option<String>) -> StoreResult<Option<Vec<String>>> {
-    text.map(|t| {
-        serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("list column: {e}")))
-    })
-    .transpose()
+    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("list column: {e}"))))
+        .transpose()
 }
 
 fn decode_metadata(text: &str) -> StoreResult<Metadata> {

@@ -58,11 +58,7 @@ impl Herald {
         self.dir.path().join("herald.db")
     }
 
-    async fn spawn(
-        dir: Arc<tempfile::TempDir>,
-        env: Vec<(String, String)>,
-        addr: Option<SocketAddr>,
-    ) -> Self {
+    async fn spawn(dir: Arc<tempfile::TempDir>, env: Vec<(String, String)>, addr: Option<SocketAddr>) -> Self {
         let listen = addr.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
         let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
         command
@@ -86,10 +82,7 @@ impl Herald {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
                 if tx.send(line).is_err() {
                     break;
                 }
@@ -108,10 +101,7 @@ impl Herald {
         };
         // reqwest is built without a default TLS provider (Herald picks ring); the tests must pick too.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("client");
+        let http = reqwest::Client::builder().no_proxy().build().expect("client");
         Self {
             child: Some(child),
             addr,
@@ -150,9 +140,7 @@ impl Herald {
             request = request.header(*k, *v);
         }
         if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
+            request = request.header("content-type", "application/json").body(body);
         }
         let response = request.send().await.expect("request");
         let status = response.status().as_u16();
@@ -198,9 +186,7 @@ impl Herald {
 
     /// Attempts of a message, oldest first.
     pub async fn attempts(&self, app: &str, msg: &str) -> Vec<Value> {
-        let mut list = self
-            .get(&format!("/app/{app}/attempt/msg/{msg}?limit=250"))
-            .await["data"]
+        let mut list = self.get(&format!("/app/{app}/attempt/msg/{msg}?limit=250")).await["data"]
             .as_array()
             .cloned()
             .unwrap_or_default();
@@ -255,10 +241,7 @@ pub struct Received {
 
 impl Received {
     pub fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
     }
 }
 
@@ -322,13 +305,9 @@ impl Receiver {
     pub async fn bind(addr: SocketAddr, fallback: Reply) -> Self {
         let state = Arc::new(ReceiverState::default());
         *state.fallback.lock().unwrap() = Some(fallback);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("bind receiver");
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind receiver");
         let addr = listener.local_addr().expect("addr");
-        let app = axum::Router::new()
-            .fallback(handle)
-            .with_state(state.clone());
+        let app = axum::Router::new().fallback(handle).with_state(state.clone());
         let shutdown = Arc::new(Notify::new());
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -336,11 +315,7 @@ impl Receiver {
                 .with_graceful_shutdown(async move { stop.notified().await })
                 .await;
         });
-        Self {
-            addr,
-            state,
-            shutdown,
-        }
+        Self { addr, state, shutdown }
     }
 
     pub fn url(&self) -> String {
@@ -366,11 +341,7 @@ impl Receiver {
                 return got;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "receiver got {} of {n} requests",
-                got.len()
-            );
+            assert!(!left.is_zero(), "receiver got {} of {n} requests", got.len());
             let _ = tokio::time::timeout(left, notified).await;
         }
     }
@@ -380,11 +351,7 @@ impl Receiver {
     }
 }
 
-async fn handle(
-    State(state): State<Arc<ReceiverState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn handle(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, body: Bytes) -> Response {
     state.received.lock().unwrap().push(Received {
         headers,
         body,
@@ -401,11 +368,7 @@ async fn handle(
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let mut response = (
-        StatusCode::from_u16(reply.status).expect("status"),
-        reply.body,
-    )
-        .into_response();
+    let mut response = (StatusCode::from_u16(reply.status).expect("status"), reply.body).into_response();
     for (k, v) in reply.headers {
         response.headers_mut().insert(
             axum::http::HeaderName::from_bytes(k.as_bytes()).expect("name"),

@@ -1,0 +1,193 @@
+//! A minimal client of the public, Svix-compatible API: create applications and endpoints, post messages.
+//!
+//! Only documented routes and fields are used, so the harness works against any server with that API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use indicatif::ProgressBar;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+/// Endpoints created at once when setting up many.
+const SETUP_CONCURRENCY: usize = 16;
+
+/// The API of one server, with one pooled keep-alive HTTP client.
+#[derive(Clone)]
+pub struct Api {
+    client: reqwest::Client,
+    /// `http://host:port/api/v1`.
+    base: Arc<str>,
+    auth: HeaderValue,
+}
+
+/// An endpoint to create.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointSpec {
+    /// Where deliveries go.
+    pub url: String,
+    /// Event types it receives; `None` means all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter_types: Option<Vec<String>>,
+    /// Created disabled (nothing is sent to it).
+    pub disabled: bool,
+}
+
+impl EndpointSpec {
+    /// An enabled endpoint receiving every event type.
+    pub fn to(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            filter_types: None,
+            disabled: false,
+        }
+    }
+
+    /// Receive only `event_type`.
+    pub fn only(mut self, event_type: &str) -> Self {
+        self.filter_types = Some(vec![event_type.to_owned()]);
+        self
+    }
+
+    /// Create it disabled (or not).
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
+    }
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: String,
+}
+
+impl Api {
+    /// A client for the server at `server_url` (e.g. `http://127.0.0.1:8040`) using the bearer `token`,
+    /// keeping up to `connections` idle keep-alive connections.
+    pub fn new(server_url: &str, token: &str, connections: usize) -> anyhow::Result<Self> {
+        // reqwest is built without a default TLS provider; install ring's (a no-op if one already is).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .http1_only()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(connections)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        let auth =
+            HeaderValue::from_str(&format!("Bearer {token}")).context("the token is not a valid header value")?;
+        Ok(Self {
+            client,
+            base: Arc::from(format!("{}/api/v1", server_url.trim_end_matches('/'))),
+            auth,
+        })
+    }
+
+    /// Check that the server answers and accepts the token.
+    pub async fn check(&self) -> anyhow::Result<()> {
+        let url = format!("{}/app?limit=1", self.base);
+        let response = self
+            .client
+            .get(&url)
+            .header(AUTHORIZATION, &self.auth)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("GET {url} answered {status}; is the token right?");
+        }
+        Ok(())
+    }
+
+    /// Create an application named `name`; returns its id.
+    pub async fn create_app(&self, name: &str) -> anyhow::Result<String> {
+        let body = serde_json::json!({ "name": name });
+        self.create(format!("{}/app", self.base), &body)
+            .await
+            .with_context(|| format!("creating application {name}"))
+    }
+
+    /// Create an endpoint of `app_id`; returns its id.
+    pub async fn create_endpoint(&self, app_id: &str, spec: &EndpointSpec) -> anyhow::Result<String> {
+        self.create(format!("{}/app/{app_id}/endpoint", self.base), spec)
+            .await
+            .with_context(|| format!("creating an endpoint for {}", spec.url))
+    }
+
+    /// Create many endpoints of `app_id`, a few at a time; returns their ids in the order given.
+    pub async fn create_endpoints(
+        &self,
+        app_id: &str,
+        specs: &[EndpointSpec],
+        bar: &ProgressBar,
+    ) -> anyhow::Result<Vec<String>> {
+        futures::stream::iter(specs)
+            .map(|spec| async move {
+                let id = self.create_endpoint(app_id, spec).await;
+                bar.inc(1);
+                id
+            })
+            .buffered(SETUP_CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    /// The URL messages of `app_id` are posted to (asking for a short answer without the payload).
+    pub fn message_url(&self, app_id: &str) -> String {
+        format!("{}/app/{app_id}/msg?with_content=false", self.base)
+    }
+
+    /// Post one message body to `url` (from [`Api::message_url`]); `Ok` when the server accepted it.
+    pub async fn post_message(&self, url: &str, body: String) -> anyhow::Result<()> {
+        let response = self
+            .client
+            .post(url)
+            .header(AUTHORIZATION, &self.auth)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body)
+            .send()
+            .await
+            .context("posting a message")?;
+        let status = response.status();
+        // Read the answer to the end so the connection goes back to the pool.
+        let answer = response.bytes().await.context("reading the answer to a message")?;
+        if !status.is_success() {
+            bail!("message refused: {status} {}", snippet(&answer));
+        }
+        Ok(())
+    }
+
+    async fn create(&self, url: String, body: &impl Serialize) -> anyhow::Result<String> {
+        let response = self
+            .client
+            .post(&url)
+            .header(AUTHORIZATION, &self.auth)
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status();
+        let answer = response
+            .bytes()
+            .await
+            .with_context(|| format!("reading the answer of {url}"))?;
+        if !status.is_success() {
+            bail!("POST {url} answered {status} {}", snippet(&answer));
+        }
+        let created: Created =
+            serde_json::from_slice(&answer).with_context(|| format!("the answer of {url} has no id"))?;
+        Ok(created.id)
+    }
+}
+
+/// The start of a response body, for error messages.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.chars().take(300).collect()
+}

@@ -1,0 +1,110 @@
+//! Latency statistics: samples in microseconds in, p50 / p99 / max out.
+
+use serde::Serialize;
+
+/// Summary of a set of latency samples. All values are in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencyStats {
+    /// Number of samples.
+    pub count: usize,
+    /// Median (nearest rank).
+    pub p50_us: u64,
+    /// 99th percentile (nearest rank).
+    pub p99_us: u64,
+    /// Largest sample.
+    pub max_us: u64,
+    /// Arithmetic mean.
+    pub mean_us: u64,
+}
+
+impl LatencyStats {
+    /// Summarise `samples` (any order); `None` when there are none.
+    pub fn from_samples(mut samples: Vec<u64>) -> Option<Self> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        Some(Self::from_sorted(&samples))
+    }
+
+    /// Summarise samples sorted in ascending order; the slice must not be empty.
+    fn from_sorted(sorted: &[u64]) -> Self {
+        let total: u128 = sorted.iter().map(|&s| u128::from(s)).sum();
+        let count = sorted.len();
+        Self {
+            count,
+            p50_us: percentile(sorted, 50.0),
+            p99_us: percentile(sorted, 99.0),
+            max_us: sorted[count - 1],
+            mean_us: u64::try_from(total / count as u128).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Median in milliseconds.
+    pub fn p50_ms(&self) -> f64 {
+        us_to_ms(self.p50_us)
+    }
+
+    /// 99th percentile in milliseconds.
+    pub fn p99_ms(&self) -> f64 {
+        us_to_ms(self.p99_us)
+    }
+
+    /// Maximum in milliseconds.
+    pub fn max_ms(&self) -> f64 {
+        us_to_ms(self.max_us)
+    }
+}
+
+/// Nearest-rank percentile of a sorted, non-empty slice (`p` in 0–100).
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let n = sorted.len();
+    // Nearest rank: the smallest value with at least p % of the samples at or below it.
+    let rank = ((p / 100.0) * n as f64).ceil() as usize;
+    sorted[rank.clamp(1, n) - 1]
+}
+
+/// Microseconds to milliseconds.
+pub fn us_to_ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// `count` events over `seconds`, per second (0 when no time passed).
+pub fn rate(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_has_no_stats() {
+        assert_eq!(LatencyStats::from_samples(Vec::new()), None);
+    }
+
+    #[test]
+    fn nearest_rank() {
+        let samples: Vec<u64> = (1..=100).rev().collect();
+        let stats = LatencyStats::from_samples(samples).unwrap();
+        assert_eq!(stats.count, 100);
+        assert_eq!(stats.p50_us, 50);
+        assert_eq!(stats.p99_us, 99);
+        assert_eq!(stats.max_us, 100);
+        assert_eq!(stats.mean_us, 50);
+        let one = LatencyStats::from_samples(vec![7]).unwrap();
+        assert_eq!((one.p50_us, one.p99_us, one.max_us), (7, 7, 7));
+    }
+
+    #[test]
+    fn p99_sees_the_tail() {
+        let mut samples = vec![1_000; 990];
+        samples.extend([50_000; 10]);
+        let stats = LatencyStats::from_samples(samples).unwrap();
+        assert_eq!(stats.p50_us, 1_000);
+        assert_eq!(stats.p99_us, 1_000);
+        let mut samples = vec![1_000; 989];
+        samples.extend([50_000; 11]);
+        assert_eq!(LatencyStats::from_samples(samples).unwrap().p99_us, 50_000);
+    }
+}

@@ -1,0 +1,134 @@
+//! Every scenario at its smoke size against an in-process node: the harness runs end to end and its
+//! figures are sane. No timing assertions: figures depend on the machine.
+
+use herald_bench::scenario::backlog::BacklogParams;
+use herald_bench::scenario::e2e::E2eParams;
+use herald_bench::scenario::fanout::FanoutParams;
+use herald_bench::scenario::hol::HolParams;
+use herald_bench::scenario::ingest::IngestParams;
+use herald_bench::{Options, Report, Scenario};
+
+fn options() -> Options {
+    Options {
+        progress: false,
+        ..Options::default()
+    }
+}
+
+async fn run(scenario: Scenario) -> Report {
+    let report = herald_bench::run(&options(), &scenario)
+        .await
+        .unwrap_or_else(|e| panic!("{} failed: {e:#}", scenario.name()));
+    // Both renderings work and carry the figures.
+    let table = report.table().render();
+    assert!(table.starts_with(&format!("## {}", scenario.name())), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+    assert_eq!(json["scenario"], scenario.name());
+    report
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ingest_with_and_without_delivery() {
+    let Report::Ingest(report) = run(Scenario::Ingest(IngestParams::smoke())).await else {
+        panic!("wrong report");
+    };
+    assert!(report.load.accepted > 0);
+    assert_eq!(report.load.errors, 0, "{:?}", report.load.first_error);
+    let api = report.load.api_latency.expect("API latency measured");
+    assert_eq!(api.count as u64, report.load.accepted);
+    let deliveries = report.deliveries.expect("deliveries awaited");
+    assert!(deliveries.complete);
+    assert_eq!(deliveries.delivered, report.load.accepted);
+    assert!(deliveries.deliveries_per_s > 0.0);
+    assert!(deliveries.lag.is_some());
+
+    let paused = IngestParams {
+        paused: true,
+        ..IngestParams::smoke()
+    };
+    let Report::Ingest(report) = run(Scenario::Ingest(paused)).await else {
+        panic!("wrong report");
+    };
+    assert!(report.load.accepted > 0);
+    assert_eq!(report.load.errors, 0, "{:?}", report.load.first_error);
+    assert!(report.deliveries.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_burst_then_steady() {
+    let params = E2eParams::smoke();
+    let Report::E2e(report) = run(Scenario::E2e(params.clone())).await else {
+        panic!("wrong report");
+    };
+    assert_eq!(report.burst.load.accepted, params.messages);
+    assert_eq!(report.burst.load.errors, 0, "{:?}", report.burst.load.first_error);
+    assert!(report.burst.deliveries.complete);
+    assert_eq!(
+        report.burst.deliveries.delivered,
+        params.messages * params.endpoints as u64
+    );
+    assert!(report.steady.load.accepted > 0);
+    assert_eq!(report.steady.load.errors, 0, "{:?}", report.steady.load.first_error);
+    assert!(report.steady.deliveries.complete);
+    assert_eq!(
+        report.steady.deliveries.delivered,
+        report.steady.load.accepted * params.endpoints as u64
+    );
+    assert!(report.steady.deliveries.lag.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fanout_reaches_every_endpoint() {
+    let params = FanoutParams::smoke();
+    let Report::Fanout(report) = run(Scenario::Fanout(params.clone())).await else {
+        panic!("wrong report");
+    };
+    assert_eq!(report.rounds.len(), params.messages);
+    for round in &report.rounds {
+        assert!(round.complete);
+        assert_eq!(round.delivered, params.endpoints as u64);
+        assert!(round.deliveries_per_s > 0.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hol_measures_healthy_lag_with_and_without_a_black_hole() {
+    let Report::Hol(report) = run(Scenario::Hol(HolParams::smoke())).await else {
+        panic!("wrong report");
+    };
+    for run in [&report.baseline, &report.with_black_hole] {
+        assert!(run.load.accepted > 0);
+        assert_eq!(run.load.errors, 0, "{:?}", run.load.first_error);
+        assert!(run.healthy.expected > 0);
+        assert!(run.healthy.complete, "healthy deliveries missing: {:?}", run.healthy);
+        assert!(run.healthy.lag.is_some(), "healthy lag measured");
+    }
+    assert!(!report.baseline.black_hole && report.with_black_hole.black_hole);
+    assert!(report.baseline.endpoint_0 > 0, "endpoint 0 received in the baseline");
+    assert!(report.with_black_hole.endpoint_0 > 0, "the black hole was contacted");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backlog_builds_and_drains_everything() {
+    let params = BacklogParams::smoke();
+    let Report::Backlog(report) = run(Scenario::Backlog(params.clone())).await else {
+        panic!("wrong report");
+    };
+    assert_eq!(report.build.load.accepted, params.pending);
+    assert_eq!(report.build.load.errors, 0, "{:?}", report.build.load.first_error);
+    for sample in [&report.empty, &report.with_backlog] {
+        assert!(sample.ingest.accepted > 0);
+        assert_eq!(sample.ingest.errors + sample.steady.errors, 0);
+        assert!(sample.ingest_deliveries.complete && sample.steady_deliveries.complete);
+        assert!(sample.steady_deliveries.lag.is_some());
+        if cfg!(target_os = "linux") {
+            assert!(sample.rss_mib.is_some_and(|rss| rss > 0.0));
+        }
+    }
+    assert!(
+        report.drain.complete,
+        "drained {} of {}",
+        report.drain.delivered, report.drain.expected
+    );
+    assert_eq!(report.drain.delivered, params.pending);
+}

@@ -1,0 +1,135 @@
+//! One attempt of one delivery: sign, send, classify, decide the next step, report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_core::clock::now_ms;
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
+use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, next_step};
+use herald_core::retry::RetrySchedule;
+use herald_core::scheduler::Finished;
+use herald_signature::HmacSecret;
+use herald_store::AttemptRecord;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+
+use crate::client::{DeliveryClient, Response};
+
+/// One delivery as the scheduler holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    /// The delivery's store sequence number.
+    pub(crate) seq: i64,
+    /// The message, shared by every delivery of its fan-out.
+    pub(crate) message: Arc<Message>,
+    /// Attempts already made.
+    pub(crate) attempts: u32,
+}
+
+/// What an attempt tells the engine's loop.
+pub(crate) struct Outcome {
+    /// How the scheduler should treat the delivery now.
+    pub(crate) finished: Finished<Job>,
+    /// The endpoint answered 410 Gone: pause it at once.
+    pub(crate) disable_endpoint: bool,
+}
+
+/// Everything one attempt needs.
+pub(crate) struct AttemptTask {
+    pub(crate) endpoint: Arc<Endpoint>,
+    pub(crate) secret: Option<Arc<HmacSecret>>,
+    pub(crate) job: Job,
+    pub(crate) client: DeliveryClient,
+    pub(crate) schedule: RetrySchedule,
+}
+
+impl AttemptTask {
+    /// Make the attempt; returns the record for the attempt log and the outcome for the scheduler.
+    pub(crate) async fn run(self) -> (AttemptRecord, Outcome) {
+        let message = &self.job.message;
+        let started_at = now_ms();
+        let response = match &self.secret {
+            Some(secret) => {
+                let headers = signed_headers(secret, message, started_at / 1000);
+                self.client
+                    .post(&self.endpoint.url, headers, Bytes::copy_from_slice(&message.payload))
+                    .await
+            }
+            None => Response {
+                result: AttemptResult::ConnectError,
+                body: "not sent: the endpoint's signing secret is invalid".to_owned(),
+                duration: Duration::ZERO,
+            },
+        };
+        let attempt_number = self.job.attempts + 1;
+        let jitter = rand::random_range(-1.0..=1.0);
+        let step = next_step(&response.result, attempt_number, &self.schedule, jitter);
+        let finished_at = started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX / 2);
+        let (status, next_attempt_at, finished, disable_endpoint) = match step {
+            NextStep::Delivered => (DeliveryStatus::Delivered, finished_at, Finished::Done, false),
+            NextStep::Failed { disable_endpoint } => {
+                (DeliveryStatus::Failed, finished_at, Finished::Done, disable_endpoint)
+            }
+            NextStep::Dead => (DeliveryStatus::Dead, finished_at, Finished::Done, false),
+            NextStep::RetryIn(delay) => {
+                let due = finished_at.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2));
+                let job = Job {
+                    attempts: attempt_number,
+                    ..self.job.clone()
+                };
+                (DeliveryStatus::Pending, due, Finished::RetryAt(due, job), false)
+            }
+        };
+        let response_status = match response.result {
+            AttemptResult::Response { status, .. } => Some(status),
+            _ => None,
+        };
+        let record = AttemptRecord {
+            delivery_seq: self.job.seq,
+            app_id: message.app_id.clone(),
+            attempt: Attempt {
+                id: new_id(IdKind::Attempt),
+                message_id: message.id.clone(),
+                endpoint_id: self.endpoint.id.clone(),
+                url: self.endpoint.url.clone(),
+                attempt_number,
+                success: status == DeliveryStatus::Delivered,
+                outcome: OutcomeClass::of(&response.result).as_str().to_owned(),
+                response_status,
+                response: response.body,
+                duration_ms: finished_at - started_at,
+                trigger: AttemptTrigger::Scheduled,
+                created_at: started_at,
+            },
+            status,
+            next_attempt_at,
+            disable_endpoint: disable_endpoint.then(|| "the endpoint answered 410 Gone".to_owned()),
+        };
+        (
+            record,
+            Outcome {
+                finished,
+                disable_endpoint,
+            },
+        )
+    }
+}
+
+/// The Standard Webhooks headers for one attempt (the timestamp, hence the signature, is per attempt).
+fn signed_headers(secret: &HmacSecret, message: &Message, timestamp: i64) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(4);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let signature = secret.sign(&message.id, timestamp, &message.payload);
+    // Ids are ASCII by construction, signatures are base64, timestamps digits: these never fail.
+    for (name, value) in [
+        (herald_signature::HEADER_ID, message.id.clone()),
+        (herald_signature::HEADER_TIMESTAMP, timestamp.to_string()),
+        (herald_signature::HEADER_SIGNATURE, signature),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
