@@ -413,3 +413,88 @@ async fn a_destination_refused_at_delivery_time_is_recorded_as_blocked() {
     }
     assert!(receiver.received().is_empty(), "a blocked destination was contacted");
 }
+
+#[tokio::test]
+async fn endpoint_changes_apply_to_pending_retries() {
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", &vec!["300ms"; 20].join(","))]).await;
+    let old = Receiver::start(Reply::status(500)).await;
+    let new = Receiver::start(Reply::status(200)).await;
+    let (app, endpoint, _) = app_with_endpoint(&herald, &old.url()).await;
+    let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
+    old.wait_for(1, WAIT).await;
+    // Re-point the endpoint while the delivery is retrying: the next attempt goes to the new URL.
+    let (status, body) = herald
+        .call(
+            "PATCH",
+            &format!("/app/{app}/endpoint/{endpoint}"),
+            Some(json!({"url": new.url()})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let got = new.wait_for(1, WAIT).await;
+    assert_eq!(got[0].header("webhook-id"), msg);
+    let settled = old.received().len();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        old.received().len(),
+        settled,
+        "no attempt to the old URL after the change"
+    );
+}
+
+#[tokio::test]
+async fn deleting_an_endpoint_stops_its_retries() {
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", &vec!["200ms"; 20].join(","))]).await;
+    let receiver = Receiver::start(Reply::status(503)).await;
+    let (app, endpoint, _) = app_with_endpoint(&herald, &receiver.url()).await;
+    send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
+    receiver.wait_for(2, WAIT).await;
+    let (status, _) = herald
+        .call("DELETE", &format!("/app/{app}/endpoint/{endpoint}"), None)
+        .await;
+    assert_eq!(status, 204);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = receiver.received().len();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        receiver.received().len(),
+        settled,
+        "a deleted endpoint is not attempted again"
+    );
+    let (status, _) = herald
+        .call("GET", &format!("/app/{app}/endpoint/{endpoint}"), None)
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn pausing_an_endpoint_holds_pending_retries_until_it_is_enabled() {
+    // Retries are 1 s apart, so the PATCH below lands well before the first retry is due.
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", &vec!["1s"; 30].join(","))]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    receiver.script([Reply::status(500)]);
+    let (app, endpoint, _) = app_with_endpoint(&herald, &receiver.url()).await;
+    let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
+    receiver.wait_for(1, WAIT).await;
+    let path = format!("/app/{app}/endpoint/{endpoint}");
+    assert_eq!(
+        herald.call("PATCH", &path, Some(json!({"disabled": true}))).await.0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "nothing is sent while the endpoint is disabled"
+    );
+    assert_eq!(
+        herald.call("PATCH", &path, Some(json!({"disabled": false}))).await.0,
+        200
+    );
+    let got = receiver.wait_for(2, WAIT).await;
+    assert_eq!(
+        got[1].header("webhook-id"),
+        msg,
+        "the pending retry resumes after re-enabling"
+    );
+}
