@@ -115,6 +115,7 @@ pub fn attempt(a: Attempt) -> MessageAttemptOut {
             AttemptTrigger::Scheduled => MessageAttemptTriggerType::Scheduled,
             AttemptTrigger::Manual => MessageAttemptTriggerType::Manual,
         },
+        outcome: a.outcome,
         timestamp: datetime(a.created_at),
         msg: None,
     }

@@ -717,6 +717,10 @@ pub struct MessageAttemptOut {
     pub status_text: MessageStatusText,
     /// Why the attempt was made (integer enum).
     pub trigger_type: MessageAttemptTriggerType,
+    /// Herald extension: the outcome class (`success`, `server_error`, `client_error`, `gone`,
+    /// `retryable_client_error`, `unexpected_status`, `timeout`, `connect_error`, `blocked`), which says
+    /// *why* an attempt failed when there was no HTTP status to tell.
+    pub outcome: String,
     /// Time of the attempt.
     #[serde(with = "time::serde::rfc3339")]
     pub timestamp: OffsetDateTime,

@@ -114,6 +114,9 @@ async fn retryable_failures_are_retried_with_the_same_webhook_id() {
     assert_eq!(statuses(&attempts), [503, 408, 200]);
     assert_eq!(attempts[0]["status"], 2);
     assert_eq!(attempts[0]["response"], "busy", "the response body is recorded");
+    assert_eq!(attempts[0]["outcome"], "server_error");
+    assert_eq!(attempts[1]["outcome"], "retryable_client_error");
+    assert_eq!(attempts[2]["outcome"], "success");
     assert_eq!(attempts[2]["status"], 0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.received().len(), 3, "no attempt after success");
@@ -205,6 +208,12 @@ async fn timeouts_and_refused_connections_are_retried() {
             .collect();
         assert_eq!(mine.len(), 2, "two attempts each");
         assert!(mine.iter().all(|a| a["status"] == 2 && a["responseStatusCode"] == 0));
+        let expected = if endpoint == &slow_id {
+            "timeout"
+        } else {
+            "connect_error"
+        };
+        assert!(mine.iter().all(|a| a["outcome"] == expected), "{mine:?}");
     }
     assert_eq!(slow.received().len(), 2);
 }
