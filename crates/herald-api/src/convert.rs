@@ -2,13 +2,14 @@
 
 use std::collections::BTreeSet;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message};
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message};
+use herald_store::DeliveryView;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::model::{
     ApplicationOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse, MessageAttemptOut,
-    MessageAttemptTriggerType, MessageOut, MessageStatus, ThrottleRateOut, empty_payload,
+    MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, ThrottleRateOut, empty_payload,
 };
 
 /// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
@@ -118,6 +119,25 @@ pub fn attempt(a: Attempt) -> MessageAttemptOut {
         outcome: a.outcome,
         timestamp: datetime(a.created_at),
         msg: None,
+    }
+}
+
+/// A message's delivery to one endpoint on the wire.
+pub fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
+    let (status, delivery_status) = match view.status {
+        DeliveryStatus::Pending => (MessageStatus::Pending, "pending"),
+        DeliveryStatus::Delivered => (MessageStatus::Success, "delivered"),
+        DeliveryStatus::Failed => (MessageStatus::Fail, "failed"),
+        DeliveryStatus::Dead => (MessageStatus::Fail, "dead"),
+        DeliveryStatus::Cancelled => (MessageStatus::Canceled, "cancelled"),
+    };
+    MessageEndpointOut {
+        endpoint: endpoint(view.endpoint),
+        status,
+        status_text: status.text(),
+        next_attempt: (view.status == DeliveryStatus::Pending).then(|| datetime(view.next_attempt_at)),
+        delivery_status,
+        attempts: view.attempts,
     }
 }
 

@@ -729,6 +729,28 @@ pub struct MessageAttemptOut {
     pub msg: Option<MessageOut>,
 }
 
+/// An endpoint a message was fanned out to, and where that delivery stands (Svix's
+/// `MessageEndpointOut`, plus Herald's `deliveryStatus` and `attempts`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageEndpointOut {
+    /// The endpoint, as `EndpointOut`.
+    #[serde(flatten)]
+    pub endpoint: EndpointOut,
+    /// Svix status: 0 delivered, 1 pending, 2 failed (terminal or dead), 4 cancelled.
+    pub status: MessageStatus,
+    /// `status` as text.
+    pub status_text: MessageStatusText,
+    /// When the next attempt is due, while pending.
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub next_attempt: Option<OffsetDateTime>,
+    /// Herald extension: `pending`, `delivered`, `failed` (a terminal answer), `dead` (every scheduled
+    /// attempt failed) or `cancelled`.
+    pub delivery_status: &'static str,
+    /// Herald extension: attempts made so far.
+    pub attempts: u32,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Listing and errors
 // ---------------------------------------------------------------------------------------------

@@ -121,6 +121,21 @@ pub struct AttemptRecord {
     pub disable_endpoint: Option<String>,
 }
 
+/// Where one message's delivery to one endpoint stands.
+#[derive(Debug, Clone)]
+pub struct DeliveryView {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// The delivery's status.
+    pub status: DeliveryStatus,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When the next attempt is due (while pending).
+    pub next_attempt_at: i64,
+    /// When the delivery last changed.
+    pub updated_at: i64,
+}
+
 /// Filters for listing messages.
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
@@ -213,6 +228,13 @@ pub trait Store: Send + Sync + 'static {
         endpoint_id: &str,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>>;
+    /// The deliveries of a message, one per endpoint it was fanned out to, by endpoint id.
+    async fn list_deliveries_of_message(
+        &self,
+        app_id: &str,
+        message_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<DeliveryView>>;
     /// A delivery's status and attempt count (for tests and operators).
     async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)>;
 

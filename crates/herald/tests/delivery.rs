@@ -96,6 +96,12 @@ async fn delivers_exact_bytes_signed_and_verifiable_by_an_independent_library() 
     assert_eq!(attempts[0]["triggerType"], 0);
     let by_endpoint = herald.get(&format!("/app/{app}/attempt/endpoint/{endpoint}")).await;
     assert_eq!(by_endpoint["data"][0]["id"], attempts[0]["id"]);
+    let state = delivery_state(&herald, &app, msg_id).await;
+    assert_eq!(state.len(), 1);
+    assert_eq!(
+        (state[0]["id"].as_str(), state[0]["deliveryStatus"].as_str()),
+        (Some(endpoint.as_str()), Some("delivered"))
+    );
 }
 
 #[tokio::test]
@@ -138,6 +144,27 @@ async fn a_delivery_is_dead_after_the_last_scheduled_attempt() {
     assert_eq!(receiver.received().len(), 3, "no attempt after the schedule ends");
     let attempts = herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 3).await;
     assert!(attempts.iter().all(|a| a["status"] == 2));
+    // The dead delivery stays visible, with its attempt count.
+    let state = delivery_state(&herald, &app, &msg).await;
+    assert_eq!(state[0]["deliveryStatus"], "dead");
+    assert_eq!(state[0]["status"], 2);
+    assert_eq!(state[0]["attempts"], 3);
+    assert!(state[0].get("nextAttempt").is_none());
+}
+
+/// The deliveries of a message (`GET …/msg/{id}/endpoint`), waiting until none is pending.
+async fn delivery_state(herald: &Herald, app: &str, msg: &str) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let list = herald.get(&format!("/app/{app}/msg/{msg}/endpoint")).await["data"]
+            .as_array()
+            .cloned()
+            .unwrap();
+        if list.iter().all(|d| d["deliveryStatus"] != "pending") || std::time::Instant::now() > deadline {
+            return list;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -155,6 +182,14 @@ async fn client_errors_are_terminal_and_410_disables_the_endpoint() {
     assert_eq!(gone.received().len(), 1, "a 410 is not retried");
     let endpoint = herald.get(&format!("/app/{app}/endpoint/{gone_id}")).await;
     assert_eq!(endpoint["disabled"], true, "410 Gone disables the endpoint");
+    let states = delivery_state(&herald, &app, &msg).await;
+    assert_eq!(states.len(), 2);
+    assert!(
+        states
+            .iter()
+            .all(|d| d["deliveryStatus"] == "failed" && d["attempts"] == 1),
+        "{states:?}"
+    );
     // A disabled endpoint receives nothing more.
     send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
     terminal.wait_for(2, WAIT).await;

@@ -16,7 +16,7 @@ use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{ListResponse, MessageIn, MessageOut};
+use crate::model::{ListResponse, MessageEndpointOut, MessageIn, MessageOut};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
@@ -30,6 +30,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/app/{app_id}/msg", post(create).get(list))
         .route("/app/{app_id}/msg/{msg_id}", get(read))
+        .route("/app/{app_id}/msg/{msg_id}/endpoint", get(deliveries))
 }
 
 fn store_error(error: StoreError) -> ApiError {
@@ -141,4 +142,22 @@ async fn read(
     let app = apps::find(&state, &app_id).await?;
     let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
+}
+
+/// The endpoints a message was fanned out to, each with its delivery's status (delivered, pending,
+/// failed, dead).
+async fn deliveries(
+    State(state): State<AppState>,
+    Path((app_id, msg_id)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
+    let page = Query::of(&uri).page()?;
+    let app = apps::find(&state, &app_id).await?;
+    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
+    let found = state
+        .store
+        .list_deliveries_of_message(&app.id, &message.id, &page)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(convert::list(found, convert::message_endpoint)))
 }

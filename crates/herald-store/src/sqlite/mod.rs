@@ -14,8 +14,8 @@ use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AttemptRecord, CommitFeed, Ingested, MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Store,
-    StoreError, StoreResult,
+    AttemptRecord, CommitFeed, DeliveryView, Ingested, MessageFilter, NewMessage, Page, PageRequest, PendingDelivery,
+    Store, StoreError, StoreResult,
 };
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
@@ -513,6 +513,40 @@ impl Store for SqliteStore {
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
         self.list_attempts("endpoint_id", app_id, endpoint_id, page).await
+    }
+
+    async fn list_deliveries_of_message(
+        &self,
+        app_id: &str,
+        message_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<DeliveryView>> {
+        let (condition, order) = keyset("e.id", page, false);
+        let sql = format!(
+            "SELECT e.*, d.status AS d_status, d.attempts AS d_attempts, d.next_attempt_at AS d_next, \
+             d.updated_at AS d_updated FROM delivery d JOIN endpoint e ON e.id = d.endpoint_id \
+             WHERE d.message_id = ? AND e.app_id = ? AND {condition} {order} LIMIT ?"
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(message_id).bind(app_id);
+        if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
+        let views = found
+            .iter()
+            .map(|row| {
+                let code: i64 = row.try_get("d_status")?;
+                Ok(DeliveryView {
+                    endpoint: rows::endpoint(row)?,
+                    status: DeliveryStatus::from_code(code)
+                        .ok_or_else(|| StoreError::Corrupt(format!("delivery status {code}")))?,
+                    attempts: u32::try_from(row.try_get::<i64, _>("d_attempts")?).unwrap_or(0),
+                    next_attempt_at: row.try_get("d_next")?,
+                    updated_at: row.try_get("d_updated")?,
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(Page::assemble(views, page, |v| v.endpoint.id.clone()))
     }
 
     async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
