@@ -9,6 +9,7 @@ mod convert;
 pub mod error;
 mod json_errors;
 pub mod model;
+mod openapi;
 mod query;
 mod routes;
 pub mod state;

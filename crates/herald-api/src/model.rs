@@ -789,45 +789,6 @@ impl HttpError {
     }
 }
 
-/// Error body for 422: `{"code": "validation", "detail": [{"loc": [...], "msg": ..., "type": ...}]}`.
-///
-/// The SDK parses every 422 body as Svix's `HTTPValidationError` and iterates `detail` as a list
-/// of objects; a string `detail` makes it crash with `AttributeError`. The extra `code` key is
-/// kept by the SDK as an additional property.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HttpValidationError {
-    /// Always `"validation"`.
-    pub code: String,
-    /// One entry per invalid field.
-    pub detail: Vec<ValidationErrorItem>,
-}
-
-impl HttpValidationError {
-    /// A 422 body naming one body field, e.g. `HttpValidationError::body_field("deliverAt", "…")`.
-    pub fn body_field(field: &str, msg: impl Into<String>) -> Self {
-        Self {
-            code: "validation".to_owned(),
-            detail: vec![ValidationErrorItem {
-                loc: vec!["body".to_owned(), field.to_owned()],
-                msg: msg.into(),
-                kind: "value_error".to_owned(),
-            }],
-        }
-    }
-}
-
-/// One invalid field inside an [`HttpValidationError`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ValidationErrorItem {
-    /// Where the error is, e.g. `["body", "deliverAt"]` or `["query", "limit"]`.
-    pub loc: Vec<String>,
-    /// Human-readable message.
-    pub msg: String,
-    /// Error kind, e.g. `value_error` (serialized as `type`).
-    #[serde(rename = "type")]
-    pub kind: String,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -988,6 +949,7 @@ mod tests {
             status: MessageStatus::Success,
             status_text: MessageStatus::Success.text(),
             trigger_type: MessageAttemptTriggerType::Scheduled,
+            outcome: "success".into(),
             timestamp: datetime!(2024-05-01 12:00 UTC),
             msg: None,
         };
@@ -1020,11 +982,5 @@ mod tests {
     fn error_bodies() {
         let v = serde_json::to_value(HttpError::new("not_found", "no such app")).unwrap();
         assert_eq!(v, json!({"code":"not_found","detail":"no such app"}));
-        let v = serde_json::to_value(HttpValidationError::body_field("deliverAt", "not supported")).unwrap();
-        assert_eq!(
-            v,
-            json!({"code":"validation","detail":[
-                {"loc":["body","deliverAt"],"msg":"not supported","type":"value_error"}]})
-        );
     }
 }

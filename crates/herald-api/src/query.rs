@@ -59,7 +59,7 @@ impl Query {
         let limit = match self.get(&["limit"]) {
             Some(text) => Some(
                 text.parse::<usize>()
-                    .map_err(|_| ApiError::validation("limit: expected a positive integer"))?,
+                    .map_err(|_| ApiError::validation("limit: expected an integer from 1 to 250"))?,
             ),
             None => None,
         };
@@ -78,12 +78,12 @@ impl Query {
 
     /// A time in RFC 3339 (a missing offset means UTC), as Unix milliseconds.
     pub fn time_ms(&self, keys: &[&str]) -> Result<Option<i64>, ApiError> {
-        let Some(text) = self.get(keys) else {
+        let Some((key, text)) = keys.iter().find_map(|key| self.get(&[key]).map(|text| (*key, text))) else {
             return Ok(None);
         };
         let parsed = OffsetDateTime::parse(text, &Rfc3339)
             .or_else(|_| OffsetDateTime::parse(&format!("{text}Z"), &Rfc3339))
-            .map_err(|_| ApiError::validation(format!("{}: expected an RFC 3339 date-time", keys[0])))?;
+            .map_err(|_| ApiError::validation(format!("{key}: expected an RFC 3339 date-time")))?;
         Ok(Some(
             i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
         ))

@@ -57,3 +57,25 @@ pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), 
     }
     Ok(())
 }
+
+/// The uid of an object that a PUT creates because `path_segment` named nothing.
+///
+/// An id cannot be chosen by a client, so a segment shaped like an id of `kind` is simply not found;
+/// otherwise the segment becomes the uid, and a body that names a different uid is refused.
+pub fn uid_for_put(
+    path_segment: &str,
+    body_uid: Option<&str>,
+    kind: herald_core::id::IdKind,
+    what: &str,
+) -> Result<String, ApiError> {
+    if kind.matches(path_segment) {
+        return Err(ApiError::not_found(what));
+    }
+    uid(path_segment, kind)?;
+    match body_uid {
+        Some(given) if given != path_segment => Err(ApiError::validation(
+            "uid: must equal the path segment when PUT creates the object",
+        )),
+        _ => Ok(path_segment.to_owned()),
+    }
+}

@@ -92,7 +92,7 @@ impl AttemptTask {
                 id: new_id(IdKind::Attempt),
                 message_id: message.id.clone(),
                 endpoint_id: self.endpoint.id.clone(),
-                url: self.endpoint.url.clone(),
+                url: without_userinfo(&self.endpoint.url),
                 attempt_number,
                 success: status == DeliveryStatus::Delivered,
                 outcome: OutcomeClass::of(&response.result).as_str().to_owned(),
@@ -132,4 +132,35 @@ fn signed_headers(secret: &HmacSecret, message: &Message, timestamp: i64) -> Hea
         }
     }
     headers
+}
+
+/// The URL as it may appear in the attempt log: any `user:password@` removed.
+fn without_userinfo(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            // Both setters only fail for URLs that cannot have credentials, which these just had.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_userinfo;
+
+    #[test]
+    fn credentials_never_reach_the_attempt_log() {
+        assert_eq!(
+            without_userinfo("https://user:pass@example.com/hook"),
+            "https://example.com/hook"
+        );
+        assert_eq!(without_userinfo("https://token@example.com/"), "https://example.com/");
+        assert_eq!(
+            without_userinfo("https://example.com/a?b=c"),
+            "https://example.com/a?b=c"
+        );
+    }
 }

@@ -118,10 +118,12 @@ async fn replace(
         }
         Err(StoreError::NotFound) => {
             let mut input = input;
-            if input.uid.is_none() && !IdKind::Application.matches(&app_id) {
-                validate::uid(&app_id, IdKind::Application)?;
-                input.uid = Some(app_id);
-            }
+            input.uid = Some(validate::uid_for_put(
+                &app_id,
+                input.uid.as_deref(),
+                IdKind::Application,
+                "application",
+            )?);
             let app = new_app(input);
             state
                 .store

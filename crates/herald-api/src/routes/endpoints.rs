@@ -17,7 +17,9 @@ use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse, Metadata};
+use crate::model::{
+    EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse, Metadata, Patch,
+};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
@@ -274,9 +276,12 @@ async fn replace(
         )),
         Err(StoreError::NotFound) => {
             let mut fields = EndpointFields::from(input);
-            if fields.uid.is_none() && !IdKind::Endpoint.matches(&endpoint_id) {
-                fields.uid = Some(endpoint_id);
-            }
+            fields.uid = Some(validate::uid_for_put(
+                &endpoint_id,
+                fields.uid.as_deref(),
+                IdKind::Endpoint,
+                "endpoint",
+            )?);
             let endpoint = insert(&state, &app.id, new_endpoint_id(), signing_secret(None)?, fields).await?;
             Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
         }
@@ -291,8 +296,11 @@ async fn patch(
 ) -> ApiResult<Json<EndpointOut>> {
     let app = apps::find(&state, &app_id).await?;
     let mut endpoint = find(&state, &app.id, &endpoint_id).await?;
-    if let Some(update) = input.secret.as_value() {
-        endpoint.secret = signing_secret(Some(update))?;
+    // `"secret": null` asks for a fresh random secret; a value sets that secret.
+    match &input.secret {
+        Patch::Absent => {}
+        Patch::Null => endpoint.secret = signing_secret(None)?,
+        Patch::Value(given) => endpoint.secret = signing_secret(Some(given))?,
     }
     let fields = EndpointFields::of_patch(&endpoint, input);
     Ok(Json(convert::endpoint(save(&state, endpoint, fields).await?)))

@@ -131,7 +131,20 @@ async fn patch(
     Ok(Json(convert::event_type(et)))
 }
 
-async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    state.store.delete_event_type(&name).await.map_err(store_error)?;
+/// DELETE archives the event type, as Svix does (endpoints filtering on it keep working and it can be
+/// unarchived); `?expunge=true` deletes it for good.
+async fn remove(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<StatusCode> {
+    if Query::of(&uri).flag("expunge", false)? {
+        state.store.delete_event_type(&name).await.map_err(store_error)?;
+    } else {
+        let mut et = state.store.get_event_type(&name).await.map_err(store_error)?;
+        et.archived = true;
+        et.updated_at = now_ms();
+        state.store.update_event_type(&et).await.map_err(store_error)?;
+    }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -22,7 +22,7 @@ use crate::state::AppState;
 use crate::validate;
 
 /// Most channels a message may name.
-const MAX_CHANNELS: usize = 10;
+const MAX_CHANNELS: usize = 5;
 /// Longest `eventId` and `idempotency-key`.
 const MAX_KEY_LEN: usize = 256;
 

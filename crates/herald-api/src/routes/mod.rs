@@ -29,7 +29,12 @@ pub fn router(state: AppState) -> Router {
             crate::auth::require_admin,
         ));
     Router::new()
-        .nest("/api/v1", authenticated.route("/health", get(health::health)))
+        .nest(
+            "/api/v1",
+            authenticated
+                .route("/health", get(health::health))
+                .route("/openapi.json", get(crate::openapi::document)),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(crate::json_errors::ensure_json_errors))
