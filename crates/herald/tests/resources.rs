@@ -1,0 +1,130 @@
+//! The REST resources behave as Svix clients expect: CRUD by id or uid, PUT as upsert, PATCH semantics,
+//! event-type archiving, secret handling.
+
+mod common;
+
+use common::Herald;
+use serde_json::json;
+
+#[tokio::test]
+async fn applications_by_id_or_uid_with_put_upsert_and_patch() {
+    let herald = Herald::start(&[]).await;
+    let created = herald
+        .post(
+            "/app",
+            json!({"name": "Acme", "uid": "acme", "metadata": {"tier": "gold"}}),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap();
+    assert!(id.starts_with("app_"));
+    assert_eq!(herald.get("/app/acme").await["id"], id);
+    assert_eq!(
+        herald.get(&format!("/app/{id}/")).await["uid"],
+        "acme",
+        "trailing slash accepted"
+    );
+
+    let (status, patched) = herald
+        .call("PATCH", "/app/acme", Some(json!({"name": "Acme Inc"})))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (patched["name"].as_str(), patched["metadata"]["tier"].as_str()),
+        (Some("Acme Inc"), Some("gold"))
+    );
+
+    // PUT on an unknown uid creates it with that uid; on an unknown id-shaped segment it is 404.
+    let (status, upserted) = herald.call("PUT", "/app/beta", Some(json!({"name": "Beta"}))).await;
+    assert_eq!(status, 201, "{upserted}");
+    assert_eq!(upserted["uid"], "beta");
+    let (status, again) = herald.call("PUT", "/app/beta", Some(json!({"name": "Beta 2"}))).await;
+    assert_eq!((status, again["id"].as_str()), (200, upserted["id"].as_str()));
+    let (status, _) = herald
+        .call("PUT", "/app/app_0000000000000000000000", Some(json!({"name": "x"})))
+        .await;
+    assert_eq!(status, 404);
+
+    let list = herald.get("/app?limit=1").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 1);
+    assert_eq!(list["done"], false);
+    let (status, _) = herald.call("DELETE", "/app/acme", None).await;
+    assert_eq!(status, 204);
+    assert_eq!(herald.call("GET", "/app/acme", None).await.0, 404);
+}
+
+#[tokio::test]
+async fn event_types_are_archived_on_delete_unless_expunged() {
+    let herald = Herald::start(&[]).await;
+    herald
+        .post(
+            "/event-type",
+            json!({"name": "invoice.paid", "description": "An invoice was paid"}),
+        )
+        .await;
+    assert_eq!(herald.call("DELETE", "/event-type/invoice.paid", None).await.0, 204);
+    let archived = herald.get("/event-type/invoice.paid").await;
+    assert_eq!(archived["archived"], true);
+    assert!(
+        herald.get("/event-type").await["data"].as_array().unwrap().is_empty(),
+        "archived types are hidden"
+    );
+    assert_eq!(
+        herald.get("/event-type?include_archived=true").await["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        herald
+            .call("DELETE", "/event-type/invoice.paid?expunge=true", None)
+            .await
+            .0,
+        204
+    );
+    assert_eq!(herald.call("GET", "/event-type/invoice.paid", None).await.0, 404);
+}
+
+#[tokio::test]
+async fn endpoint_secrets_are_generated_given_or_rotated() {
+    let herald = Herald::start(&[]).await;
+    let app = herald.app("shop").await;
+    let (generated, secret) = herald.endpoint(&app, json!({"url": "https://example.com/a"})).await;
+    assert!(secret.starts_with("whsec_"));
+    assert!(herald_signature::HmacSecret::parse(&secret).unwrap().len() >= 24);
+    let given = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let (_, kept) = herald
+        .endpoint(&app, json!({"url": "https://example.com/b", "secret": given}))
+        .await;
+    assert_eq!(kept, given);
+    let (status, error) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint"),
+            Some(json!({"url": "https://example.com/c", "secret": "whsec_c2hvcnQ="})),
+        )
+        .await;
+    assert_eq!(status, 422, "a 5-byte key is too short: {error}");
+
+    let path = format!("/app/{app}/endpoint/{generated}");
+    assert_eq!(herald.call("PATCH", &path, Some(json!({"secret": null}))).await.0, 200);
+    let rotated = herald.get(&format!("{path}/secret")).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(rotated, secret, "secret: null rotates to a fresh secret");
+    assert_eq!(
+        herald.call("PATCH", &path, Some(json!({"description": "x"}))).await.0,
+        200
+    );
+    assert_eq!(
+        herald.get(&format!("{path}/secret")).await["key"],
+        rotated.as_str(),
+        "absent keeps it"
+    );
+    let endpoint = herald.get(&path).await;
+    assert!(
+        endpoint.get("secret").is_none(),
+        "the endpoint object never carries the secret"
+    );
+}
