@@ -83,6 +83,28 @@ pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
     StoreError::Database(error)
 }
 
+/// Bind an endpoint's changeable fields, in the column order both `create_endpoint` and
+/// `update_endpoint` use: uid, url, description, filter_types, channels, disabled, disabled_reason,
+/// rate_limit, version, metadata, secret, updated_at.
+fn bind_endpoint_fields<'q>(
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ep: &'q Endpoint,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    query
+        .bind(&ep.uid)
+        .bind(&ep.url)
+        .bind(&ep.description)
+        .bind(rows::encode_list(&ep.filter_types))
+        .bind(rows::encode_list(&ep.channels))
+        .bind(ep.disabled)
+        .bind(&ep.disabled_reason)
+        .bind(ep.rate_limit.map(i64::from))
+        .bind(ep.version)
+        .bind(rows::encode_metadata(&ep.metadata))
+        .bind(&ep.secret)
+        .bind(ep.updated_at)
+}
+
 fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
     if result.rows_affected() == 0 {
         Err(StoreError::NotFound)
@@ -273,29 +295,14 @@ impl Store for SqliteStore {
     }
 
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO endpoint (id, app_id, uid, url, description, filter_types, channels, disabled, \
-             disabled_reason, rate_limit, version, metadata, secret, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&ep.id)
-        .bind(&ep.app_id)
-        .bind(&ep.uid)
-        .bind(&ep.url)
-        .bind(&ep.description)
-        .bind(rows::encode_list(&ep.filter_types))
-        .bind(rows::encode_list(&ep.channels))
-        .bind(ep.disabled)
-        .bind(&ep.disabled_reason)
-        .bind(ep.rate_limit.map(i64::from))
-        .bind(ep.version)
-        .bind(rows::encode_metadata(&ep.metadata))
-        .bind(&ep.secret)
-        .bind(ep.created_at)
-        .bind(ep.updated_at)
-        .execute(&self.write)
-        .await
-        .map_err(map_constraint)?;
+        let sql = "INSERT INTO endpoint (id, app_id, created_at, uid, url, description, filter_types, channels, \
+                   disabled, disabled_reason, rate_limit, version, metadata, secret, updated_at) \
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
+        bind_endpoint_fields(query, ep)
+            .execute(&self.write)
+            .await
+            .map_err(map_constraint)?;
         Ok(())
     }
 
@@ -341,27 +348,11 @@ impl Store for SqliteStore {
     }
 
     async fn update_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
-        let result = sqlx::query(
-            "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, disabled = ?, \
-             disabled_reason = ?, rate_limit = ?, version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?",
-        )
-        .bind(&ep.uid)
-        .bind(&ep.url)
-        .bind(&ep.description)
-        .bind(rows::encode_list(&ep.filter_types))
-        .bind(rows::encode_list(&ep.channels))
-        .bind(ep.disabled)
-        .bind(&ep.disabled_reason)
-        .bind(ep.rate_limit.map(i64::from))
-        .bind(ep.version)
-        .bind(rows::encode_metadata(&ep.metadata))
-        .bind(&ep.secret)
-        .bind(ep.updated_at)
-        .bind(&ep.id)
-        .execute(&self.write)
-        .await
-        .map_err(map_constraint)?;
-        one_changed(result)
+        let sql = "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, \
+                   disabled = ?, disabled_reason = ?, rate_limit = ?, version = ?, metadata = ?, secret = ?, \
+                   updated_at = ? WHERE id = ?";
+        let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
+        one_changed(query.execute(&self.write).await.map_err(map_constraint)?)
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
