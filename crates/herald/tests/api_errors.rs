@@ -15,11 +15,20 @@ use serde_json::{Value, json};
 
 /// One response: status, content-type and the body (parsed as JSON, or the raw text as a JSON string
 /// when it is not JSON, so assertions report it instead of panicking in the parser).
-#[derive(Debug)]
 struct Answer {
     status: u16,
     content_type: String,
     body: Value,
+}
+
+/// Bodies are cut short in failure messages: some of these answers are hundreds of kilobytes.
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let body = self.body.to_string();
+        let cut = body.char_indices().nth(600).map_or(body.len(), |(i, _)| i);
+        let more = if cut < body.len() { "…" } else { "" };
+        write!(f, "{} [{}] {}{more}", self.status, self.content_type, &body[..cut])
+    }
 }
 
 impl Answer {
@@ -258,6 +267,7 @@ impl Fixture {
             ("POST", msg_path(app), Some(valid_message())),
             ("GET", msg_path(app), None),
             ("GET", format!("/app/{app}/msg/{msg}"), None),
+            ("GET", format!("/app/{app}/msg/{msg}/endpoint"), None),
             ("GET", format!("/app/{app}/attempt/msg/{msg}"), None),
             ("GET", format!("/app/{app}/attempt/endpoint/{ep}"), None),
             ("GET", "/event-type".into(), None),
@@ -278,6 +288,7 @@ impl Fixture {
                 Some(json!({ "description": "pwned" })),
             ),
             ("DELETE", "/event-type/user.created".into(), None),
+            ("DELETE", "/event-type/user.created?expunge=true".into(), None),
         ]
     }
 }
@@ -685,6 +696,8 @@ async fn unknown_objects_are_404_not_found() {
             Some(json!({ "description": "x" })),
         ),
         ("DELETE", "/event-type/no.such.type".into(), None),
+        ("DELETE", "/event-type/no.such.type?expunge=true".into(), None),
+        ("GET", format!("/app/{app}/msg/msg_doesnotexist/endpoint"), None),
         // Another application's objects are invisible through this one.
         ("GET", format!("/app/{other}/endpoint/{ep}"), None),
         (
@@ -695,6 +708,7 @@ async fn unknown_objects_are_404_not_found() {
         ("DELETE", format!("/app/{other}/endpoint/{ep}"), None),
         ("GET", format!("/app/{other}/endpoint/{ep}/secret"), None),
         ("GET", format!("/app/{other}/msg/{msg}"), None),
+        ("GET", format!("/app/{other}/msg/{msg}/endpoint"), None),
         ("GET", format!("/app/{other}/attempt/msg/{msg}"), None),
         ("GET", format!("/app/{other}/attempt/endpoint/{ep}"), None),
     ];
@@ -739,6 +753,7 @@ async fn unknown_routes_are_404_json_and_wrong_methods_405_json() {
         ("POST", format!("/app/{app}")),
         ("DELETE", msg_path(app)),
         ("PUT", format!("/app/{app}/msg/{msg}")),
+        ("POST", format!("/app/{app}/msg/{msg}/endpoint")),
         ("DELETE", format!("/app/{app}/msg/{msg}")),
         ("POST", format!("/app/{app}/attempt/msg/{msg}")),
         ("POST", format!("/app/{app}/endpoint/{}/secret", fx.endpoint)),
@@ -959,7 +974,7 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
     let herald = &fx.herald;
     let app = &fx.app;
     let before = messages(herald, app).await;
-    let eleven: Vec<String> = (0..11).map(|i| format!("ch{i}")).collect();
+    let channels = |n: usize| json!((0..n).map(|i| format!("ch{i}")).collect::<Vec<_>>());
     let cases: Vec<(Value, &str)> = vec![
         (message_with("payload", json!([1, 2])), "payload"),
         (message_with("payload", json!("text")), "payload"),
@@ -971,7 +986,8 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
         (message_with("eventType", json!("")), "eventType"),
         (message_with("eventType", json!("user/created")), "eventType"),
         (message_with("eventType", json!("ütf8")), "eventType"),
-        (message_with("channels", json!(eleven)), "channels"),
+        (message_with("channels", channels(11)), "channels"),
+        (message_with("channels", channels(6)), "channels"),
         (message_with("channels", json!(["has space"])), "channels"),
         (message_with("channels", json!([""])), "channels"),
         (message_with("deliverAt", json!("2030-01-01T00:00:00Z")), "deliverAt"),
@@ -997,13 +1013,12 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
     assert_eq!(messages(herald, app).await, before, "an invalid message was stored");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fx.receiver.received().len(), 1, "an invalid message was delivered");
-    // Ten channels is the maximum, not an error.
-    let ten: Vec<String> = (0..10).map(|i| format!("ch{i}")).collect();
+    // Five channels (Svix's maximum for a message) is not an error.
     let answer = admin(
         herald,
         "POST",
         &msg_path(app),
-        Some(message_with("channels", json!(ten))),
+        Some(message_with("channels", channels(5))),
     )
     .await;
     assert_eq!(answer.status, 202, "{answer:?}");
@@ -1021,6 +1036,7 @@ async fn bad_query_parameters_are_422_naming_the_parameter() {
         "/app".to_owned(),
         format!("/app/{app}/endpoint"),
         msg_path(app),
+        format!("/app/{app}/msg/{msg}/endpoint"),
         format!("/app/{app}/attempt/msg/{msg}"),
         format!("/app/{app}/attempt/endpoint/{ep}"),
         "/event-type".to_owned(),
@@ -1038,43 +1054,53 @@ async fn bad_query_parameters_are_422_naming_the_parameter() {
         let answer = admin(&fx.herald, "GET", &format!("{list}?limit=0"), None).await;
         assert_eq!(answer.status, 200, "GET {list}?limit=0: {answer:?}");
     }
-    let cases = [
-        (msg_path(app) + "?with_content=maybe", "with_content"),
-        (msg_path(app) + "?with_content=1", "with_content"),
-        (format!("/app/{app}/msg/{msg}?with_content=maybe"), "with_content"),
-        (msg_path(app) + "?since=yesterday", "since"),
-        (msg_path(app) + "?since=2024-13-45T00:00:00Z", "since"),
-        (msg_path(app) + "?until=soon", "until"),
-        (msg_path(app) + "?before=1700000000", "until"),
-        ("/event-type?include_archived=maybe".to_owned(), "include_archived"),
-        ("/app?get_if_exists=maybe".to_owned(), "get_if_exists"),
+    let before = snapshot(&fx.herald, app).await;
+    let maybe_app = json!({ "name": "x", "uid": "maybe-app" });
+    let cases: Vec<(&str, String, Option<Value>, &str)> = vec![
+        ("GET", msg_path(app) + "?with_content=maybe", None, "with_content"),
+        ("GET", msg_path(app) + "?with_content=1", None, "with_content"),
+        (
+            "GET",
+            format!("/app/{app}/msg/{msg}?with_content=maybe"),
+            None,
+            "with_content",
+        ),
+        (
+            "POST",
+            msg_path(app) + "?with_content=maybe",
+            Some(valid_message()),
+            "with_content",
+        ),
+        ("GET", msg_path(app) + "?since=yesterday", None, "since"),
+        ("GET", msg_path(app) + "?since=2024-13-45T00:00:00Z", None, "since"),
+        ("GET", msg_path(app) + "?until=soon", None, "until"),
+        ("GET", msg_path(app) + "?before=1700000000", None, "before"),
+        ("GET", msg_path(app) + "?after=1700000000", None, "after"),
+        (
+            "GET",
+            "/event-type?include_archived=maybe".into(),
+            None,
+            "include_archived",
+        ),
+        (
+            "POST",
+            "/app?get_if_exists=maybe".into(),
+            Some(maybe_app),
+            "get_if_exists",
+        ),
+        (
+            "DELETE",
+            "/event-type/user.created?expunge=maybe".into(),
+            None,
+            "expunge",
+        ),
     ];
-    for (path, param) in &cases {
-        let method = if path.starts_with("/app?get_if_exists") {
-            "POST"
-        } else {
-            "GET"
-        };
-        let body = (method == "POST").then(|| json!({ "name": "x", "uid": "maybe-app" }));
-        let answer = admin(&fx.herald, method, path, body).await;
+    for (method, path, body, param) in cases {
+        let answer = admin(&fx.herald, method, &path, body).await;
         assert_validation(&answer, param, &format!("{method} {path}"));
     }
-    let answer = admin(
-        &fx.herald,
-        "POST",
-        &(msg_path(app) + "?with_content=maybe"),
-        Some(valid_message()),
-    )
-    .await;
-    assert_validation(&answer, "with_content", "POST msg?with_content=maybe");
-    // None of those created anything.
-    assert_eq!(messages(&fx.herald, app).await.len(), 1);
-    assert!(
-        listing(&fx.herald, "/app")
-            .await
-            .iter()
-            .all(|a| a["uid"] != "maybe-app")
-    );
+    // None of those created, archived or deleted anything.
+    assert_eq!(snapshot(&fx.herald, app).await, before);
     // A garbage iterator is a client error (or an empty page), never a server error.
     for list in &lists {
         let answer = admin(&fx.herald, "GET", &format!("{list}?iterator=%00%FF'--garbage"), None).await;
@@ -1391,45 +1417,31 @@ async fn failed_requests_leave_nothing_half_stored() {
 async fn errors_are_always_json() {
     let fx = Fixture::start(&[]).await;
     let herald = &fx.herald;
-    let app = &fx.app;
-    let token = || vec![("authorization", bearer())];
+    let admin_auth = bearer();
+    let token = Some(admin_auth.as_str());
     // Over the default 1 MiB payload limit and over the body limit (payload + 64 KiB).
-    let big = json!({ "eventType": "a", "payload": { "pad": "x".repeat(1024 * 1024 + 70 * 1024) } });
-    let samples: Vec<(&str, String, Option<Vec<u8>>, Vec<(&str, String)>, u16)> = vec![
-        ("GET", api("/app"), None, vec![], 401),
-        (
-            "GET",
-            api("/app"),
-            None,
-            vec![("authorization", "Basic dXNlcjpwYXNz".into())],
-            401,
-        ),
-        ("POST", api("/app"), Some(b"{oops".to_vec()), token(), 400),
-        ("POST", api("/app"), Some(b"{}".to_vec()), token(), 422),
-        (
-            "POST",
-            api("/app"),
-            Some(br#"{"name":"x","uid":"shop"}"#.to_vec()),
-            token(),
-            409,
-        ),
-        ("GET", api("/app/nope"), None, token(), 404),
-        ("GET", "/api/v1/nope".into(), None, vec![], 404),
-        ("GET", "/favicon.ico".into(), None, vec![], 404),
-        ("DELETE", api("/app"), None, token(), 405),
-        ("GET", api("/app?limit=abc"), None, token(), 422),
-        (
-            "POST",
-            api(&msg_path(app)),
-            Some(big.to_string().into_bytes()),
-            token(),
-            413,
-        ),
+    let big = json!({ "eventType": "a", "payload": { "pad": "x".repeat(1024 * 1024 + 70 * 1024) } }).to_string();
+    let dup = br#"{"name":"x","uid":"shop"}"#;
+    // (method, path, body, authorization, expected status)
+    type Sample<'a> = (&'a str, String, Option<&'a [u8]>, Option<&'a str>, u16);
+    let samples: Vec<Sample> = vec![
+        ("GET", api("/app"), None, None, 401),
+        ("GET", api("/app"), None, Some("Basic dXNlcjpwYXNz"), 401),
+        ("POST", api("/app"), Some(b"{oops"), token, 400),
+        ("POST", api("/app"), Some(b"{}"), token, 422),
+        ("POST", api("/app"), Some(dup), token, 409),
+        ("GET", api("/app/nope"), None, token, 404),
+        ("GET", "/api/v1/nope".into(), None, None, 404),
+        ("GET", "/favicon.ico".into(), None, None, 404),
+        ("DELETE", api("/app"), None, token, 405),
+        ("GET", api("/app?limit=abc"), None, token, 422),
+        ("POST", api(&msg_path(&fx.app)), Some(big.as_bytes()), token, 413),
     ];
-    for (method, path, body, headers, status) in &samples {
-        let answer = send(herald, method, path, body.clone(), &borrowed(headers)).await;
+    for (method, path, body, auth, status) in samples {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        let answer = send(herald, method, &path, body.map(<[u8]>::to_vec), &headers).await;
         assert!(answer.is_json(), "{method} {path}: not a JSON error: {answer:?}");
-        assert_eq!(answer.status, *status, "{method} {path}: {answer:?}");
+        assert_eq!(answer.status, status, "{method} {path}: {answer:?}");
         assert!(
             answer.body["code"].is_string() && answer.body["detail"].is_string(),
             "{method} {path}: {answer:?}"
@@ -1459,4 +1471,97 @@ async fn a_path_segment_that_is_not_utf8_gets_a_json_error() {
         let status = if answer.status == 400 { 400 } else { 404 };
         assert_error(&answer, status, code, &format!("GET {path}"));
     }
+}
+
+/// Payloads that standard JSON parsers refuse to read (serde_json: nesting over 128 levels, lone UTF-16
+/// surrogates, numbers out of range; Python's `json`: nesting near 1000 levels). Herald keeps payloads
+/// byte for byte, so each must be refused with a JSON error, or else every answer that echoes it (the
+/// 202, the message, the app's whole message listing) must still parse.
+#[tokio::test]
+async fn a_payload_no_client_could_read_back_is_refused_or_reads_back() {
+    let fx = Fixture::start(&[]).await;
+    let herald = &fx.herald;
+    // By uid: a poisoned app is replaced by a fresh one with the same uid between cases.
+    let app = "shop";
+    let depth = 1000;
+    let payloads = [
+        (
+            "nested 1000 deep",
+            format!(r#"{{"a":{}1{}}}"#, "[".repeat(depth), "]".repeat(depth)),
+        ),
+        ("a lone surrogate", r#"{"s":"\ud800"}"#.to_owned()),
+        ("a number out of range", r#"{"n":1e999999}"#.to_owned()),
+    ];
+    let mut unreadable = Vec::new();
+    for (what, payload) in &payloads {
+        let body = format!(r#"{{"eventType":"odd.payload","payload":{payload}}}"#);
+        let stored = messages(herald, app).await.len();
+        let answer = admin_raw(herald, "POST", &msg_path(app), body.as_bytes()).await;
+        assert_not_5xx(&answer, what);
+        if answer.status != 202 {
+            let code = if answer.status == 400 {
+                "bad_request"
+            } else {
+                "validation"
+            };
+            assert_error(&answer, answer.status, code, what);
+            assert_eq!(messages(herald, app).await.len(), stored, "{what}: refused but stored");
+            continue;
+        }
+        // Accepted: the id is readable even when the body is not.
+        let id = match &answer.body {
+            Value::String(raw) => raw.split(r#""id":""#).nth(1).and_then(|rest| rest.split('"').next()),
+            parsed => parsed["id"].as_str(),
+        }
+        .expect("id")
+        .to_owned();
+        let read = admin(herald, "GET", &format!("/app/{app}/msg/{id}"), None).await;
+        let list = admin(herald, "GET", &msg_path(app), None).await;
+        for (reply, answer) in [
+            ("202 answer", &answer),
+            ("GET message", &read),
+            ("message listing", &list),
+        ] {
+            if !answer.is_json() {
+                unreadable.push(format!("{what}: the {reply} does not parse: {answer:?}"));
+            }
+        }
+        if !list.is_json() {
+            // Leave the listing readable for the next case.
+            let (status, _) = herald.call("DELETE", &format!("/app/{app}"), None).await;
+            assert_eq!(status, 204);
+            herald.post("/app", json!({ "name": "Shop", "uid": app })).await;
+        }
+    }
+    assert!(
+        unreadable.is_empty(),
+        "accepted payloads that clients cannot read back:\n{}",
+        unreadable.join("\n")
+    );
+}
+
+/// Nesting far deeper than any recursive parser's stack (400 000 levels, inside the 1 MiB limit), in the
+/// payload and in the envelope, must not bring the server down.
+#[tokio::test]
+async fn extreme_nesting_does_not_crash_the_server() {
+    let fx = Fixture::start(&[]).await;
+    let herald = &fx.herald;
+    let depth = 400_000;
+    let nested = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    let bodies = [
+        format!(r#"{{"eventType":"deep","payload":{{"a":{nested}}}}}"#),
+        format!(r#"{{"eventType":"deep","payload":{{}},"extra":{nested}}}"#),
+        format!(r#"{{"eventType":{nested},"payload":{{}}}}"#),
+    ];
+    for body in &bodies {
+        let answer = admin_raw(herald, "POST", &msg_path(&fx.app), body.as_bytes()).await;
+        assert_not_5xx(&answer, "deep body");
+        assert_eq!(
+            send(herald, "GET", &api("/health"), None, &[]).await.status,
+            200,
+            "the server died"
+        );
+    }
+    let answer = admin(herald, "POST", &msg_path(&fx.app), Some(valid_message())).await;
+    assert_eq!(answer.status, 202, "{answer:?}");
 }

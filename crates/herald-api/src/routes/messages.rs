@@ -73,6 +73,12 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     if !input.payload_is_object() {
         return Err(ApiError::validation("payload: must be a JSON object"));
     }
+    // The payload is kept byte for byte, but it must be JSON that every receiver's parser can read:
+    // serde_json's defaults refuse nesting deeper than 128, lone surrogates and numbers out of range,
+    // which a raw pass-through would otherwise store and echo into every listing.
+    if let Err(error) = serde_json::from_str::<serde_json::Value>(input.payload.get()) {
+        return Err(ApiError::validation(format!("payload: not portable JSON: {error}")));
+    }
     let size = input.payload.get().len();
     if size > state.limits.max_payload_bytes {
         return Err(ApiError::payload_too_large(state.limits.max_payload_bytes));

@@ -91,9 +91,12 @@ impl Herald {
         let mut stdout_lines = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         let addr = loop {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("herald did not start");
+            let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+                // Never leave an orphan server behind a failed start.
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("herald did not start");
+            };
             stdout_lines.push(line.clone());
             if let Some(rest) = line.strip_prefix("herald listening on http://") {
                 break rest.parse().expect("address");
