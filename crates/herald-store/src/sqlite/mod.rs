@@ -1,6 +1,7 @@
 //! The SQLite store: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
 //! message survives `kill -9` and a power cut), one writer connection and a pool of readers.
 
+mod bulk;
 mod rows;
 mod writer;
 
@@ -8,7 +9,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message};
+use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
@@ -472,11 +473,22 @@ impl Store for SqliteStore {
 
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
         let mut tx = self.write.begin().await?;
+        match bulk::write_attempts(&mut tx, records).await {
+            Ok(()) => {
+                tx.commit().await?;
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::warn!(%error, records = records.len(), "bulk attempt write failed; writing one by one");
+                tx.rollback().await?;
+            }
+        }
+        let mut tx = self.write.begin().await?;
         for record in records {
             // One savepoint per record: a record that cannot be written is logged and skipped, so it can
             // never wedge the results of every other delivery behind it.
             let mut savepoint = tx.begin().await?;
-            match write_attempt(&mut savepoint, record).await {
+            match bulk::write_attempts(&mut savepoint, std::slice::from_ref(record)).await {
                 Ok(()) => savepoint.commit().await?,
                 Err(error) => {
                     tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
@@ -561,56 +573,6 @@ impl Store for SqliteStore {
         sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
     }
-}
-
-/// Append one attempt and move its delivery on. The update only touches a delivery that is still
-/// pending, so a stale result (say, from before an operator cancelled it) cannot resurrect or re-finish it.
-async fn write_attempt(conn: &mut sqlx::SqliteConnection, record: &AttemptRecord) -> StoreResult<()> {
-    let a = &record.attempt;
-    sqlx::query(
-        "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
-         outcome, response_status, response, duration_ms, trigger_type, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&a.id)
-    .bind(record.delivery_seq)
-    .bind(&record.app_id)
-    .bind(&a.message_id)
-    .bind(&a.endpoint_id)
-    .bind(&a.url)
-    .bind(i64::from(a.attempt_number))
-    .bind(a.success)
-    .bind(&a.outcome)
-    .bind(a.response_status.map(i64::from))
-    .bind(&a.response)
-    .bind(a.duration_ms)
-    .bind(match a.trigger {
-        AttemptTrigger::Scheduled => 0i64,
-        AttemptTrigger::Manual => 1,
-    })
-    .bind(a.created_at)
-    .execute(&mut *conn)
-    .await?;
-    let finished_at = a.created_at + a.duration_ms;
-    sqlx::query(
-        "UPDATE delivery SET status = ?, attempts = ?, next_attempt_at = ?, updated_at = ? WHERE seq = ? AND status = 0",
-    )
-    .bind(record.status.code())
-    .bind(i64::from(a.attempt_number))
-    .bind(record.next_attempt_at)
-    .bind(finished_at)
-    .bind(record.delivery_seq)
-    .execute(&mut *conn)
-    .await?;
-    if let Some(reason) = &record.disable_endpoint {
-        sqlx::query("UPDATE endpoint SET disabled = 1, disabled_reason = ?, updated_at = ? WHERE id = ?")
-            .bind(reason)
-            .bind(finished_at)
-            .bind(&a.endpoint_id)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
 }
 
 impl SqliteStore {
