@@ -472,32 +472,18 @@ impl Store for SqliteStore {
     }
 
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
-        let mut tx = self.write.begin().await?;
-        match bulk::write_attempts(&mut tx, records).await {
-            Ok(()) => {
-                tx.commit().await?;
-                return Ok(());
-            }
-            Err(error) => {
-                tracing::warn!(%error, records = records.len(), "bulk attempt write failed; writing one by one");
-                tx.rollback().await?;
-            }
+        let mut conn = self.write.acquire().await?;
+        // Attempt results do not need custody: one lost in a power cut leaves its delivery pending, and it
+        // is sent again (at-least-once, same webhook-id). So they commit without waiting for an fsync; the
+        // next ingest commit, which does fsync, makes them durable too. Ingest batches also set FULL
+        // themselves before they begin, so custody never depends on this restore succeeding.
+        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+        let written = write_results(&mut conn, records).await;
+        if let Err(error) = sqlx::query("PRAGMA synchronous = FULL").execute(&mut *conn).await {
+            conn.close_on_drop();
+            return Err(error.into());
         }
-        let mut tx = self.write.begin().await?;
-        for record in records {
-            // One savepoint per record: a record that cannot be written is logged and skipped, so it can
-            // never wedge the results of every other delivery behind it.
-            let mut savepoint = tx.begin().await?;
-            match bulk::write_attempts(&mut savepoint, std::slice::from_ref(record)).await {
-                Ok(()) => savepoint.commit().await?,
-                Err(error) => {
-                    tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
-                    savepoint.rollback().await?;
-                }
-            }
-        }
-        tx.commit().await?;
-        Ok(())
+        written
     }
 
     async fn list_attempts_by_message(
@@ -573,6 +559,38 @@ impl Store for SqliteStore {
         sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
     }
+}
+
+/// Append attempts and move their deliveries on: all in one go, or — if that fails — one savepoint per
+/// record, so a record that cannot be written is logged and skipped instead of wedging every result
+/// behind it.
+async fn write_results(conn: &mut sqlx::SqliteConnection, records: &[AttemptRecord]) -> StoreResult<()> {
+    let mut tx = conn.begin().await?;
+    match bulk::write_attempts(&mut tx, records).await {
+        Ok(()) => {
+            tx.commit().await?;
+            return Ok(());
+        }
+        Err(error) => {
+            tracing::warn!(%error, records = records.len(), "bulk attempt write failed; writing one by one");
+            tx.rollback().await?;
+        }
+    }
+    let mut tx = conn.begin().await?;
+    for record in records {
+        // One savepoint per record: a record that cannot be written is logged and skipped, so it can
+        // never wedge the results of every other delivery behind it.
+        let mut savepoint = tx.begin().await?;
+        match bulk::write_attempts(&mut savepoint, std::slice::from_ref(record)).await {
+            Ok(()) => savepoint.commit().await?,
+            Err(error) => {
+                tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
+                savepoint.rollback().await?;
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 impl SqliteStore {
