@@ -473,17 +473,7 @@ impl Store for SqliteStore {
 
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
         let mut conn = self.write.acquire().await?;
-        // Attempt results do not need custody: one lost in a power cut leaves its delivery pending, and it
-        // is sent again (at-least-once, same webhook-id). So they commit without waiting for an fsync; the
-        // next ingest commit, which does fsync, makes them durable too. Ingest batches also set FULL
-        // themselves before they begin, so custody never depends on this restore succeeding.
-        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-        let written = write_results(&mut conn, records).await;
-        if let Err(error) = sqlx::query("PRAGMA synchronous = FULL").execute(&mut *conn).await {
-            conn.close_on_drop();
-            return Err(error.into());
-        }
-        written
+        write_results(&mut conn, records).await
     }
 
     async fn list_attempts_by_message(

@@ -87,8 +87,6 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 /// bad message fails alone.
 async fn write_batch(pool: &SqlitePool, batch: &[IngestJob]) -> Result<Vec<StoreResult<Ingested>>, StoreError> {
     let mut conn = pool.acquire().await?;
-    // Custody: every ingest commit is fsynced, whatever setting the connection was last left in.
-    sqlx::query("PRAGMA synchronous = FULL").execute(&mut *conn).await?;
     let mut tx = conn.begin().await?;
     match super::bulk::write(&mut tx, batch).await {
         Ok(outcomes) => {
