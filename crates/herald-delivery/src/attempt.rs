@@ -54,7 +54,11 @@ impl AttemptTask {
                 let headers = signed_headers(secret, message, started_at / 1000);
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
                 self.client
-                    .post(&self.endpoint.url, headers, Bytes::from_owner(Arc::clone(&message.payload)))
+                    .post(
+                        &self.endpoint.url,
+                        headers,
+                        Bytes::from_owner(Arc::clone(&message.payload)),
+                    )
                     .await
             }
             None => Response {
