@@ -301,6 +301,9 @@ async fn a_reopened_store_keeps_everything_committed() {
         ingest(&store, &a.id, None, None).await;
     }
     let store = herald_store::open(&url).await.unwrap();
-    assert_eq!(store.endpoints_with_pending().await.unwrap(), std::slice::from_ref(&e.id));
+    assert_eq!(
+        store.endpoints_with_pending().await.unwrap(),
+        std::slice::from_ref(&e.id)
+    );
     assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
 }
