@@ -1,6 +1,7 @@
 //! The state every handler shares.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use herald_core::address::AddressPolicy;
 use herald_delivery::EngineHandle;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub admin_token_sha256: [u8; 32],
     /// Request limits.
     pub limits: Limits,
+    /// Which application an id or uid names, for the message hot path.
+    pub(crate) app_ids: Arc<AppIdCache>,
 }
 
 impl AppState {
@@ -61,6 +64,7 @@ impl AppState {
             policy,
             admin_token_sha256,
             limits,
+            app_ids: Arc::default(),
         }
     }
 
@@ -69,6 +73,41 @@ impl AppState {
     pub(crate) fn endpoint_changed(&self, endpoint_id: &str) {
         if let Some(engine) = &self.engine {
             engine.endpoint_changed(endpoint_id);
+        }
+    }
+}
+
+/// Which application an id or uid names, remembered so that publishing a message costs no lookup.
+///
+/// Only the mapping is cached, never the application: the store checks that the application still exists
+/// inside the ingest transaction, so a stale entry for a deleted app still ends in a 404. Any change to an
+/// application on this node clears the cache, because a uid can move from one application to another.
+/// (Nodes sharing one database need cross-node invalidation for uid moves; see the PostgreSQL backend.)
+#[derive(Default)]
+pub(crate) struct AppIdCache {
+    ids: RwLock<HashMap<String, String>>,
+}
+
+impl AppIdCache {
+    /// Most entries kept; past that the cache starts over (it refills itself from the store).
+    const MAX_ENTRIES: usize = 100_000;
+
+    pub(crate) fn get(&self, id_or_uid: &str) -> Option<String> {
+        self.ids.read().ok()?.get(id_or_uid).cloned()
+    }
+
+    pub(crate) fn insert(&self, id_or_uid: &str, app_id: &str) {
+        if let Ok(mut ids) = self.ids.write() {
+            if ids.len() >= Self::MAX_ENTRIES {
+                ids.clear();
+            }
+            ids.insert(id_or_uid.to_owned(), app_id.to_owned());
+        }
+    }
+
+    pub(crate) fn clear(&self) {
+        if let Ok(mut ids) = self.ids.write() {
+            ids.clear();
         }
     }
 }

@@ -128,3 +128,62 @@ async fn endpoint_secrets_are_generated_given_or_rotated() {
         "the endpoint object never carries the secret"
     );
 }
+
+#[tokio::test]
+async fn messages_follow_a_uid_that_moves_to_another_application() {
+    let herald = Herald::start(&[]).await;
+    let first = herald.post("/app", json!({"name": "First", "uid": "shop"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sent = herald
+        .post("/app/shop/msg", json!({"eventType": "a.b", "payload": {"n": 1}}))
+        .await;
+    assert_eq!(
+        herald
+            .get(&format!("/app/{first}/msg/{}", sent["id"].as_str().unwrap()))
+            .await["payload"]["n"],
+        1
+    );
+
+    assert_eq!(
+        herald
+            .call("PATCH", "/app/shop", Some(json!({"uid": "old-shop"})))
+            .await
+            .0,
+        200
+    );
+    let second = herald.post("/app", json!({"name": "Second", "uid": "shop"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let moved = herald
+        .post("/app/shop/msg", json!({"eventType": "a.b", "payload": {"n": 2}}))
+        .await;
+    let moved_id = moved["id"].as_str().unwrap();
+    assert_eq!(
+        herald
+            .call("GET", &format!("/app/{second}/msg/{moved_id}"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        herald
+            .call("GET", &format!("/app/{first}/msg/{moved_id}"), None)
+            .await
+            .0,
+        404,
+        "not the old app"
+    );
+
+    assert_eq!(herald.call("DELETE", "/app/shop", None).await.0, 204);
+    let (status, body) = herald
+        .call(
+            "POST",
+            "/app/shop/msg",
+            Some(json!({"eventType": "a.b", "payload": {}})),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+}

@@ -40,6 +40,17 @@ pub(crate) async fn find(state: &AppState, id_or_uid: &str) -> ApiResult<Applica
         .map_err(|e| ApiError::from_store(e, "application"))
 }
 
+/// The id of the app an id or uid names, from memory when possible (the message hot path). The store
+/// re-checks that the app exists when it commits the message.
+pub(crate) async fn resolve_id(state: &AppState, id_or_uid: &str) -> ApiResult<String> {
+    if let Some(id) = state.app_ids.get(id_or_uid) {
+        return Ok(id);
+    }
+    let app = find(state, id_or_uid).await?;
+    state.app_ids.insert(id_or_uid, &app.id);
+    Ok(app.id)
+}
+
 async fn list(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
@@ -108,12 +119,7 @@ async fn replace(
             app.name = input.name;
             app.rate_limit = input.throttle_rate.map(u32::from);
             app.metadata = input.metadata;
-            app.updated_at = now_ms();
-            state
-                .store
-                .update_app(&app)
-                .await
-                .map_err(|e| ApiError::from_store(e, "application"))?;
+            save(&state, &mut app).await?;
             Ok((StatusCode::OK, Json(convert::application(app))))
         }
         Err(StoreError::NotFound) => {
@@ -153,13 +159,20 @@ async fn patch(
         app.metadata = metadata;
     }
     check(&app.name, app.uid.as_deref())?;
+    save(&state, &mut app).await?;
+    Ok(Json(convert::application(app)))
+}
+
+/// Store a changed app. Its uid may have moved, so the id cache starts over.
+async fn save(state: &AppState, app: &mut Application) -> ApiResult<()> {
     app.updated_at = now_ms();
     state
         .store
-        .update_app(&app)
+        .update_app(app)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
-    Ok(Json(convert::application(app)))
+    state.app_ids.clear();
+    Ok(())
 }
 
 async fn remove(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<StatusCode> {
@@ -174,6 +187,7 @@ async fn remove(State(state): State<AppState>, Path(app_id): Path<String>) -> Ap
         .delete_app(&app.id)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
+    state.app_ids.clear();
     for endpoint in endpoints {
         state.endpoint_changed(&endpoint.id);
     }

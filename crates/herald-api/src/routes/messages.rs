@@ -96,9 +96,9 @@ async fn create(
     check(&input, &state)?;
     let idempotency_key = idempotency_key(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app = apps::find(&state, &app_id).await?;
+    let app_id = apps::resolve_id(&state, &app_id).await?;
     let new = NewMessage {
-        app_id: app.id,
+        app_id,
         event_id: input.event_id,
         event_type: input.event_type,
         channels: input.channels.map(|set| set.into_iter().collect()),
