@@ -30,8 +30,9 @@ pub struct CpuSnapshot {
 pub struct CpuSplit {
     /// Wall time of the phase in seconds.
     pub seconds: f64,
-    /// Cores used by the Herald node (API, engine, store).
-    pub herald_cores: f64,
+    /// Cores used by the Herald node (API, engine, store); `None` when no node runs in this process
+    /// (`--target`).
+    pub herald_cores: Option<f64>,
     /// Cores used by the harness (load generator, receivers).
     pub harness_cores: f64,
     /// Cores used by threads that exited during the phase.
@@ -66,6 +67,7 @@ impl CpuSnapshot {
     pub fn since(&self, earlier: &CpuSnapshot) -> CpuSplit {
         let seconds = self.at.duration_since(earlier.at).as_secs_f64().max(1e-9);
         let (mut herald, mut harness) = (0u64, 0u64);
+        let node_here = self.threads.values().any(|(is_herald, _)| *is_herald);
         for (tid, (is_herald, now)) in &self.threads {
             let before = earlier.threads.get(tid).map_or(0, |(_, t)| *t);
             let used = now.saturating_sub(before);
@@ -80,7 +82,7 @@ impl CpuSnapshot {
         let cores = |ticks: u64| ticks as f64 / TICKS_PER_SECOND / seconds;
         CpuSplit {
             seconds,
-            herald_cores: cores(herald),
+            herald_cores: node_here.then(|| cores(herald)),
             harness_cores: cores(harness),
             other_cores: cores(other),
             machine_cores: std::thread::available_parallelism().map_or(1, usize::from),
@@ -98,11 +100,17 @@ fn ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// Measure the CPU split around `work` (`None` for the split where `/proc` is unavailable).
+/// Shortest phase whose CPU split means anything, given 10 ms clock ticks.
+const MIN_SECONDS: f64 = 0.5;
+
+/// Measure the CPU split around `work`; `None` for the split where `/proc` is unavailable or the work
+/// took less than half a second (too short for 10 ms ticks).
 pub async fn measure<T>(work: impl std::future::Future<Output = T>) -> (T, Option<CpuSplit>) {
     let before = CpuSnapshot::take();
     let value = work.await;
-    let split = before.and_then(|b| CpuSnapshot::take().map(|a| a.since(&b)));
+    let split = before
+        .and_then(|b| CpuSnapshot::take().map(|a| a.since(&b)))
+        .filter(|split| split.seconds >= MIN_SECONDS);
     (value, split)
 }
 
@@ -145,7 +153,7 @@ mod tests {
             }
             std::hint::black_box(x);
             let split = CpuSnapshot::take().unwrap().since(&before);
-            assert!(split.harness_cores >= 0.0 && split.herald_cores >= 0.0);
+            assert!(split.harness_cores >= 0.0 && split.herald_cores.is_none());
             assert!(rss_mib().unwrap() > 0.0);
         }
     }

@@ -161,19 +161,14 @@ impl Table {
     /// A row for the CPU split of a phase.
     pub fn cpu(&mut self, label: &str, split: Option<&CpuSplit>) -> &mut Self {
         if let Some(split) = split {
-            self.row(
-                format!("CPU during {label} (cores of {})", split.machine_cores),
-                format!(
-                    "Herald {:.2}, harness {:.2}{}",
-                    split.herald_cores,
-                    split.harness_cores,
-                    if split.other_cores >= 0.01 {
-                        format!(", other {:.2}", split.other_cores)
-                    } else {
-                        String::new()
-                    }
-                ),
-            );
+            let mut value = match split.herald_cores {
+                Some(herald) => format!("Herald {herald:.2}, harness {:.2}", split.harness_cores),
+                None => format!("harness {:.2} (the server runs elsewhere)", split.harness_cores),
+            };
+            if split.other_cores >= 0.01 {
+                let _ = write!(value, ", other {:.2}", split.other_cores);
+            }
+            self.row(format!("CPU during {label} (cores of {})", split.machine_cores), value);
         }
         self
     }

@@ -3,6 +3,7 @@
 //! By default a Herald node is started in this process on a temporary SQLite store; `--target URL
 //! --token T` measures a running server instead through its public API. See `docs/performance.md`.
 
+use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -244,10 +245,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let scenario = args.scenario.scenario(args.smoke);
     let report = herald_bench::run(&options, &scenario).await?;
-    if args.json {
-        println!("{}", report.to_json()?);
+    let text = if args.json {
+        report.to_json()?
     } else {
-        println!("{}", report.table().render());
+        report.table().render()
+    };
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+        _ => Ok(()),
     }
-    Ok(())
 }

@@ -114,6 +114,9 @@ pub struct DrainSummary {
     pub total_seconds: f64,
     /// Deliveries per second from the first to the last arrival.
     pub deliveries_per_s: f64,
+    /// Seconds after the endpoint came up by which 10 %, 50 %, 90 % and 100 % of the deliveries had
+    /// arrived (the shape of the drain).
+    pub progress_seconds: Vec<(u8, f64)>,
     /// CPU split during the drain.
     pub cpu: Option<CpuSplit>,
     /// Process RSS in MiB after the drain (in-process only).
@@ -186,14 +189,23 @@ pub async fn run(options: &Options, params: &BacklogParams) -> anyhow::Result<Ba
         let receiver = Receiver::start(down_addr).await?;
         let complete = receiver.wait_for(expected, delivery_timeout(expected), &bar).await;
         let total_seconds = up.elapsed().as_secs_f64();
-        let arrivals = receiver.take_arrivals();
-        let first = arrivals.iter().map(|a| a.arrived_at_us).min().unwrap_or(up_at);
-        let last = arrivals.iter().map(|a| a.arrived_at_us).max().unwrap_or(up_at);
-        anyhow::Ok((receiver.received(), complete, up_at, first, last, total_seconds))
+        let mut arrived: Vec<u64> = receiver.take_arrivals().iter().map(|a| a.arrived_at_us).collect();
+        arrived.sort_unstable();
+        anyhow::Ok((receiver.received(), complete, up_at, arrived, total_seconds))
     })
     .await;
     bar.finish();
-    let (delivered, complete, up_at, first, last, total_seconds) = drained?;
+    let (delivered, complete, up_at, arrived, total_seconds) = drained?;
+    let first = arrived.first().copied().unwrap_or(up_at);
+    let last = arrived.last().copied().unwrap_or(up_at);
+    let progress_seconds = [10u8, 50, 90, 100]
+        .into_iter()
+        .filter_map(|percent| {
+            let n = (arrived.len() * usize::from(percent)).div_ceil(100);
+            let at = arrived.get(n.checked_sub(1)?)?;
+            Some((percent, at.saturating_sub(up_at) as f64 / 1e6))
+        })
+        .collect();
     let drain = DrainSummary {
         expected,
         delivered,
@@ -201,6 +213,7 @@ pub async fn run(options: &Options, params: &BacklogParams) -> anyhow::Result<Ba
         first_after_up_ms: first.saturating_sub(up_at) as f64 / 1000.0,
         total_seconds,
         deliveries_per_s: rate(delivered, last.saturating_sub(first) as f64 / 1e6),
+        progress_seconds,
         cpu: drain_cpu,
         rss_mib_after: rss(),
     };
@@ -352,6 +365,13 @@ impl BacklogReport {
             "all delivered after the endpoint came up",
             format!("{:.1} s", self.drain.total_seconds),
         );
+        let shape: Vec<String> = self
+            .drain
+            .progress_seconds
+            .iter()
+            .map(|(percent, seconds)| format!("{percent} % at {seconds:.1} s"))
+            .collect();
+        table.row("drain progress", shape.join(", "));
         table.target_row(
             "drain deliveries/s (first to last)",
             per_second(self.drain.deliveries_per_s),
