@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use herald_core::scheduler::{EndpointLimits, Finished, Loaded, Offer, Scheduler, SchedulerConfig};
+use herald_core::scheduler::{EndpointLimits, Finished, Loaded, Offer, Refill, Scheduler, SchedulerConfig};
 use proptest::prelude::*;
 
 type Sched = Scheduler<&'static str, i64>;
@@ -166,7 +166,11 @@ enum Op {
     FinishRetry(u8, u8),
     Tick(u8),
     Pause(u8, bool),
-    Refill,
+    /// Ask the scheduler which refills it wants; the store is read now or later (see `AnswerRefill`).
+    RequestRefills,
+    /// Answer one outstanding refill: `true` reads the store at answer time, `false` answers with what
+    /// the store held when the refill was requested (offers made in between are missing from it).
+    AnswerRefill(u8, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -177,7 +181,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<u8>(), 0u8..50).prop_map(|(i, d)| Op::FinishRetry(i, d)),
         1 => (0u8..50).prop_map(Op::Tick),
         1 => (0u8..4, any::<bool>()).prop_map(|(e, p)| Op::Pause(e, p)),
-        1 => Just(Op::Refill),
+        1 => Just(Op::RequestRefills),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(i, late)| Op::AnswerRefill(i, late)),
     ]
 }
 
@@ -199,13 +204,16 @@ proptest! {
         let mut store: HashMap<&str, Vec<i64>> = HashMap::new(); // pending seqs per endpoint
         let mut in_flight: Vec<(&str, i64)> = Vec::new();
         let mut done: HashSet<i64> = HashSet::new();
-        let answer_refills = |s: &mut Sched, store: &HashMap<&str, Vec<i64>>, now| {
-            for r in s.refills_wanted() {
-                let rows: Vec<i64> = store.get(r.endpoint).map(|v| v.iter().copied().filter(|&q| q > r.after_seq).take(r.limit).collect()).unwrap_or_default();
-                let exhausted = rows.len() < r.limit;
-                s.refilled(r.endpoint, rows.into_iter().map(|q| Loaded { seq: q, due: now, job: q }).collect(), exhausted, now);
-            }
+        // A store read for a refill: rows past the cursor, and whether the store had no more.
+        let read = |store: &HashMap<&str, Vec<i64>>, r: &Refill<&'static str>| {
+            let rows: Vec<i64> = store.get(r.endpoint).map(|v| v.iter().copied().filter(|&q| q > r.after_seq).take(r.limit).collect()).unwrap_or_default();
+            let exhausted = rows.len() < r.limit;
+            (rows, exhausted)
         };
+        let answer = |s: &mut Sched, r: &Refill<&'static str>, (rows, exhausted): (Vec<i64>, bool), now| {
+            s.refilled(r.endpoint, rows.into_iter().map(|q| Loaded { seq: q, due: now, job: q }).collect(), exhausted, now);
+        };
+        let mut outstanding: Vec<(Refill<&'static str>, (Vec<i64>, bool))> = Vec::new();
         for op in ops {
             match op {
                 Op::Offer(e) => {
@@ -240,7 +248,17 @@ proptest! {
                     paused[e as usize] = p;
                     s.configure(KEYS[e as usize], EndpointLimits { max_concurrency: caps[e as usize], paused: p });
                 }
-                Op::Refill => answer_refills(&mut s, &store, now),
+                Op::RequestRefills => {
+                    for r in s.refills_wanted() {
+                        let snapshot = read(&store, &r);
+                        outstanding.push((r, snapshot));
+                    }
+                }
+                Op::AnswerRefill(i, late) if !outstanding.is_empty() => {
+                    let (r, snapshot) = outstanding.remove(i as usize % outstanding.len());
+                    let rows = if late { read(&store, &r) } else { snapshot };
+                    answer(&mut s, &r, rows, now);
+                }
                 _ => {}
             }
         }
@@ -254,7 +272,13 @@ proptest! {
                 done.insert(j);
                 s.finish(k, Finished::Done, now);
             }
-            answer_refills(&mut s, &store, now);
+            for (r, snapshot) in outstanding.drain(..) {
+                answer(&mut s, &r, snapshot, now);
+            }
+            for r in s.refills_wanted() {
+                let rows = read(&store, &r);
+                answer(&mut s, &r, rows, now);
+            }
             now += 100;
             while let Some((k, j)) = s.next(now) {
                 prop_assert!(!done.contains(&j));
