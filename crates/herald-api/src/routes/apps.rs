@@ -79,6 +79,11 @@ async fn create(
             Err(other) => return Err(ApiError::from_store(other, "application")),
         }
     }
+    insert(&state, input).await
+}
+
+/// Create a new app from `input`; 201 with it.
+async fn insert(state: &AppState, input: ApplicationIn) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
     let app = new_app(input);
     state
         .store
@@ -130,13 +135,7 @@ async fn replace(
                 IdKind::Application,
                 "application",
             )?);
-            let app = new_app(input);
-            state
-                .store
-                .create_app(&app)
-                .await
-                .map_err(|e| ApiError::from_store(e, "application"))?;
-            Ok((StatusCode::CREATED, Json(convert::application(app))))
+            insert(&state, input).await
         }
         Err(other) => Err(ApiError::from_store(other, "application")),
     }
