@@ -188,6 +188,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 const KEYS: [&str; 4] = ["e0", "e1", "e2", "e3"];
 
+/// What a refill read from the "store": the rows, and whether there were no more.
+type StoreRead = (Vec<i64>, bool);
+
 proptest! {
     /// Whatever happens, no endpoint exceeds its cap, nothing is sent twice at once, and every delivery
     /// offered is eventually sent once the clock runs and every refill is answered from the "store".
@@ -210,10 +213,10 @@ proptest! {
             let exhausted = rows.len() < r.limit;
             (rows, exhausted)
         };
-        let answer = |s: &mut Sched, r: &Refill<&'static str>, (rows, exhausted): (Vec<i64>, bool), now| {
+        let answer = |s: &mut Sched, r: &Refill<&'static str>, (rows, exhausted): StoreRead, now| {
             s.refilled(r.endpoint, rows.into_iter().map(|q| Loaded { seq: q, due: now, job: q }).collect(), exhausted, now);
         };
-        let mut outstanding: Vec<(Refill<&'static str>, (Vec<i64>, bool))> = Vec::new();
+        let mut outstanding: Vec<(Refill<&'static str>, StoreRead)> = Vec::new();
         for op in ops {
             match op {
                 Op::Offer(e) => {
