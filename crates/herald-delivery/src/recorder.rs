@@ -12,11 +12,25 @@ use tokio::sync::mpsc;
 
 /// The most attempts written in one transaction.
 const MAX_BATCH: usize = 1_024;
+/// How long the writer gathers results before it commits a batch that is not yet full.
+const LINGER: Duration = Duration::from_millis(5);
 
 /// Write batches until every sender is gone.
 pub(crate) async fn run(store: SharedStore, mut results: mpsc::Receiver<AttemptRecord>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while results.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        // Results are off every latency path, ingest commits are not, and both share the one write
+        // connection. Gathering results for a moment turns many small commits into one and leaves the
+        // connection free for ingest.
+        if batch.len() < MAX_BATCH {
+            tokio::time::sleep(LINGER).await;
+            while batch.len() < MAX_BATCH {
+                match results.try_recv() {
+                    Ok(record) => batch.push(record),
+                    Err(_) => break,
+                }
+            }
+        }
         let mut wait = Duration::from_millis(50);
         // Keep trying: dropping a batch would lose the attempt log and leave deliveries pending (which
         // would then be re-sent after a restart). A store outage stalls results, not ingest custody.
