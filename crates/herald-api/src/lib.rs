@@ -7,6 +7,7 @@ pub mod auth;
 pub mod body;
 mod convert;
 pub mod error;
+mod idempotency;
 mod json_errors;
 pub mod model;
 mod openapi;

@@ -242,6 +242,20 @@ pub trait Store: Send + Sync + 'static {
     /// local scheduler. It can be taken once; later calls return `None`.
     fn take_commit_feed(&self) -> Option<CommitFeed>;
 
+    /// The response remembered for an idempotency key in `scope`, if it was stored at or after `since`.
+    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<(u16, Vec<u8>)>>;
+    /// Remember a response for an idempotency key (the first one stored wins), and forget responses
+    /// stored before `expire_before`.
+    async fn remember_response(
+        &self,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+        now: i64,
+        expire_before: i64,
+    ) -> StoreResult<()>;
+
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
 }

@@ -187,3 +187,34 @@ async fn messages_follow_a_uid_that_moves_to_another_application() {
         .await;
     assert_eq!(status, 404, "{body}");
 }
+
+#[tokio::test]
+async fn a_repeated_idempotency_key_replays_the_first_create() {
+    let herald = Herald::start(&[]).await;
+    let post = |path: &'static str, body: serde_json::Value, key: &'static str| {
+        let herald = &herald;
+        async move {
+            herald
+                .call_with(
+                    "POST",
+                    path,
+                    Some(body.to_string().into_bytes()),
+                    &[("authorization", "Bearer test-admin-token"), ("idempotency-key", key)],
+                )
+                .await
+        }
+    };
+    let (s1, first) = post("/app", json!({"name": "Retried"}), "auto_1").await;
+    let (s2, again) = post("/app", json!({"name": "Retried"}), "auto_1").await;
+    assert_eq!((s1, s2), (201, 201));
+    assert_eq!(first, again, "the retry is answered with the first object");
+    let (_, other) = post("/app", json!({"name": "Retried"}), "auto_2").await;
+    assert_ne!(other["id"], first["id"], "another key is another request");
+    assert_eq!(herald.get("/app").await["data"].as_array().unwrap().len(), 2);
+
+    // A failed request is not remembered: fixing it and retrying with the same key works.
+    let (status, _) = post("/event-type", json!({"name": "bad name"}), "auto_3").await;
+    assert_eq!(status, 422);
+    let (status, created) = post("/event-type", json!({"name": "good.name", "description": ""}), "auto_3").await;
+    assert_eq!(status, 201, "{created}");
+}

@@ -24,6 +24,11 @@ pub fn router(state: AppState) -> Router {
         .merge(endpoints::routes())
         .merge(messages::routes())
         .merge(attempts::routes())
+        // Inside authentication: only authenticated requests are remembered or replayed.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::idempotency::replay_or_remember,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::auth::require_admin,

@@ -541,6 +541,50 @@ impl Store for SqliteStore {
         Ok((status, u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0)))
     }
 
+    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<(u16, Vec<u8>)>> {
+        let row = sqlx::query("SELECT status, body FROM idempotency WHERE scope = ? AND key = ? AND created_at >= ?")
+            .bind(scope)
+            .bind(key)
+            .bind(since)
+            .fetch_optional(&self.read)
+            .await?;
+        row.map(|row| {
+            let status: i64 = row.try_get("status")?;
+            let status = u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("stored status {status}")))?;
+            Ok((status, row.try_get("body")?))
+        })
+        .transpose()
+    }
+
+    async fn remember_response(
+        &self,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+        now: i64,
+        expire_before: i64,
+    ) -> StoreResult<()> {
+        let mut tx = self.write.begin().await?;
+        sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
+            .bind(expire_before)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO idempotency (scope, key, status, body, created_at) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(i64::from(status))
+        .bind(body)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     fn take_commit_feed(&self) -> Option<CommitFeed> {
         self.feed.lock().ok()?.take()
     }
