@@ -9,9 +9,10 @@ use super::{DeliverySummary, app_with_endpoints, await_deliveries, warm_up};
 use crate::api::EndpointSpec;
 use crate::cpu::{self, CpuSplit};
 use crate::env::{Env, NodeTweaks, Options, Setup};
-use crate::load::{LoadSummary, Mix, Stop};
+use crate::load::{LoadOutcome, LoadSummary, Mix, Stop};
 use crate::receiver::Receiver;
 use crate::report::{Table, count};
+use indicatif::ProgressBar;
 
 const EVENT_TYPE: &str = "bench.e2e";
 
@@ -79,6 +80,34 @@ pub struct E2eReport {
     pub steady: E2ePhase,
 }
 
+/// Run one phase's load (showing progress on `bar`), then wait for every delivery it caused.
+async fn phase(
+    env: &Env,
+    receiver: &Receiver,
+    fanout: u64,
+    bar: &ProgressBar,
+    label: &str,
+    load: impl std::future::Future<Output = LoadOutcome>,
+) -> E2ePhase {
+    let mark = receiver.received();
+    let (outcome, cpu) = cpu::measure(load).await;
+    bar.finish();
+    let deliveries = await_deliveries(
+        env,
+        receiver,
+        mark,
+        outcome.accepted * fanout,
+        outcome.started_at_us,
+        label,
+    )
+    .await;
+    E2ePhase {
+        load: outcome.summary(),
+        deliveries,
+        cpu,
+    }
+}
+
 /// Run `e2e`.
 pub async fn run(options: &Options, params: &E2eParams) -> anyhow::Result<E2eReport> {
     let env = Env::start(options, &NodeTweaks::default()).await?;
@@ -92,47 +121,14 @@ pub async fn run(options: &Options, params: &E2eParams) -> anyhow::Result<E2eRep
     warm_up(&env, &mix, fanout, &receiver).await?;
 
     let bar = env.progress.counter("burst", params.messages);
-    let mark = receiver.received();
-    let (outcome, cpu) =
-        cpu::measure(
-            env.load
-                .closed_loop(&mix, params.concurrency, Stop::Count(params.messages), true, &bar),
-        )
-        .await;
-    bar.finish();
-    let deliveries = await_deliveries(
-        &env,
-        &receiver,
-        mark,
-        outcome.accepted * fanout,
-        outcome.started_at_us,
-        "burst deliveries",
-    )
-    .await;
-    let burst = E2ePhase {
-        load: outcome.summary(),
-        deliveries,
-        cpu,
-    };
+    let burst_load = env
+        .load
+        .closed_loop(&mix, params.concurrency, Stop::Count(params.messages), true, &bar);
+    let burst = phase(&env, &receiver, fanout, &bar, "burst deliveries", burst_load).await;
 
     let bar = env.progress.spinner(&format!("steady {}/s", params.rate));
-    let mark = receiver.received();
-    let (outcome, cpu) = cpu::measure(env.load.open_loop(&mix, params.rate, params.duration, &bar)).await;
-    bar.finish();
-    let deliveries = await_deliveries(
-        &env,
-        &receiver,
-        mark,
-        outcome.accepted * fanout,
-        outcome.started_at_us,
-        "steady deliveries",
-    )
-    .await;
-    let steady = E2ePhase {
-        load: outcome.summary(),
-        deliveries,
-        cpu,
-    };
+    let steady_load = env.load.open_loop(&mix, params.rate, params.duration, &bar);
+    let steady = phase(&env, &receiver, fanout, &bar, "steady deliveries", steady_load).await;
     Ok(E2eReport {
         setup: env.setup.clone(),
         params: params.clone(),
