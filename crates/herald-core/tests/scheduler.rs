@@ -2,33 +2,36 @@
 
 use std::collections::{HashMap, HashSet};
 
-use herald_core::scheduler::{EndpointLimits, Finished, Loaded, Offer, Refill, Scheduler, SchedulerConfig};
+use herald_core::scheduler::{EndpointLimits, Finished, Loaded, Offer, Refill, Scheduler, SchedulerConfig, Verdict};
 use proptest::prelude::*;
 
 type Sched = Scheduler<&'static str, i64>;
 
 fn sched(window: usize) -> Sched {
-    Scheduler::new(SchedulerConfig { window })
+    Scheduler::new(SchedulerConfig {
+        window,
+        ..SchedulerConfig::default()
+    })
 }
 
 fn limits(cap: u32) -> EndpointLimits {
     EndpointLimits {
         max_concurrency: cap,
-        paused: false,
+        ..EndpointLimits::default()
     }
 }
 
 #[test]
 fn concurrency_cap_holds_and_frees_on_finish() {
     let mut s = sched(100);
-    s.configure("a", limits(2));
+    s.configure("a", limits(2), 0);
     for seq in 1..=5 {
         assert_eq!(s.offer("a", seq, 0, seq, 0), Offer::Accepted);
     }
     assert_eq!(s.next(0), Some(("a", 1)));
     assert_eq!(s.next(0), Some(("a", 2)));
     assert_eq!(s.next(0), None, "cap of 2 reached");
-    s.finish("a", Finished::Done, 0);
+    s.finish("a", Verdict::Success, Finished::Done(1), 0);
     assert_eq!(s.next(0), Some(("a", 3)));
     assert_eq!(s.endpoint_counts(&"a"), Some((4, 2, 2)));
 }
@@ -36,8 +39,8 @@ fn concurrency_cap_holds_and_frees_on_finish() {
 #[test]
 fn a_stuck_endpoint_does_not_block_others() {
     let mut s = sched(10_000);
-    s.configure("blackhole", limits(3));
-    s.configure("healthy", limits(3));
+    s.configure("blackhole", limits(3), 0);
+    s.configure("healthy", limits(3), 0);
     for seq in 1..=1000 {
         s.offer("blackhole", seq, 0, seq, 0);
     }
@@ -54,7 +57,7 @@ fn a_stuck_endpoint_does_not_block_others() {
 fn endpoints_are_served_round_robin() {
     let mut s = sched(100);
     for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
-        s.configure(key, limits(10));
+        s.configure(key, limits(10), 0);
         for n in 0..3 {
             let seq = (i * 10 + n) as i64 + 1;
             s.offer(key, seq, 0, seq, 0);
@@ -69,7 +72,7 @@ fn retries_wait_for_their_timer() {
     let mut s = sched(100);
     s.offer("a", 1, 0, 1, 0);
     let (k, job) = s.next(0).unwrap();
-    s.finish(k, Finished::RetryAt(500, job), 0);
+    s.finish(k, Verdict::NotSent, Finished::RetryAt(500, job), 0);
     assert_eq!(s.next(499), None);
     assert_eq!(s.next_timer(), Some(500));
     assert_eq!(s.next(500), Some(("a", 1)));
@@ -87,11 +90,13 @@ fn pause_holds_work_and_resume_releases_it() {
         EndpointLimits {
             max_concurrency: 5,
             paused: true,
+            ..EndpointLimits::default()
         },
+        0,
     );
     s.offer("a", 1, 0, 1, 0);
     assert_eq!(s.next(0), None);
-    s.configure("a", limits(5));
+    s.configure("a", limits(5), 0);
     assert_eq!(s.next(0), Some(("a", 1)));
 }
 
@@ -102,7 +107,7 @@ fn removed_endpoints_drop_their_work() {
     s.offer("a", 2, 50, 2, 0);
     s.remove_endpoint(&"a");
     assert_eq!(s.next(100), None);
-    s.finish("a", Finished::Done, 100); // a late result is ignored
+    s.finish("a", Verdict::Success, Finished::Done(1), 100); // a late result is ignored
 }
 
 #[test]
@@ -114,8 +119,8 @@ fn window_overflow_defers_then_refills_in_order() {
     assert_eq!(s.offer("a", 5, 0, 5, 0), Offer::Deferred);
     assert!(s.refills_wanted().is_empty(), "still above half the window");
     for _ in 0..2 {
-        s.next(0).unwrap();
-        s.finish("a", Finished::Done, 0);
+        let (k, job) = s.next(0).unwrap();
+        s.finish(k, Verdict::Success, Finished::Done(job), 0);
     }
     let wanted = s.refills_wanted();
     assert_eq!(wanted.len(), 1);
@@ -129,7 +134,7 @@ fn window_overflow_defers_then_refills_in_order() {
     for _ in 0..2 {
         let (k, job) = s.next(0).unwrap();
         sent.push(job);
-        s.finish(k, Finished::Done, 0);
+        s.finish(k, Verdict::Success, Finished::Done(job), 0);
     }
     assert_eq!(sent, [3, 4]);
     let again = s.refills_wanted();
@@ -200,7 +205,7 @@ proptest! {
         let mut s = sched(6);
         let mut paused = [false; 4];
         for (i, key) in KEYS.iter().enumerate() {
-            s.configure(key, limits(caps[i]));
+            s.configure(key, limits(caps[i]), 0);
         }
         let mut now = 0i64;
         let mut next_seq = 0i64;
@@ -240,16 +245,16 @@ proptest! {
                     let (k, j) = in_flight.remove(i as usize % in_flight.len());
                     store.get_mut(k).unwrap().retain(|&q| q != j);
                     done.insert(j);
-                    s.finish(k, Finished::Done, now);
+                    s.finish(k, Verdict::Success, Finished::Done(j), now);
                 }
                 Op::FinishRetry(i, d) if !in_flight.is_empty() => {
                     let (k, j) = in_flight.remove(i as usize % in_flight.len());
-                    s.finish(k, Finished::RetryAt(now + i64::from(d), j), now);
+                    s.finish(k, Verdict::Failure { hold_until: None }, Finished::RetryAt(now + i64::from(d), j), now);
                 }
                 Op::Tick(d) => now += i64::from(d),
                 Op::Pause(e, p) => {
                     paused[e as usize] = p;
-                    s.configure(KEYS[e as usize], EndpointLimits { max_concurrency: caps[e as usize], paused: p });
+                    s.configure(KEYS[e as usize], EndpointLimits { max_concurrency: caps[e as usize], paused: p, ..EndpointLimits::default() }, now);
                 }
                 Op::RequestRefills => {
                     for r in s.refills_wanted() {
@@ -267,13 +272,13 @@ proptest! {
         }
         // Drain: unpause, finish everything, run the clock and refills until all pending work is done.
         for (i, key) in KEYS.iter().enumerate() {
-            s.configure(key, limits(caps[i]));
+            s.configure(key, limits(caps[i]), now);
         }
         for _ in 0..10_000 {
             for (k, j) in in_flight.drain(..) {
                 store.get_mut(k).unwrap().retain(|&q| q != j);
                 done.insert(j);
-                s.finish(k, Finished::Done, now);
+                s.finish(k, Verdict::Success, Finished::Done(j), now);
             }
             for (r, snapshot) in outstanding.drain(..) {
                 answer(&mut s, &r, snapshot, now);
@@ -293,5 +298,325 @@ proptest! {
         }
         prop_assert!(store.values().all(Vec::is_empty), "work left undelivered: {store:?}");
         prop_assert_eq!(done.len() as i64, next_seq);
+    }
+}
+
+// ---- Flow control: breaker, slow start, Retry-After hold, pacing, ordering, expiry ----
+
+use herald_core::breaker::{BreakerConfig, BreakerState};
+use herald_core::scheduler::Queued;
+
+const FAIL: Verdict = Verdict::Failure { hold_until: None };
+
+fn sched_with_breaker(threshold: u32, cooldown: i64) -> Sched {
+    Scheduler::new(SchedulerConfig {
+        window: 1_000,
+        breaker: BreakerConfig {
+            failure_threshold: threshold,
+            initial_cooldown: cooldown,
+            max_cooldown: cooldown * 8,
+        },
+    })
+}
+
+/// Send everything that may go at `now`.
+fn drain_ready(s: &mut Sched, now: i64) -> Vec<i64> {
+    std::iter::from_fn(|| s.next(now).map(|(_, j)| j)).collect()
+}
+
+#[test]
+fn an_open_breaker_sends_nothing_then_exactly_one_probe() {
+    let mut s = sched_with_breaker(3, 1_000);
+    s.configure("a", limits(10), 0);
+    for seq in 1..=20 {
+        s.offer("a", seq, 0, seq, 0);
+    }
+    let first = drain_ready(&mut s, 0);
+    assert_eq!(first.len(), 10, "the cap");
+    for job in &first[..3] {
+        s.finish("a", FAIL, Finished::RetryAt(10, *job), 0);
+    }
+    let snap = s.endpoint_snapshot(&"a", 0).unwrap();
+    assert_eq!(snap.breaker.state(), BreakerState::Open);
+    assert_eq!(snap.breaker.next_probe_at(), Some(1_000));
+    // The other seven in flight fail too; nothing else goes out, and their attempts are not consumed.
+    for job in &first[3..] {
+        s.finish("a", FAIL, Finished::RetryAt(10, *job), 0);
+    }
+    assert!(drain_ready(&mut s, 999).is_empty(), "open: nothing is sent");
+    assert_eq!(s.next_timer(), Some(1_000), "the shell wakes up for the probe");
+    let probe = drain_ready(&mut s, 1_000);
+    assert_eq!(probe.len(), 1, "exactly one probe");
+    assert_eq!(
+        s.endpoint_snapshot(&"a", 1_000).unwrap().breaker.state(),
+        BreakerState::HalfOpen
+    );
+    assert!(drain_ready(&mut s, 1_500).is_empty(), "nothing beside the probe");
+    // The probe fails: open again with a doubled cool-down.
+    s.finish("a", FAIL, Finished::RetryAt(1_600, probe[0]), 1_600);
+    assert_eq!(
+        s.endpoint_snapshot(&"a", 1_600).unwrap().breaker.next_probe_at(),
+        Some(3_600)
+    );
+    assert!(drain_ready(&mut s, 3_599).is_empty());
+    let probe = drain_ready(&mut s, 3_600);
+    assert_eq!(probe.len(), 1);
+    // It succeeds: slow start, 2 then 3 then 4 … in flight, up to the cap of 10.
+    s.finish("a", Verdict::Success, Finished::Done(probe[0]), 3_600);
+    let mut allowed = Vec::new();
+    let mut now = 3_600;
+    loop {
+        let batch = drain_ready(&mut s, now);
+        if batch.is_empty() {
+            break;
+        }
+        let (_, in_flight, _) = s.endpoint_counts(&"a").unwrap();
+        allowed.push(in_flight);
+        for job in batch {
+            s.finish("a", Verdict::Success, Finished::Done(job), now);
+        }
+        now += 1;
+    }
+    assert_eq!(allowed[..3], [2, 4, 8], "the allowance doubles per round trip");
+    assert!(allowed.iter().all(|&n| n <= 10));
+    assert_eq!(s.endpoint_snapshot(&"a", now).unwrap().breaker.ramp(), None);
+}
+
+#[test]
+fn retry_after_holds_the_whole_endpoint() {
+    let mut s = sched(100);
+    s.configure("a", limits(5), 0);
+    s.configure("b", limits(5), 0);
+    for seq in 1..=4 {
+        s.offer("a", seq, 0, seq, 0);
+    }
+    s.offer("b", 10, 0, 10, 0);
+    let (k, job) = s.next(0).unwrap();
+    assert_eq!(k, "a");
+    s.finish(
+        "a",
+        Verdict::Failure {
+            hold_until: Some(5_000),
+        },
+        Finished::RetryAt(5_000, job),
+        0,
+    );
+    let sent: Vec<(&str, i64)> = std::iter::from_fn(|| s.next(10)).collect();
+    assert_eq!(sent, [("b", 10)], "only the other endpoint flows");
+    assert_eq!(s.next_timer(), Some(5_000));
+    assert_eq!(drain_ready(&mut s, 5_000).len(), 4);
+}
+
+#[test]
+fn a_rate_limit_paces_requests_evenly() {
+    let mut s = sched(100);
+    s.configure(
+        "a",
+        EndpointLimits {
+            rate_per_sec: Some(4),
+            ..limits(10)
+        },
+        0,
+    );
+    for seq in 1..=8 {
+        s.offer("a", seq, 0, seq, 0);
+    }
+    let mut sent_at = Vec::new();
+    let mut now = 0;
+    while sent_at.len() < 8 {
+        if let Some((_, job)) = s.next(now) {
+            sent_at.push(now);
+            s.finish("a", Verdict::Success, Finished::Done(job), now);
+        } else {
+            now = s.next_timer().expect("a paced endpoint asks to be woken");
+        }
+    }
+    assert_eq!(sent_at, [0, 250, 500, 750, 1_000, 1_250, 1_500, 1_750]);
+}
+
+/// A job with an ordering key, for ordered endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Keyed(i64, Option<&'static str>);
+
+impl Queued for Keyed {
+    fn ordering_key(&self) -> Option<&str> {
+        self.1
+    }
+}
+
+fn ordered(cap: u32) -> EndpointLimits {
+    EndpointLimits {
+        ordered: true,
+        ..limits(cap)
+    }
+}
+
+#[test]
+fn ordered_keys_go_one_at_a_time_and_a_failing_head_blocks_only_its_key() {
+    let mut s: Scheduler<&str, Keyed> = Scheduler::new(SchedulerConfig::default());
+    s.configure("a", ordered(10), 0);
+    let jobs = [
+        Keyed(1, Some("x")),
+        Keyed(2, Some("y")),
+        Keyed(3, Some("x")),
+        Keyed(4, None),
+        Keyed(5, Some("y")),
+        Keyed(6, Some("x")),
+    ];
+    for job in jobs {
+        s.offer("a", job.0, 0, job, 0);
+    }
+    let first: Vec<i64> = std::iter::from_fn(|| s.next(0).map(|(_, j)| j.0)).collect();
+    assert_eq!(first, [1, 2, 4], "one per key, unkeyed ones freely");
+    // x's head fails and is retried later; y's head succeeds, so y moves on while x waits.
+    s.finish("a", FAIL, Finished::RetryAt(100, Keyed(1, Some("x"))), 0);
+    s.finish("a", Verdict::Success, Finished::Done(Keyed(2, Some("y"))), 0);
+    s.finish("a", Verdict::Success, Finished::Done(Keyed(4, None)), 0);
+    let next: Vec<i64> = std::iter::from_fn(|| s.next(50).map(|(_, j)| j.0)).collect();
+    assert_eq!(next, [5], "x is blocked by its failing head");
+    let next: Vec<i64> = std::iter::from_fn(|| s.next(100).map(|(_, j)| j.0)).collect();
+    assert_eq!(next, [1], "the head is retried before anything behind it");
+    // The head dies: the key unblocks and the next one proceeds.
+    s.finish("a", FAIL, Finished::Done(Keyed(1, Some("x"))), 100);
+    assert_eq!(s.next(100).map(|(_, j)| j.0), Some(3));
+    assert_eq!(s.next(100), None, "6 waits behind 3");
+    s.finish("a", Verdict::Success, Finished::Done(Keyed(3, Some("x"))), 100);
+    assert_eq!(s.next(100).map(|(_, j)| j.0), Some(6));
+}
+
+#[test]
+fn unordered_endpoints_ignore_keys() {
+    let mut s: Scheduler<&str, Keyed> = Scheduler::new(SchedulerConfig::default());
+    s.configure("a", limits(10), 0);
+    for seq in 1..=3 {
+        s.offer("a", seq, 0, Keyed(seq, Some("x")), 0);
+    }
+    assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 3);
+}
+
+#[test]
+fn expired_waiting_deliveries_are_taken_out_and_free_their_key() {
+    let mut s: Scheduler<&str, Keyed> = Scheduler::new(SchedulerConfig::default());
+    s.configure(
+        "a",
+        EndpointLimits {
+            paused: true,
+            ..ordered(10)
+        },
+        0,
+    );
+    for seq in 1..=4 {
+        let key = if seq % 2 == 0 { "even" } else { "odd" };
+        s.offer("a", seq, 0, Keyed(seq, Some(key)), 0);
+    }
+    let taken = s.take_waiting(&"a", |j| j.0 <= 2, 0);
+    let mut taken: Vec<i64> = taken.into_iter().map(|j| j.0).collect();
+    taken.sort_unstable();
+    assert_eq!(taken, [1, 2]);
+    assert_eq!(s.endpoint_counts(&"a").unwrap().0, 2, "two stay resident");
+    s.configure("a", ordered(10), 0);
+    let mut rest: Vec<i64> = std::iter::from_fn(|| s.next(0).map(|(_, j)| j.0)).collect();
+    rest.sort_unstable();
+    assert_eq!(rest, [3, 4], "the next of each key became its head");
+}
+
+#[derive(Debug, Clone)]
+enum KeyOp {
+    Offer(u8),
+    Next,
+    Succeed(u8),
+    Fail(u8, u8),
+    Die(u8),
+    Tick(u8),
+}
+
+fn key_op() -> impl Strategy<Value = KeyOp> {
+    prop_oneof![
+        3 => (0u8..4).prop_map(KeyOp::Offer),
+        3 => Just(KeyOp::Next),
+        2 => any::<u8>().prop_map(KeyOp::Succeed),
+        1 => (any::<u8>(), 0u8..50).prop_map(|(i, d)| KeyOp::Fail(i, d)),
+        1 => any::<u8>().prop_map(KeyOp::Die),
+        1 => (0u8..50).prop_map(KeyOp::Tick),
+    ]
+}
+
+const ORDER_KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
+
+proptest! {
+    /// On an ordered endpoint, a key never has two deliveries in flight, and each key's deliveries are
+    /// finished in the order they were offered, whatever fails, dies or is retried.
+    #[test]
+    fn ordering_per_key_holds_under_random_operations(ops in proptest::collection::vec(key_op(), 1..300)) {
+        let mut s: Scheduler<&str, Keyed> = Scheduler::new(SchedulerConfig {
+            window: 8,
+            breaker: BreakerConfig { failure_threshold: 1_000, ..BreakerConfig::default() },
+        });
+        s.configure("a", ordered(3), 0);
+        let mut now = 0i64;
+        let mut seq = 0i64;
+        let mut offered: HashMap<&str, Vec<i64>> = HashMap::new();
+        let mut finished: HashMap<&str, Vec<i64>> = HashMap::new();
+        let mut in_flight: Vec<Keyed> = Vec::new();
+        let mut store: Vec<Keyed> = Vec::new();
+        let mut refill = |s: &mut Scheduler<&str, Keyed>, store: &Vec<Keyed>, now| {
+            for r in s.refills_wanted() {
+                let rows: Vec<Keyed> = store.iter().filter(|j| j.0 > r.after_seq).take(r.limit).cloned().collect();
+                let exhausted = rows.len() < r.limit;
+                s.refilled("a", rows.into_iter().map(|j| Loaded { seq: j.0, due: now, job: j }).collect(), exhausted, now);
+            }
+        };
+        for op in ops {
+            match op {
+                KeyOp::Offer(k) => {
+                    seq += 1;
+                    let key = ORDER_KEYS[k as usize];
+                    offered.entry(key).or_default().push(seq);
+                    store.push(Keyed(seq, Some(key)));
+                    s.offer("a", seq, now, Keyed(seq, Some(key)), now);
+                }
+                KeyOp::Next => {
+                    refill(&mut s, &store, now);
+                    if let Some((_, job)) = s.next(now) {
+                        prop_assert!(!in_flight.iter().any(|j| j.1 == job.1), "two in flight for {:?}", job.1);
+                        in_flight.push(job);
+                    }
+                }
+                KeyOp::Succeed(i) | KeyOp::Die(i) if !in_flight.is_empty() => {
+                    let job = in_flight.remove(i as usize % in_flight.len());
+                    let key = job.1.unwrap();
+                    finished.entry(key).or_default().push(job.0);
+                    store.retain(|j| j.0 != job.0);
+                    let verdict = if matches!(op, KeyOp::Succeed(_)) { Verdict::Success } else { FAIL };
+                    s.finish("a", verdict, Finished::Done(job), now);
+                }
+                KeyOp::Fail(i, d) if !in_flight.is_empty() => {
+                    let job = in_flight.remove(i as usize % in_flight.len());
+                    s.finish("a", FAIL, Finished::RetryAt(now + i64::from(d), job), now);
+                }
+                KeyOp::Tick(d) => now += i64::from(d),
+                _ => {}
+            }
+        }
+        // Drain everything.
+        for _ in 0..10_000 {
+            for job in in_flight.drain(..) {
+                let key = job.1.unwrap();
+                finished.entry(key).or_default().push(job.0);
+                store.retain(|j| j.0 != job.0);
+                s.finish("a", Verdict::Success, Finished::Done(job), now);
+            }
+            refill(&mut s, &store, now);
+            now += 100;
+            while let Some((_, job)) = s.next(now) {
+                prop_assert!(!in_flight.iter().any(|j| j.1 == job.1));
+                in_flight.push(job);
+            }
+            if in_flight.is_empty() && store.is_empty() {
+                break;
+            }
+        }
+        prop_assert!(store.is_empty(), "left undelivered: {:?}", store);
+        prop_assert_eq!(offered, finished, "per-key finish order differs from offer order");
     }
 }

@@ -10,27 +10,57 @@
 //! (the endpoint is marked as *overflowing*) and are read back in batches through [`Scheduler::refills_wanted`]
 //! and [`Scheduler::refilled`], in store order (`seq`), once the resident set has drained to half.
 //!
+//! Each endpoint's queue is *gated* ([`queue`]): a paused endpoint sends nothing; one at its concurrency cap
+//! waits for a result; its circuit breaker ([`crate::breaker`]) may hold everything back or allow a single
+//! probe, then ramp concurrency up slowly; a `Retry-After` on 429/503 holds the whole endpoint; a rate
+//! limit paces requests evenly. An endpoint that is gated until a known time registers a *wake-up*, so the
+//! shell can sleep exactly until the next thing can happen.
+//!
+//! Endpoints in `ordered` mode send deliveries that share an ordering key strictly one at a time, in store
+//! order: the first resident delivery of a key is its *head*, later ones wait behind it until the head is
+//! finished (delivered, failed or dead); a head that is being retried blocks only its own key.
+//!
 //! Time is whatever the caller says it is (milliseconds), so tests drive it with a virtual clock and the
 //! production shell with the wall clock.
 
+mod queue;
+
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 
+use crate::breaker::{Breaker, BreakerConfig};
+use queue::{EndpointQueue, Gate};
+
 /// A point in time in milliseconds, on whichever clock the caller uses consistently.
 pub type Millis = i64;
+
+/// What the scheduler needs to know about a job.
+pub trait Queued {
+    /// The key deliveries are ordered by on an endpoint in ordered mode; `None` means "no order".
+    fn ordering_key(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Plain numbers as jobs (tests and simple callers): never ordered.
+impl Queued for i64 {}
 
 /// Tunables of the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
     /// The most deliveries an endpoint keeps resident in memory; the rest wait in the store.
     pub window: usize,
+    /// Every endpoint's circuit breaker.
+    pub breaker: BreakerConfig,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        Self { window: 1_000 }
+        Self {
+            window: 1_000,
+            breaker: BreakerConfig::default(),
+        }
     }
 }
 
@@ -41,6 +71,10 @@ pub struct EndpointLimits {
     pub max_concurrency: u32,
     /// A paused endpoint keeps its queue but sends nothing.
     pub paused: bool,
+    /// Requests per second, paced evenly; `None` for no limit.
+    pub rate_per_sec: Option<u32>,
+    /// Deliveries that share an ordering key go one at a time, in order.
+    pub ordered: bool,
 }
 
 impl Default for EndpointLimits {
@@ -48,6 +82,8 @@ impl Default for EndpointLimits {
         Self {
             max_concurrency: 10,
             paused: false,
+            rate_per_sec: None,
+            ordered: false,
         }
     }
 }
@@ -63,13 +99,28 @@ pub enum Offer {
     AlreadyResident,
 }
 
-/// How an in-flight delivery ended, as far as the scheduler cares.
+/// How an in-flight delivery ended, as far as its queue cares.
 #[derive(Debug)]
 pub enum Finished<J> {
     /// Nothing more to do for this delivery (delivered, failed for good, dead or cancelled).
-    Done,
+    Done(J),
     /// Try it again at the given time.
     RetryAt(Millis, J),
+}
+
+/// What an attempt said about the endpoint's health, for its breaker and pacing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The endpoint took the delivery.
+    Success,
+    /// The attempt failed; `hold_until` when the endpoint asked for a pause (`Retry-After` on 429/503),
+    /// which then applies to the whole endpoint.
+    Failure {
+        /// Send nothing to the endpoint before this time.
+        hold_until: Option<Millis>,
+    },
+    /// Nothing was sent (e.g. the delivery had expired): says nothing about the endpoint.
+    NotSent,
 }
 
 /// A request to read more of an endpoint's backlog from the store.
@@ -94,41 +145,23 @@ pub struct Loaded<J> {
     pub job: J,
 }
 
-#[derive(Debug)]
-struct EndpointQueue<J> {
-    ready: VecDeque<J>,
-    limits: EndpointLimits,
-    in_flight: u32,
-    in_ring: bool,
-    /// Deliveries held in memory: ready + waiting on a timer + in flight.
-    resident: usize,
-    /// Deliveries exist in the store beyond `cursor` that are not resident.
-    overflow: bool,
-    /// The highest store `seq` made resident; every pending delivery at or below it is resident.
-    cursor: i64,
-    refilling: bool,
-    /// An offer was deferred while a refill was reading: the refill may have missed it.
-    deferred_while_refilling: bool,
-}
-
-impl<J> EndpointQueue<J> {
-    fn new(limits: EndpointLimits) -> Self {
-        Self {
-            ready: VecDeque::new(),
-            limits,
-            in_flight: 0,
-            in_ring: false,
-            resident: 0,
-            overflow: false,
-            cursor: 0,
-            refilling: false,
-            deferred_while_refilling: false,
-        }
-    }
-
-    fn can_send(&self) -> bool {
-        !self.limits.paused && !self.ready.is_empty() && self.in_flight < self.limits.max_concurrency.max(1)
-    }
+/// What the scheduler knows about one endpoint, for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSnapshot {
+    /// Deliveries held in memory (ready, parked, on a timer, in flight).
+    pub resident: usize,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Deliveries ready to go.
+    pub ready: usize,
+    /// Deliveries waiting behind their ordering key's head.
+    pub parked: usize,
+    /// The circuit breaker.
+    pub breaker: Breaker,
+    /// The endpoint asked (Retry-After) to be left alone until then, if that is still ahead.
+    pub held_until: Option<Millis>,
+    /// More deliveries wait in the store than are resident.
+    pub overflowing: bool,
 }
 
 #[derive(Debug)]
@@ -163,6 +196,8 @@ pub struct Scheduler<K, J> {
     endpoints: HashMap<K, EndpointQueue<J>>,
     ring: VecDeque<K>,
     timers: BinaryHeap<Reverse<Timer<K, J>>>,
+    /// Endpoints gated until a known time (breaker cool-down, Retry-After hold, pacing).
+    wakes: BinaryHeap<Reverse<Timer<K, ()>>>,
     timer_order: u64,
     /// Deliveries in flight across all endpoints (kept, not summed, so the hot loop stays O(1)).
     in_flight: u64,
@@ -170,7 +205,7 @@ pub struct Scheduler<K, J> {
     overflowing: HashSet<K>,
 }
 
-impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
+impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
     /// An empty scheduler.
     pub fn new(config: SchedulerConfig) -> Self {
         Self {
@@ -178,6 +213,7 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             endpoints: HashMap::new(),
             ring: VecDeque::new(),
             timers: BinaryHeap::new(),
+            wakes: BinaryHeap::new(),
             timer_order: 0,
             in_flight: 0,
             overflowing: HashSet::new(),
@@ -185,22 +221,30 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
     }
 
     /// Set (or first register) an endpoint's limits. A paused endpoint keeps everything queued.
-    pub fn configure(&mut self, endpoint: K, limits: EndpointLimits) {
+    pub fn configure(&mut self, endpoint: K, limits: EndpointLimits, now: Millis) {
+        let breaker = self.config.breaker;
         let queue = self
             .endpoints
             .entry(endpoint.clone())
-            .or_insert_with(|| EndpointQueue::new(limits));
+            .or_insert_with(|| EndpointQueue::new(limits, &breaker));
+        let stop_ordering = queue.limits.ordered && !limits.ordered;
         queue.limits = limits;
-        self.ring_if_sendable(&endpoint);
+        if stop_ordering {
+            for (due, job) in queue.release_all_keys() {
+                self.place(endpoint.clone(), due, job, now);
+            }
+        }
+        self.ring_if_sendable(&endpoint, now);
     }
 
     /// Mark that the store may hold deliveries for this endpoint that are not resident (e.g. at start-up),
     /// so the next [`Scheduler::refills_wanted`] reads them.
     pub fn mark_backlog(&mut self, endpoint: K, limits: EndpointLimits) {
+        let breaker = self.config.breaker;
         let queue = self
             .endpoints
             .entry(endpoint.clone())
-            .or_insert_with(|| EndpointQueue::new(limits));
+            .or_insert_with(|| EndpointQueue::new(limits, &breaker));
         queue.overflow = true;
         self.overflowing.insert(endpoint);
     }
@@ -212,16 +256,17 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             self.in_flight -= u64::from(queue.in_flight);
         }
         self.overflowing.remove(endpoint);
-        // Ring entries and timers of the removed endpoint are dropped lazily when reached.
+        // Ring entries, timers and wake-ups of the removed endpoint are dropped lazily when reached.
     }
 
     /// Offer a new delivery straight from ingest (already committed to the store with `seq`).
     pub fn offer(&mut self, endpoint: K, seq: i64, due: Millis, job: J, now: Millis) -> Offer {
         let window = self.config.window;
+        let breaker = self.config.breaker;
         let queue = self
             .endpoints
             .entry(endpoint.clone())
-            .or_insert_with(|| EndpointQueue::new(EndpointLimits::default()));
+            .or_insert_with(|| EndpointQueue::new(EndpointLimits::default(), &breaker));
         if seq <= queue.cursor {
             return Offer::AlreadyResident;
         }
@@ -234,8 +279,9 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             return Offer::Deferred;
         }
         queue.cursor = seq;
-        queue.resident += 1;
-        self.place(endpoint, due, job, now);
+        if let Some((due, job)) = queue.admit(due, job) {
+            self.place(endpoint, due, job, now);
+        }
         Offer::Accepted
     }
 
@@ -271,48 +317,60 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             queue.overflow = false;
             self.overflowing.remove(&endpoint);
         }
-        let mut fresh = Vec::with_capacity(loaded.len());
+        let mut placed = Vec::with_capacity(loaded.len());
         for item in loaded {
             if item.seq > queue.cursor {
                 queue.cursor = item.seq;
-                queue.resident += 1;
-                fresh.push(item);
+                placed.extend(queue.admit(item.due, item.job));
             }
         }
-        for item in fresh {
-            self.place(endpoint.clone(), item.due, item.job, now);
+        for (due, job) in placed {
+            self.place(endpoint.clone(), due, job, now);
         }
     }
 
-    /// The next delivery to send, if any endpoint has ready work and spare capacity. Moves due timers
-    /// into their queues first. The caller must report back through [`Scheduler::finish`].
+    /// The next delivery to send, if any endpoint has ready work and may send. Moves due timers into their
+    /// queues first. The caller must report back through [`Scheduler::finish`].
     pub fn next(&mut self, now: Millis) -> Option<(K, J)> {
         self.release_due_timers(now);
         while let Some(key) = self.ring.pop_front() {
             let Some(queue) = self.endpoints.get_mut(&key) else {
                 continue;
             };
-            if !queue.can_send() {
-                queue.in_ring = false;
-                continue;
+            match queue.gate(now) {
+                Gate::Open => {}
+                Gate::Shut => {
+                    queue.in_ring = false;
+                    continue;
+                }
+                Gate::Until(at) => {
+                    queue.in_ring = false;
+                    self.wake_at(key, at);
+                    continue;
+                }
             }
             let Some(job) = queue.ready.pop_front() else {
+                queue.in_ring = false;
                 continue;
             };
-            queue.in_flight += 1;
+            queue.on_send(now);
             self.in_flight += 1;
-            if queue.can_send() {
-                self.ring.push_back(key.clone());
-            } else {
-                queue.in_ring = false;
+            match queue.gate(now) {
+                Gate::Open => self.ring.push_back(key.clone()),
+                Gate::Shut => queue.in_ring = false,
+                Gate::Until(at) => {
+                    queue.in_ring = false;
+                    self.wake_at(key.clone(), at);
+                }
             }
             return Some((key, job));
         }
         None
     }
 
-    /// Report how an in-flight delivery ended.
-    pub fn finish(&mut self, endpoint: K, finished: Finished<J>, now: Millis) {
+    /// Report how an in-flight delivery ended and what it said about the endpoint.
+    pub fn finish(&mut self, endpoint: K, verdict: Verdict, finished: Finished<J>, now: Millis) {
+        let breaker = self.config.breaker;
         let Some(queue) = self.endpoints.get_mut(&endpoint) else {
             return;
         };
@@ -320,16 +378,39 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             queue.in_flight -= 1;
             self.in_flight -= 1;
         }
+        queue.on_verdict(verdict, &breaker, now);
         match finished {
-            Finished::Done => queue.resident = queue.resident.saturating_sub(1),
+            Finished::Done(job) => {
+                if let Some((due, next)) = queue.release(&job) {
+                    self.place(endpoint.clone(), due, next, now);
+                }
+            }
             Finished::RetryAt(due, job) => self.place(endpoint.clone(), due, job, now),
         }
-        self.ring_if_sendable(&endpoint);
+        self.ring_if_sendable(&endpoint, now);
     }
 
-    /// When the earliest timer is due, so the shell knows how long it may sleep.
+    /// Take out the waiting deliveries of an endpoint (ready or parked behind their key, not in flight and
+    /// not on a retry timer) that match `expired`: the caller settles them in the store.
+    pub fn take_waiting(&mut self, endpoint: &K, expired: impl Fn(&J) -> bool, now: Millis) -> Vec<J> {
+        let Some(queue) = self.endpoints.get_mut(endpoint) else {
+            return Vec::new();
+        };
+        let (taken, promoted) = queue.take_matching(&expired);
+        for (due, job) in promoted {
+            self.place(endpoint.clone(), due, job, now);
+        }
+        taken
+    }
+
+    /// When the earliest timer or wake-up is due, so the shell knows how long it may sleep.
     pub fn next_timer(&self) -> Option<Millis> {
-        self.timers.peek().map(|Reverse(t)| t.due)
+        let timer = self.timers.peek().map(|Reverse(t)| t.due);
+        let wake = self.wakes.peek().map(|Reverse(t)| t.due);
+        match (timer, wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Counts for one endpoint: (resident, in flight, ready), or `None` if unknown.
@@ -337,6 +418,24 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
         self.endpoints
             .get(endpoint)
             .map(|q| (q.resident, q.in_flight, q.ready.len()))
+    }
+
+    /// What the scheduler knows about one endpoint, or `None` if it has not seen it.
+    pub fn endpoint_snapshot(&self, endpoint: &K, now: Millis) -> Option<EndpointSnapshot> {
+        self.endpoints.get(endpoint).map(|q| EndpointSnapshot {
+            resident: q.resident,
+            in_flight: q.in_flight,
+            ready: q.ready.len(),
+            parked: q.parked(),
+            breaker: q.breaker.clone(),
+            held_until: (q.hold_until > now).then_some(q.hold_until),
+            overflowing: q.overflow,
+        })
+    }
+
+    /// The endpoints the scheduler knows (for periodic sweeps).
+    pub fn endpoint_keys(&self) -> impl Iterator<Item = &K> {
+        self.endpoints.keys()
     }
 
     /// Deliveries in flight across all endpoints.
@@ -349,7 +448,7 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             if let Some(queue) = self.endpoints.get_mut(&endpoint) {
                 queue.ready.push_back(job);
             }
-            self.ring_if_sendable(&endpoint);
+            self.ring_if_sendable(&endpoint, now);
         } else {
             self.timer_order += 1;
             self.timers.push(Reverse(Timer {
@@ -366,22 +465,58 @@ impl<K: Hash + Eq + Clone, J> Scheduler<K, J> {
             let Some(Reverse(timer)) = self.timers.pop() else {
                 break;
             };
-            let Entry::Occupied(mut entry) = self.endpoints.entry(timer.endpoint) else {
+            let Some(queue) = self.endpoints.get_mut(&timer.endpoint) else {
                 continue;
             };
-            entry.get_mut().ready.push_back(timer.job);
-            let key = entry.key().clone();
-            self.ring_if_sendable(&key);
+            queue.ready.push_back(timer.job);
+            self.ring_if_sendable(&timer.endpoint, now);
+        }
+        while self.wakes.peek().is_some_and(|Reverse(t)| t.due <= now) {
+            let Some(Reverse(wake)) = self.wakes.pop() else {
+                break;
+            };
+            let Some(queue) = self.endpoints.get_mut(&wake.endpoint) else {
+                continue;
+            };
+            if queue.wake_at == Some(wake.due) {
+                queue.wake_at = None;
+                self.ring_if_sendable(&wake.endpoint, now);
+            }
         }
     }
 
-    fn ring_if_sendable(&mut self, endpoint: &K) {
-        if let Some(queue) = self.endpoints.get_mut(endpoint)
-            && !queue.in_ring
-            && queue.can_send()
-        {
-            queue.in_ring = true;
-            self.ring.push_back(endpoint.clone());
+    /// Register a wake-up for an endpoint gated until `at` (only the earliest one is kept live).
+    fn wake_at(&mut self, endpoint: K, at: Millis) {
+        let Some(queue) = self.endpoints.get_mut(&endpoint) else {
+            return;
+        };
+        if queue.wake_at.is_some_and(|existing| existing <= at) {
+            return;
+        }
+        queue.wake_at = Some(at);
+        self.timer_order += 1;
+        self.wakes.push(Reverse(Timer {
+            due: at,
+            order: self.timer_order,
+            endpoint,
+            job: (),
+        }));
+    }
+
+    fn ring_if_sendable(&mut self, endpoint: &K, now: Millis) {
+        let Some(queue) = self.endpoints.get_mut(endpoint) else {
+            return;
+        };
+        if queue.in_ring {
+            return;
+        }
+        match queue.gate(now) {
+            Gate::Open => {
+                queue.in_ring = true;
+                self.ring.push_back(endpoint.clone());
+            }
+            Gate::Shut => {}
+            Gate::Until(at) => self.wake_at(endpoint.clone(), at),
         }
     }
 }
