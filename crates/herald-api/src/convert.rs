@@ -2,14 +2,17 @@
 
 use std::collections::BTreeSet;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message, OperationalEvent,
+};
 use herald_store::DeliveryView;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::model::{
     ApplicationOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse, MessageAttemptOut,
-    MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, ThrottleRateOut, empty_payload,
+    MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, OperationalEventOut, ThrottleRateOut,
+    empty_payload,
 };
 
 /// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
@@ -60,6 +63,10 @@ pub fn endpoint(ep: Endpoint) -> EndpointOut {
         filter_types: FilterTypesOut(set(&ep.filter_types)),
         channels: set(&ep.channels),
         throttle_rate: rate(ep.rate_limit),
+        max_concurrency: ep.max_concurrency,
+        ordering: ep.ordering.as_str(),
+        disabled_reason: ep.disabled_reason,
+        health: None,
         id: ep.id,
         uid: ep.uid,
         url: ep.url,
@@ -149,5 +156,16 @@ pub fn list<T, U>(page: herald_store::Page<T>, f: impl FnMut(T) -> U) -> ListRes
         iterator: page.iterator,
         prev_iterator: page.prev_iterator,
         done: page.done,
+    }
+}
+
+/// An operational event on the wire.
+pub fn operational_event(event: OperationalEvent) -> OperationalEventOut {
+    OperationalEventOut {
+        id: event.seq.to_string(),
+        event_type: event.event_type,
+        app_id: event.app_id,
+        data: serde_json::from_str(&event.data).unwrap_or(serde_json::Value::Null),
+        timestamp: datetime(event.created_at),
     }
 }

@@ -67,8 +67,12 @@ pub struct Endpoint {
     pub disabled: bool,
     /// Why Herald disabled it, when Herald did (e.g. a 410 answer).
     pub disabled_reason: Option<String>,
-    /// Deliveries per second, if limited.
+    /// Deliveries per second, if limited (Svix's `throttleRate`), paced evenly.
     pub rate_limit: Option<u32>,
+    /// The most requests in flight to this endpoint; `None` for the operator's default.
+    pub max_concurrency: Option<u32>,
+    /// Whether deliveries sharing an ordering key go one at a time, in order.
+    pub ordering: Ordering,
     /// Endpoint version (Svix field; informational).
     pub version: i32,
     /// Client labels.
@@ -116,6 +120,35 @@ impl Endpoint {
     }
 }
 
+/// How an endpoint orders its deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ordering {
+    /// No order: deliveries go out in parallel, up to the endpoint's concurrency cap (the default).
+    #[default]
+    Unordered,
+    /// Deliveries of messages with the same `orderingKey` go one at a time, in message order.
+    Key,
+}
+
+impl Ordering {
+    /// The name used by the API and the store.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Ordering::Unordered => "none",
+            Ordering::Key => "key",
+        }
+    }
+
+    /// The mode named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "none" => Some(Ordering::Unordered),
+            "key" => Some(Ordering::Key),
+            _ => None,
+        }
+    }
+}
+
 /// A published event, kept byte-for-byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -131,6 +164,8 @@ pub struct Message {
     pub channels: Option<Vec<String>>,
     /// The exact JSON bytes the producer posted as `payload`. Shared: a fan-out never copies it.
     pub payload: Arc<[u8]>,
+    /// Deliveries with the same key go one at a time to endpoints in ordered mode (e.g. a resource id).
+    pub ordering_key: Option<String>,
     /// Creation time.
     pub created_at: i64,
 }
@@ -148,6 +183,21 @@ pub enum DeliveryStatus {
     Dead,
     /// Cancelled by an operator.
     Cancelled,
+}
+
+/// Something operators are told about (e.g. an endpoint was disabled), recorded for operational webhooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationalEvent {
+    /// Store-assigned, increasing.
+    pub seq: i64,
+    /// The event type, e.g. `endpoint.disabled`.
+    pub event_type: String,
+    /// The application concerned.
+    pub app_id: String,
+    /// The event's data as JSON text.
+    pub data: String,
+    /// When it happened.
+    pub created_at: i64,
 }
 
 impl DeliveryStatus {
@@ -230,6 +280,8 @@ mod tests {
             disabled: false,
             disabled_reason: None,
             rate_limit: None,
+            max_concurrency: None,
+            ordering: Ordering::Unordered,
             version: 1,
             metadata: Metadata::new(),
             secret: "whsec_x".into(),

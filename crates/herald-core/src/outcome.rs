@@ -158,6 +158,20 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(when.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
+/// How long the whole endpoint should be left alone after this result: the `Retry-After` of a 429 (too
+/// many requests) or 503 (unavailable). Those answers speak for the endpoint, not for one delivery, so
+/// every delivery to it waits (see `scheduler::Verdict`). Other statuses' `Retry-After` only moves their
+/// own delivery's retry.
+pub fn endpoint_hold(result: &AttemptResult) -> Option<Duration> {
+    match result {
+        AttemptResult::Response {
+            status: 429 | 503,
+            retry_after,
+        } => *retry_after,
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +196,27 @@ mod tests {
         assert!(OutcomeClass::Timeout.is_retryable());
         assert!(OutcomeClass::ConnectError.is_retryable());
         assert!(OutcomeClass::Blocked.is_retryable());
+    }
+
+    #[test]
+    fn only_429_and_503_hold_the_endpoint() {
+        let wait = Some(Duration::from_secs(7));
+        for code in [429, 503] {
+            let result = AttemptResult::Response {
+                status: code,
+                retry_after: wait,
+            };
+            assert_eq!(endpoint_hold(&result), wait);
+            assert_eq!(endpoint_hold(&status(code)), None, "no header, no hold");
+        }
+        for code in [200, 302, 408, 500, 502] {
+            let result = AttemptResult::Response {
+                status: code,
+                retry_after: wait,
+            };
+            assert_eq!(endpoint_hold(&result), None, "status {code}");
+        }
+        assert_eq!(endpoint_hold(&AttemptResult::Timeout), None);
     }
 
     #[test]

@@ -66,6 +66,13 @@ impl RetrySchedule {
         self.delays.iter().sum()
     }
 
+    /// A delivery's time window, counted from its message's creation: the schedule's whole window with
+    /// every delay stretched by the largest jitter. A delivery that has waited this long without being
+    /// delivered (its endpoint paused, or its circuit open) is dead instead of being attempted.
+    pub fn lifetime(&self) -> Duration {
+        self.window().mul_f64(1.0 + JITTER_FRACTION)
+    }
+
     /// The delay before the next attempt after `attempts_made` attempts have failed, or `None` when the
     /// delivery has had all its attempts and is dead.
     ///

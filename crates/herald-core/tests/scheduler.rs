@@ -559,7 +559,7 @@ proptest! {
         let mut finished: HashMap<&str, Vec<i64>> = HashMap::new();
         let mut in_flight: Vec<Keyed> = Vec::new();
         let mut store: Vec<Keyed> = Vec::new();
-        let mut refill = |s: &mut Scheduler<&str, Keyed>, store: &Vec<Keyed>, now| {
+        let refill = |s: &mut Scheduler<&str, Keyed>, store: &Vec<Keyed>, now| {
             for r in s.refills_wanted() {
                 let rows: Vec<Keyed> = store.iter().filter(|j| j.0 > r.after_seq).take(r.limit).cloned().collect();
                 let exhausted = rows.len() < r.limit;

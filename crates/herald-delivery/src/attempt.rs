@@ -7,9 +7,9 @@ use bytes::Bytes;
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
 use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
-use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, next_step};
+use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, endpoint_hold, next_step};
 use herald_core::retry::RetrySchedule;
-use herald_core::scheduler::Finished;
+use herald_core::scheduler::{Finished, Queued, Verdict};
 use herald_signature::HmacSecret;
 use herald_store::AttemptRecord;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -27,10 +27,18 @@ pub(crate) struct Job {
     pub(crate) attempts: u32,
 }
 
+impl Queued for Job {
+    fn ordering_key(&self) -> Option<&str> {
+        self.message.ordering_key.as_deref()
+    }
+}
+
 /// What an attempt tells the engine's loop.
 pub(crate) struct Outcome {
     /// How the scheduler should treat the delivery now.
     pub(crate) finished: Finished<Job>,
+    /// What the attempt says about the endpoint (for its breaker and `Retry-After` hold).
+    pub(crate) verdict: Verdict,
     /// The endpoint answered 410 Gone: pause it at once.
     pub(crate) disable_endpoint: bool,
 }
@@ -72,11 +80,24 @@ impl AttemptTask {
         let step = next_step(&response.result, attempt_number, &self.schedule, jitter);
         let finished_at = started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX / 2);
         let (status, next_attempt_at, finished, disable_endpoint) = match step {
-            NextStep::Delivered => (DeliveryStatus::Delivered, finished_at, Finished::Done, false),
-            NextStep::Failed { disable_endpoint } => {
-                (DeliveryStatus::Failed, finished_at, Finished::Done, disable_endpoint)
-            }
-            NextStep::Dead => (DeliveryStatus::Dead, finished_at, Finished::Done, false),
+            NextStep::Delivered => (
+                DeliveryStatus::Delivered,
+                finished_at,
+                Finished::Done(self.job.clone()),
+                false,
+            ),
+            NextStep::Failed { disable_endpoint } => (
+                DeliveryStatus::Failed,
+                finished_at,
+                Finished::Done(self.job.clone()),
+                disable_endpoint,
+            ),
+            NextStep::Dead => (
+                DeliveryStatus::Dead,
+                finished_at,
+                Finished::Done(self.job.clone()),
+                false,
+            ),
             NextStep::RetryIn(delay) => {
                 let due = finished_at.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2));
                 let job = Job {
@@ -85,6 +106,13 @@ impl AttemptTask {
                 };
                 (DeliveryStatus::Pending, due, Finished::RetryAt(due, job), false)
             }
+        };
+        let verdict = if status == DeliveryStatus::Delivered {
+            Verdict::Success
+        } else {
+            let hold = endpoint_hold(&response.result)
+                .map(|wait| finished_at.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2)));
+            Verdict::Failure { hold_until: hold }
         };
         let response_status = match response.result {
             AttemptResult::Response { status, .. } => Some(status),
@@ -109,12 +137,12 @@ impl AttemptTask {
             },
             status,
             next_attempt_at,
-            disable_endpoint: disable_endpoint.then(|| "the endpoint answered 410 Gone".to_owned()),
         };
         (
             record,
             Outcome {
                 finished,
+                verdict,
                 disable_endpoint,
             },
         )

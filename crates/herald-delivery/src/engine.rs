@@ -6,7 +6,10 @@
 //! - outcomes of finished attempts (whose records go to the batched result writer);
 //! - backlog refills read from the store;
 //! - endpoint (re)loads, after the API changed an endpoint or when an endpoint is first seen;
-//! - the clock, when the earliest retry timer is due.
+//! - the clock, when the earliest retry timer or endpoint wake-up (breaker probe, `Retry-After` hold, rate
+//!   pacing) is due, and a periodic sweep that settles deliveries whose time window ended while their
+//!   endpoint was paused or its circuit open;
+//! - requests for an endpoint's health (breaker state, in-flight count) from the API.
 //!
 //! The loop itself never waits on the database or the network, so one slow endpoint or a slow query can
 //! delay nobody else's dispatch.
@@ -20,13 +23,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_core::breaker::{BreakerConfig, BreakerState};
 use herald_core::clock::now_ms;
-use herald_core::model::Endpoint;
+use herald_core::model::{Endpoint, Ordering};
 use herald_core::retry::RetrySchedule;
-use herald_core::scheduler::{EndpointLimits, Finished, Loaded, Scheduler, SchedulerConfig};
+use herald_core::scheduler::{EndpointLimits, EndpointSnapshot, Finished, Loaded, Scheduler, SchedulerConfig, Verdict};
 use herald_signature::HmacSecret;
 use herald_store::{AttemptRecord, CommitFeed, PendingDelivery, SharedStore, StoreError};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, Job, Outcome};
 use crate::client::DeliveryClient;
@@ -42,6 +46,12 @@ pub struct EngineConfig {
     pub endpoint_concurrency: u32,
     /// Deliveries kept in memory per endpoint; the rest wait in the store.
     pub window: usize,
+    /// Every endpoint's circuit breaker.
+    pub breaker: BreakerConfig,
+    /// An endpoint whose attempts have all failed for this long is disabled.
+    pub disable_after: Duration,
+    /// The longest one attempt may take (the client's total timeout): part of a delivery's time window.
+    pub attempt_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +61,9 @@ impl Default for EngineConfig {
             max_in_flight: 512,
             endpoint_concurrency: 10,
             window: 1_000,
+            breaker: BreakerConfig::default(),
+            disable_after: Duration::from_secs(5 * 24 * 3600),
+            attempt_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -78,18 +91,33 @@ enum Event {
     EndpointLoaded(Arc<str>, Box<Endpoint>),
     EndpointGone(Arc<str>),
     EndpointChanged(String),
+    Health(String, oneshot::Sender<Option<EndpointSnapshot>>),
 }
 
 /// A handle for telling the engine about changes made elsewhere (the API).
 #[derive(Clone)]
 pub struct EngineHandle {
     events: mpsc::UnboundedSender<Event>,
+    default_concurrency: u32,
 }
 
 impl EngineHandle {
     /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
     pub fn endpoint_changed(&self, endpoint_id: &str) {
         let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned()));
+    }
+
+    /// The concurrency cap of endpoints that set none.
+    pub fn default_concurrency(&self) -> u32 {
+        self.default_concurrency
+    }
+
+    /// What the engine knows about an endpoint right now (breaker, in-flight requests), or `None` if it
+    /// holds nothing for it (no delivery seen since start) or has stopped.
+    pub async fn endpoint_health(&self, endpoint_id: &str) -> Option<EndpointSnapshot> {
+        let (reply, answer) = oneshot::channel();
+        self.events.send(Event::Health(endpoint_id.to_owned(), reply)).ok()?;
+        answer.await.ok().flatten()
     }
 }
 
@@ -119,13 +147,17 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<EngineHandle, StoreError> {
         let feed = store.take_commit_feed().ok_or(StoreError::Closed)?;
+        let default_concurrency = config.endpoint_concurrency;
         let (events_tx, events) = mpsc::unbounded_channel();
         let (results, results_rx) = mpsc::channel(16_384);
         tokio::spawn(crate::recorder::run(store.clone(), results_rx));
         let mut engine = Engine {
             store: store.clone(),
             client,
-            scheduler: Scheduler::new(SchedulerConfig { window: config.window }),
+            scheduler: Scheduler::new(SchedulerConfig {
+                window: config.window,
+                breaker: config.breaker,
+            }),
             config,
             endpoints: HashMap::new(),
             loading: HashMap::new(),
@@ -140,7 +172,10 @@ impl Engine {
             engine.request_load(key);
         }
         tokio::spawn(engine.run(feed));
-        Ok(EngineHandle { events: events_tx })
+        Ok(EngineHandle {
+            events: events_tx,
+            default_concurrency,
+        })
     }
 
     /// Until an endpoint's record is loaded it is paused: nothing can be sent without its URL and secret.
@@ -148,11 +183,24 @@ impl Engine {
         EndpointLimits {
             max_concurrency: self.config.endpoint_concurrency,
             paused: true,
+            ..EndpointLimits::default()
         }
+    }
+
+    /// A delivery's time window in milliseconds: the schedule's (see [`RetrySchedule::lifetime`]) plus the
+    /// time its attempts may take, so a delivery retried on schedule is never cut short by it.
+    fn lifetime_ms(&self) -> i64 {
+        let attempts = self.config.attempt_timeout * self.config.schedule.max_attempts();
+        i64::try_from((self.config.schedule.lifetime() + attempts).as_millis()).unwrap_or(i64::MAX / 2)
     }
 
     async fn run(mut self, mut feed: CommitFeed) {
         let mut feed_open = true;
+        // Sweeping often enough that a delivery outlives its window by at most a quarter of it.
+        let sweep_every = Duration::from_millis(u64::try_from(self.lifetime_ms() / 4).unwrap_or(0))
+            .clamp(Duration::from_millis(50), Duration::from_secs(30));
+        let mut sweep = tokio::time::interval(sweep_every);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let now = now_ms();
             self.dispatch(now);
@@ -167,21 +215,31 @@ impl Engine {
                     None => feed_open = false,
                 },
                 Some(event) = self.events.recv() => self.handle(event),
+                _ = sweep.tick() => self.sweep_expired(now_ms()),
                 () = sleep_for(wake) => {}
             }
         }
     }
 
     fn dispatch(&mut self, now: i64) {
+        let lifetime = self.lifetime_ms();
+        let mut expired = Vec::new();
         while self.scheduler.total_in_flight() < self.config.max_in_flight {
             let Some((key, job)) = self.scheduler.next(now) else {
                 break;
             };
+            if job.message.created_at.saturating_add(lifetime) <= now {
+                // Its window ended while it waited: it dies unsent (it would die after this attempt anyway).
+                expired.push(job.seq);
+                self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
+                continue;
+            }
             let Some(entry) = self.endpoints.get(&key) else {
                 // Endpoints stay paused until loaded, so this means the record was dropped while work
                 // was ready. Keep the delivery (it is still pending in the store) and look again later.
                 tracing::error!(endpoint = %key, "delivery ready for an endpoint with no record; retrying later");
-                self.scheduler.finish(key, Finished::RetryAt(now + 1_000, job), now);
+                self.scheduler
+                    .finish(key, Verdict::NotSent, Finished::RetryAt(now + 1_000, job), now);
                 continue;
             };
             let task = AttemptTask {
@@ -197,6 +255,58 @@ impl Engine {
                 let (record, outcome) = task.run().await;
                 let _ = results.send(record).await;
                 let _ = events.send(Event::Attempted { endpoint: key, outcome });
+            });
+        }
+        self.settle_expired(expired, now);
+    }
+
+    /// Mark deliveries dead in the store without an attempt (their window ended while they waited).
+    fn settle_expired(&self, seqs: Vec<i64>, now: i64) {
+        if seqs.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(error) = store.expire_deliveries(&seqs, now).await {
+                // They stay pending in the store and are found expired again after a restart.
+                tracing::warn!(%error, count = seqs.len(), "marking expired deliveries dead failed");
+            }
+        });
+    }
+
+    /// Deliveries that wait on a paused endpoint or an open circuit use up no attempts, so nothing else
+    /// ends them: settle the ones whose window has ended, resident or still in the store.
+    fn sweep_expired(&mut self, now: i64) {
+        let cutoff = now - self.lifetime_ms();
+        let waiting: Vec<(Arc<str>, bool)> = self
+            .scheduler
+            .endpoint_keys()
+            .filter_map(|key| {
+                let snapshot = self.scheduler.endpoint_snapshot(key, now)?;
+                let paused = self.endpoints.get(key).is_some_and(|e| e.endpoint.disabled);
+                let stuck = paused || snapshot.breaker.state() != BreakerState::Closed || snapshot.held_until.is_some();
+                stuck.then(|| (key.clone(), snapshot.overflowing))
+            })
+            .collect();
+        for (key, overflowing) in waiting {
+            let taken: Vec<i64> = self
+                .scheduler
+                .take_waiting(&key, |job| job.message.created_at < cutoff, now)
+                .into_iter()
+                .map(|job| job.seq)
+                .collect();
+            if taken.is_empty() && !overflowing {
+                continue;
+            }
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                match store.expire_waiting(&key, cutoff, now).await {
+                    Ok(count) if count > 0 => {
+                        tracing::info!(endpoint = %key, count, "deliveries expired while the endpoint could not be sent to");
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, endpoint = %key, "expiring waiting deliveries failed"),
+                }
             });
         }
     }
@@ -258,7 +368,7 @@ impl Engine {
         }
         let key: Arc<str> = Arc::from(endpoint_id);
         if self.scheduler.endpoint_counts(&key).is_none() {
-            self.scheduler.configure(key.clone(), self.unloaded_limits());
+            self.scheduler.configure(key.clone(), self.unloaded_limits(), now_ms());
             self.request_load(key.clone());
         }
         Some(key)
@@ -300,8 +410,10 @@ impl Engine {
 
     fn limits_of(&self, endpoint: &Endpoint) -> EndpointLimits {
         EndpointLimits {
-            max_concurrency: self.config.endpoint_concurrency,
+            max_concurrency: endpoint.max_concurrency.unwrap_or(self.config.endpoint_concurrency),
             paused: endpoint.disabled,
+            rate_per_sec: endpoint.rate_limit,
+            ordered: endpoint.ordering == Ordering::Key,
         }
     }
 
@@ -309,10 +421,21 @@ impl Engine {
         let now = now_ms();
         match event {
             Event::Attempted { endpoint, outcome } => {
+                self.scheduler
+                    .finish(endpoint.clone(), outcome.verdict, outcome.finished, now);
                 if outcome.disable_endpoint {
-                    self.disable(&endpoint);
+                    self.disable(&endpoint, "the endpoint answered 410 Gone".to_owned(), now);
+                } else if let Some(since) = self.failing_too_long(&endpoint, now) {
+                    let since = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since) * 1_000_000)
+                        .ok()
+                        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+                        .unwrap_or_default();
+                    let reason = format!(
+                        "every attempt failed for {} (since {since})",
+                        herald_core::retry::format_duration(self.config.disable_after)
+                    );
+                    self.disable(&endpoint, reason, now);
                 }
-                self.scheduler.finish(endpoint, outcome.finished, now);
             }
             Event::Refilled {
                 endpoint,
@@ -334,6 +457,9 @@ impl Engine {
                 self.scheduler.refilled(endpoint, loaded, exhausted, now);
             }
             Event::RefillFailed { endpoint } => self.scheduler.refilled(endpoint, Vec::new(), false, now),
+            Event::Health(id, reply) => {
+                let _ = reply.send(self.scheduler.endpoint_snapshot(&Arc::from(id.as_str()), now));
+            }
             Event::EndpointLoaded(key, endpoint) => {
                 if !self.load_finished(&key) || self.removed.contains(&key) {
                     return;
@@ -353,7 +479,7 @@ impl Engine {
                         secret,
                     },
                 );
-                self.scheduler.configure(key, limits);
+                self.scheduler.configure(key, limits, now);
             }
             Event::EndpointGone(key) => {
                 self.loading.remove(&key);
@@ -379,19 +505,42 @@ impl Engine {
         }
     }
 
-    /// The endpoint answered 410 Gone: pause it now (the result writer records the disable).
-    fn disable(&mut self, key: &Arc<str>) {
+    /// When the endpoint's current run of failures began, if it has lasted past `disable_after`.
+    fn failing_too_long(&self, key: &Arc<str>, now: i64) -> Option<i64> {
+        let limit = i64::try_from(self.config.disable_after.as_millis()).unwrap_or(i64::MAX);
+        let since = self.scheduler.endpoint_snapshot(key, now)?.breaker.failing_since()?;
+        (now.saturating_sub(since) >= limit).then_some(since)
+    }
+
+    /// Disable an endpoint on Herald's own decision: pause it now, then record the change, its reason and
+    /// an `endpoint.disabled` operational event in the store.
+    fn disable(&mut self, key: &Arc<str>, reason: String, now: i64) {
         let Some(entry) = self.endpoints.get_mut(key) else {
             return;
         };
+        if entry.endpoint.disabled {
+            return;
+        }
         let mut record = (*entry.endpoint).clone();
         record.disabled = true;
-        entry.endpoint = Arc::new(record);
-        let limits = EndpointLimits {
-            max_concurrency: self.config.endpoint_concurrency,
-            paused: true,
-        };
-        self.scheduler.configure(key.clone(), limits);
+        record.disabled_reason = Some(reason.clone());
+        let limits = self.limits_of(&record);
+        if let Some(entry) = self.endpoints.get_mut(key) {
+            entry.endpoint = Arc::new(record);
+        }
+        self.scheduler.configure(key.clone(), limits, now);
+        tracing::warn!(endpoint = %key, %reason, "endpoint disabled");
+        let store = self.store.clone();
+        let id = key.clone();
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(100);
+            // Retried: an endpoint that must stay paused must not come back as enabled after a restart.
+            while let Err(error) = store.disable_endpoint(&id, &reason, now).await {
+                tracing::warn!(%error, endpoint = %id, "recording the disable failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        });
     }
 }
 

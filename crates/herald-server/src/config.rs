@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
+use herald_core::breaker::BreakerConfig;
 use herald_core::retry::{RetrySchedule, parse_duration};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,14 @@ pub struct Config {
     pub endpoint_concurrency: u32,
     /// Requests in flight across all endpoints.
     pub max_in_flight: u64,
+    /// Consecutive failed attempts that open an endpoint's circuit breaker.
+    pub breaker_threshold: u32,
+    /// The first cool-down of an open breaker before its probe, e.g. `5s`.
+    pub breaker_cooldown: String,
+    /// The longest cool-down, however long an endpoint keeps failing, e.g. `10m`.
+    pub breaker_max_cooldown: String,
+    /// An endpoint whose attempts have all failed for this long is disabled, e.g. `5d`.
+    pub disable_after: String,
     /// Time to connect to an endpoint.
     pub connect_timeout: String,
     /// Time for a whole attempt.
@@ -55,6 +64,10 @@ impl Default for Config {
             max_payload_bytes: 1024 * 1024,
             endpoint_concurrency: 10,
             max_in_flight: 512,
+            breaker_threshold: 5,
+            breaker_cooldown: "5s".to_owned(),
+            breaker_max_cooldown: "10m".to_owned(),
+            disable_after: "5d".to_owned(),
             connect_timeout: "5s".to_owned(),
             request_timeout: "15s".to_owned(),
         }
@@ -87,6 +100,10 @@ pub struct Settings {
     pub endpoint_concurrency: u32,
     /// Global concurrency.
     pub max_in_flight: u64,
+    /// Every endpoint's circuit breaker.
+    pub breaker: BreakerConfig,
+    /// Failing period after which an endpoint is disabled.
+    pub disable_after: Duration,
     /// Connect timeout.
     pub connect_timeout: Duration,
     /// Request timeout.
@@ -126,9 +143,24 @@ impl Config {
                 self.database_url
             );
         }
-        if self.max_payload_bytes == 0 || self.endpoint_concurrency == 0 || self.max_in_flight == 0 {
-            bail!("max_payload_bytes, endpoint_concurrency and max_in_flight must be at least 1");
+        if self.max_payload_bytes == 0
+            || self.endpoint_concurrency == 0
+            || self.max_in_flight == 0
+            || self.breaker_threshold == 0
+        {
+            bail!("max_payload_bytes, endpoint_concurrency, max_in_flight and breaker_threshold must be at least 1");
         }
+        let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let breaker_cooldown = parse_duration(&self.breaker_cooldown).context("breaker_cooldown")?;
+        let breaker_max_cooldown = parse_duration(&self.breaker_max_cooldown).context("breaker_max_cooldown")?;
+        if breaker_max_cooldown < breaker_cooldown {
+            bail!("breaker_max_cooldown must not be shorter than breaker_cooldown");
+        }
+        let breaker = BreakerConfig {
+            failure_threshold: self.breaker_threshold,
+            initial_cooldown: millis(breaker_cooldown),
+            max_cooldown: millis(breaker_max_cooldown),
+        };
         Ok(Settings {
             listen,
             database_url: self.database_url,
@@ -140,6 +172,8 @@ impl Config {
             max_payload_bytes: self.max_payload_bytes,
             endpoint_concurrency: self.endpoint_concurrency,
             max_in_flight: self.max_in_flight,
+            breaker,
+            disable_after: parse_duration(&self.disable_after).context("disable_after")?,
             connect_timeout: parse_duration(&self.connect_timeout).context("connect_timeout")?,
             request_timeout: parse_duration(&self.request_timeout).context("request_timeout")?,
         })
@@ -213,6 +247,9 @@ mod tests {
             "listen = \"nowhere\"",
             "retry_schedule = \"5x\"",
             "allow_private_cidrs = \"10.0.0.0/99\"",
+            "breaker_threshold = 0",
+            "breaker_cooldown = \"1m\"\nbreaker_max_cooldown = \"1s\"",
+            "disable_after = \"soon\"",
             "unknown_key = 1",
         ] {
             std::fs::write(&path, bad).unwrap();

@@ -59,6 +59,9 @@ impl Node {
             schedule: settings.retry_schedule.clone(),
             max_in_flight: settings.max_in_flight,
             endpoint_concurrency: settings.endpoint_concurrency,
+            breaker: settings.breaker,
+            disable_after: settings.disable_after,
+            attempt_timeout: settings.request_timeout,
             ..EngineConfig::default()
         };
         let engine = Engine::start(store.clone(), client, engine_config)

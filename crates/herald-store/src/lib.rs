@@ -10,7 +10,7 @@ pub mod sqlite;
 
 use std::sync::Arc;
 
-use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message};
+use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message, OperationalEvent};
 
 pub use page::{Page, PageRequest};
 
@@ -64,6 +64,8 @@ pub struct NewMessage {
     pub payload: Arc<[u8]>,
     /// The producer's `idempotency-key` header, if any.
     pub idempotency_key: Option<String>,
+    /// The message's ordering key, for endpoints in ordered mode.
+    pub ordering_key: Option<String>,
 }
 
 /// A delivery created by ingest.
@@ -117,8 +119,15 @@ pub struct AttemptRecord {
     pub status: DeliveryStatus,
     /// When the next attempt is due (meaningful while pending).
     pub next_attempt_at: i64,
-    /// Disable the endpoint with this reason (e.g. it answered 410 Gone).
-    pub disable_endpoint: Option<String>,
+}
+
+/// How many deliveries wait for an endpoint, and since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// Pending deliveries.
+    pub pending: u64,
+    /// Creation time of the oldest pending delivery's message.
+    pub oldest_created_at: Option<i64>,
 }
 
 /// Where one message's delivery to one endpoint stands.
@@ -213,6 +222,20 @@ pub trait Store: Send + Sync + 'static {
     async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
     /// Append attempts and update their deliveries, all in one transaction.
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
+    /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
+    /// they are still pending.
+    async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()>;
+    /// Mark dead every pending delivery of an endpoint whose message was created before `created_before`
+    /// (the endpoint is paused or its breaker open, so they waited past their time window); returns how
+    /// many.
+    async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64>;
+    /// Pending deliveries of an endpoint and the age of the oldest.
+    async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog>;
+    /// Disable an endpoint with a reason and record an `endpoint.disabled` operational event, in one
+    /// transaction. Returns `false` if it was already disabled or is gone (nothing recorded then).
+    async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool>;
+    /// Operational events, oldest first, with `seq > after`.
+    async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
 
     /// Attempts of a message, newest first.
     async fn list_attempts_by_message(

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
-use herald_store::{AttemptRecord, Ingested, MessageFilter, NewMessage, PageRequest, SharedStore, StoreError};
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message, Ordering};
+use herald_store::{AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, SharedStore, StoreError};
 
 /// Every backend under test, each on fresh storage. The temp dir must outlive the store.
 async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
@@ -40,6 +40,8 @@ fn endpoint(app_id: &str) -> Endpoint {
         disabled: false,
         disabled_reason: None,
         rate_limit: None,
+        max_concurrency: None,
+        ordering: Ordering::Unordered,
         version: 1,
         metadata: BTreeMap::new(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
@@ -56,6 +58,7 @@ fn new_message(app_id: &str, event_id: Option<&str>, key: Option<&str>) -> NewMe
         channels: Some(vec!["eu".into()]),
         payload: Arc::from(&b"{\"k\": [1, 2]}"[..]),
         idempotency_key: key.map(str::to_owned),
+        ordering_key: None,
     }
 }
 
@@ -143,9 +146,12 @@ async fn ingest_commits_message_and_deliveries_and_deduplicates() {
         let (original, deliveries) = created(ingest(&store, &a.id, Some("evt-1"), None).await);
         let mut targets: Vec<&str> = deliveries.iter().map(|d| d.endpoint_id.as_str()).collect();
         targets.sort_unstable();
-        let mut expected = [e1.id.as_str(), e2.id.as_str()];
+        let mut expected = [e1.id.as_str(), e2.id.as_str(), disabled.id.as_str()];
         expected.sort_unstable();
-        assert_eq!(targets, expected, "fan-out: enabled, subscribed endpoints only");
+        assert_eq!(
+            targets, expected,
+            "fan-out: subscribed endpoints, disabled ones included (their deliveries wait)"
+        );
         assert!(IdKind::Message.matches(&original.id), "the store assigns the id");
         let fed = feed.recv().await.unwrap();
         assert_eq!(
@@ -245,24 +251,42 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
             trigger: AttemptTrigger::Scheduled,
             created_at: 100 + i64::from(n),
         };
-        let record = |n: u32, status: DeliveryStatus, disable: Option<&str>| AttemptRecord {
+        let record = |n: u32, status: DeliveryStatus| AttemptRecord {
             delivery_seq: deliveries[0].seq,
             app_id: a.id.clone(),
             attempt: attempt(n, status == DeliveryStatus::Delivered),
             status,
             next_attempt_at: 1_000,
-            disable_endpoint: disable.map(str::to_owned),
         };
         store
-            .record_attempts(&[record(1, DeliveryStatus::Pending, None)])
+            .record_attempts(&[record(1, DeliveryStatus::Pending)])
             .await
             .unwrap();
         let pending = store.load_pending(&e.id, 0, 10).await.unwrap();
         assert_eq!((pending[0].attempts, pending[0].next_attempt_at), (1, 1_000));
         store
-            .record_attempts(&[record(2, DeliveryStatus::Failed, Some("gone"))])
+            .record_attempts(&[record(2, DeliveryStatus::Failed)])
             .await
             .unwrap();
+        assert!(store.disable_endpoint(&e.id, "gone", 500).await.unwrap());
+        assert!(
+            !store.disable_endpoint(&e.id, "again", 600).await.unwrap(),
+            "already disabled: nothing recorded"
+        );
+        let events = store.list_operational_events(0, 10).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].event_type, "endpoint.disabled");
+        assert_eq!(events[0].app_id, a.id);
+        let data: serde_json::Value = serde_json::from_str(&events[0].data).unwrap();
+        assert_eq!(data["endpointId"], e.id.as_str());
+        assert_eq!(data["reason"], "gone");
+        assert!(
+            store
+                .list_operational_events(events[0].seq, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(
             store.delivery_state(&m.id, &e.id).await.unwrap(),
             (DeliveryStatus::Failed, 2)
@@ -285,6 +309,67 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
         );
         assert_eq!(log.items[1].response_status, Some(410));
         assert!(store.endpoints_with_pending().await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn waiting_deliveries_expire_and_the_backlog_is_counted() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        assert_eq!(store.endpoint_backlog(&e.id).await.unwrap(), Backlog::default());
+        let (first, d1) = created(ingest(&store, &a.id, None, None).await);
+        let (second, d2) = created(ingest(&store, &a.id, None, None).await);
+        let (third, _) = created(ingest(&store, &a.id, None, None).await);
+        let backlog = store.endpoint_backlog(&e.id).await.unwrap();
+        assert_eq!(backlog.pending, 3);
+        assert_eq!(backlog.oldest_created_at, Some(first.created_at));
+
+        store.expire_deliveries(&[d1[0].seq], 10).await.unwrap();
+        assert_eq!(
+            store.delivery_state(&first.id, &e.id).await.unwrap().0,
+            DeliveryStatus::Dead
+        );
+        // Everything created up to the second message expires; the third stays.
+        let expired = store.expire_waiting(&e.id, second.created_at + 1, 20).await.unwrap();
+        let third_kept = third.created_at > second.created_at;
+        assert_eq!(expired, if third_kept { 1 } else { 2 }, "the first was already dead");
+        assert_eq!(
+            store.delivery_state(&second.id, &e.id).await.unwrap().0,
+            DeliveryStatus::Dead
+        );
+        let pending = store.load_pending(&e.id, 0, 10).await.unwrap();
+        assert!(pending.iter().all(|p| p.seq != d2[0].seq));
+        assert_eq!(
+            store.endpoint_backlog(&e.id).await.unwrap().pending,
+            u64::from(third_kept)
+        );
+    }
+}
+
+#[tokio::test]
+async fn ordering_settings_and_keys_round_trip() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let mut e = endpoint(&a.id);
+        e.ordering = Ordering::Key;
+        e.max_concurrency = Some(3);
+        store.create_endpoint(&e).await.unwrap();
+        let back = store.get_endpoint_by_id(&e.id).await.unwrap();
+        assert_eq!((back.ordering, back.max_concurrency), (Ordering::Key, Some(3)));
+        let mut keyed = new_message(&a.id, None, None);
+        keyed.ordering_key = Some("customer-7".into());
+        let (m, _) = created(store.ingest(keyed).await.unwrap());
+        assert_eq!(m.ordering_key.as_deref(), Some("customer-7"));
+        let pending = store.load_pending(&e.id, 0, 10).await.unwrap();
+        assert_eq!(pending[0].message.ordering_key.as_deref(), Some("customer-7"));
+        assert_eq!(
+            store.get_message(&a.id, &m.id).await.unwrap().ordering_key.as_deref(),
+            Some("customer-7")
+        );
     }
 }
 

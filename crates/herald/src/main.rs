@@ -79,6 +79,22 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_MAX_IN_FLIGHT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_in_flight: Option<u64>,
+    /// Consecutive failed attempts that open an endpoint's circuit breaker [default: 5].
+    #[arg(long, env = "HERALD_BREAKER_THRESHOLD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breaker_threshold: Option<u32>,
+    /// First cool-down of an open breaker before it probes [default: 5s].
+    #[arg(long, env = "HERALD_BREAKER_COOLDOWN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breaker_cooldown: Option<String>,
+    /// Longest breaker cool-down (it doubles while the endpoint keeps failing) [default: 10m].
+    #[arg(long, env = "HERALD_BREAKER_MAX_COOLDOWN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breaker_max_cooldown: Option<String>,
+    /// Disable an endpoint whose attempts have all failed for this long [default: 5d].
+    #[arg(long, env = "HERALD_DISABLE_AFTER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disable_after: Option<String>,
     /// Time allowed to connect to an endpoint [default: 5s].
     #[arg(long, env = "HERALD_CONNECT_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]

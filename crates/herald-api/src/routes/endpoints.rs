@@ -7,9 +7,10 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine as _;
+use herald_core::breaker::BreakerState;
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::Endpoint;
+use herald_core::model::{Endpoint, Ordering};
 use herald_signature::HmacSecret;
 use herald_store::StoreError;
 
@@ -18,7 +19,8 @@ use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
-    EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse, Metadata, Patch,
+    EndpointHealthOut, EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse,
+    Metadata, Patch,
 };
 use crate::query::Query;
 use crate::state::AppState;
@@ -61,8 +63,14 @@ struct EndpointFields {
     filter_types: Option<BTreeSet<String>>,
     channels: Option<BTreeSet<String>>,
     throttle_rate: Option<u16>,
+    max_concurrency: Option<u32>,
+    /// As given; checked by `validate`.
+    ordering: Option<String>,
     metadata: Metadata,
 }
+
+/// The largest per-endpoint concurrency cap a client may set.
+const MAX_ENDPOINT_CONCURRENCY: u32 = 1_000;
 
 impl EndpointFields {
     /// Validate, and canonicalise the URL the way the delivery client will read it.
@@ -85,6 +93,20 @@ impl EndpointFields {
         if self.throttle_rate == Some(0) {
             return Err(ApiError::validation("throttleRate: must be at least 1"));
         }
+        if let Some(cap) = self.max_concurrency
+            && !(1..=MAX_ENDPOINT_CONCURRENCY).contains(&cap)
+        {
+            return Err(ApiError::validation(format!(
+                "maxConcurrency: must be between 1 and {MAX_ENDPOINT_CONCURRENCY}, got {cap}"
+            )));
+        }
+        if let Some(mode) = &self.ordering
+            && Ordering::parse(mode).is_none()
+        {
+            return Err(ApiError::validation(format!(
+                "ordering: must be \"none\" or \"key\", got {mode:?}"
+            )));
+        }
         Ok(self)
     }
 
@@ -100,6 +122,8 @@ impl EndpointFields {
         endpoint.filter_types = list(self.filter_types);
         endpoint.channels = list(self.channels);
         endpoint.rate_limit = self.throttle_rate.map(u32::from);
+        endpoint.max_concurrency = self.max_concurrency;
+        endpoint.ordering = self.ordering.as_deref().and_then(Ordering::parse).unwrap_or_default();
         endpoint.metadata = self.metadata;
     }
 
@@ -113,6 +137,8 @@ impl EndpointFields {
         patch.channels.apply_to(&mut channels);
         let mut throttle_rate = endpoint.rate_limit.and_then(|r| u16::try_from(r).ok());
         patch.throttle_rate.apply_to(&mut throttle_rate);
+        let mut max_concurrency = endpoint.max_concurrency;
+        patch.max_concurrency.apply_to(&mut max_concurrency);
         Self {
             url: patch.url.unwrap_or_else(|| endpoint.url.clone()),
             description: patch.description.unwrap_or_else(|| endpoint.description.clone()),
@@ -121,6 +147,8 @@ impl EndpointFields {
             filter_types,
             channels,
             throttle_rate,
+            max_concurrency,
+            ordering: Some(patch.ordering.unwrap_or_else(|| endpoint.ordering.as_str().to_owned())),
             metadata: patch.metadata.unwrap_or_else(|| endpoint.metadata.clone()),
         }
     }
@@ -136,6 +164,8 @@ impl From<EndpointUpdate> for EndpointFields {
             filter_types: u.filter_types,
             channels: u.channels,
             throttle_rate: u.throttle_rate,
+            max_concurrency: u.max_concurrency,
+            ordering: u.ordering,
             metadata: u.metadata,
         }
     }
@@ -218,6 +248,8 @@ async fn insert(
         disabled: false,
         disabled_reason: None,
         rate_limit: None,
+        max_concurrency: None,
+        ordering: Ordering::Unordered,
         version: 1,
         metadata: Metadata::new(),
         secret,
@@ -240,6 +272,8 @@ impl EndpointIn {
             filter_types: self.filter_types,
             channels: self.channels,
             throttle_rate: self.throttle_rate,
+            max_concurrency: self.max_concurrency,
+            ordering: self.ordering,
             metadata: self.metadata,
         }
     }
@@ -250,7 +284,50 @@ async fn read(
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<Json<EndpointOut>> {
     let app = apps::find(&state, &app_id).await?;
-    Ok(Json(convert::endpoint(find(&state, &app.id, &endpoint_id).await?)))
+    let endpoint = find(&state, &app.id, &endpoint_id).await?;
+    let health = health(&state, &endpoint).await?;
+    let mut out = convert::endpoint(endpoint);
+    out.health = Some(health);
+    Ok(Json(out))
+}
+
+/// The endpoint's flow-control state: the engine's breaker and in-flight count, the store's queue.
+async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHealthOut> {
+    let backlog = state.store.endpoint_backlog(&endpoint.id).await.map_err(store_error)?;
+    let snapshot = match &state.engine {
+        Some(engine) => engine.endpoint_health(&endpoint.id).await,
+        None => None,
+    };
+    let default_cap = state.engine.as_ref().map_or(1, |e| e.default_concurrency());
+    let cap = endpoint.max_concurrency.unwrap_or(default_cap);
+    let time = |ms: Option<i64>| ms.map(convert::datetime);
+    Ok(match snapshot {
+        Some(s) => EndpointHealthOut {
+            state: s.breaker.state().as_str(),
+            consecutive_failures: s.breaker.consecutive_failures(),
+            failing_since: time(s.breaker.failing_since()),
+            opened_at: time(s.breaker.opened_at()),
+            next_probe_at: time(s.breaker.next_probe_at()),
+            held_until: time(s.held_until),
+            in_flight: s.in_flight,
+            concurrency_limit: s.concurrency_limit,
+            queue_depth: backlog.pending,
+            oldest_pending_at: time(backlog.oldest_created_at),
+        },
+        // The engine holds nothing for it: nothing was attempted since start.
+        None => EndpointHealthOut {
+            state: BreakerState::Closed.as_str(),
+            consecutive_failures: 0,
+            failing_since: None,
+            opened_at: None,
+            next_probe_at: None,
+            held_until: None,
+            in_flight: 0,
+            concurrency_limit: if endpoint.disabled { 0 } else { cap },
+            queue_depth: backlog.pending,
+            oldest_pending_at: time(backlog.oldest_created_at),
+        },
+    })
 }
 
 async fn save(state: &AppState, mut endpoint: Endpoint, fields: EndpointFields) -> ApiResult<Endpoint> {

@@ -70,6 +70,9 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     if let Some(channels) = &input.channels {
         validate::names("channels", channels, MAX_CHANNELS, true)?;
     }
+    if let Some(key) = &input.ordering_key {
+        validate::text("orderingKey", key, true, MAX_KEY_LEN)?;
+    }
     if !input.payload_is_object() {
         return Err(ApiError::validation("payload: must be a JSON object"));
     }
@@ -104,6 +107,7 @@ async fn create(
         channels: input.channels.map(|set| set.into_iter().collect()),
         payload: Arc::from(input.payload.get().as_bytes()),
         idempotency_key,
+        ordering_key: input.ordering_key,
     };
     let ingested = state
         .store

@@ -6,6 +6,7 @@ mod endpoints;
 mod event_types;
 mod health;
 mod messages;
+mod operational_events;
 
 use axum::Router;
 use axum::http::{StatusCode, Uri};
@@ -24,6 +25,7 @@ pub fn router(state: AppState) -> Router {
         .merge(endpoints::routes())
         .merge(messages::routes())
         .merge(attempts::routes())
+        .merge(operational_events::routes())
         // Inside authentication: only authenticated requests are remembered or replayed.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -152,6 +152,9 @@ pub struct EndpointSnapshot {
     pub resident: usize,
     /// Requests in flight.
     pub in_flight: u32,
+    /// Requests allowed in flight now: the cap, lowered by the breaker (0 while open, 1 for the probe, the
+    /// ramp while recovering); 0 while paused.
+    pub concurrency_limit: u32,
     /// Deliveries ready to go.
     pub ready: usize,
     /// Deliveries waiting behind their ordering key's head.
@@ -425,6 +428,11 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
         self.endpoints.get(endpoint).map(|q| EndpointSnapshot {
             resident: q.resident,
             in_flight: q.in_flight,
+            concurrency_limit: if q.limits.paused {
+                0
+            } else {
+                q.breaker.allowed_in_flight(q.limits.max_concurrency.max(1), now)
+            },
             ready: q.ready.len(),
             parked: q.parked(),
             breaker: q.breaker.clone(),

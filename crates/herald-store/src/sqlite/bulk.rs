@@ -20,10 +20,10 @@ use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
 use herald_core::model::AttemptTrigger;
 
 /// Rows per multi-row `INSERT` (SQLite allows 32,766 bound values per statement).
-const ROWS_PER_INSERT: usize = 256;
+pub(crate) const ROWS_PER_INSERT: usize = 256;
 
 /// `?, ?, …` with `n` marks.
-fn marks(n: usize) -> String {
+pub(crate) fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
@@ -60,6 +60,7 @@ pub(crate) async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
             event_type: new.event_type.clone(),
             channels: new.channels.clone(),
             payload: new.payload.clone(),
+            ordering_key: new.ordering_key.clone(),
             created_at: now,
         };
         previous.remember(&message, new.idempotency_key.as_deref());
@@ -101,12 +102,10 @@ async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreRe
     Ok(query.fetch_all(&mut *conn).await?.into_iter().collect())
 }
 
-/// Each app's enabled endpoints.
+/// Each app's endpoints. Disabled ones are included: their deliveries queue until the endpoint is
+/// enabled again (or their time window ends).
 async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Endpoint>>> {
-    let sql = format!(
-        "SELECT * FROM endpoint WHERE disabled = 0 AND app_id IN ({})",
-        marks(app_ids.len())
-    );
+    let sql = format!("SELECT * FROM endpoint WHERE app_id IN ({})", marks(app_ids.len()));
     let mut query = sqlx::query(AssertSqlSafe(sql));
     for id in app_ids {
         query = query.bind(*id);
@@ -178,10 +177,10 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
 
 async fn insert_messages(conn: &mut SqliteConnection, messages: &[(usize, Message, Option<&str>)]) -> StoreResult<()> {
     for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
-            "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, created_at) \
-             VALUES {values}"
+            "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, \
+             ordering_key, created_at) VALUES {values}"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for (_, m, key) in chunk {
@@ -193,6 +192,7 @@ async fn insert_messages(conn: &mut SqliteConnection, messages: &[(usize, Messag
                 .bind(&m.event_type)
                 .bind(rows::encode_list(&m.channels))
                 .bind(Arc::clone(&m.payload))
+                .bind(&m.ordering_key)
                 .bind(m.created_at);
         }
         query.execute(&mut *conn).await?;
@@ -306,13 +306,5 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         query.execute(&mut *conn).await?;
     }
 
-    for record in records.iter().filter(|r| r.disable_endpoint.is_some()) {
-        sqlx::query("UPDATE endpoint SET disabled = 1, disabled_reason = ?, updated_at = ? WHERE id = ?")
-            .bind(&record.disable_endpoint)
-            .bind(record.attempt.created_at + record.attempt.duration_ms)
-            .bind(&record.attempt.endpoint_id)
-            .execute(&mut *conn)
-            .await?;
-    }
     Ok(())
 }

@@ -9,14 +9,14 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message};
+use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message, OperationalEvent};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AttemptRecord, CommitFeed, DeliveryView, Ingested, MessageFilter, NewMessage, Page, PageRequest, PendingDelivery,
-    Store, StoreError, StoreResult,
+    AttemptRecord, Backlog, CommitFeed, DeliveryView, Ingested, MessageFilter, NewMessage, Page, PageRequest,
+    PendingDelivery, Store, StoreError, StoreResult,
 };
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
@@ -86,7 +86,7 @@ pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
 
 /// Bind an endpoint's changeable fields, in the column order both `create_endpoint` and
 /// `update_endpoint` use: uid, url, description, filter_types, channels, disabled, disabled_reason,
-/// rate_limit, version, metadata, secret, updated_at.
+/// rate_limit, max_concurrency, ordering, version, metadata, secret, updated_at.
 fn bind_endpoint_fields<'q>(
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
     ep: &'q Endpoint,
@@ -100,6 +100,8 @@ fn bind_endpoint_fields<'q>(
         .bind(ep.disabled)
         .bind(&ep.disabled_reason)
         .bind(ep.rate_limit.map(i64::from))
+        .bind(ep.max_concurrency.map(i64::from))
+        .bind(ep.ordering.as_str())
         .bind(ep.version)
         .bind(rows::encode_metadata(&ep.metadata))
         .bind(&ep.secret)
@@ -297,8 +299,8 @@ impl Store for SqliteStore {
 
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
         let sql = "INSERT INTO endpoint (id, app_id, created_at, uid, url, description, filter_types, channels, \
-                   disabled, disabled_reason, rate_limit, version, metadata, secret, updated_at) \
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+                   disabled, disabled_reason, rate_limit, max_concurrency, ordering, version, metadata, secret, \
+                   updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
         let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
         bind_endpoint_fields(query, ep)
             .execute(&self.write)
@@ -350,8 +352,8 @@ impl Store for SqliteStore {
 
     async fn update_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
         let sql = "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, \
-                   disabled = ?, disabled_reason = ?, rate_limit = ?, version = ?, metadata = ?, secret = ?, \
-                   updated_at = ? WHERE id = ?";
+                   disabled = ?, disabled_reason = ?, rate_limit = ?, max_concurrency = ?, ordering = ?, \
+                   version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?";
         let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
         one_changed(query.execute(&self.write).await.map_err(map_constraint)?)
     }
@@ -474,6 +476,103 @@ impl Store for SqliteStore {
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
         let mut conn = self.write.acquire().await?;
         write_results(&mut conn, records).await
+    }
+
+    async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()> {
+        let mut conn = self.write.acquire().await?;
+        let mut tx = conn.begin().await?;
+        for chunk in seqs.chunks(bulk::ROWS_PER_INSERT) {
+            let sql = format!(
+                "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND seq IN ({})",
+                bulk::marks(chunk.len())
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql))
+                .bind(DeliveryStatus::Dead.code())
+                .bind(now);
+            for seq in chunk {
+                query = query.bind(seq);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
+        // The pending index is (endpoint_id, seq) over pending rows only; seq follows creation order, so the
+        // expired rows are a prefix of it.
+        let result = sqlx::query(
+            "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND endpoint_id = ? AND seq IN \
+             (SELECT d.seq FROM delivery d JOIN message m ON m.id = d.message_id \
+              WHERE d.endpoint_id = ? AND d.status = 0 AND m.created_at < ?)",
+        )
+        .bind(DeliveryStatus::Dead.code())
+        .bind(now)
+        .bind(endpoint_id)
+        .bind(endpoint_id)
+        .bind(created_before)
+        .execute(&self.write)
+        .await?;
+        Ok(result.rows_affected())
+    }
+
+    async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS pending, MIN(m.created_at) AS oldest FROM delivery d \
+             JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = ? AND d.status = 0",
+        )
+        .bind(endpoint_id)
+        .fetch_one(&self.read)
+        .await?;
+        let pending: i64 = row.try_get("pending")?;
+        Ok(Backlog {
+            pending: u64::try_from(pending).unwrap_or(0),
+            oldest_created_at: row.try_get("oldest")?,
+        })
+    }
+
+    async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool> {
+        let mut conn = self.write.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let app_id: Option<String> = sqlx::query_scalar(
+            "UPDATE endpoint SET disabled = 1, disabled_reason = ?, updated_at = ? WHERE id = ? AND disabled = 0 \
+             RETURNING app_id",
+        )
+        .bind(reason)
+        .bind(now)
+        .bind(endpoint_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(app_id) = app_id else {
+            return Ok(false);
+        };
+        let data = serde_json::json!({ "endpointId": endpoint_id, "appId": app_id, "reason": reason }).to_string();
+        sqlx::query("INSERT INTO operational_event (event_type, app_id, data, created_at) VALUES (?, ?, ?, ?)")
+            .bind("endpoint.disabled")
+            .bind(&app_id)
+            .bind(data)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
+        let found = sqlx::query("SELECT * FROM operational_event WHERE seq > ? ORDER BY seq LIMIT ?")
+            .bind(after)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.read)
+            .await?;
+        decode_all(&found, |row| {
+            Ok(OperationalEvent {
+                seq: row.try_get("seq")?,
+                event_type: row.try_get("event_type")?,
+                app_id: row.try_get("app_id")?,
+                data: row.try_get("data")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
     }
 
     async fn list_attempts_by_message(

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata};
+use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata, Ordering};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -67,6 +67,11 @@ pub(crate) fn endpoint(row: &SqliteRow) -> StoreResult<Endpoint> {
         disabled: row.try_get("disabled")?,
         disabled_reason: row.try_get("disabled_reason")?,
         rate_limit: u32_opt(row.try_get("rate_limit")?),
+        max_concurrency: u32_opt(row.try_get("max_concurrency")?),
+        ordering: {
+            let name: &str = row.try_get("ordering")?;
+            Ordering::parse(name).ok_or_else(|| StoreError::Corrupt(format!("ordering column: {name:?}")))?
+        },
         version: row.try_get("version")?,
         metadata: decode_metadata(row.try_get::<&str, _>("metadata")?)?,
         secret: row.try_get("secret")?,
@@ -85,13 +90,15 @@ pub(crate) fn message(row: &SqliteRow) -> StoreResult<Message> {
         event_type: row.try_get("m_event_type")?,
         channels: decode_list(row.try_get("m_channels")?)?,
         payload: Arc::from(payload),
+        ordering_key: row.try_get("m_ordering_key")?,
         created_at: row.try_get("m_created_at")?,
     })
 }
 
 /// The column list that [`message`] decodes, for table alias `m`.
 pub(crate) const MESSAGE_COLUMNS: &str = "m.id AS m_id, m.app_id AS m_app_id, m.event_id AS m_event_id, \
-     m.event_type AS m_event_type, m.channels AS m_channels, m.payload AS m_payload, m.created_at AS m_created_at";
+     m.event_type AS m_event_type, m.channels AS m_channels, m.payload AS m_payload, m.created_at AS m_created_at, \
+     m.ordering_key AS m_ordering_key";
 
 pub(crate) fn attempt(row: &SqliteRow) -> StoreResult<Attempt> {
     let trigger: i64 = row.try_get("trigger_type")?;
