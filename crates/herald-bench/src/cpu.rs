@@ -114,6 +114,41 @@ pub async fn measure<T>(work: impl std::future::Future<Output = T>) -> (T, Optio
     (value, split)
 }
 
+/// How the process's resident memory moved during a piece of work (MiB).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RssTrace {
+    /// At the start.
+    pub start: f64,
+    /// At the end.
+    pub end: f64,
+    /// The largest sample (one per second).
+    pub max: f64,
+}
+
+/// Run `work`, sampling the resident set size once a second; `None` for the trace where `/proc` is
+/// unavailable. Shows whether memory stays flat over a long run.
+pub async fn sample_rss<T>(work: impl std::future::Future<Output = T>) -> (T, Option<RssTrace>) {
+    let mut samples: Vec<f64> = rss_mib().into_iter().collect();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tokio::pin!(work);
+    let value = loop {
+        tokio::select! {
+            value = &mut work => break value,
+            _ = tick.tick() => samples.extend(rss_mib()),
+        }
+    };
+    samples.extend(rss_mib());
+    let trace = match (samples.first(), samples.last()) {
+        (Some(&start), Some(&end)) => Some(RssTrace {
+            start,
+            end,
+            max: samples.iter().copied().fold(f64::MIN, f64::max),
+        }),
+        _ => None,
+    };
+    (value, trace)
+}
+
 /// The process's resident set size in MiB (VmRSS), where `/proc` is available.
 pub fn rss_mib() -> Option<f64> {
     status_kib("VmRSS:").map(|kib| kib as f64 / 1024.0)

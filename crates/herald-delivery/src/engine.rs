@@ -179,10 +179,13 @@ impl Engine {
     }
 
     /// Until an endpoint's record is loaded it is paused: nothing can be sent without its URL and secret.
+    /// It is also treated as ordered, so deliveries admitted before the record arrives are already lined
+    /// up by key; if the endpoint turns out to be unordered, loading it releases them.
     fn unloaded_limits(&self) -> EndpointLimits {
         EndpointLimits {
             max_concurrency: self.config.endpoint_concurrency,
             paused: true,
+            ordered: true,
             ..EndpointLimits::default()
         }
     }

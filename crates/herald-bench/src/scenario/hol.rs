@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::{DeliverySummary, app_with_endpoints, await_deliveries, warm_up};
 use crate::api::EndpointSpec;
-use crate::cpu::{self, CpuSplit};
+use crate::cpu::{self, CpuSplit, RssTrace};
 use crate::env::{Env, NodeTweaks, Options, Setup};
 use crate::load::{LoadSummary, Mix};
 use crate::receiver::{BlackHole, Receiver};
@@ -67,6 +67,8 @@ pub struct HolRun {
     pub endpoint_0: u64,
     /// CPU split during the load.
     pub cpu: Option<CpuSplit>,
+    /// Resident memory of the process (Herald and harness) during the load (in-process only).
+    pub rss: Option<RssTrace>,
 }
 
 /// The result of `hol`.
@@ -135,7 +137,14 @@ async fn run_once(env: &Env, params: &HolParams, black_hole: bool) -> anyhow::Re
     let label = if black_hole { "with black hole" } else { "baseline" };
     let bar = env.progress.spinner(&format!("hol {label} {}/s", params.rate));
     let mark = healthy.received();
-    let (outcome, cpu) = cpu::measure(env.load.open_loop(&mix, params.rate, params.duration, &bar)).await;
+    let ((outcome, cpu), rss) = cpu::sample_rss(cpu::measure(env.load.open_loop(
+        &mix,
+        params.rate,
+        params.duration,
+        &bar,
+    )))
+    .await;
+    let rss = rss.filter(|_| env.in_process());
     bar.finish();
     // Odd positions of the mix are the healthy messages.
     let expected: u64 = outcome.accepted_by_target.iter().skip(1).step_by(2).sum();
@@ -158,6 +167,7 @@ async fn run_once(env: &Env, params: &HolParams, black_hole: bool) -> anyhow::Re
             sink.received()
         },
         cpu,
+        rss,
     })
 }
 
@@ -181,6 +191,12 @@ impl HolReport {
             let target = if run.black_hole { "healthy p99 ≤ 50 ms" } else { "" };
             table.deliveries(&run.healthy, "", target);
             table.cpu("the load", run.cpu.as_ref());
+            if let Some(rss) = &run.rss {
+                table.row(
+                    "process RSS during the load (start → end, max)",
+                    format!("{:.1} → {:.1} MiB, max {:.1} MiB", rss.start, rss.end, rss.max),
+                );
+            }
         }
         table.setup(&self.setup);
         table

@@ -240,6 +240,10 @@ pub struct Received {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub at: Instant,
+    /// Requests in flight at this receiver when this one arrived, itself included.
+    pub concurrent: usize,
+    /// The status it was answered with.
+    pub status: u16,
 }
 
 impl Received {
@@ -288,7 +292,21 @@ struct ReceiverState {
     received: Mutex<Vec<Received>>,
     script: Mutex<VecDeque<Reply>>,
     fallback: Mutex<Option<Reply>>,
+    /// Replies chosen by the request body: the first rule whose pattern the body contains wins.
+    rules: Mutex<Vec<(String, Reply)>>,
     notify: Notify,
+    in_flight: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a request out of the receiver's in-flight total however the handler ends (the client may
+/// hang up on a slow reply, which drops the handler mid-sleep).
+struct InFlight(Arc<ReceiverState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A real HTTP receiver on loopback that records every request and answers from a script.
@@ -334,6 +352,39 @@ impl Receiver {
         self.state.received.lock().unwrap().clone()
     }
 
+    /// Answer every request not covered by the script with `reply` from now on.
+    pub fn set_fallback(&self, reply: Reply) {
+        *self.state.fallback.lock().unwrap() = Some(reply);
+    }
+
+    /// Answer requests whose body contains `pattern` with `reply` (before the script and the fallback).
+    pub fn rule(&self, pattern: &str, reply: Reply) {
+        self.state.rules.lock().unwrap().push((pattern.to_owned(), reply));
+    }
+
+    /// Requests being handled right now.
+    pub fn in_flight(&self) -> usize {
+        self.state.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The most requests ever handled at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.state.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many requests carried each `webhook-id`, and how many of them were answered 2xx.
+    pub fn per_message(&self) -> std::collections::HashMap<String, (usize, usize)> {
+        let mut counts = std::collections::HashMap::new();
+        for r in self.received() {
+            let entry = counts.entry(r.header("webhook-id").to_owned()).or_insert((0, 0));
+            entry.0 += 1;
+            if (200..300).contains(&r.status) {
+                entry.1 += 1;
+            }
+        }
+        counts
+    }
+
     /// Wait until at least `n` requests arrived.
     pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
         let deadline = Instant::now() + timeout;
@@ -355,19 +406,30 @@ impl Receiver {
 }
 
 async fn handle(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, body: Bytes) -> Response {
+    use std::sync::atomic::Ordering::SeqCst;
+    let concurrent = state.in_flight.fetch_add(1, SeqCst) + 1;
+    state.peak.fetch_max(concurrent, SeqCst);
+    let _guard = InFlight(state.clone());
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let by_rule = state
+        .rules
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(pattern, _)| text.contains(pattern.as_str()))
+        .map(|(_, reply)| reply.clone());
+    let reply = by_rule
+        .or_else(|| state.script.lock().unwrap().pop_front())
+        .or_else(|| state.fallback.lock().unwrap().clone());
+    let reply = reply.unwrap_or_else(|| Reply::status(200));
     state.received.lock().unwrap().push(Received {
         headers,
         body,
         at: Instant::now(),
+        concurrent,
+        status: reply.status,
     });
     state.notify.notify_waiters();
-    let reply = state
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .or_else(|| state.fallback.lock().unwrap().clone());
-    let reply = reply.unwrap_or_else(|| Reply::status(200));
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
