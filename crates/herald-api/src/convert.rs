@@ -3,21 +3,27 @@
 use std::collections::BTreeSet;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, EventType, Message, OperationalEvent,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    OperationalEvent,
 };
-use herald_store::DeliveryView;
+use herald_store::{DeliveryRecord, DeliveryView};
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::model::{
-    ApplicationOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse, MessageAttemptOut,
-    MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, OperationalEventOut, ThrottleRateOut,
-    empty_payload,
+    ApplicationOut, BackgroundTaskOut, EndpointMessageOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse,
+    MessageAttemptOut, MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, OperationalEventOut,
+    ThrottleRateOut, empty_payload,
 };
 
 /// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
 pub fn datetime(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A date-time as Unix milliseconds (saturating far outside the supported range).
+pub fn millis(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(if t.year() < 0 { i64::MIN } else { i64::MAX })
 }
 
 fn set(list: &Option<Vec<String>>) -> Option<BTreeSet<String>> {
@@ -119,25 +125,75 @@ pub fn attempt(a: Attempt) -> MessageAttemptOut {
         response_duration_ms: a.duration_ms,
         status,
         status_text: status.text(),
+        // Svix knows two triggers; a recover is an operator's doing, so it reads as manual there, and the
+        // `trigger` extension names it exactly.
         trigger_type: match a.trigger {
             AttemptTrigger::Scheduled => MessageAttemptTriggerType::Scheduled,
-            AttemptTrigger::Manual => MessageAttemptTriggerType::Manual,
+            AttemptTrigger::Manual | AttemptTrigger::Recover => MessageAttemptTriggerType::Manual,
         },
+        trigger: a.trigger.as_str(),
         outcome: a.outcome,
         timestamp: datetime(a.created_at),
         msg: None,
     }
 }
 
-/// A message's delivery to one endpoint on the wire.
-pub fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
-    let (status, delivery_status) = match view.status {
+/// A delivery status as Svix's integer and as Herald's name.
+pub fn delivery_status(status: DeliveryStatus) -> (MessageStatus, &'static str) {
+    match status {
         DeliveryStatus::Pending => (MessageStatus::Pending, "pending"),
         DeliveryStatus::Delivered => (MessageStatus::Success, "delivered"),
         DeliveryStatus::Failed => (MessageStatus::Fail, "failed"),
         DeliveryStatus::Dead => (MessageStatus::Fail, "dead"),
         DeliveryStatus::Cancelled => (MessageStatus::Canceled, "cancelled"),
-    };
+    }
+}
+
+/// The delivery status named `name` (`pending`, `delivered`, `failed`, `dead`, `cancelled`).
+pub fn delivery_status_named(name: &str) -> Option<DeliveryStatus> {
+    [
+        DeliveryStatus::Pending,
+        DeliveryStatus::Delivered,
+        DeliveryStatus::Failed,
+        DeliveryStatus::Dead,
+        DeliveryStatus::Cancelled,
+    ]
+    .into_iter()
+    .find(|status| delivery_status(*status).1 == name)
+}
+
+/// A delivery with its message on the wire.
+pub fn endpoint_message(record: DeliveryRecord, with_content: bool) -> EndpointMessageOut {
+    let (status, name) = delivery_status(record.status);
+    EndpointMessageOut {
+        message: message(&record.message, with_content),
+        status,
+        status_text: status.text(),
+        next_attempt: (record.status == DeliveryStatus::Pending).then(|| datetime(record.next_attempt_at)),
+        endpoint_id: record.endpoint_id,
+        delivery_status: name,
+        attempts: record.attempts,
+        last_attempt: record.last_attempt.map(attempt),
+    }
+}
+
+/// A background task on the wire.
+pub fn task(task: BackgroundTask) -> BackgroundTaskOut {
+    BackgroundTaskOut {
+        id: task.id,
+        status: task.state,
+        task: task.kind,
+        data: serde_json::from_str(&task.data).unwrap_or(serde_json::Value::Null),
+        processed: task.processed,
+        total: task.total,
+        created_at: datetime(task.created_at),
+        updated_at: datetime(task.updated_at),
+    }
+}
+
+/// A message's delivery to one endpoint on the wire.
+pub fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
+    let (status, delivery_status) = delivery_status(view.status);
     MessageEndpointOut {
         endpoint: endpoint(view.endpoint),
         status,

@@ -14,6 +14,7 @@ mod openapi;
 mod query;
 mod routes;
 pub mod state;
+mod tasks;
 mod validate;
 
 use axum::extract::Request;

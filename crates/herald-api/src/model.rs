@@ -783,6 +783,8 @@ pub struct MessageAttemptOut {
     pub status_text: MessageStatusText,
     /// Why the attempt was made (integer enum).
     pub trigger_type: MessageAttemptTriggerType,
+    /// Why the attempt was made: `scheduled`, `manual` (resend) or `recover` (Herald extension).
+    pub trigger: &'static str,
     /// Herald extension: the outcome class (`success`, `server_error`, `client_error`, `gone`,
     /// `retryable_client_error`, `unexpected_status`, `timeout`, `connect_error`, `blocked`), which says
     /// *why* an attempt failed when there was no HTTP status to tell.
@@ -834,6 +836,91 @@ pub struct ListResponse<T> {
     pub prev_iterator: Option<String>,
     /// True when this is the last page.
     pub done: bool,
+}
+
+/// Body of `POST …/endpoint/{endpoint_id}/recover` and `…/replay-missing` (Svix `RecoverIn`/`ReplayIn`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairIn {
+    /// Start of the window (messages created at or after it).
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    /// End of the window (messages created before it); now when absent.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub until: Option<OffsetDateTime>,
+}
+
+/// A background task, as started (Svix `RecoverOut`/`ReplayOut`) or read back (`BackgroundTaskOut`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackgroundTaskOut {
+    /// `qtask_…` id.
+    pub id: String,
+    /// `running`, `finished` or `failed`.
+    pub status: String,
+    /// `endpoint.recover` or `endpoint.replay`.
+    pub task: String,
+    /// Parameters and results.
+    pub data: serde_json::Value,
+    /// Items handled so far (Herald extension).
+    pub processed: u64,
+    /// Items to handle, as counted at the start (Herald extension).
+    pub total: u64,
+    /// When it started (Herald extension).
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Its last progress (Herald extension).
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// A message as attempted to one endpoint (Svix `EndpointMessageOut`), with Herald's delivery fields.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointMessageOut {
+    /// The message's fields.
+    #[serde(flatten)]
+    pub message: MessageOut,
+    /// The delivery's status as Svix's integer.
+    pub status: MessageStatus,
+    /// The same as text.
+    pub status_text: MessageStatusText,
+    /// When the next attempt is due, while pending.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub next_attempt: Option<OffsetDateTime>,
+    /// The endpoint (Herald extension).
+    pub endpoint_id: String,
+    /// `pending`, `delivered`, `failed`, `dead` or `cancelled` (Herald extension).
+    pub delivery_status: &'static str,
+    /// Attempts made (Herald extension).
+    pub attempts: u32,
+    /// The latest attempt, if any (Herald extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<MessageAttemptOut>,
+}
+
+/// Deliveries of an endpoint by status over a window (Svix `EndpointStats`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointStatsOut {
+    /// Delivered.
+    pub success: u64,
+    /// Failed for good or dead.
+    pub fail: u64,
+    /// Waiting for an attempt.
+    pub pending: u64,
+    /// In flight (Herald counts them as pending).
+    pub sending: u64,
+    /// Cancelled (Herald extension).
+    pub cancelled: u64,
+}
+
+/// The answer to a cancellation (Herald extension).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelledOut {
+    /// Pending deliveries cancelled.
+    pub cancelled: u64,
 }
 
 /// Something Herald did on its own that operators must know about (Herald extension).
@@ -1036,6 +1123,7 @@ mod tests {
             status: MessageStatus::Success,
             status_text: MessageStatus::Success.text(),
             trigger_type: MessageAttemptTriggerType::Scheduled,
+            trigger: "scheduled",
             outcome: "success".into(),
             timestamp: datetime!(2024-05-01 12:00 UTC),
             msg: None,

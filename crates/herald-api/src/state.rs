@@ -75,6 +75,21 @@ impl AppState {
             engine.endpoint_changed(endpoint_id);
         }
     }
+
+    /// Deliveries of an endpoint became pending outside ingest (resend, recover, replay-missing): tell the
+    /// delivery engine to read its backlog again.
+    pub(crate) fn engine_backlog(&self, endpoint_id: &str) {
+        if let Some(engine) = &self.engine {
+            engine.backlog(endpoint_id);
+        }
+    }
+
+    /// Pending deliveries were cancelled: tell the delivery engine not to send them.
+    pub(crate) fn engine_cancelled(&self, deliveries: Vec<(String, i64)>) {
+        if let Some(engine) = &self.engine {
+            engine.cancelled(deliveries);
+        }
+    }
 }
 
 /// Which application an id or uid names, remembered so that publishing a message costs no lookup.

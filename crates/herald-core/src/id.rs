@@ -16,6 +16,8 @@ pub enum IdKind {
     Message,
     /// A delivery attempt: `atmpt_`.
     Attempt,
+    /// A background task: `qtask_`.
+    Task,
 }
 
 impl IdKind {
@@ -26,6 +28,7 @@ impl IdKind {
             IdKind::Endpoint => "ep_",
             IdKind::Message => "msg_",
             IdKind::Attempt => "atmpt_",
+            IdKind::Task => "qtask_",
         }
     }
 

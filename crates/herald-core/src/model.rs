@@ -226,12 +226,67 @@ impl DeliveryStatus {
 }
 
 /// Why an attempt was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttemptTrigger {
     /// By the schedule.
+    #[default]
     Scheduled,
     /// By an operator (resend).
     Manual,
+    /// By a bulk repair: recover or replay-missing.
+    Recover,
+}
+
+impl AttemptTrigger {
+    /// The integer stored in the database.
+    pub const fn code(self) -> i64 {
+        match self {
+            AttemptTrigger::Scheduled => 0,
+            AttemptTrigger::Manual => 1,
+            AttemptTrigger::Recover => 2,
+        }
+    }
+
+    /// The trigger stored as `code` (unknown codes read as scheduled).
+    pub const fn from_code(code: i64) -> Self {
+        match code {
+            1 => AttemptTrigger::Manual,
+            2 => AttemptTrigger::Recover,
+            _ => AttemptTrigger::Scheduled,
+        }
+    }
+
+    /// The stable name shown by the API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AttemptTrigger::Scheduled => "scheduled",
+            AttemptTrigger::Manual => "manual",
+            AttemptTrigger::Recover => "recover",
+        }
+    }
+}
+
+/// A bulk operation running in the background (recover, replay-missing), with its progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackgroundTask {
+    /// `qtask_…` id.
+    pub id: String,
+    /// What it does, e.g. `endpoint.recover`.
+    pub kind: String,
+    /// The application concerned.
+    pub app_id: String,
+    /// `running`, `finished` or `failed`.
+    pub state: String,
+    /// Items handled so far.
+    pub processed: u64,
+    /// Items to handle, as counted when the task started.
+    pub total: u64,
+    /// The task's parameters and results as JSON text.
+    pub data: String,
+    /// When it started.
+    pub created_at: i64,
+    /// Its last progress.
+    pub updated_at: i64,
 }
 
 /// One HTTP attempt of one delivery; the attempt log is append-only.

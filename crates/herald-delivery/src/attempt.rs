@@ -25,6 +25,23 @@ pub(crate) struct Job {
     pub(crate) message: Arc<Message>,
     /// Attempts already made.
     pub(crate) attempts: u32,
+    /// When its time window starts (the message's creation, or when it was re-queued).
+    pub(crate) window_start: i64,
+    /// Why its next attempt is made.
+    pub(crate) trigger: AttemptTrigger,
+}
+
+impl Job {
+    /// The scheduler's job for a delivery read from the store.
+    pub(crate) fn of(delivery: herald_store::PendingDelivery) -> Self {
+        Self {
+            seq: delivery.seq,
+            message: delivery.message,
+            attempts: delivery.attempts,
+            window_start: delivery.window_start,
+            trigger: delivery.trigger,
+        }
+    }
 }
 
 impl Queued for Job {
@@ -102,6 +119,7 @@ impl AttemptTask {
                 let due = finished_at.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2));
                 let job = Job {
                     attempts: attempt_number,
+                    trigger: AttemptTrigger::Scheduled,
                     ..self.job.clone()
                 };
                 (DeliveryStatus::Pending, due, Finished::RetryAt(due, job), false)
@@ -132,7 +150,7 @@ impl AttemptTask {
                 response_status,
                 response: response.body,
                 duration_ms: finished_at - started_at,
-                trigger: AttemptTrigger::Scheduled,
+                trigger: self.job.trigger,
                 created_at: started_at,
             },
             status,

@@ -92,6 +92,10 @@ enum Event {
     EndpointGone(Arc<str>),
     EndpointChanged(String),
     Health(String, oneshot::Sender<Option<EndpointSnapshot>>),
+    /// Deliveries became pending in the store outside ingest (resend, recover, replay-missing).
+    Backlog(String),
+    /// Pending deliveries were cancelled in the store: (endpoint id, seq).
+    Cancelled(Vec<(String, i64)>),
 }
 
 /// A handle for telling the engine about changes made elsewhere (the API).
@@ -105,6 +109,19 @@ impl EngineHandle {
     /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
     pub fn endpoint_changed(&self, endpoint_id: &str) {
         let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned()));
+    }
+
+    /// Deliveries of an endpoint became pending in the store outside ingest (resend, recover,
+    /// replay-missing): read its backlog again.
+    pub fn backlog(&self, endpoint_id: &str) {
+        let _ = self.events.send(Event::Backlog(endpoint_id.to_owned()));
+    }
+
+    /// Pending deliveries (endpoint id, seq) were cancelled in the store: never send them.
+    pub fn cancelled(&self, deliveries: Vec<(String, i64)>) {
+        if !deliveries.is_empty() {
+            let _ = self.events.send(Event::Cancelled(deliveries));
+        }
     }
 
     /// The concurrency cap of endpoints that set none.
@@ -132,6 +149,8 @@ pub struct Engine {
     loading: HashMap<Arc<str>, bool>,
     /// Endpoints that were deleted.
     removed: HashSet<Arc<str>>,
+    /// Deliveries cancelled while on a retry timer or in flight: dropped when they next come up.
+    cancelled: HashSet<i64>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
     results: mpsc::Sender<AttemptRecord>,
@@ -162,6 +181,7 @@ impl Engine {
             endpoints: HashMap::new(),
             loading: HashMap::new(),
             removed: HashSet::new(),
+            cancelled: HashSet::new(),
             events_tx: events_tx.clone(),
             events,
             results,
@@ -231,7 +251,12 @@ impl Engine {
             let Some((key, job)) = self.scheduler.next(now) else {
                 break;
             };
-            if job.message.created_at.saturating_add(lifetime) <= now {
+            if self.cancelled.remove(&job.seq) {
+                // Cancelled by an operator while it waited on a timer: the store already says so.
+                self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
+                continue;
+            }
+            if job.window_start.saturating_add(lifetime) <= now {
                 // Its window ended while it waited: it dies unsent (it would die after this attempt anyway).
                 expired.push(job.seq);
                 self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
@@ -294,7 +319,7 @@ impl Engine {
         for (key, overflowing) in waiting {
             let taken: Vec<i64> = self
                 .scheduler
-                .take_waiting(&key, |job| job.message.created_at < cutoff, now)
+                .take_waiting(&key, |job| job.window_start < cutoff, now)
                 .into_iter()
                 .map(|job| job.seq)
                 .collect();
@@ -350,13 +375,8 @@ impl Engine {
             let Some(key) = self.key_for(&delivery.endpoint_id) else {
                 continue;
             };
-            let job = Job {
-                seq: delivery.seq,
-                message: delivery.message,
-                attempts: delivery.attempts,
-            };
-            self.scheduler
-                .offer(key, delivery.seq, delivery.next_attempt_at, job, now);
+            let (seq, due) = (delivery.seq, delivery.next_attempt_at);
+            self.scheduler.offer(key, seq, due, Job::of(delivery), now);
         }
     }
 
@@ -424,6 +444,9 @@ impl Engine {
         let now = now_ms();
         match event {
             Event::Attempted { endpoint, outcome } => {
+                if let Finished::Done(job) = &outcome.finished {
+                    self.cancelled.remove(&job.seq);
+                }
                 self.scheduler
                     .finish(endpoint.clone(), outcome.verdict, outcome.finished, now);
                 if outcome.disable_endpoint {
@@ -450,16 +473,34 @@ impl Engine {
                     .map(|d| Loaded {
                         seq: d.seq,
                         due: d.next_attempt_at,
-                        job: Job {
-                            seq: d.seq,
-                            message: d.message,
-                            attempts: d.attempts,
-                        },
+                        job: Job::of(d),
                     })
                     .collect();
                 self.scheduler.refilled(endpoint, loaded, exhausted, now);
             }
             Event::RefillFailed { endpoint } => self.scheduler.refilled(endpoint, Vec::new(), false, now),
+            Event::Backlog(id) => {
+                if let Some(key) = self.key_for(&id) {
+                    let limits = self.unloaded_limits();
+                    self.scheduler.mark_backlog(key, limits);
+                }
+            }
+            Event::Cancelled(deliveries) => {
+                let mut by_endpoint: HashMap<String, HashSet<i64>> = HashMap::new();
+                for (endpoint, seq) in deliveries {
+                    by_endpoint.entry(endpoint).or_default().insert(seq);
+                }
+                for (endpoint, seqs) in by_endpoint {
+                    let key: Arc<str> = Arc::from(endpoint.as_str());
+                    let taken = self.scheduler.take_waiting(&key, |job| seqs.contains(&job.seq), now);
+                    let taken: HashSet<i64> = taken.into_iter().map(|job| job.seq).collect();
+                    // Of the rest, those above the cursor are only in the store and will never be read
+                    // (they are no longer pending); the others are on a timer or in flight.
+                    let cursor = self.scheduler.endpoint_snapshot(&key, now).map_or(0, |s| s.cursor);
+                    self.cancelled
+                        .extend(seqs.difference(&taken).filter(|seq| **seq <= cursor));
+                }
+            }
             Event::Health(id, reply) => {
                 let _ = reply.send(self.scheduler.endpoint_snapshot(&Arc::from(id.as_str()), now));
             }

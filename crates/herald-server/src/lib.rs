@@ -40,6 +40,17 @@ impl Node {
             .await
             .with_context(|| format!("opening {}", settings.database_url))?;
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
+        // A task that was running when the previous process stopped will not continue: say so.
+        let interrupted = store
+            .fail_interrupted_tasks(herald_core::clock::now_ms())
+            .await
+            .context("closing interrupted background tasks")?;
+        if interrupted > 0 {
+            tracing::warn!(
+                interrupted,
+                "background tasks interrupted by the last stop are marked failed"
+            );
+        }
         let policy = Arc::new(AddressPolicy::new(
             settings.allow_private_cidrs.clone(),
             settings.allow_http,

@@ -10,7 +10,10 @@ pub mod sqlite;
 
 use std::sync::Arc;
 
-use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message, OperationalEvent};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    OperationalEvent,
+};
 
 pub use page::{Page, PageRequest};
 
@@ -104,6 +107,10 @@ pub struct PendingDelivery {
     pub attempts: u32,
     /// When the next attempt is due.
     pub next_attempt_at: i64,
+    /// When the delivery's time window starts: the message's creation, or when it was re-queued.
+    pub window_start: i64,
+    /// Why its next attempt is made.
+    pub trigger: AttemptTrigger,
 }
 
 /// A finished attempt and the delivery's new state, as the delivery engine reports it.
@@ -145,6 +152,66 @@ pub struct DeliveryView {
     pub updated_at: i64,
 }
 
+/// A delivery with its message, for an endpoint's or an application's delivery listings.
+#[derive(Debug, Clone)]
+pub struct DeliveryRecord {
+    /// Its store sequence number (the listing's sort key).
+    pub seq: i64,
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// The message.
+    pub message: Message,
+    /// The delivery's status.
+    pub status: DeliveryStatus,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When the next attempt is due (while pending).
+    pub next_attempt_at: i64,
+    /// When the delivery last changed.
+    pub updated_at: i64,
+    /// The latest attempt, if any.
+    pub last_attempt: Option<Attempt>,
+}
+
+/// What became of a request to send a delivery again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// It is pending again, with this new sequence number.
+    Queued(i64),
+    /// It was still pending: nothing changed.
+    AlreadyPending,
+    /// Its message's payload was expunged: there is nothing to send.
+    Expunged,
+}
+
+/// Deliveries of one endpoint by status, over messages created in a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeliveryStats {
+    /// Delivered.
+    pub delivered: u64,
+    /// Waiting for an attempt.
+    pub pending: u64,
+    /// Failed for good or dead.
+    pub failed: u64,
+    /// Cancelled by an operator.
+    pub cancelled: u64,
+}
+
+/// Filters for listing attempts.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptFilter {
+    /// Only successful (`Some(true)`) or failed (`Some(false)`) attempts.
+    pub success: Option<bool>,
+    /// Only attempts whose response status is in this class (100, 200 … 500), or 0 for "no response".
+    pub status_code_class: Option<u16>,
+    /// Only attempts of messages of these event types.
+    pub event_types: Option<Vec<String>>,
+    /// Only attempts made before this time.
+    pub before: Option<i64>,
+    /// Only attempts made at or after this time.
+    pub after: Option<i64>,
+}
+
 /// Filters for listing messages.
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
@@ -156,6 +223,8 @@ pub struct MessageFilter {
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub channel: Option<String>,
+    /// List oldest first (the reconciliation listing) instead of newest first.
+    pub oldest_first: bool,
 }
 
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently.
@@ -242,6 +311,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         app_id: &str,
         message_id: &str,
+        filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>>;
     /// Attempts to an endpoint, newest first.
@@ -249,6 +319,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         app_id: &str,
         endpoint_id: &str,
+        filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>>;
     /// The deliveries of a message, one per endpoint it was fanned out to, by endpoint id.
@@ -278,6 +349,73 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
         expire_before: i64,
     ) -> StoreResult<()>;
+
+    /// Send a finished delivery (delivered, failed, dead or cancelled) again: it becomes pending with a new
+    /// sequence number (so it sorts after everything the scheduler has read), a fresh retry schedule whose
+    /// time window starts `now`, and `trigger` as the reason of its next attempt.
+    async fn requeue_delivery(
+        &self,
+        message_id: &str,
+        endpoint_id: &str,
+        trigger: AttemptTrigger,
+        now: i64,
+    ) -> StoreResult<Requeue>;
+    /// Failed or dead deliveries of an endpoint whose messages were created in `[since, until)`.
+    async fn count_failed(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<u64>;
+    /// Re-queue up to `limit` of those (as [`Store::requeue_delivery`] with the recover trigger); returns
+    /// how many. Re-queued deliveries are pending, so calling again takes the next ones.
+    async fn requeue_failed(
+        &self,
+        endpoint_id: &str,
+        since: i64,
+        until: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<u64>;
+    /// Messages of an app created in `[since, until)`.
+    async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64>;
+    /// Scan up to `limit` messages of the endpoint's app created in `[since, until)` with an id after
+    /// `after` (in id order) and give the endpoint a delivery of every one it subscribes to and has none of
+    /// (trigger: recover, window from `now`). Returns (the last id scanned, deliveries created); no id
+    /// when the scan is over.
+    async fn add_missing_deliveries(
+        &self,
+        endpoint: &Endpoint,
+        since: i64,
+        until: i64,
+        after: Option<&str>,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<(Option<String>, u64)>;
+    /// Cancel the pending deliveries of a message, of an endpoint, or of one message to one endpoint (at
+    /// least one is given), within an app; returns the (endpoint id, seq) of each.
+    async fn cancel_pending(
+        &self,
+        app_id: &str,
+        message_id: Option<&str>,
+        endpoint_id: Option<&str>,
+        now: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+    /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
+    async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()>;
+    /// Deliveries of an app, newest first, optionally of one endpoint and one status.
+    async fn list_deliveries(
+        &self,
+        app_id: &str,
+        endpoint_id: Option<&str>,
+        status: Option<DeliveryStatus>,
+        page: &PageRequest,
+    ) -> StoreResult<Page<DeliveryRecord>>;
+    /// Deliveries of an endpoint by status, over messages created in `[since, until)`.
+    async fn endpoint_stats(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<DeliveryStats>;
+    /// Record a new background task.
+    async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
+    /// Update a task's state, progress and data.
+    async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
+    /// A task by id; `app_id` restricts it to one application.
+    async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
+    /// Mark tasks left running by a previous process as failed (they were interrupted); returns how many.
+    async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64>;
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;

@@ -5,8 +5,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message, Ordering};
-use herald_store::{AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, SharedStore, StoreError};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, Message, Ordering,
+};
+use herald_store::{
+    AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue, SharedStore,
+    StoreError,
+};
 
 /// Every backend under test, each on fresh storage. The temp dir must outlive the store.
 async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
@@ -299,7 +304,7 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
         assert!(ep.disabled);
         assert_eq!(ep.disabled_reason.as_deref(), Some("gone"));
         let log = store
-            .list_attempts_by_message(&a.id, &m.id, &PageRequest::default())
+            .list_attempts_by_message(&a.id, &m.id, &AttemptFilter::default(), &PageRequest::default())
             .await
             .unwrap();
         assert_eq!(
@@ -391,4 +396,201 @@ async fn a_reopened_store_keeps_everything_committed() {
         std::slice::from_ref(&e.id)
     );
     assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
+}
+
+/// Finish a delivery with one attempt in `status`.
+async fn settle(store: &SharedStore, app_id: &str, m: &Message, e: &Endpoint, seq: i64, status: DeliveryStatus) {
+    let record = AttemptRecord {
+        delivery_seq: seq,
+        app_id: app_id.to_owned(),
+        attempt: Attempt {
+            id: new_id(IdKind::Attempt),
+            message_id: m.id.clone(),
+            endpoint_id: e.id.clone(),
+            url: e.url.clone(),
+            attempt_number: 1,
+            success: status == DeliveryStatus::Delivered,
+            outcome: "server_error".into(),
+            response_status: Some(500),
+            response: String::new(),
+            duration_ms: 1,
+            trigger: AttemptTrigger::Scheduled,
+            created_at: m.created_at + 1,
+        },
+        status,
+        next_attempt_at: 0,
+    };
+    store.record_attempts(&[record]).await.unwrap();
+}
+
+#[tokio::test]
+async fn repairs_requeue_only_what_is_not_pending_and_sort_after_the_cursor() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let mut made = Vec::new();
+        for _ in 0..4 {
+            made.push(created(ingest(&store, &a.id, None, None).await));
+        }
+        let top_seq = made.iter().map(|(_, d)| d[0].seq).max().unwrap();
+        settle(&store, &a.id, &made[0].0, &e, made[0].1[0].seq, DeliveryStatus::Dead).await;
+        settle(&store, &a.id, &made[1].0, &e, made[1].1[0].seq, DeliveryStatus::Failed).await;
+        settle(
+            &store,
+            &a.id,
+            &made[2].0,
+            &e,
+            made[2].1[0].seq,
+            DeliveryStatus::Delivered,
+        )
+        .await;
+        // made[3] stays pending.
+        let window = (0, i64::MAX);
+        assert_eq!(store.count_failed(&e.id, window.0, window.1).await.unwrap(), 2);
+        let dead = store
+            .list_deliveries(&a.id, Some(&e.id), Some(DeliveryStatus::Dead), &PageRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(dead.items.len(), 1);
+        assert_eq!(dead.items[0].message.id, made[0].0.id);
+        assert_eq!(dead.items[0].last_attempt.as_ref().unwrap().outcome, "server_error");
+        let stats = store.endpoint_stats(&e.id, window.0, window.1).await.unwrap();
+        assert_eq!((stats.delivered, stats.failed, stats.pending), (1, 2, 1));
+
+        assert_eq!(store.requeue_failed(&e.id, window.0, window.1, 1, 50).await.unwrap(), 1);
+        assert_eq!(
+            store.requeue_failed(&e.id, window.0, window.1, 10, 50).await.unwrap(),
+            1
+        );
+        assert_eq!(
+            store.requeue_failed(&e.id, window.0, window.1, 10, 50).await.unwrap(),
+            0,
+            "nothing twice"
+        );
+        let pending = store.load_pending(&e.id, top_seq, 10).await.unwrap();
+        assert_eq!(pending.len(), 2, "re-queued deliveries sort after the cursor");
+        assert!(
+            pending
+                .iter()
+                .all(|p| p.attempts == 0 && p.window_start == 50 && p.trigger == AttemptTrigger::Recover)
+        );
+
+        assert_eq!(
+            store
+                .requeue_delivery(&made[3].0.id, &e.id, AttemptTrigger::Manual, 60)
+                .await
+                .unwrap(),
+            Requeue::AlreadyPending
+        );
+        let Requeue::Queued(seq) = store
+            .requeue_delivery(&made[2].0.id, &e.id, AttemptTrigger::Manual, 60)
+            .await
+            .unwrap()
+        else {
+            panic!("a delivered message can be resent");
+        };
+        assert!(seq > top_seq);
+        assert!(matches!(
+            store
+                .requeue_delivery("msg_nope", &e.id, AttemptTrigger::Manual, 60)
+                .await,
+            Err(StoreError::NotFound)
+        ));
+
+        let cancelled = store.cancel_pending(&a.id, None, Some(&e.id), 70).await.unwrap();
+        assert_eq!(cancelled.len(), 4, "every pending delivery of the endpoint");
+        assert!(store.load_pending(&e.id, 0, 10).await.unwrap().is_empty());
+        store.expunge_payload(&a.id, &made[1].0.id).await.unwrap();
+        assert_eq!(&*store.get_message(&a.id, &made[1].0.id).await.unwrap().payload, b"{}");
+        assert_eq!(
+            store
+                .requeue_delivery(&made[1].0.id, &e.id, AttemptTrigger::Manual, 80)
+                .await
+                .unwrap(),
+            Requeue::Expunged
+        );
+    }
+}
+
+#[tokio::test]
+async fn replay_missing_adds_only_subscribed_messages_without_a_delivery() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let early = endpoint(&a.id);
+        store.create_endpoint(&early).await.unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            ids.push(created(ingest(&store, &a.id, None, None).await).0.id);
+        }
+        let mut other = new_message(&a.id, None, None);
+        other.event_type = "x.y".into();
+        store.ingest(other).await.unwrap();
+        let late = endpoint(&a.id);
+        store.create_endpoint(&late).await.unwrap();
+        assert_eq!(store.count_messages(&a.id, 0, i64::MAX).await.unwrap(), 6);
+        let (cursor, added) = store
+            .add_missing_deliveries(&late, 0, i64::MAX, None, 3, 90)
+            .await
+            .unwrap();
+        assert_eq!(added, 3);
+        let (cursor, added) = store
+            .add_missing_deliveries(&late, 0, i64::MAX, cursor.as_deref(), 3, 90)
+            .await
+            .unwrap();
+        assert_eq!(added, 2, "the x.y message is not subscribed");
+        let (_, again) = store
+            .add_missing_deliveries(&late, 0, i64::MAX, None, 10, 91)
+            .await
+            .unwrap();
+        assert_eq!(again, 0, "nothing twice");
+        assert!(cursor.is_some());
+        let pending = store.load_pending(&late.id, 0, 10).await.unwrap();
+        let got: Vec<String> = pending.iter().map(|p| p.message.id.clone()).collect();
+        assert_eq!(got, ids);
+    }
+}
+
+#[tokio::test]
+async fn tasks_and_oldest_first_listings_round_trip() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let mut task = BackgroundTask {
+            id: new_id(IdKind::Task),
+            kind: "endpoint.recover".into(),
+            app_id: a.id.clone(),
+            state: "running".into(),
+            processed: 0,
+            total: 9,
+            data: "{}".into(),
+            created_at: 1,
+            updated_at: 1,
+        };
+        store.create_task(&task).await.unwrap();
+        task.processed = 4;
+        store.update_task(&task).await.unwrap();
+        assert_eq!(store.get_task(&task.id, Some(&a.id)).await.unwrap().processed, 4);
+        assert!(matches!(
+            store.get_task(&task.id, Some("app_other")).await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(store.fail_interrupted_tasks(5).await.unwrap(), 1);
+        assert_eq!(store.get_task(&task.id, None).await.unwrap().state, "failed");
+
+        let first = created(ingest(&store, &a.id, None, None).await).0;
+        let second = created(ingest(&store, &a.id, None, None).await).0;
+        let filter = MessageFilter {
+            oldest_first: true,
+            ..MessageFilter::default()
+        };
+        let page = store
+            .list_messages(&a.id, &filter, &PageRequest::default())
+            .await
+            .unwrap();
+        let order: Vec<&str> = page.items.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(order, [first.id.as_str(), second.id.as_str()]);
+    }
 }

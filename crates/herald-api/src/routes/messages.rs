@@ -133,6 +133,7 @@ async fn list(
         until: query.time_ms(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
+        oldest_first: false,
     };
     let app = apps::find(&state, &app_id).await?;
     let found = state

@@ -7,6 +7,7 @@ mod event_types;
 mod health;
 mod messages;
 mod operational_events;
+mod operations;
 
 use axum::Router;
 use axum::http::{StatusCode, Uri};
@@ -26,6 +27,7 @@ pub fn router(state: AppState) -> Router {
         .merge(messages::routes())
         .merge(attempts::routes())
         .merge(operational_events::routes())
+        .merge(operations::routes())
         // Inside authentication: only authenticated requests are remembered or replayed.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

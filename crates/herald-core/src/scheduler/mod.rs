@@ -165,6 +165,8 @@ pub struct EndpointSnapshot {
     pub held_until: Option<Millis>,
     /// More deliveries wait in the store than are resident.
     pub overflowing: bool,
+    /// The highest store `seq` made resident: pending deliveries above it are only in the store.
+    pub cursor: i64,
 }
 
 #[derive(Debug)]
@@ -249,6 +251,10 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             .entry(endpoint.clone())
             .or_insert_with(|| EndpointQueue::new(limits, &breaker));
         queue.overflow = true;
+        if queue.refilling {
+            // The read in progress may have missed what was just added.
+            queue.deferred_while_refilling = true;
+        }
         self.overflowing.insert(endpoint);
     }
 
@@ -438,6 +444,7 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             breaker: q.breaker.clone(),
             held_until: (q.hold_until > now).then_some(q.hold_until),
             overflowing: q.overflow,
+            cursor: q.cursor,
         })
     }
 

@@ -17,7 +17,6 @@ use sqlx::{AssertSqlSafe, Row, SqliteConnection};
 use super::rows;
 use super::writer::IngestJob;
 use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
-use herald_core::model::AttemptTrigger;
 
 /// Rows per multi-row `INSERT` (SQLite allows 32,766 bound values per statement).
 pub(crate) const ROWS_PER_INSERT: usize = 256;
@@ -269,10 +268,7 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
                 .bind(a.response_status.map(i64::from))
                 .bind(&a.response)
                 .bind(a.duration_ms)
-                .bind(match a.trigger {
-                    AttemptTrigger::Scheduled => 0i64,
-                    AttemptTrigger::Manual => 1,
-                })
+                .bind(a.trigger.code())
                 .bind(a.created_at);
         }
         query.execute(&mut *conn).await?;
@@ -291,7 +287,7 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         let sql = format!(
             "WITH v (seq, status, attempts, next_at, changed_at) AS (VALUES {values}) \
              UPDATE delivery SET status = v.status, attempts = v.attempts, next_attempt_at = v.next_at, \
-             updated_at = v.changed_at FROM v WHERE delivery.seq = v.seq AND delivery.status = 0"
+             updated_at = v.changed_at, next_trigger = 0 FROM v WHERE delivery.seq = v.seq AND delivery.status = 0"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for record in chunk {

@@ -2,6 +2,7 @@
 //! message survives `kill -9` and a power cut), one writer connection and a pool of readers.
 
 mod bulk;
+mod operations;
 mod rows;
 mod writer;
 
@@ -9,14 +10,17 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use herald_core::model::{Application, Attempt, DeliveryStatus, Endpoint, EventType, Message, OperationalEvent};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    OperationalEvent,
+};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AttemptRecord, Backlog, CommitFeed, DeliveryView, Ingested, MessageFilter, NewMessage, Page, PageRequest,
-    PendingDelivery, Store, StoreError, StoreResult,
+    AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
+    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreResult,
 };
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
@@ -397,7 +401,7 @@ impl Store for SqliteStore {
         filter: &MessageFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Message>> {
-        let (condition, order) = keyset("m.id", page, true);
+        let (condition, order) = keyset("m.id", page, !filter.oldest_first);
         let mut sql = format!(
             "SELECT {} FROM message m WHERE m.app_id = ? AND {condition}",
             rows::MESSAGE_COLUMNS
@@ -448,7 +452,8 @@ impl Store for SqliteStore {
 
     async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>> {
         let sql = format!(
-            "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, {} FROM delivery d \
+            "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, d.next_trigger, \
+             COALESCE(d.window_start, m.created_at) AS window_start, {} FROM delivery d \
              JOIN message m ON m.id = d.message_id \
              WHERE d.endpoint_id = ? AND d.status = 0 AND d.seq > ? ORDER BY d.seq LIMIT ?",
             rows::MESSAGE_COLUMNS
@@ -468,6 +473,8 @@ impl Store for SqliteStore {
                     message: std::sync::Arc::new(rows::message(row)?),
                     attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(0),
                     next_attempt_at: row.try_get("next_attempt_at")?,
+                    window_start: row.try_get("window_start")?,
+                    trigger: AttemptTrigger::from_code(row.try_get("next_trigger")?),
                 })
             })
             .collect()
@@ -579,18 +586,21 @@ impl Store for SqliteStore {
         &self,
         app_id: &str,
         message_id: &str,
+        filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        self.list_attempts("message_id", app_id, message_id, page).await
+        self.list_attempts("message_id", app_id, message_id, filter, page).await
     }
 
     async fn list_attempts_by_endpoint(
         &self,
         app_id: &str,
         endpoint_id: &str,
+        filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        self.list_attempts("endpoint_id", app_id, endpoint_id, page).await
+        self.list_attempts("endpoint_id", app_id, endpoint_id, filter, page)
+            .await
     }
 
     async fn list_deliveries_of_message(
@@ -688,6 +698,91 @@ impl Store for SqliteStore {
         self.feed.lock().ok()?.take()
     }
 
+    async fn requeue_delivery(
+        &self,
+        message_id: &str,
+        endpoint_id: &str,
+        trigger: AttemptTrigger,
+        now: i64,
+    ) -> StoreResult<Requeue> {
+        operations::requeue_delivery(&self.write, message_id, endpoint_id, trigger, now).await
+    }
+
+    async fn count_failed(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<u64> {
+        operations::count_failed(&self.read, endpoint_id, since, until).await
+    }
+
+    async fn requeue_failed(
+        &self,
+        endpoint_id: &str,
+        since: i64,
+        until: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<u64> {
+        operations::requeue_failed(&self.write, endpoint_id, since, until, limit, now).await
+    }
+
+    async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64> {
+        operations::count_messages(&self.read, app_id, since, until).await
+    }
+
+    async fn add_missing_deliveries(
+        &self,
+        endpoint: &Endpoint,
+        since: i64,
+        until: i64,
+        after: Option<&str>,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<(Option<String>, u64)> {
+        operations::add_missing_deliveries(&self.write, endpoint, since, until, after, limit, now).await
+    }
+
+    async fn cancel_pending(
+        &self,
+        app_id: &str,
+        message_id: Option<&str>,
+        endpoint_id: Option<&str>,
+        now: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        operations::cancel_pending(&self.write, app_id, message_id, endpoint_id, now).await
+    }
+
+    async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()> {
+        operations::expunge_payload(&self.write, app_id, message_id).await
+    }
+
+    async fn list_deliveries(
+        &self,
+        app_id: &str,
+        endpoint_id: Option<&str>,
+        status: Option<DeliveryStatus>,
+        page: &PageRequest,
+    ) -> StoreResult<Page<DeliveryRecord>> {
+        operations::list_deliveries(&self.read, app_id, endpoint_id, status, page).await
+    }
+
+    async fn endpoint_stats(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<DeliveryStats> {
+        operations::endpoint_stats(&self.read, endpoint_id, since, until).await
+    }
+
+    async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()> {
+        operations::create_task(&self.write, task).await
+    }
+
+    async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()> {
+        operations::update_task(&self.write, task).await
+    }
+
+    async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
+        operations::get_task(&self.read, id, app_id).await
+    }
+
+    async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64> {
+        operations::fail_interrupted_tasks(&self.write, now).await
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
@@ -733,12 +828,53 @@ impl SqliteStore {
         column: &'static str,
         app_id: &str,
         value: &str,
+        filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
         let (condition, order) = keyset("id", page, true);
-        let sql = format!("SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition} {order} LIMIT ?");
+        let mut sql = format!("SELECT * FROM attempt WHERE app_id = ? AND {column} = ? AND {condition}");
+        if filter.success.is_some() {
+            sql.push_str(" AND success = ?");
+        }
+        let class = filter.status_code_class.map(i64::from);
+        match class {
+            Some(0) => sql.push_str(" AND COALESCE(response_status, 0) = 0"),
+            Some(_) => sql.push_str(" AND response_status >= ? AND response_status < ?"),
+            None => {}
+        }
+        if let Some(types) = &filter.event_types {
+            sql.push_str(&format!(
+                " AND message_id IN (SELECT id FROM message WHERE app_id = ? AND event_type IN ({}))",
+                bulk::marks(types.len())
+            ));
+        }
+        if filter.before.is_some() {
+            sql.push_str(" AND created_at < ?");
+        }
+        if filter.after.is_some() {
+            sql.push_str(" AND created_at >= ?");
+        }
+        sql.push_str(&format!(" {order} LIMIT ?"));
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id).bind(value);
         if let Some(after) = &page.after {
+            query = query.bind(after);
+        }
+        if let Some(success) = filter.success {
+            query = query.bind(success);
+        }
+        if let Some(class) = class.filter(|c| *c != 0) {
+            query = query.bind(class).bind(class + 100);
+        }
+        if let Some(types) = &filter.event_types {
+            query = query.bind(app_id);
+            for event_type in types {
+                query = query.bind(event_type);
+            }
+        }
+        if let Some(before) = filter.before {
+            query = query.bind(before);
+        }
+        if let Some(after) = filter.after {
             query = query.bind(after);
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;

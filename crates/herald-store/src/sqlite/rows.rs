@@ -17,7 +17,7 @@ pub(crate) fn encode_metadata(metadata: &Metadata) -> String {
     serde_json::to_string(metadata).unwrap_or_else(|_| "{}".to_owned())
 }
 
-fn decode_list(text: Option<String>) -> StoreResult<Option<Vec<String>>> {
+pub(crate) fn decode_list(text: Option<String>) -> StoreResult<Option<Vec<String>>> {
     text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("list column: {e}"))))
         .transpose()
 }
@@ -115,11 +115,7 @@ pub(crate) fn attempt(row: &SqliteRow) -> StoreResult<Attempt> {
             .and_then(|s| u16::try_from(s).ok()),
         response: row.try_get("response")?,
         duration_ms: row.try_get("duration_ms")?,
-        trigger: if trigger == 1 {
-            AttemptTrigger::Manual
-        } else {
-            AttemptTrigger::Scheduled
-        },
+        trigger: AttemptTrigger::from_code(trigger),
         created_at: row.try_get("created_at")?,
     })
 }

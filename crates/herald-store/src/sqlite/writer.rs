@@ -17,6 +17,8 @@ use std::sync::Arc;
 use sqlx::{Acquire, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use herald_core::model::AttemptTrigger;
+
 use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 
 /// The most messages committed in one transaction.
@@ -73,6 +75,8 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
                     message: shared.clone(),
                     attempts: 0,
                     next_attempt_at: message.created_at,
+                    window_start: message.created_at,
+                    trigger: AttemptTrigger::Scheduled,
                 })
                 .collect()
         }

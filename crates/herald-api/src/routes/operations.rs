@@ -1,0 +1,318 @@
+//! Operators' tools: find what went missing and repair it.
+//!
+//! - `GET /app/{app_id}/events`: the reconciliation listing — every message of the app created in a window,
+//!   oldest first, with a cursor that stays valid while new messages arrive (receivers' repair path).
+//! - `POST /app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend`: send one message to one endpoint again.
+//! - `POST /app/{app_id}/endpoint/{endpoint_id}/recover` and `…/replay-missing`: bulk repairs, run as
+//!   background tasks (`GET /background-task/{task_id}`).
+//! - `POST /app/{app_id}/msg/{msg_id}/cancel`, `POST /app/{app_id}/endpoint/{endpoint_id}/cancel`: cancel
+//!   pending deliveries; `DELETE /app/{app_id}/msg/{msg_id}/content`: expunge a payload.
+//! - `GET /app/{app_id}/endpoint/{endpoint_id}/msg` and `GET /app/{app_id}/delivery`: deliveries with their
+//!   latest attempt, filterable by status (dead letters: `deliveryStatus=dead`);
+//!   `GET /app/{app_id}/endpoint/{endpoint_id}/stats`.
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use herald_core::clock::now_ms;
+use herald_core::model::{AttemptTrigger, DeliveryStatus};
+use herald_store::{MessageFilter, Requeue};
+
+use super::{apps, endpoints};
+use crate::body::JsonBody;
+use crate::convert;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{
+    BackgroundTaskOut, CancelledOut, EndpointMessageOut, EndpointStatsOut, ListResponse, MessageOut, RepairIn,
+};
+use crate::query::Query;
+use crate::state::AppState;
+use crate::tasks::{self, Repair};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/app/{app_id}/events", get(events))
+        .route("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", post(resend))
+        .route("/app/{app_id}/endpoint/{endpoint_id}/recover", post(recover))
+        .route(
+            "/app/{app_id}/endpoint/{endpoint_id}/replay-missing",
+            post(replay_missing),
+        )
+        .route("/background-task/{task_id}", get(task))
+        .route("/app/{app_id}/msg/{msg_id}/cancel", post(cancel_message))
+        .route("/app/{app_id}/endpoint/{endpoint_id}/cancel", post(cancel_endpoint))
+        .route("/app/{app_id}/msg/{msg_id}/content", delete(expunge))
+        .route("/app/{app_id}/endpoint/{endpoint_id}/msg", get(endpoint_messages))
+        .route("/app/{app_id}/delivery", get(app_deliveries))
+        .route("/app/{app_id}/endpoint/{endpoint_id}/stats", get(stats))
+}
+
+fn store_error(what: &'static str) -> impl Fn(herald_store::StoreError) -> ApiError {
+    move |e| ApiError::from_store(e, what)
+}
+
+async fn events(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<MessageOut>>> {
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    if page.reverse {
+        return Err(ApiError::validation("iterator: the event listing only pages forward"));
+    }
+    let with_content = query.flag("with_content", true)?;
+    let filter = MessageFilter {
+        since: query.time_ms(&["since", "after"])?,
+        until: query.time_ms(&["until", "before"])?,
+        event_types: query.list(&["eventTypes", "event_types"])?,
+        channel: query.get(&["channel"]).map(str::to_owned),
+        oldest_first: true,
+    };
+    let app = apps::find(&state, &app_id).await?;
+    let found = state
+        .store
+        .list_messages(&app.id, &filter, &page)
+        .await
+        .map_err(store_error("message"))?;
+    // An empty page keeps the caller's position, so polling with the last iterator picks up exactly
+    // the messages created since.
+    let resume = page.after.clone();
+    let mut out = convert::list(found, |m| convert::message(&m, with_content));
+    out.prev_iterator = None;
+    if out.iterator.is_none() {
+        out.iterator = resume;
+    }
+    Ok(Json(out))
+}
+
+async fn resend(
+    State(state): State<AppState>,
+    Path((app_id, msg_id, endpoint_id)): Path<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    let app = apps::find(&state, &app_id).await?;
+    let message = state
+        .store
+        .get_message(&app.id, &msg_id)
+        .await
+        .map_err(store_error("message"))?;
+    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let outcome = state
+        .store
+        .requeue_delivery(&message.id, &endpoint.id, AttemptTrigger::Manual, now_ms())
+        .await
+        .map_err(|e| match e {
+            herald_store::StoreError::NotFound => ApiError::not_found("delivery of this message to this endpoint"),
+            other => ApiError::from_store(other, "delivery"),
+        })?;
+    match outcome {
+        Requeue::Queued(_) => {
+            state.engine_backlog(&endpoint.id);
+            Ok(StatusCode::ACCEPTED)
+        }
+        Requeue::AlreadyPending => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the delivery of this message to this endpoint is still pending; it will be attempted on schedule",
+        )),
+        Requeue::Expunged => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the message's payload was expunged; there is nothing to resend",
+        )),
+    }
+}
+
+/// The window of a repair, checked.
+fn window(input: &RepairIn) -> ApiResult<(i64, i64)> {
+    let since = convert::millis(input.since);
+    let until = input.until.map_or_else(now_ms, convert::millis);
+    if until <= since {
+        return Err(ApiError::validation("until: must be later than since"));
+    }
+    Ok((since, until))
+}
+
+async fn start_repair(
+    state: &AppState,
+    repair: Repair,
+    app_id: &str,
+    endpoint_id: &str,
+    input: &RepairIn,
+) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
+    let (since, until) = window(input)?;
+    let app = apps::find(state, app_id).await?;
+    let endpoint = endpoints::find(state, &app.id, endpoint_id).await?;
+    let task = tasks::start(state, repair, endpoint, since, until)
+        .await
+        .map_err(store_error("background task"))?;
+    Ok((StatusCode::ACCEPTED, Json(convert::task(task))))
+}
+
+async fn recover(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    JsonBody(input): JsonBody<RepairIn>,
+) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
+    start_repair(&state, Repair::Recover, &app_id, &endpoint_id, &input).await
+}
+
+async fn replay_missing(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    JsonBody(input): JsonBody<RepairIn>,
+) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
+    start_repair(&state, Repair::ReplayMissing, &app_id, &endpoint_id, &input).await
+}
+
+async fn task(State(state): State<AppState>, Path(task_id): Path<String>) -> ApiResult<Json<BackgroundTaskOut>> {
+    let task = state
+        .store
+        .get_task(&task_id, None)
+        .await
+        .map_err(store_error("background task"))?;
+    Ok(Json(convert::task(task)))
+}
+
+async fn cancel(state: &AppState, app_id: &str, message_id: Option<&str>, endpoint_id: Option<&str>) -> ApiResult<u64> {
+    let cancelled = state
+        .store
+        .cancel_pending(app_id, message_id, endpoint_id, now_ms())
+        .await
+        .map_err(store_error("delivery"))?;
+    let count = cancelled.len() as u64;
+    state.engine_cancelled(cancelled);
+    Ok(count)
+}
+
+async fn cancel_message(
+    State(state): State<AppState>,
+    Path((app_id, msg_id)): Path<(String, String)>,
+) -> ApiResult<Json<CancelledOut>> {
+    let app = apps::find(&state, &app_id).await?;
+    let message = state
+        .store
+        .get_message(&app.id, &msg_id)
+        .await
+        .map_err(store_error("message"))?;
+    let cancelled = cancel(&state, &app.id, Some(&message.id), None).await?;
+    Ok(Json(CancelledOut { cancelled }))
+}
+
+async fn cancel_endpoint(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<CancelledOut>> {
+    let app = apps::find(&state, &app_id).await?;
+    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let cancelled = cancel(&state, &app.id, None, Some(&endpoint.id)).await?;
+    Ok(Json(CancelledOut { cancelled }))
+}
+
+/// Expunging a payload also cancels the message's pending deliveries: there is nothing left to send.
+async fn expunge(
+    State(state): State<AppState>,
+    Path((app_id, msg_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let app = apps::find(&state, &app_id).await?;
+    let message = state
+        .store
+        .get_message(&app.id, &msg_id)
+        .await
+        .map_err(store_error("message"))?;
+    cancel(&state, &app.id, Some(&message.id), None).await?;
+    state
+        .store
+        .expunge_payload(&app.id, &message.id)
+        .await
+        .map_err(store_error("message"))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The `deliveryStatus` filter (Herald's names) or Svix's integer `status`.
+fn status_filter(query: &Query) -> ApiResult<Option<DeliveryStatus>> {
+    if let Some(name) = query.get(&["deliveryStatus", "delivery_status"]) {
+        return convert::delivery_status_named(name).map(Some).ok_or_else(|| {
+            ApiError::validation(format!(
+                "deliveryStatus: expected pending, delivered, failed, dead or cancelled, got {name:?}"
+            ))
+        });
+    }
+    match query.get(&["status"]) {
+        None => Ok(None),
+        Some("0") => Ok(Some(DeliveryStatus::Delivered)),
+        Some("1") => Ok(Some(DeliveryStatus::Pending)),
+        Some("4") => Ok(Some(DeliveryStatus::Cancelled)),
+        Some(other) => Err(ApiError::validation(format!(
+            "status: expected 0 (success), 1 (pending) or 4 (canceled), got {other:?}; \
+             use deliveryStatus=failed or deliveryStatus=dead for failures"
+        ))),
+    }
+}
+
+async fn list_deliveries(
+    state: &AppState,
+    app_id: &str,
+    endpoint_id: Option<&str>,
+    uri: &axum::http::Uri,
+) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
+    let query = Query::of(uri);
+    let page = query.page()?;
+    let status = status_filter(&query)?;
+    let with_content = query.flag("with_content", true)?;
+    let app = apps::find(state, app_id).await?;
+    let endpoint = match endpoint_id {
+        Some(id) => Some(endpoints::find(state, &app.id, id).await?.id),
+        None => None,
+    };
+    let found = state
+        .store
+        .list_deliveries(&app.id, endpoint.as_deref(), status, &page)
+        .await
+        .map_err(store_error("delivery"))?;
+    Ok(Json(convert::list(found, |r| {
+        convert::endpoint_message(r, with_content)
+    })))
+}
+
+async fn endpoint_messages(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
+    list_deliveries(&state, &app_id, Some(&endpoint_id), &uri).await
+}
+
+async fn app_deliveries(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
+    let endpoint = Query::of(&uri).get(&["endpointId", "endpoint_id"]).map(str::to_owned);
+    list_deliveries(&state, &app_id, endpoint.as_deref(), &uri).await
+}
+
+async fn stats(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<EndpointStatsOut>> {
+    let query = Query::of(&uri);
+    let since = query.time_ms(&["since"])?.unwrap_or(0);
+    let until = query.time_ms(&["until"])?.unwrap_or(i64::MAX);
+    let app = apps::find(&state, &app_id).await?;
+    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let s = state
+        .store
+        .endpoint_stats(&endpoint.id, since, until)
+        .await
+        .map_err(store_error("endpoint"))?;
+    Ok(Json(EndpointStatsOut {
+        success: s.delivered,
+        fail: s.failed,
+        pending: s.pending,
+        sending: 0,
+        cancelled: s.cancelled,
+    }))
+}
