@@ -40,10 +40,10 @@ impl Node {
             .await
             .with_context(|| format!("opening {}", settings.database_url))?;
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
-        let policy = Arc::new(AddressPolicy::new(
-            settings.allow_private_cidrs.clone(),
-            settings.allow_http,
-        ));
+        let policy = Arc::new(
+            AddressPolicy::new(settings.allow_private_cidrs.clone(), settings.allow_http)
+                .with_allowed_ports(settings.allow_ports.iter().copied()),
+        );
         let resolver: Arc<dyn HostResolver> = Arc::new(
             SystemResolver::new()
                 .map_err(anyhow::Error::msg)

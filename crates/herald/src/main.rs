@@ -87,6 +87,10 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_REQUEST_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     request_timeout: Option<String>,
+    /// Ports endpoint URLs may use, comma-separated (e.g. 443,8443) [default: any].
+    #[arg(long, env = "HERALD_ALLOW_PORTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_ports: Option<String>,
 }
 
 fn main() -> ExitCode {
