@@ -37,6 +37,15 @@ impl ScriptedResolver {
         })
     }
 
+    /// A resolver giving `answer` to every lookup.
+    pub fn answering(answer: Vec<IpAddr>) -> Arc<Self> {
+        Arc::new(Self {
+            answers: Mutex::new(VecDeque::new()),
+            last: Mutex::new(answer),
+            lookups: AtomicUsize::new(0),
+        })
+    }
+
     pub fn lookups(&self) -> usize {
         self.lookups.load(Ordering::SeqCst)
     }
