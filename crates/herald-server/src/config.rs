@@ -42,6 +42,8 @@ pub struct Config {
     pub request_timeout: String,
     /// Ports endpoint URLs may use, comma-separated (e.g. `443,8443`); empty allows any port.
     pub allow_ports: String,
+    /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
+    pub proxy_url: String,
 }
 
 impl Default for Config {
@@ -60,6 +62,7 @@ impl Default for Config {
             connect_timeout: "5s".to_owned(),
             request_timeout: "15s".to_owned(),
             allow_ports: String::new(),
+            proxy_url: String::new(),
         }
     }
 }
@@ -96,6 +99,8 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Ports endpoint URLs may use; empty allows any.
     pub allow_ports: Vec<u16>,
+    /// Egress proxy for deliveries, if any.
+    pub proxy_url: Option<String>,
 }
 
 impl Config {
@@ -148,6 +153,7 @@ impl Config {
             connect_timeout: parse_duration(&self.connect_timeout).context("connect_timeout")?,
             request_timeout: parse_duration(&self.request_timeout).context("request_timeout")?,
             allow_ports: parse_ports(&self.allow_ports)?,
+            proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
         })
     }
 }

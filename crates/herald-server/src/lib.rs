@@ -52,6 +52,7 @@ impl Node {
         let client_config = ClientConfig {
             connect_timeout: settings.connect_timeout,
             total_timeout: settings.request_timeout,
+            proxy_url: settings.proxy_url.clone(),
             ..ClientConfig::default()
         };
         let client = DeliveryClient::new(client_config, policy.clone(), resolver).context("delivery client")?;

@@ -91,6 +91,10 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_ALLOW_PORTS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     allow_ports: Option<String>,
+    /// HTTP CONNECT egress proxy for deliveries, http://[user:password@]host:port [default: none, direct].
+    #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy_url: Option<String>,
 }
 
 fn main() -> ExitCode {
