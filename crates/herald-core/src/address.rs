@@ -394,6 +394,25 @@ pub enum UrlRejected {
     /// operator has not allowlisted 127.0.0.1.
     #[error("endpoint URL host is a localhost name, which refers to this machine")]
     LocalhostName,
+    /// The port is outside the operator's port allowlist, or is 0 (which no server listens on). A port
+    /// allowlist keeps endpoints off the well-known ports of internal services (SSH, SMTP, Redis, …) that a
+    /// reachable public address might also expose.
+    #[error("endpoint URL port {port} is not allowed{}", allowed_ports_hint(allowed))]
+    PortNotAllowed {
+        /// The port the URL names (or its scheme's default).
+        port: u16,
+        /// The operator's allowlist; empty when the port was refused for being 0.
+        allowed: Vec<u16>,
+    },
+}
+
+/// The tail of [`UrlRejected::PortNotAllowed`]'s message: which ports the operator does allow.
+fn allowed_ports_hint(allowed: &[u16]) -> String {
+    if allowed.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = allowed.iter().map(u16::to_string).collect();
+    format!("; the port allowlist is {}", list.join(", "))
 }
 
 impl UrlRejected {
@@ -406,6 +425,7 @@ impl UrlRejected {
             UrlRejected::InvalidDomain(_) => "invalid_domain",
             UrlRejected::Denied(_) => "address_denied",
             UrlRejected::LocalhostName => "localhost_name",
+            UrlRejected::PortNotAllowed { .. } => "port_not_allowed",
         }
     }
 }
@@ -445,15 +465,17 @@ pub struct Target {
 }
 
 /// The operator's SSRF policy: the fixed deny list, minus the CIDRs the operator explicitly allows, plus
-/// whether plain http is acceptable.
+/// whether plain http is acceptable and which ports endpoints may use.
 ///
 /// The allowlist exists for local development and for deployments that must deliver to internal services; it is
 /// explicit because every entry reopens a hole the deny list closes. http is off by default in production
-/// because payloads and signatures would travel in clear text.
+/// because payloads and signatures would travel in clear text. The port allowlist is empty (any port) by
+/// default, because receivers legitimately listen on odd ports; operators who know better can narrow it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AddressPolicy {
     allow_cidrs: Vec<IpNet>,
     allow_http: bool,
+    allow_ports: Vec<u16>,
 }
 
 impl AddressPolicy {
@@ -463,6 +485,7 @@ impl AddressPolicy {
         Self {
             allow_cidrs: allow_cidrs.into_iter().map(|net| net.trunc()).collect(),
             allow_http,
+            allow_ports: Vec::new(),
         }
     }
 
@@ -474,6 +497,33 @@ impl AddressPolicy {
     /// Whether plain `http` endpoint URLs are accepted.
     pub fn allows_http(&self) -> bool {
         self.allow_http
+    }
+
+    /// The same policy, accepting only URLs whose port (explicit, or the scheme's default) is in `ports`; an
+    /// empty list accepts any port. Sorted and deduplicated so error messages are stable.
+    pub fn with_allowed_ports(mut self, ports: impl IntoIterator<Item = u16>) -> Self {
+        let mut ports: Vec<u16> = ports.into_iter().collect();
+        ports.sort_unstable();
+        ports.dedup();
+        self.allow_ports = ports;
+        self
+    }
+
+    /// The port allowlist; empty means any port (except 0).
+    pub fn allowed_ports(&self) -> &[u16] {
+        &self.allow_ports
+    }
+
+    /// Checks the port an endpoint URL connects to against the port allowlist. Port 0 is always refused: no
+    /// server listens on it, and some stacks treat it as "any port".
+    pub fn check_port(&self, port: u16) -> Result<(), UrlRejected> {
+        if port == 0 || !(self.allow_ports.is_empty() || self.allow_ports.contains(&port)) {
+            return Err(UrlRejected::PortNotAllowed {
+                port,
+                allowed: self.allow_ports.clone(),
+            });
+        }
+        Ok(())
     }
 
     fn allowlisted(&self, ip: IpAddr) -> bool {
@@ -520,8 +570,9 @@ impl AddressPolicy {
     /// hosts (`127.1`, `2130706433`, `0x7f000001`, octal `0177.0.0.1`, percent-encoded or full-width digits) into
     /// a plain IP literal before the check, and rejects IPv6 zone ids. Rejects: unparseable input; schemes other
     /// than https (and http when allowed); a missing or malformed host; IP-literal hosts that fail
-    /// [`AddressPolicy::check_ip`]; and `localhost` / `*.localhost` in any case, with or without a trailing dot,
-    /// unless 127.0.0.1 is allowlisted. Userinfo is permitted and ignored: only the host decides.
+    /// [`AddressPolicy::check_ip`]; `localhost` / `*.localhost` in any case, with or without a trailing dot,
+    /// unless 127.0.0.1 is allowlisted; and ports outside the port allowlist ([`AddressPolicy::check_port`]).
+    /// Userinfo is permitted and ignored: only the host decides (`http://a@127.0.0.1/` goes to 127.0.0.1).
     ///
     /// Passing this check is not enough for a domain host: the resolver must vet every address it resolves to.
     pub fn check_url(&self, url: &str) -> Result<Target, UrlRejected> {
@@ -553,7 +604,9 @@ impl AddressPolicy {
                 TargetHost::Domain(name.to_owned())
             }
         };
+        // The port the connection will use: WHATWG drops an explicit default port, so fall back to the scheme's.
         let port = parsed.port_or_known_default().unwrap_or(default_port);
+        self.check_port(port)?;
         Ok(Target {
             url: parsed,
             host,

@@ -375,6 +375,123 @@ fn userinfo_is_ignored_the_host_counts() {
 }
 
 #[test]
+fn the_host_is_the_one_the_connection_uses() {
+    // Every trick that makes a URL *look* like it goes somewhere else: the host WHATWG (and so the client)
+    // connects to is the one checked.
+    let loopback = AddressPolicy::new(vec![net("127.0.0.0/8")], true);
+    for (url, host, port) in [
+        ("http://a@127.0.0.1/", "127.0.0.1", 80),
+        ("http://example.com@127.0.0.1:8080/", "127.0.0.1", 8080),
+        ("http://user:pass@127.0.0.1/", "127.0.0.1", 80),
+        ("http://a@b@127.0.0.1/", "127.0.0.1", 80),
+        ("http://example.com:443@127.0.0.1/", "127.0.0.1", 80),
+        // A backslash is a path separator in special schemes: the host ends before it.
+        ("http://127.0.0.1\\@example.com/", "127.0.0.1", 80),
+        ("http://127.0.0.1:8080\\@example.com/", "127.0.0.1", 8080),
+        ("http://127.0.0.1/@example.com/", "127.0.0.1", 80),
+        ("http://127.0.0.1?@example.com/", "127.0.0.1", 80),
+        ("http://127.0.0.1#@example.com/", "127.0.0.1", 80),
+        ("http://%31%32%37%2e0.0.1/", "127.0.0.1", 80),
+        ("http://127.0.0.1.:80/", "127.0.0.1", 80),
+    ] {
+        let t = loopback.check_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(t.host, TargetHost::Ip(ip(host)), "{url}");
+        assert_eq!(t.port, port, "{url}");
+        assert_eq!(t.url.host_str(), Some(host), "{url}");
+        // Without the allowlist, the same URL is refused as loopback: the check saw the real host.
+        assert!(
+            matches!(strict().check_url(url), Err(UrlRejected::Denied(d)) if d.rule == DenyRule::Loopback),
+            "{url}"
+        );
+    }
+    // The reverse: a loopback-looking userinfo, fragment or path does not make a public host refused.
+    for url in [
+        "https://127.0.0.1@example.com/",
+        "https://example.com/127.0.0.1",
+        "https://example.com#@127.0.0.1",
+        "https://example.com?@127.0.0.1",
+    ] {
+        let t = strict().check_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(t.host, TargetHost::Domain("example.com".into()), "{url}");
+    }
+}
+
+#[test]
+fn other_schemes_are_refused_whatever_the_other_settings() {
+    let open = AddressPolicy::new(vec![net("0.0.0.0/0"), net("::/0")], true);
+    for url in [
+        "file:///etc/passwd",
+        "file://localhost/etc/passwd",
+        "gopher://example.com:70/_x",
+        "ftp://example.com/",
+        "data:text/plain,x",
+        "javascript:alert(1)",
+        "dict://example.com:11211/",
+        "ldap://example.com/",
+        "sftp://example.com/",
+        "tftp://example.com/x",
+        "jar:http://example.com/x!/",
+        "netdoc:///etc/passwd",
+        "ws://example.com/",
+        "view-source:http://example.com/",
+        "mailto:a@example.com",
+        " gopher://example.com/",
+    ] {
+        for policy in [strict(), open.clone()] {
+            assert!(
+                matches!(policy.check_url(url), Err(UrlRejected::SchemeNotAllowed(_))),
+                "{url}: {:?}",
+                policy.check_url(url)
+            );
+        }
+    }
+}
+
+#[test]
+fn port_allowlist() {
+    let p = strict().with_allowed_ports([8443, 443, 443]);
+    assert_eq!(p.allowed_ports(), &[443, 8443]);
+    assert_eq!(p.check_url("https://example.com/").unwrap().port, 443);
+    assert_eq!(p.check_url("https://example.com:443/").unwrap().port, 443);
+    assert_eq!(p.check_url("https://example.com:8443/").unwrap().port, 8443);
+    // http's default port 80 is not in the list, whether written or implied.
+    for (url, port) in [
+        ("http://example.com/", 80),
+        ("http://example.com:80/", 80),
+        ("https://example.com:6379/", 6379),
+        ("https://93.184.215.14:22/", 22),
+        ("https://user@example.com:25/", 25),
+    ] {
+        let e = p.check_url(url).unwrap_err();
+        assert_eq!(
+            e,
+            UrlRejected::PortNotAllowed {
+                port,
+                allowed: vec![443, 8443]
+            },
+            "{url}"
+        );
+        assert_eq!(e.code(), "port_not_allowed");
+        assert_eq!(
+            e.to_string(),
+            format!("endpoint URL port {port} is not allowed; the port allowlist is 443, 8443")
+        );
+    }
+    // No list: any port but 0.
+    assert_eq!(strict().check_url("https://example.com:6379/").unwrap().port, 6379);
+    assert_eq!(
+        strict().check_url("https://example.com:0/").unwrap_err().to_string(),
+        "endpoint URL port 0 is not allowed"
+    );
+    assert!(p.check_port(0).is_err());
+    // The address check comes first, so a denied host is reported as such even on an allowed port.
+    assert!(matches!(
+        p.check_url("https://10.0.0.1:443/"),
+        Err(UrlRejected::Denied(_))
+    ));
+}
+
+#[test]
 fn rejection_messages_are_user_facing() {
     let e = strict().check_url("http://127.0.0.1:8080/hook").unwrap_err();
     assert_eq!(
@@ -702,6 +819,16 @@ proptest! {
         prop_assume!(!in_spec(a));
         prop_assert!(strict().check_ip(a).is_ok(), "{}", a);
         prop_assert!(strict().check_url(&url_for(a)).is_ok());
+    }
+
+    #[test]
+    fn a_port_outside_the_allowlist_never_passes(port in any::<u16>(), host in any::<u32>()) {
+        let p = strict().with_allowed_ports([443, 8443]);
+        let a = IpAddr::V4(Ipv4Addr::from(host));
+        prop_assume!(!in_spec(a));
+        let url = format!("https://{a}:{port}/hook");
+        let passed = p.check_url(&url).is_ok();
+        prop_assert_eq!(passed, port == 443 || port == 8443, "{}", url);
     }
 
     #[test]

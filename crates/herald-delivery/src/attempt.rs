@@ -12,7 +12,7 @@ use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{Finished, Queued, Verdict};
 use herald_signature::HmacSecret;
 use herald_store::AttemptRecord;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use crate::client::{DeliveryClient, Response};
 

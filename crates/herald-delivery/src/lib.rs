@@ -11,5 +11,5 @@ pub mod client;
 pub mod engine;
 mod recorder;
 
-pub use client::{ClientConfig, DeliveryClient, HostResolver, SystemResolver};
+pub use client::{ClientConfig, ConnectError, DeliveryClient, HostResolver, SystemResolver, checked_addresses};
 pub use engine::{Engine, EngineConfig, EngineHandle};

@@ -49,6 +49,10 @@ pub struct Config {
     pub connect_timeout: String,
     /// Time for a whole attempt.
     pub request_timeout: String,
+    /// Ports endpoint URLs may use, comma-separated (e.g. `443,8443`); empty allows any port.
+    pub allow_ports: String,
+    /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
+    pub proxy_url: String,
 }
 
 impl Default for Config {
@@ -70,6 +74,8 @@ impl Default for Config {
             disable_after: "5d".to_owned(),
             connect_timeout: "5s".to_owned(),
             request_timeout: "15s".to_owned(),
+            allow_ports: String::new(),
+            proxy_url: String::new(),
         }
     }
 }
@@ -108,6 +114,10 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// Request timeout.
     pub request_timeout: Duration,
+    /// Ports endpoint URLs may use; empty allows any.
+    pub allow_ports: Vec<u16>,
+    /// Egress proxy for deliveries, if any.
+    pub proxy_url: Option<String>,
 }
 
 impl Config {
@@ -176,6 +186,8 @@ impl Config {
             disable_after: parse_duration(&self.disable_after).context("disable_after")?,
             connect_timeout: parse_duration(&self.connect_timeout).context("connect_timeout")?,
             request_timeout: parse_duration(&self.request_timeout).context("request_timeout")?,
+            allow_ports: parse_ports(&self.allow_ports)?,
+            proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
         })
     }
 }
@@ -189,6 +201,17 @@ fn parse_cidrs(list: &str) -> anyhow::Result<Vec<IpNet>> {
             item.parse::<IpNet>()
                 .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
                 .with_context(|| format!("allow_private_cidrs: {item:?} is not a CIDR"))
+        })
+        .collect()
+}
+
+fn parse_ports(list: &str) -> anyhow::Result<Vec<u16>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| match item.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(port),
+            _ => bail!("allow_ports: {item:?} is not a port (1-65535)"),
         })
         .collect()
 }
@@ -211,6 +234,16 @@ mod tests {
         assert_eq!(settings.retry_schedule.max_attempts(), 9);
         assert!(!settings.allow_http);
         assert!(settings.allow_private_cidrs.is_empty());
+        assert!(settings.allow_ports.is_empty());
+    }
+
+    #[test]
+    fn port_allowlist_is_parsed() {
+        let config = Config {
+            allow_ports: " 443, 8443 ,".into(),
+            ..Config::default()
+        };
+        assert_eq!(config.settings().unwrap().allow_ports, vec![443, 8443]);
     }
 
     #[test]
@@ -250,6 +283,9 @@ mod tests {
             "breaker_threshold = 0",
             "breaker_cooldown = \"1m\"\nbreaker_max_cooldown = \"1s\"",
             "disable_after = \"soon\"",
+            "allow_ports = \"443,https\"",
+            "allow_ports = \"0\"",
+            "allow_ports = \"70000\"",
             "unknown_key = 1",
         ] {
             std::fs::write(&path, bad).unwrap();

@@ -51,10 +51,10 @@ impl Node {
                 "background tasks interrupted by the last stop are marked failed"
             );
         }
-        let policy = Arc::new(AddressPolicy::new(
-            settings.allow_private_cidrs.clone(),
-            settings.allow_http,
-        ));
+        let policy = Arc::new(
+            AddressPolicy::new(settings.allow_private_cidrs.clone(), settings.allow_http)
+                .with_allowed_ports(settings.allow_ports.iter().copied()),
+        );
         let resolver: Arc<dyn HostResolver> = Arc::new(
             SystemResolver::new()
                 .map_err(anyhow::Error::msg)
@@ -63,6 +63,7 @@ impl Node {
         let client_config = ClientConfig {
             connect_timeout: settings.connect_timeout,
             total_timeout: settings.request_timeout,
+            proxy_url: settings.proxy_url.clone(),
             ..ClientConfig::default()
         };
         let client = DeliveryClient::new(client_config, policy.clone(), resolver).context("delivery client")?;

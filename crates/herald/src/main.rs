@@ -103,6 +103,14 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_REQUEST_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     request_timeout: Option<String>,
+    /// Ports endpoint URLs may use, comma-separated (e.g. 443,8443) [default: any].
+    #[arg(long, env = "HERALD_ALLOW_PORTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_ports: Option<String>,
+    /// HTTP CONNECT egress proxy for deliveries, http://[user:password@]host:port [default: none, direct].
+    #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy_url: Option<String>,
 }
 
 fn main() -> ExitCode {

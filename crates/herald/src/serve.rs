@@ -5,6 +5,12 @@ use herald_server::{Node, Settings};
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     init_tracing();
     if settings.dev {
+        // Printed as well as logged: a log filter (RUST_LOG=error) must not be able to hide that the SSRF
+        // protection is relaxed.
+        eprintln!(
+            "WARNING: DEVELOPMENT MODE (--dev): plain http and loopback destinations (127.0.0.0/8, ::1) are \
+             allowed. Never run this in production."
+        );
         tracing::warn!("DEVELOPMENT MODE: http and loopback destinations are allowed. Never run this in production.");
     }
     let node = Node::start(&settings).await?;
