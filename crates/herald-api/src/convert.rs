@@ -71,6 +71,7 @@ pub fn endpoint(ep: Endpoint) -> EndpointOut {
         throttle_rate: rate(ep.rate_limit),
         max_concurrency: ep.max_concurrency,
         ordering: ep.ordering.as_str(),
+        request_timeout_ms: ep.request_timeout_ms,
         disabled_reason: ep.disabled_reason,
         health: None,
         id: ep.id,

@@ -14,6 +14,8 @@ pub struct Limits {
     pub max_payload_bytes: usize,
     /// The largest request body (the payload plus room for the envelope).
     pub max_body_bytes: usize,
+    /// The longest attempt timeout an endpoint may ask for, in milliseconds.
+    pub max_request_timeout_ms: u32,
 }
 
 impl Limits {
@@ -22,6 +24,15 @@ impl Limits {
         Self {
             max_payload_bytes,
             max_body_bytes: max_payload_bytes.saturating_add(64 * 1024),
+            max_request_timeout_ms: 60_000,
+        }
+    }
+
+    /// The same limits with another bound on endpoints' attempt timeouts.
+    pub fn with_max_request_timeout(self, max: std::time::Duration) -> Self {
+        Self {
+            max_request_timeout_ms: u32::try_from(max.as_millis()).unwrap_or(u32::MAX),
+            ..self
         }
     }
 }

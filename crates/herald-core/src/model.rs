@@ -73,6 +73,8 @@ pub struct Endpoint {
     pub max_concurrency: Option<u32>,
     /// Whether deliveries sharing an ordering key go one at a time, in order.
     pub ordering: Ordering,
+    /// Time allowed for one attempt, in milliseconds; `None` for the operator's default.
+    pub request_timeout_ms: Option<u32>,
     /// Endpoint version (Svix field; informational).
     pub version: i32,
     /// Client labels.
@@ -337,6 +339,7 @@ mod tests {
             rate_limit: None,
             max_concurrency: None,
             ordering: Ordering::Unordered,
+            request_timeout_ms: None,
             version: 1,
             metadata: Metadata::new(),
             secret: "whsec_x".into(),

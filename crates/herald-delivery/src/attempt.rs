@@ -78,11 +78,16 @@ impl AttemptTask {
             Some(secret) => {
                 let headers = signed_headers(secret, message, started_at / 1000);
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
+                let timeout = self.endpoint.request_timeout_ms.map_or_else(
+                    || self.client.default_timeout(),
+                    |ms| Duration::from_millis(u64::from(ms)),
+                );
                 self.client
-                    .post(
+                    .post_within(
                         &self.endpoint.url,
                         headers,
                         Bytes::from_owner(Arc::clone(&message.payload)),
+                        timeout,
                     )
                     .await
             }

@@ -595,10 +595,21 @@ impl DeliveryClient {
         &self.policy
     }
 
+    /// The time allowed for a whole attempt when the endpoint sets none.
+    pub fn default_timeout(&self) -> Duration {
+        self.config.total_timeout
+    }
+
     /// POST `body` to `url` with `headers`, and classify what happened.
     pub async fn post(&self, url: &str, headers: HeaderMap, body: Bytes) -> Response {
+        self.post_within(url, headers, body, self.config.total_timeout).await
+    }
+
+    /// As [`DeliveryClient::post`], with `timeout` for the whole attempt instead of the configured one (an
+    /// endpoint's own setting, already held within the operator's bounds).
+    pub async fn post_within(&self, url: &str, headers: HeaderMap, body: Bytes, timeout: Duration) -> Response {
         let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + self.config.total_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         let finish = |result, body: String| Response {
             result,
             body,
@@ -620,7 +631,7 @@ impl DeliveryClient {
             Err(_) => {
                 return finish(
                     AttemptResult::Timeout,
-                    format!("timeout: no response within {:?}", self.config.total_timeout),
+                    format!("timeout: no response within {timeout:?}"),
                 );
             }
         };

@@ -49,6 +49,8 @@ pub struct Config {
     pub connect_timeout: String,
     /// Time for a whole attempt.
     pub request_timeout: String,
+    /// The longest attempt timeout an endpoint may set for itself (`requestTimeoutMs`).
+    pub max_request_timeout: String,
     /// Ports endpoint URLs may use, comma-separated (e.g. `443,8443`); empty allows any port.
     pub allow_ports: String,
     /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
@@ -74,6 +76,7 @@ impl Default for Config {
             disable_after: "5d".to_owned(),
             connect_timeout: "5s".to_owned(),
             request_timeout: "15s".to_owned(),
+            max_request_timeout: "60s".to_owned(),
             allow_ports: String::new(),
             proxy_url: String::new(),
         }
@@ -114,6 +117,8 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// Request timeout.
     pub request_timeout: Duration,
+    /// Bound on endpoints' own attempt timeouts.
+    pub max_request_timeout: Duration,
     /// Ports endpoint URLs may use; empty allows any.
     pub allow_ports: Vec<u16>,
     /// Egress proxy for deliveries, if any.
@@ -186,6 +191,7 @@ impl Config {
             disable_after: parse_duration(&self.disable_after).context("disable_after")?,
             connect_timeout: parse_duration(&self.connect_timeout).context("connect_timeout")?,
             request_timeout: parse_duration(&self.request_timeout).context("request_timeout")?,
+            max_request_timeout: parse_duration(&self.max_request_timeout).context("max_request_timeout")?,
             allow_ports: parse_ports(&self.allow_ports)?,
             proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
         })

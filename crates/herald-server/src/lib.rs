@@ -73,7 +73,8 @@ impl Node {
             endpoint_concurrency: settings.endpoint_concurrency,
             breaker: settings.breaker,
             disable_after: settings.disable_after,
-            attempt_timeout: settings.request_timeout,
+            // An endpoint may take up to the operator's bound per attempt: a delivery's window allows for it.
+            attempt_timeout: settings.request_timeout.max(settings.max_request_timeout),
             ..EngineConfig::default()
         };
         let engine = Engine::start(store.clone(), client, engine_config)
@@ -84,7 +85,7 @@ impl Node {
             Some(engine),
             policy,
             admin_token_sha256,
-            Limits::for_payload(settings.max_payload_bytes),
+            Limits::for_payload(settings.max_payload_bytes).with_max_request_timeout(settings.max_request_timeout),
         );
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await

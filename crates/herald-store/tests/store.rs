@@ -47,6 +47,7 @@ fn endpoint(app_id: &str) -> Endpoint {
         rate_limit: None,
         max_concurrency: None,
         ordering: Ordering::Unordered,
+        request_timeout_ms: None,
         version: 1,
         metadata: BTreeMap::new(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
@@ -362,9 +363,13 @@ async fn ordering_settings_and_keys_round_trip() {
         let mut e = endpoint(&a.id);
         e.ordering = Ordering::Key;
         e.max_concurrency = Some(3);
+        e.request_timeout_ms = Some(2_500);
         store.create_endpoint(&e).await.unwrap();
         let back = store.get_endpoint_by_id(&e.id).await.unwrap();
-        assert_eq!((back.ordering, back.max_concurrency), (Ordering::Key, Some(3)));
+        assert_eq!(
+            (back.ordering, back.max_concurrency, back.request_timeout_ms),
+            (Ordering::Key, Some(3), Some(2_500))
+        );
         let mut keyed = new_message(&a.id, None, None);
         keyed.ordering_key = Some("customer-7".into());
         let (m, _) = created(store.ingest(keyed).await.unwrap());

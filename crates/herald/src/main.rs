@@ -103,6 +103,10 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_REQUEST_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     request_timeout: Option<String>,
+    /// The longest attempt timeout an endpoint may set for itself (requestTimeoutMs) [default: 60s].
+    #[arg(long, env = "HERALD_MAX_REQUEST_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_request_timeout: Option<String>,
     /// Ports endpoint URLs may use, comma-separated (e.g. 443,8443) [default: any].
     #[arg(long, env = "HERALD_ALLOW_PORTS")]
     #[serde(skip_serializing_if = "Option::is_none")]

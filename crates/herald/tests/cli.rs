@@ -53,6 +53,11 @@ fn help_documents_every_setting() {
         "HERALD_ALLOW_HTTP",
         "HERALD_ALLOW_PORTS",
         "HERALD_PROXY_URL",
+        "HERALD_BREAKER_THRESHOLD",
+        "HERALD_BREAKER_COOLDOWN",
+        "HERALD_BREAKER_MAX_COOLDOWN",
+        "HERALD_DISABLE_AFTER",
+        "HERALD_MAX_REQUEST_TIMEOUT",
         "HERALD_CONFIG",
     ] {
         assert!(help.contains(variable), "{variable} missing from --help:\n{help}");

@@ -341,7 +341,11 @@ async fn a_paused_endpoint_queues_and_delivers_everything_after_resume() {
 #[tokio::test]
 async fn deliveries_that_wait_past_their_window_while_paused_die_unsent() {
     // Window: 100 ms × 1.2 + two attempts × 100 ms ≈ 0.3 s.
-    let env = [("HERALD_RETRY_SCHEDULE", "100ms"), ("HERALD_REQUEST_TIMEOUT", "100ms")];
+    let env = [
+        ("HERALD_RETRY_SCHEDULE", "100ms"),
+        ("HERALD_REQUEST_TIMEOUT", "100ms"),
+        ("HERALD_MAX_REQUEST_TIMEOUT", "100ms"),
+    ];
     let Setup {
         herald,
         receiver,
@@ -513,4 +517,42 @@ async fn flow_control_settings_are_validated_and_echoed() {
         .await;
     assert_eq!(status, 422, "{error}");
     assert!(error["detail"].as_str().unwrap().contains("orderingKey"), "{error}");
+}
+
+#[tokio::test]
+async fn an_endpoint_can_shorten_its_attempt_timeout_within_the_operators_bound() {
+    let env = [
+        ("HERALD_REQUEST_TIMEOUT", "5s"),
+        ("HERALD_MAX_REQUEST_TIMEOUT", "10s"),
+        ("HERALD_RETRY_SCHEDULE", "10s"),
+    ];
+    let slow = Reply::status(200).delay(Duration::from_secs(3));
+    let Setup {
+        herald,
+        receiver,
+        app,
+        ep,
+    } = setup(&env, slow, json!({"requestTimeoutMs": 300})).await;
+    assert_eq!(endpoint(&herald, &app, &ep).await["requestTimeoutMs"], 300);
+    let started = Instant::now();
+    let msg = send(&herald, &app, json!({"eventType": "a.b", "payload": {}})).await;
+    let attempts = herald.wait_attempts(&app, &msg, WAIT, |a| !a.is_empty()).await;
+    assert_eq!(attempts[0]["outcome"], "timeout", "{attempts:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the endpoint's 300 ms applied, not the 5 s default"
+    );
+    assert_eq!(receiver.received().len(), 1);
+    let (status, error) = herald
+        .call(
+            "PATCH",
+            &format!("/app/{app}/endpoint/{ep}"),
+            Some(json!({"requestTimeoutMs": 20_000})),
+        )
+        .await;
+    assert_eq!(status, 422, "beyond the operator's bound: {error}");
+    assert!(
+        error["detail"].as_str().unwrap().contains("requestTimeoutMs"),
+        "{error}"
+    );
 }

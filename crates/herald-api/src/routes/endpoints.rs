@@ -66,8 +66,12 @@ struct EndpointFields {
     max_concurrency: Option<u32>,
     /// As given; checked by `validate`.
     ordering: Option<String>,
+    request_timeout_ms: Option<u32>,
     metadata: Metadata,
 }
+
+/// The shortest attempt timeout a client may set.
+const MIN_REQUEST_TIMEOUT_MS: u32 = 100;
 
 /// The largest per-endpoint concurrency cap a client may set.
 const MAX_ENDPOINT_CONCURRENCY: u32 = 1_000;
@@ -100,6 +104,15 @@ impl EndpointFields {
                 "maxConcurrency: must be between 1 and {MAX_ENDPOINT_CONCURRENCY}, got {cap}"
             )));
         }
+        let max_timeout = state.limits.max_request_timeout_ms;
+        if let Some(ms) = self.request_timeout_ms
+            && !(MIN_REQUEST_TIMEOUT_MS..=max_timeout).contains(&ms)
+        {
+            return Err(ApiError::validation(format!(
+                "requestTimeoutMs: must be between {MIN_REQUEST_TIMEOUT_MS} and {max_timeout} (the operator's bound), \
+                 got {ms}"
+            )));
+        }
         if let Some(mode) = &self.ordering
             && Ordering::parse(mode).is_none()
         {
@@ -123,6 +136,7 @@ impl EndpointFields {
         endpoint.channels = list(self.channels);
         endpoint.rate_limit = self.throttle_rate.map(u32::from);
         endpoint.max_concurrency = self.max_concurrency;
+        endpoint.request_timeout_ms = self.request_timeout_ms;
         endpoint.ordering = self.ordering.as_deref().and_then(Ordering::parse).unwrap_or_default();
         endpoint.metadata = self.metadata;
     }
@@ -139,6 +153,8 @@ impl EndpointFields {
         patch.throttle_rate.apply_to(&mut throttle_rate);
         let mut max_concurrency = endpoint.max_concurrency;
         patch.max_concurrency.apply_to(&mut max_concurrency);
+        let mut request_timeout_ms = endpoint.request_timeout_ms;
+        patch.request_timeout_ms.apply_to(&mut request_timeout_ms);
         Self {
             url: patch.url.unwrap_or_else(|| endpoint.url.clone()),
             description: patch.description.unwrap_or_else(|| endpoint.description.clone()),
@@ -148,6 +164,7 @@ impl EndpointFields {
             channels,
             throttle_rate,
             max_concurrency,
+            request_timeout_ms,
             ordering: Some(patch.ordering.unwrap_or_else(|| endpoint.ordering.as_str().to_owned())),
             metadata: patch.metadata.unwrap_or_else(|| endpoint.metadata.clone()),
         }
@@ -166,6 +183,7 @@ impl From<EndpointUpdate> for EndpointFields {
             throttle_rate: u.throttle_rate,
             max_concurrency: u.max_concurrency,
             ordering: u.ordering,
+            request_timeout_ms: u.request_timeout_ms,
             metadata: u.metadata,
         }
     }
@@ -250,6 +268,7 @@ async fn insert(
         rate_limit: None,
         max_concurrency: None,
         ordering: Ordering::Unordered,
+        request_timeout_ms: None,
         version: 1,
         metadata: Metadata::new(),
         secret,
@@ -274,6 +293,7 @@ impl EndpointIn {
             throttle_rate: self.throttle_rate,
             max_concurrency: self.max_concurrency,
             ordering: self.ordering,
+            request_timeout_ms: self.request_timeout_ms,
             metadata: self.metadata,
         }
     }

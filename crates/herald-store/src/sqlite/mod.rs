@@ -90,7 +90,7 @@ pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
 
 /// Bind an endpoint's changeable fields, in the column order both `create_endpoint` and
 /// `update_endpoint` use: uid, url, description, filter_types, channels, disabled, disabled_reason,
-/// rate_limit, max_concurrency, ordering, version, metadata, secret, updated_at.
+/// rate_limit, max_concurrency, ordering, request_timeout_ms, version, metadata, secret, updated_at.
 fn bind_endpoint_fields<'q>(
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
     ep: &'q Endpoint,
@@ -106,6 +106,7 @@ fn bind_endpoint_fields<'q>(
         .bind(ep.rate_limit.map(i64::from))
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
+        .bind(ep.request_timeout_ms.map(i64::from))
         .bind(ep.version)
         .bind(rows::encode_metadata(&ep.metadata))
         .bind(&ep.secret)
@@ -303,8 +304,8 @@ impl Store for SqliteStore {
 
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
         let sql = "INSERT INTO endpoint (id, app_id, created_at, uid, url, description, filter_types, channels, \
-                   disabled, disabled_reason, rate_limit, max_concurrency, ordering, version, metadata, secret, \
-                   updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+                   disabled, disabled_reason, rate_limit, max_concurrency, ordering, request_timeout_ms, version, \
+                   metadata, secret, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
         let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
         bind_endpoint_fields(query, ep)
             .execute(&self.write)
@@ -357,7 +358,7 @@ impl Store for SqliteStore {
     async fn update_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
         let sql = "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, \
                    disabled = ?, disabled_reason = ?, rate_limit = ?, max_concurrency = ?, ordering = ?, \
-                   version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?";
+                   request_timeout_ms = ?, version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?";
         let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
         one_changed(query.execute(&self.write).await.map_err(map_constraint)?)
     }

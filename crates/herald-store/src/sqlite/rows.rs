@@ -68,6 +68,7 @@ pub(crate) fn endpoint(row: &SqliteRow) -> StoreResult<Endpoint> {
         disabled_reason: row.try_get("disabled_reason")?,
         rate_limit: u32_opt(row.try_get("rate_limit")?),
         max_concurrency: u32_opt(row.try_get("max_concurrency")?),
+        request_timeout_ms: u32_opt(row.try_get("request_timeout_ms")?),
         ordering: {
             let name: &str = row.try_get("ordering")?;
             Ordering::parse(name).ok_or_else(|| StoreError::Corrupt(format!("ordering column: {name:?}")))?
