@@ -94,17 +94,12 @@ impl std::fmt::Debug for Inbox {
 
 impl Inbox {
     /// Open the store at `database_url` (`sqlite://PATH`), and start the forwarder, which at once picks
-    /// up every event left pending by a previous run. `admin_token_sha256` (see [`token_digest`]) guards
-    /// the admin API; without it the admin API is disabled.
+    /// up every event left pending by a previous run.
     ///
     /// # Errors
     ///
     /// [`StartError`] when the store cannot be opened or the HTTP client built.
-    pub async fn start(
-        config: InboxConfig,
-        database_url: &str,
-        admin_token_sha256: Option<[u8; 32]>,
-    ) -> Result<Self, StartError> {
+    pub async fn start(config: InboxConfig, database_url: &str) -> Result<Self, StartError> {
         let store = store::open(database_url).await?;
         let client = ForwardClient::new(config.forward_timeout)?;
         let sources: HashMap<String, Arc<Source>> =
@@ -115,7 +110,7 @@ impl Inbox {
             wake: Arc::new(Notify::new()),
             metrics: Arc::new(Metrics::default()),
             max_body_bytes: config.max_body_bytes,
-            admin_token_sha256,
+            admin_token_sha256: None,
         };
         let forwarder = Forwarder {
             store: state.store.clone(),
@@ -134,14 +129,23 @@ impl Inbox {
     /// The inbox's routes — `POST /in/{source}` and the admin API under `/api/v1/inbox` — without a
     /// health check or a fallback, for merging into another service (`herald serve --inbox`). Paths have
     /// no trailing slash; wrap the merged service in a [`NormalizePathLayer`] to accept both spellings.
-    pub fn routes(&self) -> Router {
-        routes::routes(self.state.clone())
+    ///
+    /// `admin_token_sha256` (see [`token_digest`]) guards the admin API; with `None` it is disabled.
+    pub fn routes(&self, admin_token_sha256: Option<[u8; 32]>) -> Router {
+        routes::routes(self.state_with(admin_token_sha256))
     }
 
     /// The complete standalone service: [`routes`](Self::routes), `GET /api/v1/health`, JSON errors for
     /// unknown paths, and a trailing slash trimmed from every request path.
-    pub fn service(&self) -> NormalizePath<Router> {
-        NormalizePathLayer::trim_trailing_slash().layer(routes::standalone(self.state.clone()))
+    pub fn service(&self, admin_token_sha256: Option<[u8; 32]>) -> NormalizePath<Router> {
+        NormalizePathLayer::trim_trailing_slash().layer(routes::standalone(self.state_with(admin_token_sha256)))
+    }
+
+    fn state_with(&self, admin_token_sha256: Option<[u8; 32]>) -> InboxState {
+        InboxState {
+            admin_token_sha256,
+            ..self.state.clone()
+        }
     }
 
     /// The counters since start.
