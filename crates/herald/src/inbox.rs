@@ -91,8 +91,8 @@ pub async fn run(settings: InboxSettings) -> anyhow::Result<()> {
 pub struct EmbeddedInboxArgs {
     /// Also run the inbox (see `herald inbox`) with this configuration, on the same listener and admin
     /// token as the API.
-    #[arg(long = "inbox", env = "HERALD_SERVE_INBOX")]
-    config: Option<PathBuf>,
+    #[arg(long, env = "HERALD_SERVE_INBOX")]
+    inbox: Option<PathBuf>,
     /// The inbox's own store when run with --inbox (SQLite allows one writer per file, so it is kept apart
     /// from the sender's).
     #[arg(long, env = "HERALD_INBOX_DATABASE_URL", default_value = herald_inbox::DEFAULT_DATABASE_URL)]
@@ -111,7 +111,7 @@ pub struct EmbeddedInbox {
 impl EmbeddedInboxArgs {
     /// The inbox to run, if `--inbox` was given.
     pub fn load(&self) -> anyhow::Result<Option<EmbeddedInbox>> {
-        let Some(path) = &self.config else {
+        let Some(path) = &self.inbox else {
             return Ok(None);
         };
         Ok(Some(EmbeddedInbox {
