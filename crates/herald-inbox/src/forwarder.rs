@@ -12,7 +12,7 @@
 //! Each forward records its own result in the store; a replay made while it was in flight wins (the
 //! result is fenced by the event's replay count).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,9 +29,10 @@ use crate::version;
 
 /// How long to wait before scanning again after the store failed.
 const STORE_RETRY: Duration = Duration::from_secs(1);
-/// Extra rows each scan reads past the free slots, so that events skipped because their resource is busy
-/// do not hide the ones behind them.
-const SCAN_SLACK: usize = 64;
+/// Due events read from the store per scan.
+const SCAN_BATCH: usize = 256;
+/// The most due events held in memory waiting for a slot or for their resource.
+const MAX_BACKLOG: usize = 4_096;
 
 /// The forwarder's parts.
 pub(crate) struct Forwarder {
@@ -50,18 +51,38 @@ struct Done {
     resource: Option<(String, String)>,
 }
 
+/// The loop's bookkeeping.
+#[derive(Default)]
+struct Work {
+    tasks: JoinSet<Done>,
+    /// Ids being forwarded.
+    in_flight: HashSet<String>,
+    /// Resources (source, key) with a forward in flight.
+    busy_resources: HashSet<(String, String)>,
+    /// Due events read from the store and not started yet, earliest first. Reading a batch at a time
+    /// keeps the store from being scanned once per forward.
+    backlog: VecDeque<StoredEvent>,
+}
+
+impl Work {
+    fn finished(&mut self, done: Done) {
+        self.in_flight.remove(&done.id);
+        if let Some(resource) = done.resource {
+            self.busy_resources.remove(&resource);
+        }
+    }
+}
+
 impl Forwarder {
     /// Forward until `stop` turns true; then wait for the forwards in flight to finish.
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let this = Arc::new(self);
-        let mut tasks: JoinSet<Done> = JoinSet::new();
-        let mut in_flight: HashSet<String> = HashSet::new();
-        let mut busy_resources: HashSet<(String, String)> = HashSet::new();
+        let mut work = Work::default();
         loop {
             if *stop.borrow() {
                 break;
             }
-            let next_due = match this.fill(&mut tasks, &mut in_flight, &mut busy_resources).await {
+            let next_due = match this.fill(&mut work).await {
                 Ok(next_due) => next_due,
                 Err(error) => {
                     tracing::error!(%error, "inbox forwarder: store failure; retrying");
@@ -74,20 +95,11 @@ impl Forwarder {
                 None => Duration::from_secs(3600),
             };
             tokio::select! {
-                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Ok(done) = joined {
-                        in_flight.remove(&done.id);
-                        if let Some(resource) = done.resource {
-                            busy_resources.remove(&resource);
-                        }
-                    } else {
-                        // A panicked forward: its event stays pending in the store. Rebuild the
-                        // bookkeeping from what is still running.
-                        tracing::error!("an inbox forward task failed");
-                        if tasks.is_empty() {
-                            in_flight.clear();
-                            busy_resources.clear();
-                        }
+                Some(joined) = work.tasks.join_next(), if !work.tasks.is_empty() => {
+                    this.reap(&mut work, joined);
+                    // Collect every other forward that finished meanwhile before looking for work.
+                    while let Some(joined) = work.tasks.try_join_next() {
+                        this.reap(&mut work, joined);
                     }
                 }
                 () = this.wake.notified() => {}
@@ -100,53 +112,83 @@ impl Forwarder {
                 }
             }
         }
-        while tasks.join_next().await.is_some() {}
+        while work.tasks.join_next().await.is_some() {}
+    }
+
+    fn reap(&self, work: &mut Work, joined: Result<Done, tokio::task::JoinError>) {
+        match joined {
+            Ok(done) => work.finished(done),
+            Err(_) => {
+                // A panicked forward: its event stays pending in the store. Rebuild the bookkeeping from
+                // what is still running once nothing is.
+                tracing::error!("an inbox forward task failed");
+                if work.tasks.is_empty() {
+                    work.in_flight.clear();
+                    work.busy_resources.clear();
+                }
+            }
+        }
     }
 
     /// Start forwards for due events while there are free slots. Returns when the loop should look
-    /// again without being woken: the next scheduled retry, or now if a full scan left work behind.
-    async fn fill(
-        self: &Arc<Self>,
-        tasks: &mut JoinSet<Done>,
-        in_flight: &mut HashSet<String>,
-        busy_resources: &mut HashSet<(String, String)>,
-    ) -> Result<Option<i64>, crate::store::StoreError> {
+    /// again without being woken: the next scheduled retry, or `None` when only a finished forward or a
+    /// new event can make a difference.
+    async fn fill(self: &Arc<Self>, work: &mut Work) -> Result<Option<i64>, crate::store::StoreError> {
         let now = now_ms();
-        let free = self.concurrency.saturating_sub(in_flight.len());
-        if free == 0 {
-            return Ok(None);
+        let mut scanned = false;
+        loop {
+            self.start_from_backlog(work);
+            if work.in_flight.len() >= self.concurrency || scanned || work.backlog.len() >= MAX_BACKLOG {
+                // Slots full (a finished forward wakes us), or the backlog holds only events whose
+                // resource is busy (its forward finishing wakes us).
+                return Ok(None);
+            }
+            let limit = work.in_flight.len() + work.backlog.len() + SCAN_BATCH;
+            let due = self.store.due(now, limit).await?;
+            let exhausted = due.len() < limit;
+            let queued: HashSet<&str> = work.backlog.iter().map(|e| e.id.as_str()).collect();
+            let fresh: Vec<StoredEvent> = due
+                .into_iter()
+                .filter(|e| !work.in_flight.contains(&e.id) && !queued.contains(e.id.as_str()))
+                .collect();
+            work.backlog.extend(fresh);
+            scanned = true;
+            if !exhausted {
+                continue;
+            }
+            self.start_from_backlog(work);
+            if !work.backlog.is_empty() {
+                return Ok(None);
+            }
+            return self.store.next_due_after(now).await;
         }
-        let limit = in_flight.len() + free + SCAN_SLACK;
-        let due = self.store.due(now, limit).await?;
-        let full_scan = due.len() == limit;
-        let mut started = 0;
-        for event in due {
-            if started == free {
-                break;
-            }
-            if in_flight.contains(&event.id) {
-                continue;
-            }
-            let resource = self.resource_of(&event);
+    }
+
+    /// Start backlog events, in order, while slots are free, skipping those whose resource is busy.
+    fn start_from_backlog(self: &Arc<Self>, work: &mut Work) {
+        let mut index = 0;
+        while index < work.backlog.len() && work.in_flight.len() < self.concurrency {
+            let resource = self.resource_of(&work.backlog[index]);
             if let Some(resource) = &resource
-                && !busy_resources.insert(resource.clone())
+                && work.busy_resources.contains(resource)
             {
+                index += 1;
                 continue;
             }
-            in_flight.insert(event.id.clone());
+            let Some(event) = work.backlog.remove(index) else {
+                break;
+            };
+            if let Some(resource) = &resource {
+                work.busy_resources.insert(resource.clone());
+            }
+            work.in_flight.insert(event.id.clone());
             let this = self.clone();
-            tasks.spawn(async move {
+            work.tasks.spawn(async move {
                 let id = event.id.clone();
                 this.forward_one(event).await;
                 Done { id, resource }
             });
-            started += 1;
         }
-        if full_scan && started == free {
-            // The scan was cut short and the slots are full: the next finished forward wakes us.
-            return Ok(None);
-        }
-        self.store.next_due_after(now).await
     }
 
     /// The `(source, resource key)` an event holds while in flight, when its source guards versions.

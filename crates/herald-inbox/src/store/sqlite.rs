@@ -1,6 +1,6 @@
 //! The inbox on one SQLite file: WAL mode and `synchronous=FULL`, so that an acknowledged event survives
-//! `kill -9` and a power cut; one writer connection (inserts go through the group-commit writer) and a
-//! small pool of readers.
+//! `kill -9` and a power cut; one writer connection (inserts and forwarding outcomes each go through a
+//! group-commit writer) and a small pool of readers.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -10,8 +10,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
-use super::writer::{self, InsertJob};
-use super::{InboxStore, Inserted, ListQuery, NewEvent, Outcome, Status, StoreError, StoreResult, StoredEvent};
+use super::writer::{self, InsertJob, RecordJob};
+use super::{InboxStore, Inserted, ListQuery, NewEvent, Outcome, StoreError, StoreResult, StoredEvent};
 
 /// Inserts that may wait for the writer before callers queue on the channel itself.
 const INSERT_QUEUE: usize = 1_024;
@@ -22,6 +22,7 @@ pub struct SqliteInbox {
     read: SqlitePool,
     write: SqlitePool,
     inserts: mpsc::Sender<InsertJob>,
+    records: mpsc::Sender<RecordJob>,
 }
 
 impl SqliteInbox {
@@ -47,7 +48,14 @@ impl SqliteInbox {
             .await?;
         let (inserts, jobs) = mpsc::channel(INSERT_QUEUE);
         tokio::spawn(writer::run(write.clone(), jobs));
-        Ok(Self { read, write, inserts })
+        let (records, outcomes) = mpsc::channel(INSERT_QUEUE);
+        tokio::spawn(writer::run_records(write.clone(), outcomes));
+        Ok(Self {
+            read,
+            write,
+            inserts,
+            records,
+        })
     }
 }
 
@@ -124,61 +132,17 @@ impl InboxStore for SqliteInbox {
     }
 
     async fn record(&self, id: &str, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool> {
-        let (status, next_attempt_at, error) = match outcome {
-            Outcome::Forwarded { .. } => (Status::Forwarded, None, None),
-            Outcome::Retry { next_attempt_at, error } => (Status::Pending, Some(*next_attempt_at), Some(error)),
-            Outcome::Dead { error } => (Status::Dead, None, Some(error)),
-            Outcome::Stale { reason } => (Status::Stale, None, Some(reason)),
+        let (reply, answer) = oneshot::channel();
+        let job = RecordJob {
+            id: id.to_owned(),
+            replays,
+            attempts,
+            outcome: outcome.clone(),
+            now,
+            reply,
         };
-        let mut tx = self.write.begin().await?;
-        let updated = sqlx::query(
-            "UPDATE inbox_event SET status = ?, attempts = ?, next_attempt_at = COALESCE(?, next_attempt_at), \
-             last_error = ?, updated_at = ? WHERE id = ? AND replays = ? AND status = 'pending'",
-        )
-        .bind(status.as_str())
-        .bind(i64::from(attempts))
-        .bind(next_attempt_at)
-        .bind(error)
-        .bind(now)
-        .bind(id)
-        .bind(replays)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            return Ok(false);
-        }
-        if let Outcome::Forwarded {
-            guard: Some((resource_key, version)),
-        } = outcome
-        {
-            let source: String = sqlx::query_scalar("SELECT source FROM inbox_event WHERE id = ?")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-            let newest: Option<String> =
-                sqlx::query_scalar("SELECT version FROM inbox_version WHERE source = ? AND resource_key = ?")
-                    .bind(&source)
-                    .bind(resource_key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            // A replayed older version is forwarded but must not lower the mark.
-            if newest.is_none_or(|newest| crate::version::is_newer(version, &newest)) {
-                sqlx::query(
-                    "INSERT INTO inbox_version (source, resource_key, version, inbox_id, updated_at) \
-                     VALUES (?, ?, ?, ?, ?) ON CONFLICT (source, resource_key) DO UPDATE SET \
-                     version = excluded.version, inbox_id = excluded.inbox_id, updated_at = excluded.updated_at",
-                )
-                .bind(&source)
-                .bind(resource_key)
-                .bind(version)
-                .bind(id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(true)
+        self.records.send(job).await.map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     async fn get(&self, id: &str) -> StoreResult<Option<StoredEvent>> {
@@ -259,6 +223,7 @@ impl InboxStore for SqliteInbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Status;
 
     fn event(event_id: &str) -> NewEvent {
         NewEvent {
