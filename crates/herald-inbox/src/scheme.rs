@@ -221,4 +221,20 @@ mod tests {
             Some("webhook-id")
         );
     }
+
+    #[test]
+    fn standard_webhooks_takes_ed25519_public_keys_too() {
+        let signing = herald_signature::Ed25519SigningKey::from_seed(&[7; 32]);
+        let public = signing.public_key().to_whpk();
+        let hmac = HmacSecret::from_bytes(&[1; 24]).unwrap().to_whsec();
+        let v = SchemeVerifier::standard_webhooks(&[hmac, public], Duration::from_secs(300)).unwrap();
+        let sig = signing.sign("msg_1", 1000, b"{}");
+        let h = headers(&[
+            ("webhook-id", "msg_1"),
+            ("webhook-timestamp", "1000"),
+            ("webhook-signature", &sig),
+        ]);
+        assert_eq!(v.verify(&h, b"{}", 1000), Ok(()));
+        assert_eq!(v.verify(&h, b"{ }", 1000), Err(VerifyError::NoMatchingSignature));
+    }
 }
