@@ -616,6 +616,23 @@ async fn replay_of_one_event_and_of_a_window_forwards_again() {
     settle().await;
     assert_eq!(handler.received().len(), 8);
 
+    // Listing pages newest first with the iterator.
+    let first = inbox.get("/inbox/event/?limit=3").await;
+    assert_eq!(
+        (first["data"].as_array().unwrap().len(), &first["done"]),
+        (3, &json!(false))
+    );
+    assert_eq!(first["data"][0]["id"], elsewhere.as_str(), "newest first");
+    let iterator = first["iterator"].as_str().unwrap();
+    let second = inbox.get(&format!("/inbox/event/?limit=3&iterator={iterator}")).await;
+    assert_eq!(
+        (second["data"].as_array().unwrap().len(), &second["done"]),
+        (1, &json!(true))
+    );
+    assert_eq!(second["data"][0]["id"], ids[0].as_str());
+    let (status, json) = inbox.call("GET", "/inbox/event/?status=lost", None).await;
+    assert_eq!((status, json["code"].as_str()), (422, Some("validation")), "{json}");
+
     // An empty window, mistakes, and no token.
     let (status, json) = inbox
         .call(
