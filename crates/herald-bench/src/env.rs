@@ -99,7 +99,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    fn detect() -> Self {
+    pub(crate) fn detect() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu = cpuinfo
             .lines()

@@ -13,6 +13,7 @@ use crate::scenario::backlog::BacklogReport;
 use crate::scenario::e2e::E2eReport;
 use crate::scenario::fanout::FanoutReport;
 use crate::scenario::hol::HolReport;
+use crate::scenario::inbox::InboxReport;
 use crate::scenario::ingest::IngestReport;
 use crate::stats::LatencyStats;
 
@@ -31,6 +32,8 @@ pub enum Report {
     Hol(HolReport),
     /// `backlog`.
     Backlog(BacklogReport),
+    /// `inbox`.
+    Inbox(InboxReport),
 }
 
 impl Report {
@@ -42,6 +45,7 @@ impl Report {
             Report::Fanout(r) => r.table(),
             Report::Hol(r) => r.table(),
             Report::Backlog(r) => r.table(),
+            Report::Inbox(r) => r.table(),
         }
     }
 

@@ -5,6 +5,7 @@ use herald_bench::scenario::backlog::BacklogParams;
 use herald_bench::scenario::e2e::E2eParams;
 use herald_bench::scenario::fanout::FanoutParams;
 use herald_bench::scenario::hol::HolParams;
+use herald_bench::scenario::inbox::InboxParams;
 use herald_bench::scenario::ingest::IngestParams;
 use herald_bench::{Options, Report, Scenario};
 
@@ -131,4 +132,18 @@ async fn backlog_builds_and_drains_everything() {
         report.drain.delivered, report.drain.expected
     );
     assert_eq!(report.drain.delivered, params.pending);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inbox_acknowledges_and_forwards_every_signed_event() {
+    let Report::Inbox(report) = run(Scenario::Inbox(InboxParams::smoke())).await else {
+        panic!("wrong report");
+    };
+    assert!(report.load.accepted > 0);
+    assert_eq!(report.load.errors, 0, "{:?}", report.load.first_error);
+    let latency = report.load.api_latency.expect("acknowledgement latency measured");
+    assert_eq!(latency.count as u64, report.load.accepted);
+    assert!(report.forwarded.complete, "forwarded {:?}", report.forwarded);
+    assert_eq!(report.forwarded.delivered, report.load.accepted);
+    assert!(report.forwarded.lag.is_some());
 }

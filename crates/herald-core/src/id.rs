@@ -1,4 +1,4 @@
-//! Prefixed, time-ordered identifiers (`app_…`, `ep_…`, `msg_…`, `atmpt_…`).
+//! Prefixed, time-ordered identifiers (`app_…`, `ep_…`, `msg_…`, `atmpt_…`, `evt_…`).
 //!
 //! An id is a type prefix followed by 22 base62 characters encoding a UUIDv7. UUIDv7 starts with a
 //! millisecond timestamp and `uuid` keeps it monotonic within a process, and the encoding is fixed-width
@@ -18,6 +18,8 @@ pub enum IdKind {
     Attempt,
     /// A background task: `qtask_`.
     Task,
+    /// An event received by `herald inbox`: `evt_`.
+    InboxEvent,
 }
 
 impl IdKind {
@@ -29,6 +31,7 @@ impl IdKind {
             IdKind::Message => "msg_",
             IdKind::Attempt => "atmpt_",
             IdKind::Task => "qtask_",
+            IdKind::InboxEvent => "evt_",
         }
     }
 

@@ -17,6 +17,8 @@ use herald_delivery::{ClientConfig, DeliveryClient, Engine, EngineConfig, HostRe
 use herald_store::SharedStore;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tower::Layer;
+use tower_http::normalize_path::NormalizePathLayer;
 
 pub use config::{Config, Settings};
 
@@ -36,6 +38,16 @@ pub struct Node {
 impl Node {
     /// Open the store, start the delivery engine and start serving the API.
     pub async fn start(settings: &Settings) -> anyhow::Result<Self> {
+        Self::start_with(settings, |_| None).await
+    }
+
+    /// Like [`start`](Self::start), also serving the routes `extra_routes` returns (given the admin
+    /// token's digest, so they can share it) on the same listener. Their paths win over the API's; every
+    /// other request goes to the API. `herald serve --inbox` mounts the inbox this way.
+    pub async fn start_with(
+        settings: &Settings,
+        extra_routes: impl FnOnce(&[u8; 32]) -> Option<axum::Router>,
+    ) -> anyhow::Result<Self> {
         let store = herald_store::open(&settings.database_url)
             .await
             .with_context(|| format!("opening {}", settings.database_url))?;
@@ -51,6 +63,7 @@ impl Node {
                 "background tasks interrupted by the last stop are marked failed"
             );
         }
+        let extra_routes = extra_routes(&admin_token_sha256);
         let policy = Arc::new(
             AddressPolicy::new(settings.allow_private_cidrs.clone(), settings.allow_http)
                 .with_allowed_ports(settings.allow_ports.iter().copied()),
@@ -91,14 +104,23 @@ impl Node {
             .await
             .with_context(|| format!("listening on {}", settings.listen))?;
         let addr = listener.local_addr()?;
+        let service = match extra_routes {
+            None => herald_api::service(state),
+            Some(routes) => {
+                NormalizePathLayer::trim_trailing_slash().layer(routes.fallback_service(herald_api::service(state)))
+            }
+        };
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            axum::serve(listener, herald_api::make_service(state))
-                .with_graceful_shutdown(async move {
-                    let _ = stop.await;
-                })
-                .await
-                .context("serving")
+            axum::serve(
+                listener,
+                axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<SocketAddr>(service),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = stop.await;
+            })
+            .await
+            .context("serving")
         });
         Ok(Self {
             addr,

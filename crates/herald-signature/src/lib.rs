@@ -9,7 +9,9 @@
 //!   `whsk_…` [`Ed25519SigningKey`] and verified with a `whpk_…`
 //!   [`Ed25519PublicKey`]);
 //! * [Stripe](stripe)'s `Stripe-Signature` header;
-//! * [GitHub](github)'s `X-Hub-Signature-256` header.
+//! * [GitHub](github)'s `X-Hub-Signature-256` header;
+//! * a [bare HMAC-SHA256 of the body](body_hmac), for providers that put it in
+//!   a header of their own.
 //!
 //! Everything here is pure computation over bytes: no I/O, and no clock reads
 //! except in the `*_now` convenience functions. Signatures are compared in
@@ -85,6 +87,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod body_hmac;
 mod ed25519;
 mod error;
 pub mod github;

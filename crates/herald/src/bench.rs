@@ -13,6 +13,7 @@ use herald_bench::scenario::backlog::BacklogParams;
 use herald_bench::scenario::e2e::E2eParams;
 use herald_bench::scenario::fanout::FanoutParams;
 use herald_bench::scenario::hol::HolParams;
+use herald_bench::scenario::inbox::InboxParams;
 use herald_bench::scenario::ingest::IngestParams;
 use herald_bench::{Options, Scenario, Target};
 
@@ -120,6 +121,15 @@ enum ScenarioArgs {
         #[arg(long, value_parser = duration)]
         retry_every: Option<Duration>,
     },
+    /// Signed webhooks into an in-process `herald inbox` (durable SQLite): acknowledgements/s and latency.
+    Inbox {
+        /// Requests in flight [default: 64; smoke: 16].
+        #[arg(short, long)]
+        concurrency: Option<usize>,
+        /// How long to send [default: 10s; smoke: 2s].
+        #[arg(short, long, value_parser = duration)]
+        duration: Option<Duration>,
+    },
 }
 
 /// A duration with a unit (`ms`, `s`, `m`, `h`) or plain seconds.
@@ -209,6 +219,17 @@ impl ScenarioArgs {
                     duration: duration.unwrap_or(base.duration),
                     rate: rate.unwrap_or(base.rate),
                     retry_every: retry_every.unwrap_or(base.retry_every),
+                })
+            }
+            ScenarioArgs::Inbox { concurrency, duration } => {
+                let base = if smoke {
+                    InboxParams::smoke()
+                } else {
+                    InboxParams::default()
+                };
+                Scenario::Inbox(InboxParams {
+                    concurrency: concurrency.unwrap_or(base.concurrency),
+                    duration: duration.unwrap_or(base.duration),
                 })
             }
         }

@@ -1,9 +1,11 @@
 //! `herald`: the webhook delivery system's command.
 //!
 //! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
+//! - `herald inbox`: the receiver-side service (verify → persist → acknowledge → forward).
 //! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
 
 mod bench;
+mod inbox;
 mod serve;
 mod verify;
 
@@ -25,6 +27,8 @@ struct Cli {
 enum Command {
     /// Run the webhook sender: the REST API and the delivery engine.
     Serve(ServeArgs),
+    /// Receive webhooks from providers: verify, store, acknowledge, then forward to your handler.
+    Inbox(inbox::InboxArgs),
     /// Verify a Standard Webhooks signature over a payload file.
     Verify(verify::VerifyArgs),
     /// Run a benchmark scenario and print its figures (see docs/performance.md).
@@ -115,6 +119,10 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
+    /// Also run `herald inbox` in this process, on the same listener, with this inbox configuration.
+    #[command(flatten)]
+    #[serde(skip)]
+    inbox: inbox::EmbeddedInboxArgs,
 }
 
 fn main() -> ExitCode {
@@ -130,7 +138,12 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => {
                 let config = herald_server::Config::load(args.config.as_deref(), &args)?;
-                serve::run(config.settings()?).await
+                let inbox = args.inbox.load()?;
+                serve::run(config.settings()?, inbox).await
+            }
+            Command::Inbox(args) => {
+                let settings = args.settings()?;
+                inbox::run(settings).await
             }
             Command::Verify(args) => verify::run(args),
             Command::Bench(args) => bench::run(args).await,

@@ -2,7 +2,9 @@
 
 use herald_server::{Node, Settings};
 
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+use crate::inbox::EmbeddedInbox;
+
+pub async fn run(settings: Settings, inbox: Option<EmbeddedInbox>) -> anyhow::Result<()> {
     init_tracing();
     if settings.dev {
         // Printed as well as logged: a log filter (RUST_LOG=error) must not be able to hide that the SSRF
@@ -13,17 +15,26 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         );
         tracing::warn!("DEVELOPMENT MODE: http and loopback destinations are allowed. Never run this in production.");
     }
-    let node = Node::start(&settings).await?;
+    let inbox = match inbox {
+        Some(embedded) => Some(embedded.start().await?),
+        None => None,
+    };
+    // The inbox shares the listener and the admin token (its routes: /in/… and /api/v1/inbox/…).
+    let node = Node::start_with(&settings, |admin| inbox.as_ref().map(|i| i.routes(Some(*admin)))).await?;
     if let Some(token) = &node.generated_admin_token {
         println!("Generated an admin token. It is shown only this once; keep it safe:");
         println!("HERALD_ADMIN_TOKEN={token}");
     }
     tracing::info!(address = %node.addr, database = %settings.database_url, "herald is serving");
     println!("herald listening on http://{}", node.addr);
-    node.run_until(shutdown_signal()).await
+    let served = node.run_until(shutdown_signal()).await;
+    if let Some(inbox) = inbox {
+        inbox.shutdown().await;
+    }
+    served
 }
 
-fn init_tracing() {
+pub(crate) fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -32,7 +43,7 @@ fn init_tracing() {
         .try_init();
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     let terminate = async {

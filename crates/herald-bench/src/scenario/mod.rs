@@ -5,6 +5,7 @@ pub mod backlog;
 pub mod e2e;
 pub mod fanout;
 pub mod hol;
+pub mod inbox;
 pub mod ingest;
 
 use std::time::Duration;
@@ -31,6 +32,8 @@ pub enum Scenario {
     Hol(hol::HolParams),
     /// A large pending backlog for a down endpoint, then its drain.
     Backlog(backlog::BacklogParams),
+    /// Signed webhooks into an in-process `herald inbox`: acknowledgements per second and latency.
+    Inbox(inbox::InboxParams),
 }
 
 impl Scenario {
@@ -42,6 +45,7 @@ impl Scenario {
             Scenario::Fanout(_) => "fanout",
             Scenario::Hol(_) => "hol",
             Scenario::Backlog(_) => "backlog",
+            Scenario::Inbox(_) => "inbox",
         }
     }
 
@@ -53,6 +57,7 @@ impl Scenario {
             Scenario::Fanout(p) => Report::Fanout(fanout::run(options, p).await?),
             Scenario::Hol(p) => Report::Hol(hol::run(options, p).await?),
             Scenario::Backlog(p) => Report::Backlog(backlog::run(options, p).await?),
+            Scenario::Inbox(p) => Report::Inbox(inbox::run(options, p).await?),
         })
     }
 }

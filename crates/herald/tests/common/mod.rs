@@ -26,6 +26,8 @@ pub struct Herald {
     pub dir: Arc<tempfile::TempDir>,
     pub env: Vec<(String, String)>,
     pub stdout_lines: Vec<String>,
+    /// The subcommand and its arguments (`serve`, or `inbox --config …`).
+    pub args: Vec<String>,
     http: reqwest::Client,
 }
 
@@ -45,12 +47,24 @@ impl Herald {
             env.retain(|(key, _)| key != k);
             env.push(((*k).into(), (*v).into()));
         }
-        Self::spawn(dir, env, None).await
+        Self::spawn(dir, env, None, vec!["serve".into()]).await
+    }
+
+    /// Start `herald inbox` with this configuration (written to `inbox.toml` in a fresh directory), the
+    /// test token, and a fresh database, on `addr` if given.
+    pub async fn start_inbox(config: &str, extra_env: &[(&str, &str)], addr: Option<SocketAddr>) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let path = dir.path().join("inbox.toml");
+        std::fs::write(&path, config).expect("write inbox.toml");
+        let mut env: Vec<(String, String)> = vec![("HERALD_ADMIN_TOKEN".into(), TOKEN.into())];
+        env.extend(extra_env.iter().map(|(k, v)| ((*k).into(), (*v).into())));
+        let args = vec!["inbox".into(), "--config".into(), path.display().to_string()];
+        Self::spawn(dir, env, addr, args).await
     }
 
     /// Start again on the same database (after [`Herald::kill9`] or [`Herald::stop`]).
     pub async fn restart(&mut self) {
-        let again = Self::spawn(self.dir.clone(), self.env.clone(), Some(self.addr)).await;
+        let again = Self::spawn(self.dir.clone(), self.env.clone(), Some(self.addr), self.args.clone()).await;
         *self = again;
     }
 
@@ -58,11 +72,16 @@ impl Herald {
         self.dir.path().join("herald.db")
     }
 
-    async fn spawn(dir: Arc<tempfile::TempDir>, env: Vec<(String, String)>, addr: Option<SocketAddr>) -> Self {
+    async fn spawn(
+        dir: Arc<tempfile::TempDir>,
+        env: Vec<(String, String)>,
+        addr: Option<SocketAddr>,
+        args: Vec<String>,
+    ) -> Self {
         let listen = addr.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
         let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
         command
-            .arg("serve")
+            .args(&args)
             .current_dir(dir.path())
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -98,7 +117,8 @@ impl Herald {
                 panic!("herald did not start");
             };
             stdout_lines.push(line.clone());
-            if let Some(rest) = line.strip_prefix("herald listening on http://") {
+            // `herald listening on …` or `herald inbox listening on …`.
+            if let Some((_, rest)) = line.split_once("listening on http://") {
                 break rest.parse().expect("address");
             }
         };
@@ -111,12 +131,34 @@ impl Herald {
             dir,
             env,
             stdout_lines,
+            args,
             http,
         }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}/api/v1{}", self.addr, path)
+    }
+
+    /// POST raw bytes to a path outside `/api/v1` (e.g. the inbox's `/in/{source}`); returns the status
+    /// and the JSON body (Null when empty).
+    pub async fn post_raw(&self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(format!("http://{}{path}", self.addr))
+            .body(body.to_vec());
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("body");
+        let json = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON body")
+        };
+        (status, json)
     }
 
     /// Send a request with the admin token; returns the status and the JSON body (Null when empty).

@@ -1,0 +1,255 @@
+//! The durable inbox: what was received, what became of it, and the version guard's memory.
+//!
+//! [`InboxStore`] is what the ingress, the forwarder and the admin API need; [`sqlite::SqliteInbox`] is
+//! the implementation on one SQLite file. The SQL is kept standard (`INSERT … ON CONFLICT … DO NOTHING`,
+//! partial indexes, no SQLite-only functions) so that a PostgreSQL implementation is a matter of
+//! placeholders and a migrations folder.
+
+pub mod sqlite;
+mod writer;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// What became of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Waiting to be forwarded (first time or retry).
+    Pending,
+    /// The handler answered 2xx.
+    Forwarded,
+    /// Not forwarded: its version was not newer than one already forwarded for its resource.
+    Stale,
+    /// Verified, but unusable where parsing was needed (no event id, no resource key or version for the
+    /// guard). Kept and listed, never retried on its own; replay forwards it anyway.
+    BadInput,
+    /// Every forwarding attempt of the retry schedule failed.
+    Dead,
+}
+
+impl Status {
+    /// Every status.
+    pub const ALL: [Status; 5] = [
+        Status::Pending,
+        Status::Forwarded,
+        Status::Stale,
+        Status::BadInput,
+        Status::Dead,
+    ];
+
+    /// The stored and displayed name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Forwarded => "forwarded",
+            Status::Stale => "stale",
+            Status::BadInput => "bad_input",
+            Status::Dead => "dead",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Status {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Status::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown status {s:?}")))
+    }
+}
+
+/// A verified event to store.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// The source's name.
+    pub source: String,
+    /// The provider's event id (deduplication key within the source).
+    pub event_id: String,
+    /// The headers to forward, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The raw body.
+    pub body: Bytes,
+    /// [`Status::Pending`], or [`Status::BadInput`] when extraction failed.
+    pub status: Status,
+    /// Why it is bad input, if it is.
+    pub last_error: Option<String>,
+    /// The resource key, when the version guard is on and it was found.
+    pub resource_key: Option<String>,
+    /// The version, when the version guard is on and it was found.
+    pub version: Option<String>,
+}
+
+/// The answer to an insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inserted {
+    /// The inbox id: the new row's, or for a duplicate the original's.
+    pub id: String,
+    /// True when an event with the same source and event id was already stored (nothing was written).
+    pub duplicate: bool,
+}
+
+/// A stored event.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    /// `evt_…`.
+    pub id: String,
+    /// The source's name.
+    pub source: String,
+    /// The provider's event id.
+    pub event_id: String,
+    /// The headers to forward.
+    pub headers: Vec<(String, String)>,
+    /// The raw body.
+    pub body: Bytes,
+    /// When it was received (Unix ms).
+    pub received_at: i64,
+    /// Its status.
+    pub status: Status,
+    /// Forwarding attempts made since it was received or last replayed.
+    pub attempts: u32,
+    /// When it is next due, while pending (Unix ms).
+    pub next_attempt_at: i64,
+    /// The last forwarding failure, or why it is stale or bad input.
+    pub last_error: Option<String>,
+    /// Its resource key, for the version guard.
+    pub resource_key: Option<String>,
+    /// Its version, for the version guard.
+    pub version: Option<String>,
+    /// How many times it was replayed. A replayed event bypasses the version guard, and a forwarding
+    /// result is recorded only if no replay happened while it was in flight.
+    pub replays: i64,
+    /// Last change (Unix ms).
+    pub updated_at: i64,
+}
+
+/// What a forwarding attempt (or the guard) decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler answered 2xx. With the guard on, remember the version for its resource.
+    Forwarded {
+        /// `(resource_key, version)` to record as forwarded.
+        guard: Option<(String, String)>,
+    },
+    /// It failed; try again at `next_attempt_at` (Unix ms).
+    Retry {
+        /// When.
+        next_attempt_at: i64,
+        /// What went wrong.
+        error: String,
+    },
+    /// It failed for the last time.
+    Dead {
+        /// What went wrong.
+        error: String,
+    },
+    /// The version guard skipped it.
+    Stale {
+        /// Which version made it stale.
+        reason: String,
+    },
+}
+
+/// A filter and page for listing events, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only this source.
+    pub source: Option<String>,
+    /// Only this status.
+    pub status: Option<Status>,
+    /// At most this many.
+    pub limit: usize,
+    /// Only events older than this id (the previous page's `iterator`).
+    pub before: Option<String>,
+}
+
+/// The store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database answered with an error.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The schema could not be brought up to date.
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value makes no sense.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    /// The URL names no supported database.
+    #[error("unsupported database URL {0:?}: expected sqlite://PATH")]
+    UnsupportedUrl(String),
+    /// The store is shutting down.
+    #[error("the store is closed")]
+    Closed,
+    /// A group commit failed as a whole.
+    #[error("commit failed: {0}")]
+    Batch(String),
+}
+
+/// Shorthand.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A shared handle to a store.
+pub type SharedInboxStore = Arc<dyn InboxStore>;
+
+/// What the inbox needs from its storage.
+#[async_trait::async_trait]
+pub trait InboxStore: Send + Sync {
+    /// Store a verified event unless its `(source, event_id)` is already stored; returns only after the
+    /// row is durably committed.
+    async fn insert(&self, event: NewEvent) -> StoreResult<Inserted>;
+
+    /// Pending events due at `now`, earliest first.
+    async fn due(&self, now: i64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The earliest `next_attempt_at` of a pending event that is later than `now`.
+    async fn next_due_after(&self, now: i64) -> StoreResult<Option<i64>>;
+
+    /// The newest version forwarded for a resource of a source.
+    async fn newest_version(&self, source: &str, resource_key: &str) -> StoreResult<Option<String>>;
+
+    /// Record what became of a pending event after `attempts` attempts, unless it was replayed meanwhile
+    /// (its replay count is no longer `replays`) or is no longer pending. Returns whether it was recorded.
+    async fn record(&self, id: &str, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool>;
+
+    /// One event.
+    async fn get(&self, id: &str) -> StoreResult<Option<StoredEvent>>;
+
+    /// Events, newest first; `limit + 1` are fetched to tell whether more follow.
+    async fn list(&self, query: &ListQuery) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Make one event pending again, due now, whatever its status. Returns false if there is no such event.
+    async fn replay(&self, id: &str, now: i64) -> StoreResult<bool>;
+
+    /// Make every event of `source` received in `[since, until)` (Unix ms) pending again, due now.
+    /// Returns how many.
+    async fn replay_window(&self, source: &str, since: i64, until: i64, now: i64) -> StoreResult<u64>;
+
+    /// Whether the store answers.
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Open the store named by `database_url` (`sqlite://PATH`, created if missing) and bring its schema up
+/// to date.
+///
+/// # Errors
+///
+/// [`StoreError::UnsupportedUrl`] for another kind of URL; database and migration errors.
+pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
+    if database_url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteInbox::open(database_url).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl(database_url.to_owned()))
+    }
+}

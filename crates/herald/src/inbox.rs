@@ -1,0 +1,131 @@
+//! `herald inbox`: receive webhooks from providers (verify → persist → acknowledge), forward them to the
+//! operator's handlers. Also the `--inbox` option of `herald serve`, which runs the same inbox inside the
+//! serve process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use herald_inbox::{Inbox, InboxConfig};
+
+/// Options of `herald inbox`.
+#[derive(Debug, Args)]
+pub struct InboxArgs {
+    /// The inbox configuration: a TOML file with `[[source]]` tables (see docs/inbox.md).
+    #[arg(long, env = "HERALD_INBOX_CONFIG")]
+    config: PathBuf,
+    /// Address to listen on.
+    #[arg(long, env = "HERALD_LISTEN", default_value = herald_inbox::DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Database URL: `sqlite://PATH`.
+    #[arg(long, env = "HERALD_DATABASE_URL", default_value = herald_inbox::DEFAULT_DATABASE_URL)]
+    database_url: String,
+    /// Admin bearer token for /api/v1/inbox/…; without one the admin API is disabled.
+    #[arg(long, env = "HERALD_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Delays between forwarding attempts (ms, s, m, h, d); overrides the file's `retry_schedule`
+    /// [default: 5s,1m,5m,30m,2h,6h,12h,1d].
+    #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
+    retry_schedule: Option<String>,
+}
+
+/// `herald inbox`'s settings, checked.
+pub struct InboxSettings {
+    config: InboxConfig,
+    listen: SocketAddr,
+    database_url: String,
+    admin_token: Option<String>,
+}
+
+impl InboxArgs {
+    /// Load the configuration file and apply the overrides.
+    pub fn settings(self) -> anyhow::Result<InboxSettings> {
+        Ok(InboxSettings {
+            config: load(&self.config, self.retry_schedule.as_deref())?,
+            listen: self.listen,
+            database_url: self.database_url,
+            admin_token: self.admin_token.filter(|t| !t.is_empty()),
+        })
+    }
+}
+
+fn load(path: &std::path::Path, retry_schedule: Option<&str>) -> anyhow::Result<InboxConfig> {
+    let mut config = InboxConfig::load(path).with_context(|| format!("inbox configuration {}", path.display()))?;
+    if let Some(schedule) = retry_schedule {
+        config.retry_schedule = schedule.parse().context("HERALD_INBOX_RETRY_SCHEDULE")?;
+    }
+    Ok(config)
+}
+
+/// Run `herald inbox` until SIGINT or SIGTERM.
+pub async fn run(settings: InboxSettings) -> anyhow::Result<()> {
+    crate::serve::init_tracing();
+    let admin = settings.admin_token.as_deref().map(herald_inbox::token_digest);
+    if admin.is_none() {
+        tracing::warn!("HERALD_ADMIN_TOKEN is not set: the inbox admin API (/api/v1/inbox/…) is disabled");
+    }
+    let inbox = Inbox::start(settings.config, &settings.database_url)
+        .await
+        .with_context(|| format!("starting the inbox on {}", settings.database_url))?;
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("listening on {}", settings.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(address = %addr, database = %settings.database_url, "herald inbox is serving");
+    println!("herald inbox listening on http://{addr}");
+    let service = inbox.service(admin);
+    let served = axum::serve(
+        listener,
+        axum::ServiceExt::<axum::extract::Request>::into_make_service(service),
+    )
+    .with_graceful_shutdown(crate::serve::shutdown_signal())
+    .await
+    .context("serving");
+    inbox.shutdown().await;
+    served
+}
+
+/// `herald serve`'s options for running the inbox in the same process.
+#[derive(Debug, Args, Default)]
+pub struct EmbeddedInboxArgs {
+    /// Also run the inbox (see `herald inbox`) with this configuration, on the same listener and admin
+    /// token as the API.
+    #[arg(long, env = "HERALD_SERVE_INBOX")]
+    inbox: Option<PathBuf>,
+    /// The inbox's own store when run with --inbox (SQLite allows one writer per file, so it is kept apart
+    /// from the sender's).
+    #[arg(long, env = "HERALD_INBOX_DATABASE_URL", default_value = herald_inbox::DEFAULT_DATABASE_URL)]
+    inbox_database_url: String,
+    /// Delays between the inbox's forwarding attempts; overrides the file's `retry_schedule`.
+    #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
+    inbox_retry_schedule: Option<String>,
+}
+
+/// The inbox to run inside `herald serve`.
+pub struct EmbeddedInbox {
+    config: InboxConfig,
+    database_url: String,
+}
+
+impl EmbeddedInboxArgs {
+    /// The inbox to run, if `--inbox` was given.
+    pub fn load(&self) -> anyhow::Result<Option<EmbeddedInbox>> {
+        let Some(path) = &self.inbox else {
+            return Ok(None);
+        };
+        Ok(Some(EmbeddedInbox {
+            config: load(path, self.inbox_retry_schedule.as_deref())?,
+            database_url: self.inbox_database_url.clone(),
+        }))
+    }
+}
+
+impl EmbeddedInbox {
+    /// Open its store and start its forwarder.
+    pub async fn start(self) -> anyhow::Result<Inbox> {
+        Inbox::start(self.config, &self.database_url)
+            .await
+            .with_context(|| format!("starting the inbox on {}", self.database_url))
+    }
+}
