@@ -26,7 +26,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the webhook sender: the REST API and the delivery engine.
-    Serve(ServeArgs),
+    // Boxed: the serve options are far larger than the other commands'.
+    Serve(Box<ServeArgs>),
     /// Receive webhooks from providers: verify, store, acknowledge, then forward to your handler.
     Inbox(inbox::InboxArgs),
     /// Verify a Standard Webhooks signature over a payload file.
@@ -137,7 +138,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => {
-                let config = herald_server::Config::load(args.config.as_deref(), &args)?;
+                let config = herald_server::Config::load(args.config.as_deref(), &*args)?;
                 let inbox = args.inbox.load()?;
                 serve::run(config.settings()?, inbox).await
             }
