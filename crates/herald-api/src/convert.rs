@@ -41,6 +41,7 @@ pub fn application(app: Application) -> ApplicationOut {
         uid: app.uid,
         name: app.name,
         throttle_rate: rate(app.rate_limit),
+        verify_endpoints: app.verify_endpoints,
         metadata: app.metadata,
         created_at: datetime(app.created_at),
         updated_at: datetime(app.updated_at),

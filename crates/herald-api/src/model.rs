@@ -168,6 +168,9 @@ pub struct ApplicationIn {
     /// Free-form metadata; defaults to `{}`.
     #[serde(default)]
     pub metadata: Metadata,
+    /// New endpoints must echo a signed challenge before they receive anything (Herald extension).
+    #[serde(default)]
+    pub verify_endpoints: bool,
 }
 
 /// Body of `PATCH /api/v1/app/{app_id}`: only the keys present change.
@@ -183,6 +186,9 @@ pub struct ApplicationPatch {
     /// New rate limit, or `null` to remove it (`throttleRate`, alias `rateLimit`).
     #[serde(default, alias = "rateLimit")]
     pub throttle_rate: Patch<u16>,
+    /// Require the ownership check for new endpoints (non-nullable; Herald extension).
+    #[serde(default, deserialize_with = "non_null")]
+    pub verify_endpoints: Option<bool>,
     /// New metadata, replacing the old map (non-nullable).
     #[serde(default, deserialize_with = "non_null")]
     pub metadata: Option<Metadata>,
@@ -202,6 +208,8 @@ pub struct ApplicationOut {
     /// Rate limit, written as `throttleRate` and `rateLimit`.
     #[serde(flatten)]
     pub throttle_rate: ThrottleRateOut,
+    /// New endpoints must pass the ownership check (Herald extension).
+    pub verify_endpoints: bool,
     /// Free-form metadata (always present, `{}` when empty).
     pub metadata: Metadata,
     /// Creation time.
@@ -1064,6 +1072,7 @@ mod tests {
             uid: None,
             name: "n".into(),
             throttle_rate: ThrottleRateOut(Some(3)),
+            verify_endpoints: false,
             metadata: Metadata::new(),
             created_at: datetime!(2024-05-01 12:00:00.5 UTC),
             updated_at: datetime!(2024-05-01 12:00:00.5 UTC),
@@ -1071,7 +1080,7 @@ mod tests {
         let v = serde_json::to_value(&out).unwrap();
         assert_eq!(
             v,
-            json!({"id":"app_1","name":"n","throttleRate":3,"rateLimit":3,"metadata":{},
+            json!({"id":"app_1","name":"n","throttleRate":3,"rateLimit":3,"metadata":{},"verifyEndpoints":false,
                    "createdAt":"2024-05-01T12:00:00.5Z","updatedAt":"2024-05-01T12:00:00.5Z"})
         );
         let out = ApplicationOut {

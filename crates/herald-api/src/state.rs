@@ -95,6 +95,13 @@ impl AppState {
         }
     }
 
+    /// Run an endpoint's ownership check.
+    pub(crate) fn engine_verify(&self, endpoint_id: &str) {
+        if let Some(engine) = &self.engine {
+            engine.verify(endpoint_id);
+        }
+    }
+
     /// Pending deliveries were cancelled: tell the delivery engine not to send them.
     pub(crate) fn engine_cancelled(&self, deliveries: Vec<(String, i64)>) {
         if let Some(engine) = &self.engine {

@@ -17,6 +17,8 @@ pub struct Application {
     pub name: String,
     /// Default deliveries per second for the app's endpoints, if limited.
     pub rate_limit: Option<u32>,
+    /// New endpoints must echo a signed challenge before they are enabled (ownership check).
+    pub verify_endpoints: bool,
     /// Client labels.
     pub metadata: Metadata,
     /// Creation time.

@@ -76,7 +76,7 @@ impl AttemptTask {
         let started_at = now_ms();
         let response = match &self.secret {
             Some(secret) => {
-                let headers = signed_headers(secret, message, started_at / 1000);
+                let headers = signed_headers(secret, &message.id, &message.payload, started_at / 1000);
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
                 let timeout = self.endpoint.request_timeout_ms.map_or_else(
                     || self.client.default_timeout(),
@@ -172,14 +172,14 @@ impl AttemptTask {
     }
 }
 
-/// The Standard Webhooks headers for one attempt (the timestamp, hence the signature, is per attempt).
-fn signed_headers(secret: &HmacSecret, message: &Message, timestamp: i64) -> HeaderMap {
+/// The Standard Webhooks headers for one request (the timestamp, hence the signature, is per attempt).
+pub(crate) fn signed_headers(secret: &HmacSecret, id: &str, payload: &[u8], timestamp: i64) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(4);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let signature = secret.sign(&message.id, timestamp, &message.payload);
+    let signature = secret.sign(id, timestamp, payload);
     // Ids are ASCII by construction, signatures are base64, timestamps digits: these never fail.
     for (name, value) in [
-        (herald_signature::HEADER_ID, message.id.clone()),
+        (herald_signature::HEADER_ID, id.to_owned()),
         (herald_signature::HEADER_TIMESTAMP, timestamp.to_string()),
         (herald_signature::HEADER_SIGNATURE, signature),
     ] {

@@ -96,6 +96,8 @@ enum Event {
     Backlog(String),
     /// Pending deliveries were cancelled in the store: (endpoint id, seq).
     Cancelled(Vec<(String, i64)>),
+    /// Run an endpoint's ownership check.
+    Verify(String),
 }
 
 /// A handle for telling the engine about changes made elsewhere (the API).
@@ -122,6 +124,11 @@ impl EngineHandle {
         if !deliveries.is_empty() {
             let _ = self.events.send(Event::Cancelled(deliveries));
         }
+    }
+
+    /// Run the ownership check of an endpoint that awaits it (see [`crate::verification`]).
+    pub fn verify(&self, endpoint_id: &str) {
+        let _ = self.events.send(Event::Verify(endpoint_id.to_owned()));
     }
 
     /// The concurrency cap of endpoints that set none.
@@ -500,6 +507,14 @@ impl Engine {
                     self.cancelled
                         .extend(seqs.difference(&taken).filter(|seq| **seq <= cursor));
                 }
+            }
+            Event::Verify(id) => {
+                let (store, client, events) = (self.store.clone(), self.client.clone(), self.events_tx.clone());
+                tokio::spawn(async move {
+                    if crate::verification::verify(&store, &client, &id).await {
+                        let _ = events.send(Event::EndpointChanged(id));
+                    }
+                });
             }
             Event::Health(id, reply) => {
                 let _ = reply.send(self.scheduler.endpoint_snapshot(&Arc::from(id.as_str()), now));

@@ -5,11 +5,13 @@
 //!   scheduler new deliveries, results and clock ticks, and runs the sends it decides on.
 //! - `attempt`: one attempt (sign, send, classify, decide the next step).
 //! - `recorder`: the batched writer of attempt results.
+//! - [`verification`]: the endpoint ownership check (a signed challenge the endpoint must echo).
 
 mod attempt;
 pub mod client;
 pub mod engine;
 mod recorder;
+pub mod verification;
 
 pub use client::{ClientConfig, ConnectError, DeliveryClient, HostResolver, SystemResolver, checked_addresses};
 pub use engine::{Engine, EngineConfig, EngineHandle};

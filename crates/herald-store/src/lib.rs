@@ -303,6 +303,16 @@ pub trait Store: Send + Sync + 'static {
     /// Disable an endpoint with a reason and record an `endpoint.disabled` operational event, in one
     /// transaction. Returns `false` if it was already disabled or is gone (nothing recorded then).
     async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool>;
+    /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
+    /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
+    async fn set_endpoint_state(
+        &self,
+        endpoint_id: &str,
+        expected_reason: &str,
+        disabled: bool,
+        reason: Option<&str>,
+        now: i64,
+    ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
     async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
 

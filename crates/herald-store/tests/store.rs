@@ -27,6 +27,7 @@ fn app(uid: Option<&str>) -> Application {
         uid: uid.map(str::to_owned),
         name: "shop".into(),
         rate_limit: None,
+        verify_endpoints: false,
         metadata: BTreeMap::from([("team".to_owned(), "billing".to_owned())]),
         created_at: 1,
         updated_at: 1,

@@ -100,6 +100,7 @@ fn new_app(input: ApplicationIn) -> Application {
         uid: input.uid,
         name: input.name,
         rate_limit: input.throttle_rate.map(u32::from),
+        verify_endpoints: input.verify_endpoints,
         metadata: input.metadata,
         created_at: now,
         updated_at: now,
@@ -123,6 +124,7 @@ async fn replace(
             app.uid = input.uid;
             app.name = input.name;
             app.rate_limit = input.throttle_rate.map(u32::from);
+            app.verify_endpoints = input.verify_endpoints;
             app.metadata = input.metadata;
             save(&state, &mut app).await?;
             Ok((StatusCode::OK, Json(convert::application(app))))
@@ -154,6 +156,9 @@ async fn patch(
     let mut rate = app.rate_limit.and_then(|r| u16::try_from(r).ok());
     input.throttle_rate.apply_to(&mut rate);
     app.rate_limit = rate.map(u32::from);
+    if let Some(verify) = input.verify_endpoints {
+        app.verify_endpoints = verify;
+    }
     if let Some(metadata) = input.metadata {
         app.metadata = metadata;
     }

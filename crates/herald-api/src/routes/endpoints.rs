@@ -4,13 +4,14 @@ use std::collections::BTreeSet;
 
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use herald_core::breaker::BreakerState;
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Endpoint, Ordering};
+use herald_core::model::{Application, Endpoint, Ordering};
+use herald_delivery::verification;
 use herald_signature::HmacSecret;
 use herald_store::StoreError;
 
@@ -43,6 +44,7 @@ pub(super) fn routes() -> Router<AppState> {
             get(read).put(replace).patch(patch).delete(remove),
         )
         .route("/app/{app_id}/endpoint/{endpoint_id}/secret", get(secret))
+        .route("/app/{app_id}/endpoint/{endpoint_id}/verify", post(verify))
 }
 
 fn store_error(error: StoreError) -> ApiError {
@@ -238,7 +240,7 @@ async fn create(
         ));
     }
     let secret = signing_secret(input.secret.as_deref())?;
-    let endpoint = insert(&state, &app.id, new_endpoint_id(), secret, input.into_fields()).await?;
+    let endpoint = insert(&state, &app, new_endpoint_id(), secret, input.into_fields()).await?;
     Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
 }
 
@@ -248,7 +250,7 @@ fn new_endpoint_id() -> String {
 
 async fn insert(
     state: &AppState,
-    app_id: &str,
+    app: &Application,
     id: String,
     secret: String,
     fields: EndpointFields,
@@ -257,7 +259,7 @@ async fn insert(
     let now = now_ms();
     let mut endpoint = Endpoint {
         id,
-        app_id: app_id.to_owned(),
+        app_id: app.id.clone(),
         uid: None,
         url: String::new(),
         description: String::new(),
@@ -276,9 +278,21 @@ async fn insert(
         updated_at: now,
     };
     fields.apply(&mut endpoint);
+    if app.verify_endpoints {
+        await_verification(&mut endpoint);
+    }
     state.store.create_endpoint(&endpoint).await.map_err(store_error)?;
     state.endpoint_changed(&endpoint.id);
+    if app.verify_endpoints {
+        state.engine_verify(&endpoint.id);
+    }
     Ok(endpoint)
+}
+
+/// Hold an endpoint until its ownership check passes (the engine enables it then).
+fn await_verification(endpoint: &mut Endpoint) {
+    endpoint.disabled = true;
+    endpoint.disabled_reason = Some(verification::AWAITING_VERIFICATION.to_owned());
 }
 
 impl EndpointIn {
@@ -350,13 +364,45 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
     })
 }
 
-async fn save(state: &AppState, mut endpoint: Endpoint, fields: EndpointFields) -> ApiResult<Endpoint> {
+async fn save(
+    state: &AppState,
+    app: &Application,
+    mut endpoint: Endpoint,
+    fields: EndpointFields,
+) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
+    let held = verification::held_by_verification(endpoint.disabled_reason.as_deref());
+    let url_changed = fields.url != endpoint.url;
     fields.apply(&mut endpoint);
+    // Only a passed ownership check enables an endpoint of an application that requires it (a write
+    // that asks for `disabled: false` leaves it held); a new URL is a new destination and must prove
+    // itself again.
+    let reverify = app.verify_endpoints && (url_changed || held);
+    if reverify {
+        await_verification(&mut endpoint);
+    }
     endpoint.updated_at = now_ms();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
     state.endpoint_changed(&endpoint.id);
+    if reverify {
+        state.engine_verify(&endpoint.id);
+    }
     Ok(endpoint)
+}
+
+/// Run the ownership check again (e.g. after fixing the receiver); the endpoint is held until it passes.
+async fn verify(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let app = apps::find(&state, &app_id).await?;
+    let mut endpoint = find(&state, &app.id, &endpoint_id).await?;
+    await_verification(&mut endpoint);
+    endpoint.updated_at = now_ms();
+    state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
+    state.endpoint_changed(&endpoint.id);
+    state.engine_verify(&endpoint.id);
+    Ok(StatusCode::ACCEPTED)
 }
 
 /// PUT replaces the endpoint, creating it (with the path segment as its uid) when missing.
@@ -369,7 +415,7 @@ async fn replace(
     match state.store.get_endpoint(&app.id, &endpoint_id).await {
         Ok(existing) => Ok((
             StatusCode::OK,
-            Json(convert::endpoint(save(&state, existing, input.into()).await?)),
+            Json(convert::endpoint(save(&state, &app, existing, input.into()).await?)),
         )),
         Err(StoreError::NotFound) => {
             let mut fields = EndpointFields::from(input);
@@ -379,7 +425,7 @@ async fn replace(
                 IdKind::Endpoint,
                 "endpoint",
             )?);
-            let endpoint = insert(&state, &app.id, new_endpoint_id(), signing_secret(None)?, fields).await?;
+            let endpoint = insert(&state, &app, new_endpoint_id(), signing_secret(None)?, fields).await?;
             Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
         }
         Err(other) => Err(store_error(other)),
@@ -400,7 +446,7 @@ async fn patch(
         Patch::Value(given) => endpoint.secret = signing_secret(Some(given))?,
     }
     let fields = EndpointFields::of_patch(&endpoint, input);
-    Ok(Json(convert::endpoint(save(&state, endpoint, fields).await?)))
+    Ok(Json(convert::endpoint(save(&state, &app, endpoint, fields).await?)))
 }
 
 async fn remove(

@@ -165,8 +165,8 @@ impl Store for SqliteStore {
 
     async fn create_app(&self, app: &Application) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, verify_endpoints) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&app.id)
         .bind(&app.uid)
@@ -175,6 +175,7 @@ impl Store for SqliteStore {
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.created_at)
         .bind(app.updated_at)
+        .bind(app.verify_endpoints)
         .execute(&self.write)
         .await
         .map_err(map_constraint)?;
@@ -206,13 +207,15 @@ impl Store for SqliteStore {
 
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
         let result = sqlx::query(
-            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ? WHERE id = ?",
+            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ?, verify_endpoints = ? \
+             WHERE id = ?",
         )
         .bind(&app.uid)
         .bind(&app.name)
         .bind(app.rate_limit.map(i64::from))
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.updated_at)
+        .bind(app.verify_endpoints)
         .bind(&app.id)
         .execute(&self.write)
         .await
@@ -537,6 +540,27 @@ impl Store for SqliteStore {
             pending: u64::try_from(pending).unwrap_or(0),
             oldest_created_at: row.try_get("oldest")?,
         })
+    }
+
+    async fn set_endpoint_state(
+        &self,
+        endpoint_id: &str,
+        expected_reason: &str,
+        disabled: bool,
+        reason: Option<&str>,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let result = sqlx::query(
+            "UPDATE endpoint SET disabled = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND disabled_reason = ?",
+        )
+        .bind(disabled)
+        .bind(reason)
+        .bind(now)
+        .bind(endpoint_id)
+        .bind(expected_reason)
+        .execute(&self.write)
+        .await?;
+        Ok(result.rows_affected() == 1)
     }
 
     async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool> {

@@ -36,6 +36,7 @@ pub(crate) fn application(row: &SqliteRow) -> StoreResult<Application> {
         uid: row.try_get("uid")?,
         name: row.try_get("name")?,
         rate_limit: u32_opt(row.try_get("rate_limit")?),
+        verify_endpoints: row.try_get("verify_endpoints")?,
         metadata: decode_metadata(row.try_get::<&str, _>("metadata")?)?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,

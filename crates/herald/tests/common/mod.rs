@@ -301,6 +301,8 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     pub body: String,
     pub delay: Duration,
+    /// Answer with the request's own body (e.g. to echo a verification challenge).
+    pub echo: bool,
 }
 
 impl Reply {
@@ -310,7 +312,13 @@ impl Reply {
             headers: Vec::new(),
             body: String::new(),
             delay: Duration::ZERO,
+            echo: false,
         }
+    }
+
+    pub fn echo(mut self) -> Self {
+        self.echo = true;
+        self
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
@@ -475,7 +483,8 @@ async fn handle(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, bod
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let mut response = (StatusCode::from_u16(reply.status).expect("status"), reply.body).into_response();
+    let body = if reply.echo { text } else { reply.body };
+    let mut response = (StatusCode::from_u16(reply.status).expect("status"), body).into_response();
     for (k, v) in reply.headers {
         response.headers_mut().insert(
             axum::http::HeaderName::from_bytes(k.as_bytes()).expect("name"),

@@ -1,0 +1,151 @@
+//! The endpoint ownership check, end to end: in an application that requires it, a new endpoint stays
+//! disabled until it echoes a signed `webhook.verification` challenge; a receiver that does not echo is
+//! never sent anything else; `…/verify` runs the check again.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Herald, Receiver, Reply};
+use herald_signature::{HmacSecret, Verifier};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn endpoint_when(herald: &Herald, app: &str, ep: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let e = herald.get(&format!("/app/{app}/endpoint/{ep}")).await;
+        if check(&e) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "endpoint never reached the expected state: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn verifying_app(herald: &Herald) -> String {
+    let app = herald
+        .post("/app", json!({"name": "careful", "verifyEndpoints": true}))
+        .await;
+    assert_eq!(app["verifyEndpoints"], true);
+    app["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn an_endpoint_that_echoes_the_signed_challenge_is_enabled() {
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200).echo()).await;
+    let app = verifying_app(&herald).await;
+    let created = herald
+        .post(&format!("/app/{app}/endpoint"), json!({"url": receiver.url()}))
+        .await;
+    assert_eq!(created["disabled"], true, "held until verified: {created}");
+    assert_eq!(created["disabledReason"], "awaiting ownership verification");
+    let ep = created["id"].as_str().unwrap().to_owned();
+    let enabled = endpoint_when(&herald, &app, &ep, |e| e["disabled"] == false).await;
+    assert!(enabled.get("disabledReason").is_none(), "{enabled}");
+
+    let challenge = &receiver.received()[0];
+    let body: Value = serde_json::from_slice(&challenge.body).unwrap();
+    assert_eq!(body["type"], "webhook.verification");
+    assert!(body["challenge"].as_str().unwrap().len() >= 32);
+    let secret = herald.get(&format!("/app/{app}/endpoint/{ep}/secret")).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Verifier::new(vec![HmacSecret::parse(&secret).unwrap().into()])
+        .verify_now(
+            challenge.header("webhook-id"),
+            challenge.header("webhook-timestamp"),
+            challenge.header("webhook-signature"),
+            &challenge.body,
+        )
+        .expect("the challenge is signed with the endpoint's secret");
+
+    herald
+        .post(
+            &format!("/app/{app}/msg"),
+            json!({"eventType": "a.b", "payload": {"x": 1}}),
+        )
+        .await;
+    let got = receiver.wait_for(2, WAIT).await;
+    let delivered: Value = serde_json::from_slice(&got[1].body).unwrap();
+    assert_eq!(delivered, json!({"x": 1}), "after the check, ordinary deliveries flow");
+}
+
+#[tokio::test]
+async fn an_endpoint_that_does_not_echo_stays_disabled_until_it_passes() {
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200).body("ok")).await;
+    let app = verifying_app(&herald).await;
+    let ep = herald
+        .post(&format!("/app/{app}/endpoint"), json!({"url": receiver.url()}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let failed = endpoint_when(&herald, &app, &ep, |e| {
+        e["disabledReason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("ownership verification failed"))
+    })
+    .await;
+    assert_eq!(failed["disabled"], true);
+    assert!(
+        failed["disabledReason"].as_str().unwrap().contains("without echoing"),
+        "{failed}"
+    );
+    herald
+        .post(&format!("/app/{app}/msg"), json!({"eventType": "a.b", "payload": {}}))
+        .await;
+    // Asking to enable it does not skip the check.
+    let (_, patched) = herald
+        .call(
+            "PATCH",
+            &format!("/app/{app}/endpoint/{ep}"),
+            Some(json!({"disabled": false})),
+        )
+        .await;
+    assert_eq!(patched["disabled"], true, "{patched}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        receiver
+            .received()
+            .iter()
+            .all(|r| String::from_utf8_lossy(&r.body).contains("webhook.verification")),
+        "only challenges were sent"
+    );
+
+    // Fixed receiver: run the check again; the queued message then flows.
+    receiver.set_fallback(Reply::status(200).echo());
+    let (status, _) = herald
+        .call("POST", &format!("/app/{app}/endpoint/{ep}/verify"), None)
+        .await;
+    assert_eq!(status, 202);
+    endpoint_when(&herald, &app, &ep, |e| e["disabled"] == false).await;
+    let deadline = Instant::now() + WAIT;
+    while !receiver
+        .received()
+        .iter()
+        .any(|r| !String::from_utf8_lossy(&r.body).contains("webhook.verification"))
+    {
+        assert!(Instant::now() < deadline, "the queued message was not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn without_the_setting_endpoints_are_enabled_at_once_and_get_no_challenge() {
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("relaxed").await;
+    let (ep, _) = herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let e = herald.get(&format!("/app/{app}/endpoint/{ep}")).await;
+    assert_eq!(e["disabled"], false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(receiver.received().is_empty(), "no challenge without the setting");
+}
