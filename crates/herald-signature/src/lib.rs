@@ -92,6 +92,7 @@ mod ed25519;
 mod error;
 pub mod github;
 mod hmac_secret;
+mod signing_key;
 pub mod stripe;
 mod util;
 mod verify;
@@ -99,6 +100,7 @@ mod verify;
 pub use crate::ed25519::{Ed25519PublicKey, Ed25519SigningKey};
 pub use crate::error::{SecretError, VerifyError};
 pub use crate::hmac_secret::HmacSecret;
+pub use crate::signing_key::SigningKey;
 pub use crate::verify::{
     DEFAULT_TOLERANCE, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, Verifier, VerifyKey, signature_header,
 };

@@ -5,6 +5,7 @@
 //! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
 //! (group commit) so durability does not cost throughput.
 
+pub mod crypto;
 mod page;
 pub mod sqlite;
 
