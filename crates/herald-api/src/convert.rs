@@ -66,7 +66,10 @@ pub fn event_type(et: EventType) -> EventTypeOut {
 
 /// An endpoint on the wire (the secret is never part of it).
 pub fn endpoint(ep: Endpoint) -> EndpointOut {
+    let key = herald_signature::SigningKey::parse(&ep.secret).ok();
     EndpointOut {
+        signature_type: crate::routes::signature_type(key.as_ref()),
+        public_key: key.and_then(|k| k.public_key()).map(|k| k.to_whpk()),
         filter_types: FilterTypesOut(set(&ep.filter_types)),
         channels: set(&ep.channels),
         throttle_rate: rate(ep.rate_limit),

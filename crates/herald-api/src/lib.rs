@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod body;
 mod convert;
+mod custom_headers;
 pub mod error;
 mod idempotency;
 mod json_errors;

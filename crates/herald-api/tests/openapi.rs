@@ -33,7 +33,9 @@ fn document() -> Value {
 async fn state() -> (tempfile::TempDir, AppState) {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("herald.db").display());
-    let store = herald_store::open(&url).await.expect("store");
+    let store = herald_store::open(&url, herald_store::SecretCipher::from_key(&[1; 32]))
+        .await
+        .expect("store");
     let state = AppState::new(
         store,
         None,

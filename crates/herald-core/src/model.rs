@@ -6,6 +6,9 @@ use std::sync::Arc;
 /// Free-form string labels a client attaches to an application or endpoint.
 pub type Metadata = BTreeMap<String, String>;
 
+/// Custom HTTP headers an endpoint adds to every request, by lower-case name.
+pub type Headers = BTreeMap<String, String>;
+
 /// A tenant: the owner of endpoints and messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Application {
@@ -81,12 +84,37 @@ pub struct Endpoint {
     pub version: i32,
     /// Client labels.
     pub metadata: Metadata,
-    /// The signing secret, `whsec_…`.
+    /// The current signing key: `whsec_…` (HMAC, `v1`) or `whsk_…` (Ed25519, `v1a`). Keys it replaced
+    /// that still sign during their grace period are kept apart (see [`PreviousSecret`]).
     pub secret: String,
+    /// Custom headers sent with every request (never the signature or transport headers).
+    pub headers: Headers,
     /// Creation time.
     pub created_at: i64,
     /// Last change.
     pub updated_at: i64,
+}
+
+/// A signing key an endpoint rotated away from, which still signs (next to the current one) until it
+/// expires, so receivers can switch keys without rejecting anything. `Debug` leaves the key out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PreviousSecret {
+    /// The key, `whsec_…` or `whsk_…`.
+    pub secret: String,
+    /// When it stopped being the current key.
+    pub rotated_at: i64,
+    /// From this time on it no longer signs.
+    pub expires_at: i64,
+}
+
+impl std::fmt::Debug for PreviousSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreviousSecret")
+            .field("secret", &"<redacted>")
+            .field("rotated_at", &self.rotated_at)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -100,6 +128,7 @@ impl std::fmt::Debug for Endpoint {
             .field("channels", &self.channels)
             .field("disabled", &self.disabled)
             .field("secret", &"<redacted>")
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -345,6 +374,7 @@ mod tests {
             version: 1,
             metadata: Metadata::new(),
             secret: "whsec_x".into(),
+            headers: Headers::new(),
             created_at: 0,
             updated_at: 0,
         }

@@ -6,13 +6,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
+use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Headers, Message, PreviousSecret};
 use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, endpoint_hold, next_step};
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{Finished, Queued, Verdict};
-use herald_signature::HmacSecret;
+use herald_signature::{SecretError, SigningKey};
 use herald_store::AttemptRecord;
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use crate::client::{DeliveryClient, Response};
 
@@ -60,10 +60,49 @@ pub(crate) struct Outcome {
     pub(crate) disable_endpoint: bool,
 }
 
+/// An endpoint's signing keys: the current one, and those it rotated away from, each signing until it
+/// expires (so an expiry needs no reload: every attempt picks the keys valid when it signs).
+#[derive(Debug)]
+pub(crate) struct EndpointKeys {
+    current: SigningKey,
+    previous: Vec<(SigningKey, i64)>,
+}
+
+impl EndpointKeys {
+    /// Parse the stored keys. The current key must parse; a previous one that does not is skipped (and
+    /// logged): it only ever signs next to the current one.
+    pub(crate) fn parse(endpoint: &Endpoint, previous: &[PreviousSecret]) -> Result<Self, SecretError> {
+        let current = SigningKey::parse(&endpoint.secret)?;
+        let previous = previous
+            .iter()
+            .filter_map(|p| match SigningKey::parse(&p.secret) {
+                Ok(key) => Some((key, p.expires_at)),
+                Err(error) => {
+                    tracing::error!(%error, endpoint = %endpoint.id, "a previous signing key is invalid; skipped");
+                    None
+                }
+            })
+            .collect();
+        Ok(Self { current, previous })
+    }
+
+    /// The keys that sign at `now_ms`: the current one first.
+    pub(crate) fn signing_at(&self, now_ms: i64) -> Vec<&SigningKey> {
+        std::iter::once(&self.current)
+            .chain(
+                self.previous
+                    .iter()
+                    .filter(|(_, expires)| *expires > now_ms)
+                    .map(|(key, _)| key),
+            )
+            .collect()
+    }
+}
+
 /// Everything one attempt needs.
 pub(crate) struct AttemptTask {
     pub(crate) endpoint: Arc<Endpoint>,
-    pub(crate) secret: Option<Arc<HmacSecret>>,
+    pub(crate) keys: Option<Arc<EndpointKeys>>,
     pub(crate) job: Job,
     pub(crate) client: DeliveryClient,
     pub(crate) schedule: RetrySchedule,
@@ -74,9 +113,15 @@ impl AttemptTask {
     pub(crate) async fn run(self) -> (AttemptRecord, Outcome) {
         let message = &self.job.message;
         let started_at = now_ms();
-        let response = match &self.secret {
-            Some(secret) => {
-                let headers = signed_headers(secret, &message.id, &message.payload, started_at / 1000);
+        let response = match &self.keys {
+            Some(keys) => {
+                let headers = signed_headers(
+                    &keys.signing_at(started_at),
+                    &self.endpoint.headers,
+                    &message.id,
+                    &message.payload,
+                    started_at / 1000,
+                );
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
                 let timeout = self.endpoint.request_timeout_ms.map_or_else(
                     || self.client.default_timeout(),
@@ -172,11 +217,28 @@ impl AttemptTask {
     }
 }
 
-/// The Standard Webhooks headers for one request (the timestamp, hence the signature, is per attempt).
-pub(crate) fn signed_headers(secret: &HmacSecret, id: &str, payload: &[u8], timestamp: i64) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(4);
+/// The headers of one request: the endpoint's custom headers, then the Standard Webhooks headers signed
+/// by every key given, space-separated (the timestamp, hence the signature, is per attempt).
+///
+/// The API refuses custom headers that would clash with these; they are inserted last all the same, so a
+/// custom header can never replace the signature or the content type.
+pub(crate) fn signed_headers(
+    keys: &[&SigningKey],
+    custom: &Headers,
+    id: &str,
+    payload: &[u8],
+    timestamp: i64,
+) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(4 + custom.len());
+    for (name, value) in custom {
+        // Validated by the API; anything that does not parse (written by other means) is left out.
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            headers.insert(name, value);
+        }
+    }
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let signature = secret.sign(id, timestamp, payload);
+    let signatures: Vec<String> = keys.iter().map(|key| key.sign(id, timestamp, payload)).collect();
+    let signature = herald_signature::signature_header(&signatures);
     // Ids are ASCII by construction, signatures are base64, timestamps digits: these never fail.
     for (name, value) in [
         (herald_signature::HEADER_ID, id.to_owned()),
@@ -205,7 +267,70 @@ fn without_userinfo(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::without_userinfo;
+    use super::*;
+
+    #[test]
+    fn every_valid_key_signs_and_custom_headers_never_replace_the_signature() {
+        let endpoint = Endpoint {
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            ..test_endpoint()
+        };
+        let previous = [
+            PreviousSecret {
+                secret: "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".into(),
+                rotated_at: 0,
+                expires_at: 2_000,
+            },
+            PreviousSecret {
+                secret: "not a key!".into(),
+                rotated_at: 0,
+                expires_at: 9_000,
+            },
+        ];
+        let keys = EndpointKeys::parse(&endpoint, &previous).unwrap();
+        assert_eq!(keys.signing_at(1_999).len(), 2);
+        assert_eq!(keys.signing_at(2_000).len(), 1, "an expired key stops signing");
+        let custom = Headers::from([
+            ("webhook-signature".to_owned(), "v1,forged".to_owned()),
+            ("x-tenant".to_owned(), "acme".to_owned()),
+        ]);
+        let headers = signed_headers(
+            &keys.signing_at(0),
+            &custom,
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            b"{\"test\": 2432232314}",
+            1614265330,
+        );
+        let signature = headers["webhook-signature"].to_str().unwrap();
+        assert!(signature.starts_with("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,"));
+        assert_eq!(signature.split(' ').count(), 2);
+        assert_eq!(headers["x-tenant"], "acme");
+        assert_eq!(headers.get_all("webhook-signature").iter().count(), 1);
+    }
+
+    fn test_endpoint() -> Endpoint {
+        Endpoint {
+            id: "ep_1".into(),
+            app_id: "app_1".into(),
+            uid: None,
+            url: "https://example.com".into(),
+            description: String::new(),
+            filter_types: None,
+            channels: None,
+            disabled: false,
+            disabled_reason: None,
+            rate_limit: None,
+            max_concurrency: None,
+            ordering: herald_core::model::Ordering::Unordered,
+            request_timeout_ms: None,
+            version: 1,
+            metadata: Default::default(),
+            secret: String::new(),
+            headers: Headers::new(),
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
 
     #[test]
     fn credentials_never_reach_the_attempt_log() {

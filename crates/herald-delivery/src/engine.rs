@@ -25,14 +25,13 @@ use std::time::Duration;
 
 use herald_core::breaker::{BreakerConfig, BreakerState};
 use herald_core::clock::now_ms;
-use herald_core::model::{Endpoint, Ordering};
+use herald_core::model::{Endpoint, Ordering, PreviousSecret};
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{EndpointLimits, EndpointSnapshot, Finished, Loaded, Scheduler, SchedulerConfig, Verdict};
-use herald_signature::HmacSecret;
 use herald_store::{AttemptRecord, CommitFeed, PendingDelivery, SharedStore, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::attempt::{AttemptTask, Job, Outcome};
+use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
 use crate::client::DeliveryClient;
 
 /// Settings of the delivery engine.
@@ -68,10 +67,11 @@ impl Default for EngineConfig {
     }
 }
 
-/// An endpoint as the engine needs it: its record and its parsed signing key.
+/// An endpoint as the engine needs it: its record and its parsed signing keys (`None` when the current
+/// key is invalid: nothing is sent unsigned).
 struct EndpointEntry {
     endpoint: Arc<Endpoint>,
-    secret: Option<Arc<HmacSecret>>,
+    keys: Option<Arc<EndpointKeys>>,
 }
 
 enum Event {
@@ -87,8 +87,9 @@ enum Event {
     RefillFailed {
         endpoint: Arc<str>,
     },
-    /// Boxed: an endpoint record is large and this event is rare.
-    EndpointLoaded(Arc<str>, Box<Endpoint>),
+    /// Boxed: an endpoint record is large and this event is rare. With the keys it rotated away from that
+    /// still sign.
+    EndpointLoaded(Arc<str>, Box<(Endpoint, Vec<PreviousSecret>)>),
     EndpointGone(Arc<str>),
     EndpointChanged(String),
     Health(String, oneshot::Sender<Option<EndpointSnapshot>>),
@@ -279,7 +280,7 @@ impl Engine {
             };
             let task = AttemptTask {
                 endpoint: entry.endpoint.clone(),
-                secret: entry.secret.clone(),
+                keys: entry.keys.clone(),
                 job,
                 client: self.client.clone(),
                 schedule: self.config.schedule.clone(),
@@ -416,8 +417,15 @@ impl Engine {
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(100);
             loop {
-                match store.get_endpoint_by_id(&key).await {
-                    Ok(endpoint) => break events.send(Event::EndpointLoaded(key, Box::new(endpoint))),
+                let loaded = match store.get_endpoint_by_id(&key).await {
+                    Ok(endpoint) => store
+                        .previous_secrets(&key, now_ms())
+                        .await
+                        .map(|previous| (endpoint, previous)),
+                    Err(error) => Err(error),
+                };
+                match loaded {
+                    Ok(loaded) => break events.send(Event::EndpointLoaded(key, Box::new(loaded))),
                     Err(StoreError::NotFound) => break events.send(Event::EndpointGone(key)),
                     Err(error) => {
                         tracing::warn!(%error, endpoint = %key, "loading endpoint failed; retrying");
@@ -519,12 +527,13 @@ impl Engine {
             Event::Health(id, reply) => {
                 let _ = reply.send(self.scheduler.endpoint_snapshot(&Arc::from(id.as_str()), now));
             }
-            Event::EndpointLoaded(key, endpoint) => {
+            Event::EndpointLoaded(key, loaded) => {
                 if !self.load_finished(&key) || self.removed.contains(&key) {
                     return;
                 }
-                let secret = match HmacSecret::parse(&endpoint.secret) {
-                    Ok(secret) => Some(Arc::new(secret)),
+                let (endpoint, previous) = *loaded;
+                let keys = match EndpointKeys::parse(&endpoint, &previous) {
+                    Ok(keys) => Some(Arc::new(keys)),
                     Err(error) => {
                         tracing::error!(%error, endpoint = %endpoint.id, "stored endpoint secret is invalid");
                         None
@@ -534,8 +543,8 @@ impl Engine {
                 self.endpoints.insert(
                     key.clone(),
                     EndpointEntry {
-                        endpoint: Arc::from(endpoint),
-                        secret,
+                        endpoint: Arc::new(endpoint),
+                        keys,
                     },
                 );
                 self.scheduler.configure(key, limits, now);

@@ -8,8 +8,9 @@
 
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
+use herald_core::model::Endpoint;
 use herald_core::outcome::AttemptResult;
-use herald_signature::HmacSecret;
+use herald_signature::SigningKey;
 use herald_store::SharedStore;
 
 use crate::attempt::signed_headers;
@@ -39,7 +40,7 @@ pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoin
     if endpoint.disabled_reason.as_deref() != Some(AWAITING_VERIFICATION) {
         return false;
     }
-    let verdict = challenge(client, &endpoint.url, &endpoint.secret).await;
+    let verdict = challenge(client, &endpoint).await;
     let (disabled, reason) = match &verdict {
         Ok(()) => (false, None),
         Err(why) => (true, Some(format!("{VERIFICATION_FAILED}: {why}"))),
@@ -66,14 +67,15 @@ pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoin
 }
 
 /// Send the challenge; `Err` says why the endpoint did not pass (never quoting what it answered).
-async fn challenge(client: &DeliveryClient, url: &str, secret: &str) -> Result<(), String> {
-    let secret = HmacSecret::parse(secret).map_err(|_| "the endpoint's secret is invalid".to_owned())?;
+async fn challenge(client: &DeliveryClient, endpoint: &Endpoint) -> Result<(), String> {
+    let key = SigningKey::parse(&endpoint.secret).map_err(|_| "the endpoint's secret is invalid".to_owned())?;
     // 128 random bits as hex: nothing in it needs escaping in JSON.
     let token = format!("{:032x}", rand::random::<u128>());
     let payload = format!(r#"{{"type":"webhook.verification","challenge":"{token}"}}"#);
     let id = new_id(IdKind::Message);
-    let headers = signed_headers(&secret, &id, payload.as_bytes(), now_ms() / 1000);
-    let response = client.post(url, headers, bytes::Bytes::from(payload)).await;
+    // Signed with the current key only: the challenge proves the receiver holds it.
+    let headers = signed_headers(&[&key], &endpoint.headers, &id, payload.as_bytes(), now_ms() / 1000);
+    let response = client.post(&endpoint.url, headers, bytes::Bytes::from(payload)).await;
     match response.result {
         AttemptResult::Response { status, .. } if (200..300).contains(&status) => {
             if response.body.contains(&token) {

@@ -2,7 +2,7 @@
 //! and command-line flags (a flag wins over its variable).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -10,6 +10,7 @@ use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use herald_core::breaker::BreakerConfig;
 use herald_core::retry::{RetrySchedule, parse_duration};
+use herald_store::SecretCipher;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,9 @@ pub struct Config {
     pub allow_ports: String,
     /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
     pub proxy_url: String,
+    /// The key endpoint secrets are encrypted with at rest: base64 of 32 bytes. When unset, one is
+    /// generated at first start and kept in a file next to the SQLite database (`<database>.key`).
+    pub secret_key: Option<String>,
 }
 
 impl Default for Config {
@@ -79,6 +83,7 @@ impl Default for Config {
             max_request_timeout: "60s".to_owned(),
             allow_ports: String::new(),
             proxy_url: String::new(),
+            secret_key: None,
         }
     }
 }
@@ -123,6 +128,50 @@ pub struct Settings {
     pub allow_ports: Vec<u16>,
     /// Egress proxy for deliveries, if any.
     pub proxy_url: Option<String>,
+    /// Where the key encrypting endpoint secrets comes from.
+    pub secret_key: SecretKeySource,
+}
+
+/// Where the key that encrypts endpoint secrets at rest comes from.
+#[derive(Clone)]
+pub enum SecretKeySource {
+    /// Configured (`HERALD_SECRET_KEY`).
+    Configured(SecretCipher),
+    /// Kept in this file, generated at first start (readable by the owner only).
+    File(PathBuf),
+    /// A key for this process only: the database is in memory, so nothing outlives the process.
+    Ephemeral,
+}
+
+impl std::fmt::Debug for SecretKeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Configured(_) => f.write_str("Configured(<redacted>)"),
+            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+            Self::Ephemeral => f.write_str("Ephemeral"),
+        }
+    }
+}
+
+impl SecretKeySource {
+    /// The configured key, else the file next to a SQLite database file, else (in-memory database) a key
+    /// for this process.
+    fn of(configured: Option<&str>, database_url: &str) -> anyhow::Result<Self> {
+        if let Some(text) = configured {
+            return SecretCipher::from_base64(text)
+                .map(Self::Configured)
+                .context("secret_key");
+        }
+        let path = database_url
+            .strip_prefix("sqlite://")
+            .or_else(|| database_url.strip_prefix("sqlite:"))
+            .unwrap_or(database_url);
+        let path = path.split('?').next().unwrap_or(path);
+        if path.is_empty() || path == ":memory:" || database_url.contains("mode=memory") {
+            return Ok(Self::Ephemeral);
+        }
+        Ok(Self::File(PathBuf::from(format!("{path}.key"))))
+    }
 }
 
 impl Config {
@@ -176,6 +225,10 @@ impl Config {
             initial_cooldown: millis(breaker_cooldown),
             max_cooldown: millis(breaker_max_cooldown),
         };
+        let secret_key = SecretKeySource::of(
+            self.secret_key.as_deref().filter(|k| !k.trim().is_empty()),
+            &self.database_url,
+        )?;
         Ok(Settings {
             listen,
             database_url: self.database_url,
@@ -194,6 +247,7 @@ impl Config {
             max_request_timeout: parse_duration(&self.max_request_timeout).context("max_request_timeout")?,
             allow_ports: parse_ports(&self.allow_ports)?,
             proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
+            secret_key,
         })
     }
 }
@@ -292,6 +346,8 @@ mod tests {
             "allow_ports = \"443,https\"",
             "allow_ports = \"0\"",
             "allow_ports = \"70000\"",
+            "secret_key = \"AAAA\"",
+            "secret_key = \"not base64\"",
             "unknown_key = 1",
         ] {
             std::fs::write(&path, bad).unwrap();
@@ -299,6 +355,28 @@ mod tests {
             assert!(result.is_err(), "{bad} accepted");
         }
         assert!(Config::load(Some(Path::new("/nonexistent/herald.toml")), &Overrides::default()).is_err());
+    }
+
+    #[test]
+    fn the_secret_key_is_configured_or_kept_next_to_the_database() {
+        let settings = Config::default().settings().unwrap();
+        assert!(matches!(&settings.secret_key, SecretKeySource::File(p) if p == Path::new("./herald.db.key")));
+        let memory = Config {
+            database_url: "sqlite::memory:".into(),
+            ..Config::default()
+        };
+        assert!(matches!(
+            memory.settings().unwrap().secret_key,
+            SecretKeySource::Ephemeral
+        ));
+        let configured = Config {
+            secret_key: Some(SecretCipher::generate_key().to_string()),
+            ..Config::default()
+        };
+        let key = configured.secret_key.clone().unwrap();
+        let settings = configured.settings().unwrap();
+        assert!(matches!(settings.secret_key, SecretKeySource::Configured(_)));
+        assert!(!format!("{settings:?}").contains(&key));
     }
 
     #[test]

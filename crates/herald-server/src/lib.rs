@@ -14,13 +14,13 @@ use herald_api::auth::token_digest;
 use herald_api::{AppState, Limits};
 use herald_core::address::AddressPolicy;
 use herald_delivery::{ClientConfig, DeliveryClient, Engine, EngineConfig, HostResolver, SystemResolver};
-use herald_store::SharedStore;
+use herald_store::{SecretCipher, SharedStore};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::Layer;
 use tower_http::normalize_path::NormalizePathLayer;
 
-pub use config::{Config, Settings};
+pub use config::{Config, SecretKeySource, Settings};
 
 /// The store key holding the generated admin token's digest.
 const ADMIN_TOKEN_KEY: &str = "admin_token_sha256";
@@ -48,9 +48,18 @@ impl Node {
         settings: &Settings,
         extra_routes: impl FnOnce(&[u8; 32]) -> Option<axum::Router>,
     ) -> anyhow::Result<Self> {
-        let store = herald_store::open(&settings.database_url)
-            .await
-            .with_context(|| format!("opening {}", settings.database_url))?;
+        let (cipher, generated_key) = secret_cipher(&settings.secret_key)?;
+        let store = match herald_store::open(&settings.database_url, cipher).await {
+            Ok(store) => store,
+            Err(error) => {
+                if let Some(path) = generated_key {
+                    // A key generated for a database whose secrets are sealed with another one is useless;
+                    // leave nothing behind that the next start would pick up.
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(error).with_context(|| format!("opening {}", settings.database_url));
+            }
+        };
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
         // A task that was running when the previous process stopped will not continue: say so.
         let interrupted = store
@@ -142,6 +151,44 @@ impl Node {
             result = &mut self.task => result.context("server task")?,
         }
     }
+}
+
+/// The cipher for endpoint secrets at rest, and the key file if this start generated it.
+fn secret_cipher(source: &SecretKeySource) -> anyhow::Result<(SecretCipher, Option<&std::path::Path>)> {
+    let path = match source {
+        SecretKeySource::Configured(cipher) => return Ok((cipher.clone(), None)),
+        SecretKeySource::Ephemeral => {
+            return Ok((SecretCipher::from_base64(&SecretCipher::generate_key())?, None));
+        }
+        SecretKeySource::File(path) => path,
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let cipher = SecretCipher::from_base64(&text)
+                .with_context(|| format!("the secret key file {} is not a valid key", path.display()))?;
+            return Ok((cipher, None));
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("reading the secret key file {}", path.display())),
+    }
+    let key = SecretCipher::generate_key();
+    let mut options = std::fs::OpenOptions::new();
+    // `create_new`: two nodes starting at once never overwrite each other's key.
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("creating the secret key file {}", path.display()))?;
+    std::io::Write::write_all(&mut file, format!("{}\n", key.as_str()).as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing the secret key file {}", path.display()))?;
+    tracing::warn!(
+        file = %path.display(),
+        "generated the key that encrypts endpoint secrets; keep this file (without it the secrets cannot be read) \
+         and keep it out of copies of the database, or set HERALD_SECRET_KEY instead"
+    );
+    Ok((SecretCipher::from_base64(&key)?, Some(path)))
 }
 
 /// The admin token's digest: from the configuration, or the stored one, or a new one (returned so the

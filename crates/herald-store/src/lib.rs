@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
-    OperationalEvent,
+    OperationalEvent, PreviousSecret,
 };
 
+pub use crypto::{CryptoError, SecretCipher};
 pub use page::{Page, PageRequest};
 
 /// Errors from the store.
@@ -45,6 +46,10 @@ pub enum StoreError {
     /// A failure shared by every request of a group commit (the underlying error, as text).
     #[error("database error: {0}")]
     Batch(String),
+    /// The secret key given to the store does not open the secrets stored with it (refused at open, so a
+    /// wrong key never signs with garbage), or a stored secret does not decrypt.
+    #[error("secret key: {0}")]
+    SecretKey(String),
 }
 
 /// Shorthand for store results.
@@ -259,6 +264,10 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_event_type(&self, name: &str) -> StoreResult<()>;
 
     /// Create an endpoint; `Conflict("uid")` if its uid is taken within the app.
+    ///
+    /// Every backend stores the endpoint's `secret` and `headers` encrypted with the store's
+    /// [`SecretCipher`] (context: the endpoint id) and decrypts them on every read that returns an
+    /// [`Endpoint`].
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
     /// Find an endpoint of an app by id or uid.
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint>;
@@ -268,8 +277,24 @@ pub trait Store: Send + Sync + 'static {
     async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
-    /// Replace an endpoint's fields (by id).
+    /// Replace an endpoint's fields (by id), except its `secret`: only
+    /// [`Store::rotate_endpoint_secret`] changes that, so an update read before a rotation can never undo
+    /// it.
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Make `new_secret` the endpoint's signing key, in one transaction. The key it replaces keeps signing
+    /// until `old_expires_at` (it is not kept at all unless that is after `now`), and every older key
+    /// still signing expires no later than that either: a rotation with no grace period (a compromised
+    /// key) leaves only the new key. Expired keys are removed. `NotFound` if the endpoint does not exist.
+    async fn rotate_endpoint_secret(
+        &self,
+        endpoint_id: &str,
+        new_secret: &str,
+        old_expires_at: i64,
+        now: i64,
+    ) -> StoreResult<()>;
+    /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
+    /// recently rotated first. Empty for an unknown endpoint.
+    async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>>;
     /// Delete an endpoint and its pending deliveries.
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
 
@@ -438,10 +463,12 @@ pub type CommitFeed = tokio::sync::mpsc::UnboundedReceiver<Vec<PendingDelivery>>
 /// A shared handle to any store.
 pub type SharedStore = Arc<dyn Store>;
 
-/// Open the store named by a database URL (`sqlite://PATH`) and run its migrations.
-pub async fn open(database_url: &str) -> StoreResult<SharedStore> {
+/// Open the store named by a database URL (`sqlite://PATH`), run its migrations, and check that `cipher`
+/// holds the key its secrets were encrypted with (`SecretKey` error otherwise); secrets stored before
+/// encryption existed are encrypted then.
+pub async fn open(database_url: &str, cipher: SecretCipher) -> StoreResult<SharedStore> {
     if database_url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(database_url).await?))
+        Ok(Arc::new(sqlite::SqliteStore::open(database_url, cipher).await?))
     } else {
         Err(StoreError::Corrupt(format!(
             "unsupported database URL {database_url:?}: expected sqlite://PATH"

@@ -9,15 +9,20 @@ use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, Message, Ordering,
 };
 use herald_store::{
-    AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue, SharedStore,
-    StoreError,
+    AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue, SecretCipher,
+    SharedStore, StoreError,
 };
+
+/// The key secrets are encrypted with in these tests.
+fn cipher() -> SecretCipher {
+    SecretCipher::from_key(&[7; 32])
+}
 
 /// Every backend under test, each on fresh storage. The temp dir must outlive the store.
 async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("store.db").display());
-    let store = herald_store::open(&url).await.unwrap();
+    let store = herald_store::open(&url, cipher()).await.unwrap();
     vec![(dir, store)]
 }
 
@@ -52,6 +57,7 @@ fn endpoint(app_id: &str) -> Endpoint {
         version: 1,
         metadata: BTreeMap::new(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        headers: BTreeMap::new(),
         created_at: 1,
         updated_at: 1,
     }
@@ -391,12 +397,12 @@ async fn a_reopened_store_keeps_everything_committed() {
     let a = app(None);
     let e = endpoint(&a.id);
     {
-        let store = herald_store::open(&url).await.unwrap();
+        let store = herald_store::open(&url, cipher()).await.unwrap();
         store.create_app(&a).await.unwrap();
         store.create_endpoint(&e).await.unwrap();
         ingest(&store, &a.id, None, None).await;
     }
-    let store = herald_store::open(&url).await.unwrap();
+    let store = herald_store::open(&url, cipher()).await.unwrap();
     assert_eq!(
         store.endpoints_with_pending().await.unwrap(),
         std::slice::from_ref(&e.id)
@@ -599,4 +605,171 @@ async fn tasks_and_oldest_first_listings_round_trip() {
         let order: Vec<&str> = page.items.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(order, [first.id.as_str(), second.id.as_str()]);
     }
+}
+
+const OLD_KEY: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const NEW_KEY: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const ED_KEY: &str = "whsk_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyB5tVYuj+ZU+UB4sRLoqYunkB+FOuaVvtfg45ELrQSWZA==";
+
+#[tokio::test]
+async fn secrets_and_headers_round_trip_and_only_rotation_changes_the_secret() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let mut e = endpoint(&a.id);
+        e.headers = BTreeMap::from([("x-tenant".to_owned(), "acme".to_owned())]);
+        store.create_endpoint(&e).await.unwrap();
+        let read = store.get_endpoint(&a.id, &e.id).await.unwrap();
+        assert_eq!(read.secret, OLD_KEY);
+        assert_eq!(read.headers, e.headers);
+        assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, OLD_KEY);
+        let listed = store.list_endpoints(&a.id, &PageRequest::default()).await.unwrap();
+        assert_eq!(listed.items[0].secret, OLD_KEY);
+        assert_eq!(listed.items[0].headers, e.headers);
+        assert_eq!(store.app_endpoints(&a.id).await.unwrap()[0].secret, OLD_KEY);
+
+        // An update carries every field but the secret: a stale read cannot undo a rotation.
+        let mut changed = read.clone();
+        changed.secret = NEW_KEY.to_owned();
+        changed.headers = BTreeMap::from([("x-region".to_owned(), "eu".to_owned())]);
+        store.update_endpoint(&changed).await.unwrap();
+        let read = store.get_endpoint(&a.id, &e.id).await.unwrap();
+        assert_eq!(read.secret, OLD_KEY);
+        assert_eq!(read.headers, changed.headers);
+    }
+}
+
+#[tokio::test]
+async fn rotation_keeps_replaced_keys_until_they_expire_and_no_grace_revokes_them_all() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        assert!(store.previous_secrets(&e.id, 1_000).await.unwrap().is_empty());
+
+        store
+            .rotate_endpoint_secret(&e.id, NEW_KEY, 11_000, 1_000)
+            .await
+            .unwrap();
+        assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, NEW_KEY);
+        let previous = store.previous_secrets(&e.id, 1_000).await.unwrap();
+        assert_eq!(previous.len(), 1);
+        assert_eq!(previous[0].secret, OLD_KEY);
+        assert_eq!((previous[0].rotated_at, previous[0].expires_at), (1_000, 11_000));
+        assert!(store.previous_secrets(&e.id, 10_999).await.unwrap().len() == 1);
+        assert!(
+            store.previous_secrets(&e.id, 11_000).await.unwrap().is_empty(),
+            "expired at its time"
+        );
+
+        // A second rotation with a shorter grace: the older key is cut to it too; newest first.
+        store.rotate_endpoint_secret(&e.id, ED_KEY, 6_000, 2_000).await.unwrap();
+        let previous = store.previous_secrets(&e.id, 2_000).await.unwrap();
+        let keys: Vec<(&str, i64)> = previous.iter().map(|p| (p.secret.as_str(), p.expires_at)).collect();
+        assert_eq!(keys, [(NEW_KEY, 6_000), (OLD_KEY, 6_000)]);
+        assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, ED_KEY);
+
+        // No grace (a compromised key): every replaced key stops at once.
+        store
+            .rotate_endpoint_secret(&e.id, OLD_KEY, 3_000, 3_000)
+            .await
+            .unwrap();
+        assert!(store.previous_secrets(&e.id, 3_000).await.unwrap().is_empty());
+        assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, OLD_KEY);
+
+        assert!(matches!(
+            store.rotate_endpoint_secret("ep_missing", NEW_KEY, 5_000, 4_000).await,
+            Err(StoreError::NotFound)
+        ));
+        store
+            .rotate_endpoint_secret(&e.id, NEW_KEY, 9_000, 4_000)
+            .await
+            .unwrap();
+        store.delete_endpoint(&e.id).await.unwrap();
+        assert!(store.previous_secrets(&e.id, 4_000).await.unwrap().is_empty());
+    }
+}
+
+/// The SQLite file at `path` and its WAL, as bytes.
+fn sqlite_bytes(path: &std::path::Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
+    let wal = path.with_extension("db-wal");
+    if let Ok(more) = std::fs::read(wal) {
+        bytes.extend(more);
+    }
+    bytes
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn sqlite_stores_secrets_encrypted_and_refuses_the_wrong_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let url = format!("sqlite://{}", path.display());
+    let a = app(None);
+    let mut e = endpoint(&a.id);
+    e.headers = BTreeMap::from([("authorization".to_owned(), "Bearer hunter2-token".to_owned())]);
+    {
+        let store = herald_store::open(&url, cipher()).await.unwrap();
+        store.create_app(&a).await.unwrap();
+        store.create_endpoint(&e).await.unwrap();
+        store.rotate_endpoint_secret(&e.id, NEW_KEY, i64::MAX, 1).await.unwrap();
+        let bytes = sqlite_bytes(&path);
+        for secret in [OLD_KEY, NEW_KEY] {
+            let b64 = &secret["whsec_".len()..];
+            assert!(!contains(&bytes, b64.as_bytes()), "{b64} is in the database file");
+            let raw = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap();
+            assert!(!contains(&bytes, &raw), "the raw key bytes are in the database file");
+        }
+        assert!(!contains(&bytes, b"hunter2-token"));
+    }
+    let wrong = herald_store::open(&url, SecretCipher::from_key(&[8; 32])).await;
+    assert!(
+        matches!(wrong, Err(StoreError::SecretKey(_))),
+        "a wrong key is refused at open"
+    );
+    let store = herald_store::open(&url, cipher()).await.unwrap();
+    assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, NEW_KEY);
+}
+
+#[tokio::test]
+async fn sqlite_encrypts_secrets_stored_in_plain_text_before_encryption() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let a = app(None);
+    let e = endpoint(&a.id);
+    {
+        let store = herald_store::open(&url, cipher()).await.unwrap();
+        store.create_app(&a).await.unwrap();
+        store.create_endpoint(&e).await.unwrap();
+    }
+    // What a database written before encryption holds: the secret and headers in plain text.
+    let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("UPDATE endpoint SET secret = ?, headers = '{\"x-a\":\"b\"}' WHERE id = ?")
+        .bind(OLD_KEY)
+        .bind(&e.id)
+        .execute(&raw)
+        .await
+        .unwrap();
+    raw.close().await;
+
+    let store = herald_store::open(&url, cipher()).await.unwrap();
+    let read = store.get_endpoint_by_id(&e.id).await.unwrap();
+    assert_eq!(read.secret, OLD_KEY);
+    assert_eq!(read.headers.get("x-a").map(String::as_str), Some("b"));
+    let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let (secret, headers): (String, String) = sqlx::query_as("SELECT secret, headers FROM endpoint WHERE id = ?")
+        .bind(&e.id)
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+    assert!(
+        secret.starts_with("enc1:") && headers.starts_with("enc1:"),
+        "sealed at open"
+    );
+    assert!(!secret.contains(&OLD_KEY["whsec_".len()..]));
 }

@@ -120,6 +120,11 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
+    /// Key that encrypts endpoint secrets at rest: base64 of 32 bytes [default: generated at first start and
+    /// kept next to the database, in <database file>.key].
+    #[arg(long, env = "HERALD_SECRET_KEY", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    secret_key: Option<String>,
     /// Also run `herald inbox` in this process, on the same listener, with this inbox configuration.
     #[command(flatten)]
     #[serde(skip)]

@@ -1,4 +1,5 @@
-//! Endpoints: `/app/{app_id}/endpoint`, `/app/{app_id}/endpoint/{endpoint_id}`, and its `/secret`.
+//! Endpoints: `/app/{app_id}/endpoint`, `/app/{app_id}/endpoint/{endpoint_id}` and its `/verify` (its keys and
+//! headers are in [`super::endpoint_secrets`]).
 
 use std::collections::BTreeSet;
 
@@ -6,22 +7,21 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use base64::Engine as _;
 use herald_core::breaker::BreakerState;
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Application, Endpoint, Ordering};
+use herald_core::model::{Application, Endpoint, Headers, Ordering};
 use herald_delivery::verification;
-use herald_signature::HmacSecret;
 use herald_store::StoreError;
 
 use super::apps;
+use super::endpoint_secrets::{KeyKind, generate_key, initial_key, parse_key};
 use crate::body::JsonBody;
 use crate::convert;
+use crate::custom_headers;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
-    EndpointHealthOut, EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointUpdate, ListResponse,
-    Metadata, Patch,
+    EndpointHealthOut, EndpointIn, EndpointOut, EndpointPatch, EndpointUpdate, ListResponse, Metadata, Patch,
 };
 use crate::query::Query;
 use crate::state::AppState;
@@ -31,10 +31,6 @@ use crate::validate;
 const MAX_FILTER_TYPES: usize = 256;
 /// Most channels an endpoint may list.
 const MAX_CHANNELS: usize = 10;
-/// Secret key sizes accepted (bytes), per the Standard Webhooks recommendation.
-const SECRET_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
-/// Bytes of randomness in a generated secret.
-const GENERATED_SECRET_BYTES: usize = 32;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -43,7 +39,6 @@ pub(super) fn routes() -> Router<AppState> {
             "/app/{app_id}/endpoint/{endpoint_id}",
             get(read).put(replace).patch(patch).delete(remove),
         )
-        .route("/app/{app_id}/endpoint/{endpoint_id}/secret", get(secret))
         .route("/app/{app_id}/endpoint/{endpoint_id}/verify", post(verify))
 }
 
@@ -191,32 +186,6 @@ impl From<EndpointUpdate> for EndpointFields {
     }
 }
 
-/// A client-supplied secret (validated) or a fresh random one, as `whsec_…`.
-fn signing_secret(given: Option<&str>) -> ApiResult<String> {
-    match given {
-        Some(text) => {
-            let secret = HmacSecret::parse(text).map_err(|e| ApiError::validation(format!("secret: {e}")))?;
-            if !SECRET_BYTES.contains(&secret.len()) {
-                return Err(ApiError::validation(format!(
-                    "secret: the key must be {} to {} bytes long, got {}",
-                    SECRET_BYTES.start(),
-                    SECRET_BYTES.end(),
-                    secret.len()
-                )));
-            }
-            Ok(secret.to_whsec())
-        }
-        None => {
-            let bytes: [u8; GENERATED_SECRET_BYTES] = rand::random();
-            Ok(format!(
-                "{}{}",
-                HmacSecret::PREFIX,
-                base64::engine::general_purpose::STANDARD.encode(bytes)
-            ))
-        }
-    }
-}
-
 async fn list(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
@@ -234,13 +203,12 @@ async fn create(
     JsonBody(input): JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = apps::find(&state, &app_id).await?;
-    if input.headers.as_ref().is_some_and(|h| !h.is_empty()) {
-        return Err(ApiError::validation(
-            "headers: custom endpoint headers are not supported yet",
-        ));
-    }
-    let secret = signing_secret(input.secret.as_deref())?;
-    let endpoint = insert(&state, &app, new_endpoint_id(), secret, input.into_fields()).await?;
+    let headers = match &input.headers {
+        Some(given) => custom_headers::validate("headers", given)?,
+        None => Headers::new(),
+    };
+    let secret = initial_key(input.secret.as_deref(), input.signature_type.as_deref())?;
+    let endpoint = insert(&state, &app, new_endpoint_id(), secret, headers, input.into_fields()).await?;
     Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
 }
 
@@ -253,6 +221,7 @@ async fn insert(
     app: &Application,
     id: String,
     secret: String,
+    headers: Headers,
     fields: EndpointFields,
 ) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
@@ -274,6 +243,7 @@ async fn insert(
         version: 1,
         metadata: Metadata::new(),
         secret,
+        headers,
         created_at: now,
         updated_at: now,
     };
@@ -425,7 +395,8 @@ async fn replace(
                 IdKind::Endpoint,
                 "endpoint",
             )?);
-            let endpoint = insert(&state, &app, new_endpoint_id(), signing_secret(None)?, fields).await?;
+            let secret = generate_key(KeyKind::Hmac);
+            let endpoint = insert(&state, &app, new_endpoint_id(), secret, Headers::new(), fields).await?;
             Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
         }
         Err(other) => Err(store_error(other)),
@@ -439,14 +410,32 @@ async fn patch(
 ) -> ApiResult<Json<EndpointOut>> {
     let app = apps::find(&state, &app_id).await?;
     let mut endpoint = find(&state, &app.id, &endpoint_id).await?;
-    // `"secret": null` asks for a fresh random secret; a value sets that secret.
-    match &input.secret {
-        Patch::Absent => {}
-        Patch::Null => endpoint.secret = signing_secret(None)?,
-        Patch::Value(given) => endpoint.secret = signing_secret(Some(given))?,
+    // `"secret": null` asks for a fresh random key of the current kind; a value sets that key. Either
+    // replaces the key at once, as a rotation without grace period.
+    let new_secret = match &input.secret {
+        Patch::Absent => None,
+        Patch::Null => {
+            let current = herald_signature::SigningKey::parse(&endpoint.secret).ok();
+            let ed25519 = current.and_then(|k| k.public_key()).is_some();
+            Some(generate_key(if ed25519 { KeyKind::Ed25519 } else { KeyKind::Hmac }))
+        }
+        Patch::Value(given) => Some(parse_key("secret", given)?),
+    };
+    if let Some(secret) = &new_secret {
+        endpoint.secret.clone_from(secret);
     }
     let fields = EndpointFields::of_patch(&endpoint, input);
-    Ok(Json(convert::endpoint(save(&state, &app, endpoint, fields).await?)))
+    let endpoint = save(&state, &app, endpoint, fields).await?;
+    if let Some(secret) = &new_secret {
+        let now = now_ms();
+        state
+            .store
+            .rotate_endpoint_secret(&endpoint.id, secret, now, now)
+            .await
+            .map_err(store_error)?;
+        state.endpoint_changed(&endpoint.id);
+    }
+    Ok(Json(convert::endpoint(endpoint)))
 }
 
 async fn remove(
@@ -458,13 +447,4 @@ async fn remove(
     state.store.delete_endpoint(&endpoint.id).await.map_err(store_error)?;
     state.endpoint_changed(&endpoint.id);
     Ok(StatusCode::NO_CONTENT)
-}
-
-async fn secret(
-    State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-) -> ApiResult<Json<EndpointSecretOut>> {
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = find(&state, &app.id, &endpoint_id).await?;
-    Ok(Json(EndpointSecretOut { key: endpoint.secret }))
 }

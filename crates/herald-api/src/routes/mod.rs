@@ -2,7 +2,10 @@
 
 mod apps;
 mod attempts;
+mod endpoint_secrets;
 mod endpoints;
+
+pub(crate) use endpoint_secrets::signature_type;
 mod event_types;
 mod health;
 mod messages;
@@ -24,6 +27,7 @@ pub fn router(state: AppState) -> Router {
         .merge(apps::routes())
         .merge(event_types::routes())
         .merge(endpoints::routes())
+        .merge(endpoint_secrets::routes())
         .merge(messages::routes())
         .merge(attempts::routes())
         .merge(operational_events::routes())

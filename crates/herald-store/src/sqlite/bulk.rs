@@ -111,7 +111,8 @@ async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResu
     }
     let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
     for row in query.fetch_all(&mut *conn).await? {
-        let endpoint = rows::endpoint(&row)?;
+        // Subscription fields only: the secrets stay sealed.
+        let endpoint = rows::endpoint(&row, None)?;
         by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
     }
     Ok(by_app)

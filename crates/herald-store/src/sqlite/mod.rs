@@ -4,6 +4,7 @@
 mod bulk;
 mod operations;
 mod rows;
+mod secrets;
 mod writer;
 
 use std::str::FromStr;
@@ -12,12 +13,13 @@ use std::time::Duration;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
-    OperationalEvent,
+    OperationalEvent, PreviousSecret,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::crypto::SecretCipher;
 use crate::{
     AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
     MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreResult,
@@ -32,12 +34,13 @@ pub struct SqliteStore {
     write: SqlitePool,
     ingest: mpsc::Sender<writer::IngestJob>,
     feed: Mutex<Option<CommitFeed>>,
+    cipher: SecretCipher,
 }
 
 impl SqliteStore {
-    /// Open (creating if needed) the database at `url` (`sqlite://PATH`), run migrations and start the
-    /// group-commit writer.
-    pub async fn open(url: &str) -> StoreResult<Self> {
+    /// Open (creating if needed) the database at `url` (`sqlite://PATH`), run migrations, check the secret
+    /// key (and encrypt secrets stored before encryption) and start the group-commit writer.
+    pub async fn open(url: &str, cipher: SecretCipher) -> StoreResult<Self> {
         let base = SqliteConnectOptions::from_str(url)?
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
@@ -48,6 +51,7 @@ impl SqliteStore {
             .connect_with(base.clone().create_if_missing(true))
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&write).await?;
+        secrets::prepare(&write, &cipher).await?;
         let read = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(base.read_only(true))
@@ -60,6 +64,7 @@ impl SqliteStore {
             write,
             ingest,
             feed: Mutex::new(Some(feed_rx)),
+            cipher,
         })
     }
 }
@@ -90,10 +95,12 @@ pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
 
 /// Bind an endpoint's changeable fields, in the column order both `create_endpoint` and
 /// `update_endpoint` use: uid, url, description, filter_types, channels, disabled, disabled_reason,
-/// rate_limit, max_concurrency, ordering, request_timeout_ms, version, metadata, secret, updated_at.
+/// rate_limit, max_concurrency, ordering, request_timeout_ms, version, metadata, headers (sealed),
+/// updated_at.
 fn bind_endpoint_fields<'q>(
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
     ep: &'q Endpoint,
+    cipher: &SecretCipher,
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     query
         .bind(&ep.uid)
@@ -109,7 +116,7 @@ fn bind_endpoint_fields<'q>(
         .bind(ep.request_timeout_ms.map(i64::from))
         .bind(ep.version)
         .bind(rows::encode_metadata(&ep.metadata))
-        .bind(&ep.secret)
+        .bind(secrets::seal_headers(cipher, &ep.id, &ep.headers))
         .bind(ep.updated_at)
 }
 
@@ -140,6 +147,10 @@ fn limit_plus_one(page: &PageRequest) -> i64 {
 }
 
 fn decode_all<T>(rows: &[SqliteRow], decode: fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    rows.iter().map(decode).collect()
+}
+
+fn decode_all_with<T>(rows: &[SqliteRow], decode: impl Fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
     rows.iter().map(decode).collect()
 }
 
@@ -308,9 +319,11 @@ impl Store for SqliteStore {
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
         let sql = "INSERT INTO endpoint (id, app_id, created_at, uid, url, description, filter_types, channels, \
                    disabled, disabled_reason, rate_limit, max_concurrency, ordering, request_timeout_ms, version, \
-                   metadata, secret, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+                   metadata, headers, updated_at, secret) \
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
         let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
-        bind_endpoint_fields(query, ep)
+        bind_endpoint_fields(query, ep, &self.cipher)
+            .bind(secrets::seal_secret(&self.cipher, &ep.id, &ep.secret))
             .execute(&self.write)
             .await
             .map_err(map_constraint)?;
@@ -325,7 +338,7 @@ impl Store for SqliteStore {
             .fetch_optional(&self.read)
             .await?
             .ok_or(StoreError::NotFound)?;
-        rows::endpoint(&row)
+        rows::endpoint(&row, Some(&self.cipher))
     }
 
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
@@ -334,7 +347,7 @@ impl Store for SqliteStore {
             .fetch_optional(&self.read)
             .await?
             .ok_or(StoreError::NotFound)?;
-        rows::endpoint(&row)
+        rows::endpoint(&row, Some(&self.cipher))
     }
 
     async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
@@ -345,9 +358,11 @@ impl Store for SqliteStore {
             query = query.bind(after);
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.read).await?;
-        Ok(Page::assemble(decode_all(&found, rows::endpoint)?, page, |e| {
-            e.id.clone()
-        }))
+        Ok(Page::assemble(
+            decode_all_with(&found, |row| rows::endpoint(row, Some(&self.cipher)))?,
+            page,
+            |e| e.id.clone(),
+        ))
     }
 
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
@@ -355,15 +370,29 @@ impl Store for SqliteStore {
             .bind(app_id)
             .fetch_all(&self.read)
             .await?;
-        decode_all(&found, rows::endpoint)
+        decode_all_with(&found, |row| rows::endpoint(row, Some(&self.cipher)))
     }
 
     async fn update_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
         let sql = "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, \
                    disabled = ?, disabled_reason = ?, rate_limit = ?, max_concurrency = ?, ordering = ?, \
-                   request_timeout_ms = ?, version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?";
-        let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
+                   request_timeout_ms = ?, version = ?, metadata = ?, headers = ?, updated_at = ? WHERE id = ?";
+        let query = bind_endpoint_fields(sqlx::query(sql), ep, &self.cipher).bind(&ep.id);
         one_changed(query.execute(&self.write).await.map_err(map_constraint)?)
+    }
+
+    async fn rotate_endpoint_secret(
+        &self,
+        endpoint_id: &str,
+        new_secret: &str,
+        old_expires_at: i64,
+        now: i64,
+    ) -> StoreResult<()> {
+        secrets::rotate(&self.write, &self.cipher, endpoint_id, new_secret, old_expires_at, now).await
+    }
+
+    async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>> {
+        secrets::previous(&self.read, &self.cipher, endpoint_id, now).await
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
@@ -650,7 +679,7 @@ impl Store for SqliteStore {
             .map(|row| {
                 let code: i64 = row.try_get("d_status")?;
                 Ok(DeliveryView {
-                    endpoint: rows::endpoint(row)?,
+                    endpoint: rows::endpoint(row, Some(&self.cipher))?,
                     status: DeliveryStatus::from_code(code)
                         .ok_or_else(|| StoreError::Corrupt(format!("delivery status {code}")))?,
                     attempts: u32::try_from(row.try_get::<i64, _>("d_attempts")?).unwrap_or(0),

@@ -2,10 +2,14 @@
 
 use std::sync::Arc;
 
-use herald_core::model::{Application, Attempt, AttemptTrigger, Endpoint, EventType, Message, Metadata, Ordering};
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, Endpoint, EventType, Headers, Message, Metadata, Ordering,
+};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
+use super::secrets;
+use crate::crypto::SecretCipher;
 use crate::{StoreError, StoreResult};
 
 pub(crate) fn encode_list(list: &Option<Vec<String>>) -> Option<String> {
@@ -56,9 +60,20 @@ pub(crate) fn event_type(row: &SqliteRow) -> StoreResult<EventType> {
     })
 }
 
-pub(crate) fn endpoint(row: &SqliteRow) -> StoreResult<Endpoint> {
+/// Decode an endpoint, decrypting its secret and headers with `cipher`. Without a cipher they are left
+/// empty: for the ingest fan-out, which needs only the subscription fields and should not pay for
+/// decryption on the hot path.
+pub(crate) fn endpoint(row: &SqliteRow, cipher: Option<&SecretCipher>) -> StoreResult<Endpoint> {
+    let id: String = row.try_get("id")?;
+    let (secret, headers) = match cipher {
+        Some(cipher) => (
+            secrets::open_secret(cipher, &id, row.try_get("secret")?)?,
+            secrets::open_headers(cipher, &id, row.try_get("headers")?)?,
+        ),
+        None => (String::new(), Headers::new()),
+    };
     Ok(Endpoint {
-        id: row.try_get("id")?,
+        id,
         app_id: row.try_get("app_id")?,
         uid: row.try_get("uid")?,
         url: row.try_get("url")?,
@@ -76,7 +91,8 @@ pub(crate) fn endpoint(row: &SqliteRow) -> StoreResult<Endpoint> {
         },
         version: row.try_get("version")?,
         metadata: decode_metadata(row.try_get::<&str, _>("metadata")?)?,
-        secret: row.try_get("secret")?,
+        secret,
+        headers,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
