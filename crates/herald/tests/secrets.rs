@@ -1,0 +1,390 @@
+//! Endpoint secrets end to end, through the real binary and real receivers: rotation with a grace period,
+//! immediate revocation, Ed25519 (`v1a`) endpoints, custom headers, and secrets encrypted at rest.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Herald, Received, Receiver, Reply};
+use herald_signature::{Ed25519PublicKey, HmacSecret, Verifier, VerifyKey};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// The Ed25519 vector of `shared/vectors/signatures.json`.
+fn ed25519_vector() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
+    let text = std::fs::read_to_string(path).expect("signature vectors");
+    let all: Value = serde_json::from_str(&text).expect("vectors are JSON");
+    all["standard_webhooks_v1a"][0].clone()
+}
+
+/// Publish one message to the app and wait for the receiver's `n`-th request; returns that request.
+async fn deliver(herald: &Herald, app: &str, receiver: &Receiver, n: usize) -> Received {
+    herald
+        .post(
+            &format!("/app/{app}/msg"),
+            json!({ "eventType": "invoice.paid", "payload": { "n": n } }),
+        )
+        .await;
+    receiver.wait_for(n, WAIT).await[n - 1].clone()
+}
+
+/// Whether `request` verifies against exactly these keys (Herald's own verifier, clock tolerance on).
+fn verifies(request: &Received, keys: Vec<VerifyKey>) -> bool {
+    Verifier::new(keys)
+        .verify_now(
+            request.header("webhook-id"),
+            request.header("webhook-timestamp"),
+            request.header("webhook-signature"),
+            &request.body,
+        )
+        .is_ok()
+}
+
+fn hmac(secret: &str) -> Vec<VerifyKey> {
+    vec![HmacSecret::parse(secret).expect("whsec_ secret").into()]
+}
+
+/// Independent check of a `v1a` entry with ring over `{id}.{timestamp}.{body}`.
+fn ring_verifies(request: &Received, whpk: &str) -> bool {
+    let public = Ed25519PublicKey::parse(whpk).expect("whpk_ key").to_bytes();
+    let mut content = format!(
+        "{}.{}.",
+        request.header("webhook-id"),
+        request.header("webhook-timestamp")
+    )
+    .into_bytes();
+    content.extend_from_slice(&request.body);
+    let verifier = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public);
+    request.header("webhook-signature").split(' ').any(|entry| {
+        entry
+            .strip_prefix("v1a,")
+            .and_then(|b64| base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).ok())
+            .is_some_and(|signature| verifier.verify(&content, &signature).is_ok())
+    })
+}
+
+async fn secret_of(herald: &Herald, app: &str, endpoint: &str) -> Value {
+    herald.get(&format!("/app/{app}/endpoint/{endpoint}/secret")).await
+}
+
+#[tokio::test]
+async fn rotation_signs_with_both_keys_during_the_grace_period_then_only_the_new_one() {
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(204)).await;
+    let app = herald.app("rotation").await;
+    let (endpoint, old) = herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+
+    let first = deliver(&herald, &app, &receiver, 1).await;
+    assert!(verifies(&first, hmac(&old)), "the receiver verifies with the old key");
+
+    let rotated_at = Instant::now();
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint/{endpoint}/secret/rotate"),
+            Some(json!({ "gracePeriodSeconds": 2 })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let new = secret_of(&herald, &app, &endpoint).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(new, old);
+    assert!(new.starts_with("whsec_"));
+
+    // During the grace period both keys sign: a receiver on either key accepts.
+    let during = deliver(&herald, &app, &receiver, 2).await;
+    assert_eq!(during.header("webhook-signature").split(' ').count(), 2);
+    assert!(
+        verifies(&during, hmac(&old)),
+        "the old key still verifies during the grace period"
+    );
+    assert!(verifies(&during, hmac(&new)), "the new key verifies");
+    standardwebhooks::Webhook::new(&new)
+        .unwrap()
+        .verify(&during.body, &during.headers)
+        .expect("an independent verifier accepts the new key");
+
+    // After it, only the new key signs.
+    let grace_end = rotated_at + Duration::from_millis(2_300);
+    tokio::time::sleep(grace_end.saturating_duration_since(Instant::now())).await;
+    let after = deliver(&herald, &app, &receiver, 3).await;
+    assert!(verifies(&after, hmac(&new)));
+    assert!(
+        !verifies(&after, hmac(&old)),
+        "the old key fails after the grace period"
+    );
+    assert_eq!(after.header("webhook-signature").split(' ').count(), 1);
+
+    // The grace period is bounded and must be a non-negative integer.
+    for bad in [
+        json!({ "gracePeriodSeconds": -1 }),
+        json!({ "gracePeriodSeconds": 99_999_999 }),
+    ] {
+        let (status, body) = herald
+            .call(
+                "POST",
+                &format!("/app/{app}/endpoint/{endpoint}/secret/rotate"),
+                Some(bad),
+            )
+            .await;
+        assert_eq!(status, 422, "{body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains("gracePeriodSeconds"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_rotation_without_grace_revokes_the_old_key_at_once() {
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("revoke").await;
+    let (endpoint, old) = herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let chosen = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint/{endpoint}/secret/rotate"),
+            Some(json!({ "key": chosen, "gracePeriodSeconds": 0 })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(secret_of(&herald, &app, &endpoint).await["key"], chosen);
+
+    let request = deliver(&herald, &app, &receiver, 1).await;
+    assert!(verifies(&request, hmac(chosen)));
+    assert!(!verifies(&request, hmac(&old)), "a revoked key never signs again");
+    assert_eq!(request.header("webhook-signature").split(' ').count(), 1);
+
+    // A key that is not a signing key is refused, naming the field.
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint/{endpoint}/secret/rotate"),
+            Some(json!({ "key": "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ=" })),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["detail"].as_str().unwrap().starts_with("key:"), "{body}");
+}
+
+#[tokio::test]
+async fn ed25519_endpoints_sign_v1a_and_expose_their_public_key() {
+    let vector = ed25519_vector();
+    let (whsk, whpk) = (
+        vector["secret_key"].as_str().unwrap(),
+        vector["public_key"].as_str().unwrap(),
+    );
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("ed25519").await;
+
+    // With the vector's key: deliveries verify with the vector's public key, independently of Herald.
+    let (endpoint, key) = herald
+        .endpoint(&app, json!({ "url": receiver.url(), "secret": whsk }))
+        .await;
+    assert_eq!(key, whsk);
+    assert_eq!(secret_of(&herald, &app, &endpoint).await["publicKey"], whpk);
+    let shown = herald.get(&format!("/app/{app}/endpoint/{endpoint}")).await;
+    assert_eq!(
+        (&shown["signatureType"], &shown["publicKey"]),
+        (&json!("ed25519"), &json!(whpk))
+    );
+    let request = deliver(&herald, &app, &receiver, 1).await;
+    assert!(request.header("webhook-signature").starts_with("v1a,"));
+    assert!(ring_verifies(&request, whpk), "ring verifies the v1a signature");
+    assert!(verifies(&request, vec![Ed25519PublicKey::parse(whpk).unwrap().into()]));
+    let mut tampered = request.clone();
+    tampered.body = axum::body::Bytes::from_static(b"{\"n\":2}");
+    assert!(!ring_verifies(&tampered, whpk), "the check is not vacuous");
+    herald
+        .call("DELETE", &format!("/app/{app}/endpoint/{endpoint}"), None)
+        .await;
+
+    // Generated: `signatureType: ed25519` makes a fresh key pair.
+    let ep = herald
+        .post(
+            &format!("/app/{app}/endpoint"),
+            json!({ "url": receiver.url(), "signatureType": "ed25519" }),
+        )
+        .await;
+    let generated = secret_of(&herald, &app, ep["id"].as_str().unwrap()).await;
+    assert!(generated["key"].as_str().unwrap().starts_with("whsk_"));
+    let public = generated["publicKey"].as_str().unwrap();
+    assert_eq!(ep["publicKey"], public);
+    let request = deliver(&herald, &app, &receiver, 2).await;
+    assert!(ring_verifies(&request, public));
+    assert!(!ring_verifies(&request, whpk), "a fresh key, not the vector's");
+
+    // A kind that contradicts the secret is refused.
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint"),
+            Some(json!({ "url": receiver.url(), "secret": whsk, "signatureType": "hmac" })),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("signatureType"), "{body}");
+}
+
+#[tokio::test]
+async fn custom_headers_arrive_on_every_attempt_and_never_override_the_signature() {
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("headers").await;
+    let (endpoint, secret) = herald
+        .endpoint(
+            &app,
+            json!({ "url": receiver.url(), "headers": { "X-Tenant": "acme", "Authorization": "Bearer abc" } }),
+        )
+        .await;
+    let first = deliver(&herald, &app, &receiver, 1).await;
+    assert_eq!(first.header("x-tenant"), "acme");
+    assert_eq!(first.header("authorization"), "Bearer abc");
+    assert!(verifies(&first, hmac(&secret)));
+
+    let path = format!("/app/{app}/endpoint/{endpoint}/headers");
+    for (method, name) in [
+        ("PUT", "webhook-signature"),
+        ("PUT", "Webhook-Id"),
+        ("PATCH", "webhook-timestamp"),
+        ("PUT", "content-type"),
+        ("PATCH", "host"),
+        ("PUT", "user-agent"),
+        ("PUT", "transfer-encoding"),
+    ] {
+        let (status, body) = herald
+            .call(method, &path, Some(json!({ "headers": { name: "forged" } })))
+            .await;
+        assert_eq!(status, 422, "{method} {name}: {body}");
+        let field = format!("headers.{}", name.to_ascii_lowercase());
+        assert!(body["detail"].as_str().unwrap().contains(&field), "{body}");
+    }
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint"),
+            Some(json!({ "url": receiver.url(), "headers": { "webhook-signature": "v1,forged" } })),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, _) = herald
+        .call("PUT", &path, Some(json!({ "headers": { "x-bad": "line\r\nbreak" } })))
+        .await;
+    assert_eq!(status, 422);
+
+    // PATCH merges: a value sets, null removes; credentials are listed as sensitive, not shown.
+    let (status, body) = herald
+        .call(
+            "PATCH",
+            &path,
+            Some(json!({ "headers": { "x-tenant": null, "x-region": "eu" } })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let shown = herald.get(&path).await;
+    assert_eq!(
+        shown,
+        json!({ "headers": { "x-region": "eu" }, "sensitive": ["authorization"] })
+    );
+    let second = deliver(&herald, &app, &receiver, 2).await;
+    assert_eq!(second.header("x-region"), "eu");
+    assert!(second.headers.get("x-tenant").is_none());
+    assert_eq!(second.headers.get_all("webhook-signature").iter().count(), 1);
+    assert!(verifies(&second, hmac(&secret)));
+
+    // PUT replaces the whole set.
+    let (status, _) = herald
+        .call("PUT", &path, Some(json!({ "headers": { "x-only": "1" } })))
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(
+        herald.get(&path).await,
+        json!({ "headers": { "x-only": "1" }, "sensitive": [] })
+    );
+    let third = deliver(&herald, &app, &receiver, 3).await;
+    assert_eq!(third.header("x-only"), "1");
+    assert!(third.headers.get("authorization").is_none() && third.headers.get("x-region").is_none());
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn secrets_are_not_findable_in_plain_text_in_the_database_file() {
+    let mut herald = Herald::start(&[]).await;
+    let app = herald.app("at-rest").await;
+    let hmac_key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let rotated_key = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let ed_key = ed25519_vector()["secret_key"].as_str().unwrap().to_owned();
+    let header_secret = "Bearer s3cr3t-header-value";
+    let (ep, _) = herald
+        .endpoint(
+            &app,
+            json!({ "url": "http://127.0.0.1:9/a", "secret": hmac_key, "headers": { "authorization": header_secret } }),
+        )
+        .await;
+    herald
+        .endpoint(&app, json!({ "url": "http://127.0.0.1:9/b", "secret": ed_key }))
+        .await;
+    // The replaced key stays stored (it signs during the grace period): encrypted too.
+    let (status, _) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint/{ep}/secret/rotate"),
+            Some(json!({ "key": rotated_key })),
+        )
+        .await;
+    assert_eq!(status, 204);
+
+    let mut bytes = std::fs::read(herald.db_path()).expect("database file");
+    bytes.extend(std::fs::read(herald.db_path().with_extension("db-wal")).unwrap_or_default());
+    assert!(bytes.len() > 4096, "read the database");
+    for secret in [hmac_key, rotated_key, ed_key.as_str()] {
+        let b64 = secret.split_once('_').unwrap().1;
+        let raw = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap();
+        assert!(
+            !contains(&bytes, b64.as_bytes()),
+            "{b64} is in the database file in plain text"
+        );
+        assert!(
+            !contains(&bytes, &raw[..24]),
+            "the key bytes of {secret} are in the database file"
+        );
+    }
+    assert!(!contains(&bytes, header_secret.as_bytes()));
+
+    // The generated key lives beside the database, not in it, and is read again at restart.
+    let key_file = herald.dir.path().join("herald.db.key");
+    let key = std::fs::read_to_string(&key_file).expect("key file");
+    assert!(!contains(&bytes, key.trim().as_bytes()));
+    herald.kill9();
+
+    // The wrong key is refused at start, loudly, instead of signing with garbage.
+    let wrong = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .arg("serve")
+        .current_dir(herald.dir.path())
+        .env_clear()
+        .env("HERALD_LISTEN", "127.0.0.1:0")
+        .env("HERALD_ADMIN_TOKEN", common::TOKEN)
+        .env(
+            "HERALD_DATABASE_URL",
+            format!("sqlite://{}", herald.db_path().display()),
+        )
+        .env("HERALD_SECRET_KEY", "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=")
+        .output()
+        .expect("run herald");
+    assert!(!wrong.status.success());
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("secret key"), "{stderr}");
+
+    herald.restart().await;
+    assert_eq!(secret_of(&herald, &app, &ep).await["key"], rotated_key);
+}
