@@ -472,6 +472,62 @@ async fn answers_have_the_documented_shapes() {
     );
     let list = send(&state, "get", &api("/app/acme/endpoint"), None, true).await;
     conforms(&doc, "get", "/api/v1/app/{app_id}/endpoint", 200, &list.body);
+    let ed = send(
+        &state,
+        "post",
+        &api("/app/acme/endpoint"),
+        Some(
+            json!({"url": "https://example.com/ed", "uid": "ed", "signatureType": "ed25519", "filterTypes": ["other"],
+                    "headers": {"X-Tenant": "acme", "Authorization": "Bearer x"}}),
+        ),
+        true,
+    )
+    .await;
+    assert_eq!(ed.status, StatusCode::CREATED, "{ed:?}");
+    conforms(&doc, "post", "/api/v1/app/{app_id}/endpoint", 201, &ed.body);
+    let ed_secret = send(&state, "get", &api("/app/acme/endpoint/ed/secret"), None, true).await;
+    assert!(ed_secret.body["publicKey"].is_string(), "{ed_secret:?}");
+    conforms(
+        &doc,
+        "get",
+        "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret",
+        200,
+        &ed_secret.body,
+    );
+    let headers = send(&state, "get", &api("/app/acme/endpoint/ed/headers"), None, true).await;
+    assert_eq!(headers.body["sensitive"], json!(["authorization"]), "{headers:?}");
+    conforms(
+        &doc,
+        "get",
+        "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers",
+        200,
+        &headers.body,
+    );
+    let rotated = send(
+        &state,
+        "post",
+        &api("/app/acme/endpoint/ed/secret/rotate"),
+        Some(json!({"gracePeriodSeconds": 0})),
+        true,
+    )
+    .await;
+    assert_eq!(rotated.status, StatusCode::NO_CONTENT, "{rotated:?}");
+    let refused = send(
+        &state,
+        "put",
+        &api("/app/acme/endpoint/ed/headers"),
+        Some(json!({"headers": {"webhook-id": "x"}})),
+        true,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    conforms(
+        &doc,
+        "put",
+        "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers",
+        422,
+        &refused.body,
+    );
 
     let msg = send(
         &state,
