@@ -87,6 +87,17 @@ impl AppState {
         }
     }
 
+    /// Like [`endpoint_changed`](Self::endpoint_changed), and answer only once the engine uses the changed
+    /// record (keys, headers), so a client that saw its rotation or revocation succeed never sees a later
+    /// attempt signed with the replaced key. Bounded: a stuck engine delays the answer by 5 s at most.
+    pub(crate) async fn endpoint_applied(&self, endpoint_id: &str) {
+        if let Some(engine) = &self.engine {
+            engine
+                .endpoint_applied(endpoint_id, std::time::Duration::from_secs(5))
+                .await;
+        }
+    }
+
     /// Deliveries of an endpoint became pending outside ingest (resend, recover, replay-missing): tell the
     /// delivery engine to read its backlog again.
     pub(crate) fn engine_backlog(&self, endpoint_id: &str) {

@@ -91,7 +91,8 @@ enum Event {
     /// still sign.
     EndpointLoaded(Arc<str>, Box<(Endpoint, Vec<PreviousSecret>)>),
     EndpointGone(Arc<str>),
-    EndpointChanged(String),
+    /// With a sender to answer once the engine uses the changed record (or holds nothing for it).
+    EndpointChanged(String, Option<oneshot::Sender<()>>),
     Health(String, oneshot::Sender<Option<EndpointSnapshot>>),
     /// Deliveries became pending in the store outside ingest (resend, recover, replay-missing).
     Backlog(String),
@@ -111,7 +112,21 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
     pub fn endpoint_changed(&self, endpoint_id: &str) {
-        let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned()));
+        let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned(), None));
+    }
+
+    /// Like [`endpoint_changed`](Self::endpoint_changed), and wait (up to `timeout`) until the engine
+    /// signs and sends with the changed record: after a key rotation or revocation returns, no attempt
+    /// starts with the keys it replaced.
+    pub async fn endpoint_applied(&self, endpoint_id: &str, timeout: Duration) {
+        let (applied, done) = oneshot::channel();
+        if self
+            .events
+            .send(Event::EndpointChanged(endpoint_id.to_owned(), Some(applied)))
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(timeout, done).await;
+        }
     }
 
     /// Deliveries of an endpoint became pending in the store outside ingest (resend, recover,
@@ -157,6 +172,8 @@ pub struct Engine {
     loading: HashMap<Arc<str>, bool>,
     /// Endpoints that were deleted.
     removed: HashSet<Arc<str>>,
+    /// Callers waiting for an endpoint's reload to take effect (see [`EngineHandle::endpoint_applied`]).
+    applied_waiters: HashMap<Arc<str>, Vec<oneshot::Sender<()>>>,
     /// Deliveries cancelled while on a retry timer or in flight: dropped when they next come up.
     cancelled: HashSet<i64>,
     events_tx: mpsc::UnboundedSender<Event>,
@@ -189,6 +206,7 @@ impl Engine {
             endpoints: HashMap::new(),
             loading: HashMap::new(),
             removed: HashSet::new(),
+            applied_waiters: HashMap::new(),
             cancelled: HashSet::new(),
             events_tx: events_tx.clone(),
             events,
@@ -520,7 +538,7 @@ impl Engine {
                 let (store, client, events) = (self.store.clone(), self.client.clone(), self.events_tx.clone());
                 tokio::spawn(async move {
                     if crate::verification::verify(&store, &client, &id).await {
-                        let _ = events.send(Event::EndpointChanged(id));
+                        let _ = events.send(Event::EndpointChanged(id, None));
                     }
                 });
             }
@@ -528,7 +546,11 @@ impl Engine {
                 let _ = reply.send(self.scheduler.endpoint_snapshot(&Arc::from(id.as_str()), now));
             }
             Event::EndpointLoaded(key, loaded) => {
-                if !self.load_finished(&key) || self.removed.contains(&key) {
+                if !self.load_finished(&key) {
+                    return;
+                }
+                if self.removed.contains(&key) {
+                    self.notify_applied(&key);
                     return;
                 }
                 let (endpoint, previous) = *loaded;
@@ -547,15 +569,17 @@ impl Engine {
                         keys,
                     },
                 );
-                self.scheduler.configure(key, limits, now);
+                self.scheduler.configure(key.clone(), limits, now);
+                self.notify_applied(&key);
             }
             Event::EndpointGone(key) => {
+                self.notify_applied(&key);
                 self.loading.remove(&key);
                 self.endpoints.remove(&key);
                 self.scheduler.remove_endpoint(&key);
                 self.removed.insert(key);
             }
-            Event::EndpointChanged(id) => {
+            Event::EndpointChanged(id, applied) => {
                 if self.removed.contains(id.as_str()) {
                     return;
                 }
@@ -567,10 +591,20 @@ impl Engine {
                     || self.loading.contains_key(&key)
                     || self.scheduler.endpoint_counts(&key).is_some()
                 {
+                    if let Some(applied) = applied {
+                        self.applied_waiters.entry(key.clone()).or_default().push(applied);
+                    }
                     self.request_load(key);
                 }
+                // Otherwise nothing is held for it: its first load will read the changed record, and
+                // dropping `applied` answers the waiter.
             }
         }
+    }
+
+    /// Answer everyone waiting for this endpoint's reload (dropping the senders is the answer).
+    fn notify_applied(&mut self, key: &Arc<str>) {
+        self.applied_waiters.remove(key);
     }
 
     /// When the endpoint's current run of failures began, if it has lasted past `disable_after`.

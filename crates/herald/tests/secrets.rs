@@ -79,7 +79,6 @@ async fn rotation_signs_with_both_keys_during_the_grace_period_then_only_the_new
     let first = deliver(&herald, &app, &receiver, 1).await;
     assert!(verifies(&first, hmac(&old)), "the receiver verifies with the old key");
 
-    let rotated_at = Instant::now();
     let (status, body) = herald
         .call(
             "POST",
@@ -88,6 +87,8 @@ async fn rotation_signs_with_both_keys_during_the_grace_period_then_only_the_new
         )
         .await;
     assert_eq!(status, 204, "{body}");
+    // Herald read its clock before answering: the grace period is over by this instant + 2 s.
+    let rotated_by = Instant::now();
     let new = secret_of(&herald, &app, &endpoint).await["key"]
         .as_str()
         .unwrap()
@@ -109,7 +110,7 @@ async fn rotation_signs_with_both_keys_during_the_grace_period_then_only_the_new
         .expect("an independent verifier accepts the new key");
 
     // After it, only the new key signs.
-    let grace_end = rotated_at + Duration::from_millis(2_300);
+    let grace_end = rotated_by + Duration::from_millis(2_200);
     tokio::time::sleep(grace_end.saturating_duration_since(Instant::now())).await;
     let after = deliver(&herald, &app, &receiver, 3).await;
     assert!(verifies(&after, hmac(&new)));

@@ -186,7 +186,7 @@ async fn rotate(
         .rotate_endpoint_secret(&endpoint.id, &new_key, old_expires_at, now)
         .await
         .map_err(|e| ApiError::from_store(e, "endpoint"))?;
-    state.endpoint_changed(&endpoint.id);
+    state.endpoint_applied(&endpoint.id).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -213,7 +213,7 @@ async fn save_headers(state: &AppState, mut endpoint: Endpoint, headers: herald_
         .update_endpoint(&endpoint)
         .await
         .map_err(|e| ApiError::from_store(e, "endpoint"))?;
-    state.endpoint_changed(&endpoint.id);
+    state.endpoint_applied(&endpoint.id).await;
     Ok(())
 }
 

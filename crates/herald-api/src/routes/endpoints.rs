@@ -433,7 +433,7 @@ async fn patch(
             .rotate_endpoint_secret(&endpoint.id, secret, now, now)
             .await
             .map_err(store_error)?;
-        state.endpoint_changed(&endpoint.id);
+        state.endpoint_applied(&endpoint.id).await;
     }
     Ok(Json(convert::endpoint(endpoint)))
 }

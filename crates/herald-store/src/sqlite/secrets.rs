@@ -76,11 +76,18 @@ pub(crate) async fn prepare(pool: &SqlitePool, cipher: &SecretCipher) -> StoreRe
             if let Some((id, sealed)) = sample {
                 cipher.open(&sealed, &secret_context(&id)).map_err(|_| wrong_key())?;
             }
-            sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?)")
+            // Another process opening the same new database may have written its value first: keep the first
+            // one, and check this key against it.
+            sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
                 .bind(KEY_CHECK)
                 .bind(cipher.seal(KEY_CHECK_TEXT, KEY_CHECK))
                 .execute(pool)
                 .await?;
+            let stored: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
+                .bind(KEY_CHECK)
+                .fetch_one(pool)
+                .await?;
+            cipher.open(&stored, KEY_CHECK).map_err(|_| wrong_key())?;
         }
     }
     let plain = sqlx::query(
