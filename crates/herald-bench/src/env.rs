@@ -68,6 +68,8 @@ pub struct NodeTweaks {
     pub request_timeout: Option<Duration>,
     /// The retry schedule, e.g. `30s,30s`.
     pub retry_schedule: Option<String>,
+    /// The longest circuit-breaker cool-down (the first is capped by it too).
+    pub breaker_max_cooldown: Option<Duration>,
 }
 
 /// How the measured server was set up, for the report.
@@ -227,6 +229,13 @@ async fn start_node(
     if let Some(schedule) = &tweaks.retry_schedule {
         config.retry_schedule = schedule.clone();
         settings_note.push(format!("retry_schedule = {}", summarize_schedule(schedule)));
+    }
+    if let Some(max) = tweaks.breaker_max_cooldown {
+        config.breaker_max_cooldown = config_duration(max);
+        // Herald's default first cool-down is 5 s; it may not exceed the maximum.
+        let first = Duration::from_secs(5).min(max);
+        config.breaker_cooldown = config_duration(first);
+        settings_note.push(format!("breaker_max_cooldown = {}", config.breaker_max_cooldown));
     }
     if let Some(cap) = endpoint_concurrency {
         config.endpoint_concurrency = cap;
