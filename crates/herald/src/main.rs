@@ -3,9 +3,12 @@
 //! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
 //! - `herald inbox`: the receiver-side service (verify → persist → acknowledge → forward).
 //! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
+//! - `herald events`, `dead`, `resend`, `recover`, `replay-missing`, `task`: operators' repairs against a
+//!   running server (see [`ops`]).
 
 mod bench;
 mod inbox;
+mod ops;
 mod serve;
 mod verify;
 
@@ -34,6 +37,8 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Run a benchmark scenario and print its figures (see docs/performance.md).
     Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Ops(ops::OpsCommand),
 }
 
 /// Options of `herald serve`. Each can also be set in the TOML file given with `--config` (same name,
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
             }
             Command::Verify(args) => verify::run(args),
             Command::Bench(args) => bench::run(args).await,
+            Command::Ops(command) => ops::run(command).await,
         }
     });
     match result {
