@@ -5,7 +5,11 @@
 //! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
 //! (group commit) so durability does not cost throughput.
 
+mod group_commit;
 mod page;
+mod plan;
+mod rows;
+mod sql;
 pub mod sqlite;
 
 use std::sync::Arc;
