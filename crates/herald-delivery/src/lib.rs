@@ -5,10 +5,12 @@
 //!   scheduler new deliveries, results and clock ticks, and runs the sends it decides on.
 //! - `attempt`: one attempt (sign, send, classify, decide the next step).
 //! - `recorder`: the batched writer of attempt results.
+//! - `ownership`: which endpoints this node delivers for when several nodes share a store.
 
 mod attempt;
 pub mod client;
 pub mod engine;
+mod ownership;
 mod recorder;
 
 pub use client::{ClientConfig, DeliveryClient, HostResolver, SystemResolver};

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Address to listen on.
     pub listen: String,
-    /// `sqlite://PATH`.
+    /// `sqlite://PATH` or `postgres://USER@HOST/DB`.
     pub database_url: String,
     /// The admin bearer token; generated, stored and printed once at first start when unset.
     pub admin_token: Option<String>,
@@ -49,6 +49,10 @@ pub struct Config {
     pub connect_timeout: String,
     /// Time for a whole attempt.
     pub request_timeout: String,
+    /// PostgreSQL: how long a node's partition leases last without renewal (the fail-over bound).
+    pub lease_ttl: String,
+    /// PostgreSQL: how long the attempt log is kept (whole days are dropped).
+    pub retention: String,
 }
 
 impl Default for Config {
@@ -70,6 +74,8 @@ impl Default for Config {
             disable_after: "5d".to_owned(),
             connect_timeout: "5s".to_owned(),
             request_timeout: "15s".to_owned(),
+            lease_ttl: "10s".to_owned(),
+            retention: "30d".to_owned(),
         }
     }
 }
@@ -108,6 +114,10 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// Request timeout.
     pub request_timeout: Duration,
+    /// Partition lease time (PostgreSQL).
+    pub lease_ttl: Duration,
+    /// Attempt log retention (PostgreSQL).
+    pub retention: Duration,
 }
 
 impl Config {
@@ -137,11 +147,15 @@ impl Config {
         if self.dev {
             allow_private_cidrs.extend(DEV_CIDRS.iter().filter_map(|c| c.parse::<IpNet>().ok()));
         }
-        if !self.database_url.starts_with("sqlite:") {
+        if !self.database_url.starts_with("sqlite:") && !herald_store::is_postgres_url(&self.database_url) {
             bail!(
-                "database_url: {:?} is not supported; use sqlite://PATH",
+                "database_url: {:?} is not supported; use sqlite://PATH or postgres://USER@HOST/DATABASE",
                 self.database_url
             );
+        }
+        let lease_ttl = parse_duration(&self.lease_ttl).context("lease_ttl")?;
+        if lease_ttl < Duration::from_secs(1) {
+            bail!("lease_ttl must be at least 1s");
         }
         if self.max_payload_bytes == 0
             || self.endpoint_concurrency == 0
@@ -176,6 +190,8 @@ impl Config {
             disable_after: parse_duration(&self.disable_after).context("disable_after")?,
             connect_timeout: parse_duration(&self.connect_timeout).context("connect_timeout")?,
             request_timeout: parse_duration(&self.request_timeout).context("request_timeout")?,
+            lease_ttl,
+            retention: parse_duration(&self.retention).context("retention")?,
         })
     }
 }
@@ -251,12 +267,30 @@ mod tests {
             "breaker_cooldown = \"1m\"\nbreaker_max_cooldown = \"1s\"",
             "disable_after = \"soon\"",
             "unknown_key = 1",
+            "database_url = \"mysql://db\"",
+            "lease_ttl = \"100ms\"",
         ] {
             std::fs::write(&path, bad).unwrap();
             let result = Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
             assert!(result.is_err(), "{bad} accepted");
         }
         assert!(Config::load(Some(Path::new("/nonexistent/herald.toml")), &Overrides::default()).is_err());
+    }
+
+    #[test]
+    fn postgres_urls_are_accepted() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/herald",
+            "postgresql://db.internal/herald",
+        ] {
+            let config = Config {
+                database_url: url.to_owned(),
+                ..Config::default()
+            };
+            let settings = config.settings().unwrap();
+            assert_eq!(settings.database_url, url);
+            assert_eq!(settings.lease_ttl, Duration::from_secs(10));
+        }
     }
 
     #[test]

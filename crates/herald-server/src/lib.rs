@@ -7,6 +7,7 @@ pub mod config;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
@@ -36,9 +37,15 @@ pub struct Node {
 impl Node {
     /// Open the store, start the delivery engine and start serving the API.
     pub async fn start(settings: &Settings) -> anyhow::Result<Self> {
-        let store = herald_store::open(&settings.database_url)
+        let store_options = herald_store::StoreOptions {
+            lease_ttl: settings.lease_ttl,
+            // A node giving a partition up waits out its longest attempt before another node may start.
+            release_drain: settings.request_timeout + Duration::from_secs(1),
+            attempt_retention: settings.retention,
+        };
+        let store = herald_store::open_with(&settings.database_url, &store_options)
             .await
-            .with_context(|| format!("opening {}", settings.database_url))?;
+            .with_context(|| format!("opening {}", redact(&settings.database_url)))?;
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
         let policy = Arc::new(AddressPolicy::new(
             settings.allow_private_cidrs.clone(),
@@ -128,4 +135,15 @@ async fn admin_token(store: &SharedStore, configured: Option<&str>) -> anyhow::R
     let digest = token_digest(&token);
     store.meta_set(ADMIN_TOKEN_KEY, &hex::encode(digest)).await?;
     Ok((digest, Some(token)))
+}
+
+/// A database URL without its password, for messages and logs.
+pub fn redact(database_url: &str) -> String {
+    match url::Url::parse(database_url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => database_url.to_owned(),
+    }
 }

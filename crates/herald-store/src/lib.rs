@@ -330,6 +330,8 @@ pub enum OwnershipEvent {
     /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
     /// is in flight finishes; its results are fenced).
     Released,
+    /// An endpoint was changed or deleted, possibly through another node's API: reload it.
+    EndpointChanged(String),
 }
 
 /// Settings of the store beyond its URL.

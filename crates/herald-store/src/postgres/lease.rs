@@ -31,6 +31,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
+use super::ENDPOINT_CHANNEL;
 use super::bulk::WORK_CHANNEL;
 use crate::{Ownership, OwnershipEvent, PARTITIONS, StoreOptions, StoreResult, partition_of};
 
@@ -181,7 +182,7 @@ pub(crate) async fn start(pool: PgPool, options: &StoreOptions) -> StoreResult<(
     let wake = Arc::new(Notify::new());
     let tasks = vec![
         tokio::spawn(keeper.run()),
-        tokio::spawn(listen(pool.clone(), leases.node_id.clone(), wake.clone())),
+        tokio::spawn(listen(pool.clone(), leases.clone(), wake.clone())),
         tokio::spawn(watch(pool, leases.clone(), cursor, wake, timing.heartbeat)),
     ];
     Ok((leases, tasks))
@@ -408,9 +409,10 @@ impl Keeper {
     }
 }
 
-/// Forward `NOTIFY herald_work` from other nodes to the watcher, reconnecting as needed. A (re)connection
-/// wakes the watcher too: notifications sent while disconnected are lost.
-async fn listen(pool: PgPool, node_id: String, wake: Arc<Notify>) {
+/// Forward `NOTIFY herald_work` from other nodes to the watcher, and endpoint changes to the engine,
+/// reconnecting as needed. A (re)connection wakes the watcher too: notifications sent while
+/// disconnected are lost.
+async fn listen(pool: PgPool, leases: Arc<Leases>, wake: Arc<Notify>) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
@@ -420,7 +422,7 @@ async fn listen(pool: PgPool, node_id: String, wake: Arc<Notify>) {
                 continue;
             }
         };
-        if let Err(error) = listener.listen(WORK_CHANNEL).await {
+        if let Err(error) = listener.listen_all([WORK_CHANNEL, ENDPOINT_CHANNEL]).await {
             tracing::debug!(%error, "LISTEN failed; polling meanwhile");
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
@@ -428,9 +430,12 @@ async fn listen(pool: PgPool, node_id: String, wake: Arc<Notify>) {
         wake.notify_one();
         loop {
             match listener.try_recv().await {
+                Ok(Some(notification)) if notification.channel() == ENDPOINT_CHANNEL => {
+                    leases.emit(OwnershipEvent::EndpointChanged(notification.payload().to_owned()));
+                }
                 Ok(Some(notification)) => {
                     // This node's own ingests reach its engine through the commit feed.
-                    if notification.payload() != node_id {
+                    if notification.payload() != leases.node_id {
                         wake.notify_one();
                     }
                 }

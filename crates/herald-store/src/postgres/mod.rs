@@ -29,6 +29,10 @@ use crate::{
     PageRequest, PendingDelivery, Store, StoreError, StoreOptions, StoreResult, rows,
 };
 
+/// The channel notified with an endpoint's id when it changes, so that its owner — maybe another node —
+/// reloads it.
+const ENDPOINT_CHANNEL: &str = "herald_endpoint";
+
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
 /// Connections per node: the ingest writer, the result writer, the lease keeper, API reads.
@@ -378,7 +382,9 @@ impl Store for PgStore {
                    disabled = $6, disabled_reason = $7, rate_limit = $8, max_concurrency = $9, ordering = $10, \
                    version = $11, metadata = $12, secret = $13, updated_at = $14 WHERE id = $15";
         let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
-        one_changed(query.execute(&self.pool).await.map_err(map_constraint)?)
+        one_changed(query.execute(&self.pool).await.map_err(map_constraint)?)?;
+        self.announce_endpoint_change(&ep.id).await;
+        Ok(())
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
@@ -387,7 +393,9 @@ impl Store for PgStore {
                 .bind(id)
                 .execute(&self.pool)
                 .await?,
-        )
+        )?;
+        self.announce_endpoint_change(id).await;
+        Ok(())
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
@@ -589,6 +597,7 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.announce_endpoint_change(endpoint_id).await;
         Ok(true)
     }
 
@@ -730,6 +739,19 @@ impl Store for PgStore {
 }
 
 impl PgStore {
+    /// Tell every node (the endpoint's owner among them) that an endpoint changed. Best effort: the
+    /// change is committed already, and an owner that misses it reloads the endpoint when it takes it over.
+    async fn announce_endpoint_change(&self, endpoint_id: &str) {
+        let result = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(ENDPOINT_CHANNEL)
+            .bind(endpoint_id)
+            .execute(&self.pool)
+            .await;
+        if let Err(error) = result {
+            tracing::warn!(%error, endpoint = endpoint_id, "announcing an endpoint change failed");
+        }
+    }
+
     /// Attempts filtered on one column (`message_id` or `endpoint_id`), newest first.
     async fn list_attempts(
         &self,
