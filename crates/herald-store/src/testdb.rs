@@ -77,6 +77,24 @@ pub async fn fresh(test: &str) -> Option<TestDatabase> {
     Some(TestDatabase { name, server, url })
 }
 
+impl TestDatabase {
+    /// The server's address (host and port of the URL), to put a proxy in front of it.
+    pub fn server_addr(&self) -> Option<std::net::SocketAddr> {
+        let options = PgConnectOptions::from_str(&self.url).ok()?;
+        let host = match options.get_host() {
+            "localhost" => "127.0.0.1",
+            host => host,
+        };
+        format!("{host}:{}", options.get_port()).parse().ok()
+    }
+
+    /// The URL of this database reached through `addr` (e.g. a proxy) instead of the server itself.
+    pub fn url_via(&self, addr: std::net::SocketAddr) -> Option<String> {
+        let server = self.server_addr()?;
+        Some(self.url.replacen(&server.to_string(), &addr.to_string(), 1))
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();

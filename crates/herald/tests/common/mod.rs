@@ -509,3 +509,74 @@ pub fn free_port() -> u16 {
         .expect("addr")
         .port()
 }
+
+/// A TCP proxy on loopback in front of another address, that a test can cut and restore: a database
+/// outage for one node without touching the shared server.
+pub struct TcpProxy {
+    pub port: u16,
+    target: SocketAddr,
+    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let proxy = Self {
+            port,
+            target,
+            running: Mutex::new(None),
+        };
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let target = self.target;
+        let task = tokio::spawn(async move {
+            // Connections live in this set: aborting the task drops it, which aborts (and closes) them.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                while connections.try_join_next().is_some() {}
+            }
+        });
+        *self.running.lock().unwrap() = Some(task);
+    }
+
+    /// Close every proxied connection and refuse new ones.
+    pub fn cut(&self) {
+        if let Some(task) = self.running.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+
+    /// Accept connections again, on the same port.
+    pub async fn restore(&self) {
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => break listener,
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "cannot re-bind the proxy: {error}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        self.serve(listener);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
