@@ -110,10 +110,8 @@ async fn three_nodes_share_the_work_and_survive_kill_9_of_one() {
     }
 
     let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
-    acknowledged
-        .lock()
-        .unwrap()
-        .extend(publish(addresses.clone(), app.clone(), 0, 150).await);
+    let ids = publish(addresses.clone(), app.clone(), 0, 150).await;
+    acknowledged.lock().unwrap().extend(ids);
     // More load while one node dies: requests to the dead node fail (not acknowledged, not counted).
     let load = tokio::spawn({
         let (addresses, app, acknowledged) = (addresses.clone(), app.clone(), acknowledged.clone());
@@ -145,10 +143,8 @@ async fn three_nodes_share_the_work_and_survive_kill_9_of_one() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     third.restart().await;
     load.await.expect("load");
-    acknowledged
-        .lock()
-        .unwrap()
-        .extend(publish(addresses.clone(), app.clone(), 5_000, 60).await);
+    let ids = publish(addresses.clone(), app.clone(), 5_000, 60).await;
+    acknowledged.lock().unwrap().extend(ids);
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(
         acknowledged.len() >= 150 + 60,
