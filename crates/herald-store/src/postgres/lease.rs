@@ -384,11 +384,14 @@ impl Keeper {
         tokio::spawn(async move {
             tokio::time::sleep(drain).await;
             let (partitions, epochs): (Vec<i32>, Vec<i64>) = released.iter().copied().unzip();
-            // If this fails the lease simply expires; either way this node is done with them.
+            // Rows locked in partition order, like every other lease write, so they never deadlock. If
+            // this fails the lease simply expires; either way this node is done with them.
             let result = sqlx::query(
                 "UPDATE partition_lease l SET owner = NULL, expires_at = '-infinity' \
-                 FROM UNNEST($1::int[], $2::bigint[]) AS h (partition, epoch) \
-                 WHERE l.partition = h.partition AND l.epoch = h.epoch AND l.owner = $3",
+                 WHERE l.partition IN (SELECT k.partition FROM partition_lease k \
+                 JOIN UNNEST($1::int[], $2::bigint[]) AS h (partition, epoch) \
+                 ON h.partition = k.partition AND h.epoch = k.epoch \
+                 WHERE k.owner = $3 ORDER BY k.partition FOR UPDATE OF k)",
             )
             .bind(&partitions)
             .bind(&epochs)
