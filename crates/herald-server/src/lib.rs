@@ -32,6 +32,7 @@ pub struct Node {
     pub generated_admin_token: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
+    store: SharedStore,
 }
 
 impl Node {
@@ -75,7 +76,7 @@ impl Node {
             .await
             .context("starting the delivery engine")?;
         let state = AppState::new(
-            store,
+            store.clone(),
             Some(engine),
             policy,
             admin_token_sha256,
@@ -99,20 +100,24 @@ impl Node {
             generated_admin_token,
             shutdown: Some(shutdown),
             task,
+            store,
         })
     }
 
-    /// Serve until `signal` completes, then stop accepting requests and finish the open ones.
+    /// Serve until `signal` completes, then stop accepting requests, finish the open ones and hand this
+    /// node's delivery work over to the other nodes (if any share the store).
     pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-        tokio::select! {
+        let result = tokio::select! {
             () = signal => {
                 if let Some(shutdown) = self.shutdown.take() {
                     let _ = shutdown.send(());
                 }
-                self.task.await.context("server task")?
+                self.task.await.context("server task")
             }
-            result = &mut self.task => result.context("server task")?,
-        }
+            result = &mut self.task => result.context("server task"),
+        };
+        self.store.shutdown().await;
+        result?
     }
 }
 

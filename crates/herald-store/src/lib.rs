@@ -290,6 +290,10 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// The node is stopping: hand over whatever this node holds for others (PostgreSQL: its partition
+    /// leases, so that other nodes take its work over at once instead of after the lease time).
+    async fn shutdown(&self) {}
+
     /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
     /// means this node does all of it.
     fn ownership(&self) -> Option<Arc<dyn Ownership>> {

@@ -236,3 +236,29 @@ async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
     .expect("a Released event");
     assert!(!store.ownership().unwrap().owns(&e.id));
 }
+
+#[tokio::test]
+async fn a_node_that_shuts_down_hands_its_partitions_over_at_once() {
+    let Some(database) = testdb::fresh("a_node_that_shuts_down_hands_its_partitions_over_at_once").await else {
+        return;
+    };
+    // A long lease: waiting for it to expire would take longer than this test allows.
+    let options = StoreOptions {
+        lease_ttl: Duration::from_secs(20),
+        ..options()
+    };
+    let a = PgStore::open(&database.url, &options).await.unwrap();
+    let b = PgStore::open(&database.url, &options).await.unwrap();
+    let even = BTreeMap::from([(a.node_id().to_owned(), 128), (b.node_id().to_owned(), 128)]);
+    wait_until("the partitions are split evenly", Duration::from_secs(30), async || {
+        owners(&database.url).await == even
+    })
+    .await;
+    b.shutdown().await;
+    let b_owns_nothing = (0..100).all(|_| !b.ownership().unwrap().owns(&new_id(IdKind::Endpoint)));
+    assert!(b_owns_nothing, "a node that shut down owns nothing");
+    wait_until("A owns every partition", Duration::from_secs(10), async || {
+        owners(&database.url).await == BTreeMap::from([(a.node_id().to_owned(), 256)])
+    })
+    .await;
+}

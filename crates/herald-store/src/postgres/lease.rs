@@ -127,6 +127,23 @@ impl Leases {
         .await?)
     }
 
+    /// Leave the cluster (the node is stopping): stop owning anything, then release every lease and the
+    /// node's row, so that the other nodes take the partitions over at their next heartbeat.
+    pub(crate) async fn leave(&self, pool: &PgPool) -> StoreResult<()> {
+        let (partitions, epochs) = self.held(None);
+        self.update(|held| {
+            held.active.clear();
+            held.draining.clear();
+        });
+        self.emit(OwnershipEvent::Released);
+        release(pool, &self.node_id, &partitions, &epochs).await?;
+        sqlx::query("DELETE FROM node WHERE id = $1")
+            .bind(&self.node_id)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
     fn emit(&self, event: OwnershipEvent) {
         // Nobody listens when no engine runs on this store (e.g. in store tests): nothing to tell then.
         let _ = self.events.send(event);
@@ -384,21 +401,8 @@ impl Keeper {
         tokio::spawn(async move {
             tokio::time::sleep(drain).await;
             let (partitions, epochs): (Vec<i32>, Vec<i64>) = released.iter().copied().unzip();
-            // Rows locked in partition order, like every other lease write, so they never deadlock. If
-            // this fails the lease simply expires; either way this node is done with them.
-            let result = sqlx::query(
-                "UPDATE partition_lease l SET owner = NULL, expires_at = '-infinity' \
-                 WHERE l.partition IN (SELECT k.partition FROM partition_lease k \
-                 JOIN UNNEST($1::int[], $2::bigint[]) AS h (partition, epoch) \
-                 ON h.partition = k.partition AND h.epoch = k.epoch \
-                 WHERE k.owner = $3 ORDER BY k.partition FOR UPDATE OF k)",
-            )
-            .bind(&partitions)
-            .bind(&epochs)
-            .bind(&leases.node_id)
-            .execute(&pool)
-            .await;
-            if let Err(error) = result {
+            // If this fails the lease simply expires; either way this node is done with them.
+            if let Err(error) = release(&pool, &leases.node_id, &partitions, &epochs).await {
                 tracing::warn!(%error, "clearing released leases failed; they expire instead");
             }
             leases.update(|held| {
@@ -410,6 +414,27 @@ impl Keeper {
             });
         });
     }
+}
+
+/// Clear leases this node holds (same owner and epoch), so that any node may take them at once. Rows are
+/// locked in partition order, like every other lease write, so this never deadlocks with them.
+async fn release(pool: &PgPool, node_id: &str, partitions: &[i32], epochs: &[i64]) -> StoreResult<()> {
+    if partitions.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE partition_lease l SET owner = NULL, expires_at = '-infinity' \
+         WHERE l.partition IN (SELECT k.partition FROM partition_lease k \
+         JOIN UNNEST($1::int[], $2::bigint[]) AS h (partition, epoch) \
+         ON h.partition = k.partition AND h.epoch = k.epoch \
+         WHERE k.owner = $3 ORDER BY k.partition FOR UPDATE OF k)",
+    )
+    .bind(partitions)
+    .bind(epochs)
+    .bind(node_id)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Forward `NOTIFY herald_work` from other nodes to the watcher, and endpoint changes to the engine,

@@ -736,6 +736,15 @@ impl Store for PgStore {
     fn ownership(&self) -> Option<Arc<dyn Ownership>> {
         Some(self.leases.clone())
     }
+
+    async fn shutdown(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        if let Err(error) = self.leases.leave(&self.pool).await {
+            tracing::warn!(%error, "releasing partition leases at shutdown failed; they expire instead");
+        }
+    }
 }
 
 impl PgStore {
