@@ -52,6 +52,8 @@ fn help_documents_every_setting() {
         "HERALD_RETRY_SCHEDULE",
         "HERALD_ALLOW_PRIVATE_CIDRS",
         "HERALD_ALLOW_HTTP",
+        "HERALD_LEASE_TTL",
+        "HERALD_RETENTION",
         "HERALD_CONFIG",
     ] {
         assert!(help.contains(variable), "{variable} missing from --help:\n{help}");
