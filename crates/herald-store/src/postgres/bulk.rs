@@ -50,42 +50,39 @@ impl BatchWriter for PgBatches {
 
 async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let existing: HashSet<String> =
-        sqlx::query_scalar("SELECT id FROM application WHERE id = ANY($1) ORDER BY id FOR SHARE")
-            .bind(&app_ids)
-            .fetch_all(&mut *conn)
-            .await?
-            .into_iter()
-            .collect();
-    let subscribers = subscribers(conn, &app_ids).await?;
+    let (existing, subscribers) = apps_and_endpoints(conn, &app_ids).await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, earlier);
     insert_messages(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_deliveries(conn, &fan_out).await?;
-    if !fan_out.is_empty() {
-        // Delivered at commit, to every node listening: the owners of these endpoints load them.
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(WORK_CHANNEL)
-            .bind(node_id)
-            .execute(&mut *conn)
-            .await?;
-    }
+    let deliveries = insert_deliveries(conn, &fan_out, node_id).await?;
     drop(fan_out);
     Ok(plan.finish(deliveries))
 }
 
-async fn subscribers(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Endpoint>>> {
-    let found = sqlx::query("SELECT * FROM endpoint WHERE app_id = ANY($1) ORDER BY id FOR SHARE")
-        .bind(app_ids)
-        .fetch_all(&mut *conn)
-        .await?;
+/// The apps of the batch that exist, and their endpoints (disabled ones included), in one round trip.
+async fn apps_and_endpoints(
+    conn: &mut PgConnection,
+    app_ids: &[&str],
+) -> StoreResult<(HashSet<String>, HashMap<String, Vec<Endpoint>>)> {
+    let found = sqlx::query(
+        "SELECT a.id AS a_id, e.* FROM application a \
+         LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
+         WHERE a.id = ANY($1) ORDER BY a.id FOR SHARE OF a",
+    )
+    .bind(app_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut existing = HashSet::new();
     let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
     for row in &found {
-        let endpoint = rows::endpoint(row)?;
-        by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
+        existing.insert(row.try_get::<String, _>("a_id")?);
+        if row.try_get::<Option<String>, _>("id")?.is_some() {
+            let endpoint = rows::endpoint(row)?;
+            by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
+        }
     }
-    Ok(by_app)
+    Ok((existing, by_app))
 }
 
 async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {
@@ -150,10 +147,12 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     Ok(())
 }
 
-/// Insert the deliveries; their seqs, grouped by the index of the job they belong to.
+/// Insert the deliveries and notify the other nodes (at commit: the owners of these endpoints load
+/// them); their seqs, grouped by the index of the job they belong to.
 async fn insert_deliveries(
     conn: &mut PgConnection,
     fan_out: &[FanOut<'_>],
+    node_id: &str,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let mut by_job = HashMap::new();
     if fan_out.is_empty() {
@@ -164,17 +163,23 @@ async fn insert_deliveries(
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
     let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
     // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
+    // The notification rides in the same statement (one round trip less per batch).
     let found = sqlx::query(
-        "INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, next_attempt_at, updated_at) \
+        "WITH inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
+         next_attempt_at, updated_at) \
          SELECT message_id, endpoint_id, partition, 0, 0, at, at \
          FROM UNNEST($1::text[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY \
          AS v (message_id, endpoint_id, partition, at, n) ORDER BY n \
-         RETURNING seq, message_id, endpoint_id",
+         RETURNING seq, message_id, endpoint_id), \
+         notified AS (SELECT pg_notify($5, $6)) \
+         SELECT inserted.* FROM inserted, notified",
     )
     .bind(messages)
     .bind(endpoints)
     .bind(partitions)
     .bind(times)
+    .bind(WORK_CHANNEL)
+    .bind(node_id)
     .fetch_all(&mut *conn)
     .await?;
     let returned = found
