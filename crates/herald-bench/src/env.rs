@@ -258,12 +258,19 @@ async fn start_node(
         database: if dir.is_some() {
             "SQLite, fresh file in a temporary directory".to_owned()
         } else {
-            database_url
+            herald_server::redact(&database_url)
         },
-        durability: "SQLite WAL, synchronous=FULL: a 202 is sent only after the message and its \
-                     deliveries are committed and fsynced (group commit: one transaction and one \
-                     fsync per batch of up to 512 messages)"
-            .to_owned(),
+        durability: if herald_store::is_postgres_url(&database_url) {
+            "PostgreSQL, as configured on the server (synchronous_commit as set there): a 202 is sent \
+             only after the message and its deliveries are committed (group commit: one transaction \
+             per batch of up to 512 messages)"
+                .to_owned()
+        } else {
+            "SQLite WAL, synchronous=FULL: a 202 is sent only after the message and its deliveries \
+             are committed and fsynced (group commit: one transaction and one fsync per batch of up \
+             to 512 messages)"
+                .to_owned()
+        },
         settings: settings_note,
         machine: Machine::detect(),
     };

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Address to listen on.
     pub listen: String,
-    /// `sqlite://PATH`.
+    /// `sqlite://PATH` or `postgres://USER@HOST/DB`.
     pub database_url: String,
     /// The admin bearer token; generated, stored and printed once at first start when unset.
     pub admin_token: Option<String>,
@@ -55,6 +55,10 @@ pub struct Config {
     pub allow_ports: String,
     /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
     pub proxy_url: String,
+    /// PostgreSQL: how long a node's partition leases last without renewal (the fail-over bound).
+    pub lease_ttl: String,
+    /// PostgreSQL: how long the attempt log is kept (whole days are dropped).
+    pub retention: String,
 }
 
 impl Default for Config {
@@ -79,6 +83,8 @@ impl Default for Config {
             max_request_timeout: "60s".to_owned(),
             allow_ports: String::new(),
             proxy_url: String::new(),
+            lease_ttl: "10s".to_owned(),
+            retention: "30d".to_owned(),
         }
     }
 }
@@ -123,6 +129,10 @@ pub struct Settings {
     pub allow_ports: Vec<u16>,
     /// Egress proxy for deliveries, if any.
     pub proxy_url: Option<String>,
+    /// Partition lease time (PostgreSQL).
+    pub lease_ttl: Duration,
+    /// Attempt log retention (PostgreSQL).
+    pub retention: Duration,
 }
 
 impl Config {
@@ -152,11 +162,15 @@ impl Config {
         if self.dev {
             allow_private_cidrs.extend(DEV_CIDRS.iter().filter_map(|c| c.parse::<IpNet>().ok()));
         }
-        if !self.database_url.starts_with("sqlite:") {
+        if !self.database_url.starts_with("sqlite:") && !herald_store::is_postgres_url(&self.database_url) {
             bail!(
-                "database_url: {:?} is not supported; use sqlite://PATH",
+                "database_url: {:?} is not supported; use sqlite://PATH or postgres://USER@HOST/DATABASE",
                 self.database_url
             );
+        }
+        let lease_ttl = parse_duration(&self.lease_ttl).context("lease_ttl")?;
+        if lease_ttl < Duration::from_secs(1) {
+            bail!("lease_ttl must be at least 1s");
         }
         if self.max_payload_bytes == 0
             || self.endpoint_concurrency == 0
@@ -194,6 +208,8 @@ impl Config {
             max_request_timeout: parse_duration(&self.max_request_timeout).context("max_request_timeout")?,
             allow_ports: parse_ports(&self.allow_ports)?,
             proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
+            lease_ttl,
+            retention: parse_duration(&self.retention).context("retention")?,
         })
     }
 }
@@ -293,12 +309,30 @@ mod tests {
             "allow_ports = \"0\"",
             "allow_ports = \"70000\"",
             "unknown_key = 1",
+            "database_url = \"mysql://db\"",
+            "lease_ttl = \"100ms\"",
         ] {
             std::fs::write(&path, bad).unwrap();
             let result = Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
             assert!(result.is_err(), "{bad} accepted");
         }
         assert!(Config::load(Some(Path::new("/nonexistent/herald.toml")), &Overrides::default()).is_err());
+    }
+
+    #[test]
+    fn postgres_urls_are_accepted() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/herald",
+            "postgresql://db.internal/herald",
+        ] {
+            let config = Config {
+                database_url: url.to_owned(),
+                ..Config::default()
+            };
+            let settings = config.settings().unwrap();
+            assert_eq!(settings.database_url, url);
+            assert_eq!(settings.lease_ttl, Duration::from_secs(10));
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod config;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
@@ -33,6 +34,7 @@ pub struct Node {
     pub generated_admin_token: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
+    store: SharedStore,
 }
 
 impl Node {
@@ -48,9 +50,15 @@ impl Node {
         settings: &Settings,
         extra_routes: impl FnOnce(&[u8; 32]) -> Option<axum::Router>,
     ) -> anyhow::Result<Self> {
-        let store = herald_store::open(&settings.database_url)
+        let store_options = herald_store::StoreOptions {
+            lease_ttl: settings.lease_ttl,
+            // A node giving a partition up waits out its longest attempt before another node may start.
+            release_drain: settings.request_timeout.max(settings.max_request_timeout) + Duration::from_secs(1),
+            attempt_retention: settings.retention,
+        };
+        let store = herald_store::open_with(&settings.database_url, &store_options)
             .await
-            .with_context(|| format!("opening {}", settings.database_url))?;
+            .with_context(|| format!("opening {}", redact(&settings.database_url)))?;
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
         // A task that was running when the previous process stopped will not continue: say so.
         let interrupted = store
@@ -94,7 +102,7 @@ impl Node {
             .await
             .context("starting the delivery engine")?;
         let state = AppState::new(
-            store,
+            store.clone(),
             Some(engine),
             policy,
             admin_token_sha256,
@@ -127,20 +135,24 @@ impl Node {
             generated_admin_token,
             shutdown: Some(shutdown),
             task,
+            store,
         })
     }
 
-    /// Serve until `signal` completes, then stop accepting requests and finish the open ones.
+    /// Serve until `signal` completes, then stop accepting requests, finish the open ones and hand this
+    /// node's delivery work over to the other nodes (if any share the store).
     pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-        tokio::select! {
+        let result = tokio::select! {
             () = signal => {
                 if let Some(shutdown) = self.shutdown.take() {
                     let _ = shutdown.send(());
                 }
-                self.task.await.context("server task")?
+                self.task.await.context("server task")
             }
-            result = &mut self.task => result.context("server task")?,
-        }
+            result = &mut self.task => result.context("server task"),
+        };
+        self.store.shutdown().await;
+        result?
     }
 }
 
@@ -163,4 +175,15 @@ async fn admin_token(store: &SharedStore, configured: Option<&str>) -> anyhow::R
     let digest = token_digest(&token);
     store.meta_set(ADMIN_TOKEN_KEY, &hex::encode(digest)).await?;
     Ok((digest, Some(token)))
+}
+
+/// A database URL without its password, for messages and logs.
+pub fn redact(database_url: &str) -> String {
+    match url::Url::parse(database_url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => database_url.to_owned(),
+    }
 }

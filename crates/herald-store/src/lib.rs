@@ -1,14 +1,22 @@
 //! Herald's durable store.
 //!
 //! [`Store`] is everything the API and the delivery engine need from storage; [`sqlite::SqliteStore`]
-//! implements it on an embedded SQLite file. The store owns *custody*: [`Store::ingest`] returns only after
+//! implements it on an embedded SQLite file, [`postgres::PgStore`] on PostgreSQL, where any number of
+//! nodes can share one database (see [`Ownership`]). The store owns *custody*: [`Store::ingest`] returns only after
 //! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
 //! (group commit) so durability does not cost throughput.
 
+mod group_commit;
 mod page;
+mod plan;
+pub mod postgres;
+mod rows;
+mod sql;
 pub mod sqlite;
+pub mod testdb;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
@@ -429,6 +437,75 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// The node is stopping: hand over whatever this node holds for others (PostgreSQL: its partition
+    /// leases, so that other nodes take its work over at once instead of after the lease time).
+    async fn shutdown(&self) {}
+
+    /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
+    /// means this node does all of it.
+    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
+        None
+    }
+}
+
+/// The number of delivery partitions endpoints hash into. Fixed: every node must agree on it.
+pub const PARTITIONS: i32 = 256;
+
+/// The delivery partition of an endpoint: FNV-1a of its id, so every node computes the same one.
+pub fn partition_of(endpoint_id: &str) -> i32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in endpoint_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // The remainder is below PARTITIONS, so it always fits.
+    i32::try_from(hash % PARTITIONS.unsigned_abs() as u64).unwrap_or(0)
+}
+
+/// Scale-out: which endpoints this node delivers for. Nodes sharing a store own disjoint partitions of
+/// the endpoints (see [`partition_of`]), so per-endpoint caps, rate limits and breakers hold across the
+/// cluster with no per-delivery coordination.
+pub trait Ownership: Send + Sync + 'static {
+    /// Whether this node may send the endpoint's deliveries now.
+    fn owns(&self, endpoint_id: &str) -> bool;
+    /// Changes the delivery engine must act on. It can be taken once; later calls return `None`.
+    fn take_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<OwnershipEvent>>;
+}
+
+/// A change in what this node should deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnershipEvent {
+    /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
+    /// partition was just taken over, or another node ingested messages for them.
+    Work(Vec<String>),
+    /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
+    /// is in flight finishes; its results are fenced).
+    Released,
+    /// An endpoint was changed or deleted, possibly through another node's API: reload it.
+    EndpointChanged(String),
+}
+
+/// Settings of the store beyond its URL.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// PostgreSQL: how long a partition lease lasts without renewal (the fail-over bound).
+    pub lease_ttl: Duration,
+    /// PostgreSQL: how long a node keeps a partition it gives up after it stopped sending to it, so
+    /// that its attempts in flight end before another node starts (the longest attempt).
+    pub release_drain: Duration,
+    /// PostgreSQL: attempts older than this are dropped, a day partition at a time.
+    pub attempt_retention: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(10),
+            release_drain: Duration::from_secs(16),
+            attempt_retention: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
 }
 
 /// Deliveries committed by ingest, in commit order (see [`Store::take_commit_feed`]).
@@ -437,13 +514,39 @@ pub type CommitFeed = tokio::sync::mpsc::UnboundedReceiver<Vec<PendingDelivery>>
 /// A shared handle to any store.
 pub type SharedStore = Arc<dyn Store>;
 
-/// Open the store named by a database URL (`sqlite://PATH`) and run its migrations.
+/// Open the store named by a database URL (`sqlite://PATH` or `postgres://…`) with default options and
+/// run its migrations.
 pub async fn open(database_url: &str) -> StoreResult<SharedStore> {
+    open_with(database_url, &StoreOptions::default()).await
+}
+
+/// Open the store named by a database URL with these options and run its migrations.
+pub async fn open_with(database_url: &str, options: &StoreOptions) -> StoreResult<SharedStore> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteStore::open(database_url).await?))
+    } else if is_postgres_url(database_url) {
+        Ok(Arc::new(postgres::PgStore::open(database_url, options).await?))
     } else {
         Err(StoreError::Corrupt(format!(
-            "unsupported database URL {database_url:?}: expected sqlite://PATH"
+            "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"
         )))
     }
+}
+
+/// Run the migrations of the database at `database_url` and nothing else (`herald migrate`).
+pub async fn migrate(database_url: &str) -> StoreResult<()> {
+    if database_url.starts_with("sqlite:") {
+        sqlite::SqliteStore::open(database_url).await.map(drop)
+    } else if is_postgres_url(database_url) {
+        postgres::migrate(database_url).await
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"
+        )))
+    }
+}
+
+/// Whether a URL names a PostgreSQL database.
+pub fn is_postgres_url(database_url: &str) -> bool {
+    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }

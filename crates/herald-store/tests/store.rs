@@ -1,5 +1,6 @@
-//! The store's contract, written against `SharedStore` so that every backend runs the same suite.
-//! Today it runs on SQLite files; a new backend adds itself to `backends()`.
+//! The store's contract, written against `SharedStore` so that every backend runs the same suite:
+//! SQLite files and PostgreSQL databases (a fresh one per test). Without a reachable PostgreSQL the
+//! PostgreSQL half is skipped with a visible message, unless `HERALD_REQUIRE_POSTGRES=1` (CI).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -13,12 +14,41 @@ use herald_store::{
     StoreError,
 };
 
-/// Every backend under test, each on fresh storage. The temp dir must outlive the store.
-async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
+/// Fresh storage for one backend: its URL, and what must outlive the store (the SQLite file's
+/// directory, or the PostgreSQL test database, dropped after the store).
+struct Storage {
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+    _database: Option<herald_store::testdb::TestDatabase>,
+}
+
+/// Fresh storage on every backend under test.
+async fn storages(test: &str) -> Vec<Storage> {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("store.db").display());
-    let store = herald_store::open(&url).await.unwrap();
-    vec![(dir, store)]
+    let mut all = vec![Storage {
+        url: format!("sqlite://{}", dir.path().join("store.db").display()),
+        _dir: Some(dir),
+        _database: None,
+    }];
+    if let Some(database) = herald_store::testdb::fresh(test).await {
+        all.push(Storage {
+            url: database.url.clone(),
+            _dir: None,
+            _database: Some(database),
+        });
+    }
+    all
+}
+
+/// Every backend under test, each opened on fresh storage. The storage must outlive the store (the
+/// tuple drops the store first).
+async fn backends() -> Vec<(Storage, SharedStore)> {
+    let mut opened = Vec::new();
+    for storage in storages("the store suite").await {
+        let store = herald_store::open(&storage.url).await.unwrap();
+        opened.push((storage, store));
+    }
+    opened
 }
 
 fn app(uid: Option<&str>) -> Application {
@@ -386,22 +416,23 @@ async fn ordering_settings_and_keys_round_trip() {
 
 #[tokio::test]
 async fn a_reopened_store_keeps_everything_committed() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("store.db").display());
-    let a = app(None);
-    let e = endpoint(&a.id);
-    {
-        let store = herald_store::open(&url).await.unwrap();
-        store.create_app(&a).await.unwrap();
-        store.create_endpoint(&e).await.unwrap();
-        ingest(&store, &a.id, None, None).await;
+    for storage in storages("a_reopened_store_keeps_everything_committed").await {
+        let url = &storage.url;
+        let a = app(None);
+        let e = endpoint(&a.id);
+        {
+            let store = herald_store::open(url).await.unwrap();
+            store.create_app(&a).await.unwrap();
+            store.create_endpoint(&e).await.unwrap();
+            ingest(&store, &a.id, None, None).await;
+        }
+        let store = herald_store::open(url).await.unwrap();
+        assert_eq!(
+            store.endpoints_with_pending().await.unwrap(),
+            std::slice::from_ref(&e.id)
+        );
+        assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
     }
-    let store = herald_store::open(&url).await.unwrap();
-    assert_eq!(
-        store.endpoints_with_pending().await.unwrap(),
-        std::slice::from_ref(&e.id)
-    );
-    assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
 }
 
 /// Finish a delivery with one attempt in `status`.
@@ -583,7 +614,7 @@ async fn tasks_and_oldest_first_listings_round_trip() {
             store.get_task(&task.id, Some("app_other")).await,
             Err(StoreError::NotFound)
         ));
-        assert_eq!(store.fail_interrupted_tasks(5).await.unwrap(), 1);
+        assert_eq!(store.fail_interrupted_tasks(1_000_000).await.unwrap(), 1);
         assert_eq!(store.get_task(&task.id, None).await.unwrap().state, "failed");
 
         let first = created(ingest(&store, &a.id, None, None).await).0;

@@ -3,8 +3,6 @@
 
 mod bulk;
 mod operations;
-mod rows;
-mod writer;
 
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -18,9 +16,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::group_commit::{self, IngestJob};
+use crate::sql::{keyset as keyset_with, limit, limit_plus_one, map_constraint};
 use crate::{
     AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
-    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreResult,
+    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreResult, rows,
 };
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
@@ -30,7 +30,7 @@ const INGEST_QUEUE: usize = 1_024;
 pub struct SqliteStore {
     read: SqlitePool,
     write: SqlitePool,
-    ingest: mpsc::Sender<writer::IngestJob>,
+    ingest: mpsc::Sender<IngestJob>,
     feed: Mutex<Option<CommitFeed>>,
 }
 
@@ -54,7 +54,7 @@ impl SqliteStore {
             .await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer::run(write.clone(), jobs, feed_tx));
+        tokio::spawn(group_commit::run(write.clone(), bulk::SqliteBatches, jobs, feed_tx));
         Ok(Self {
             read,
             write,
@@ -62,30 +62,6 @@ impl SqliteStore {
             feed: Mutex::new(Some(feed_rx)),
         })
     }
-}
-
-/// Turn a constraint violation into what it means: `Conflict` naming the field for a unique key,
-/// `NotFound` for a foreign key (the parent — an application or endpoint — does not exist).
-pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &error {
-        if db.is_foreign_key_violation() {
-            return StoreError::NotFound;
-        }
-        if db.is_unique_violation() {
-            let message = db.message();
-            let field = if message.contains(".uid") {
-                "uid"
-            } else if message.contains(".event_id") {
-                "eventId"
-            } else if message.contains(".name") {
-                "name"
-            } else {
-                "id"
-            };
-            return StoreError::Conflict(field);
-        }
-    }
-    StoreError::Database(error)
 }
 
 /// Bind an endpoint's changeable fields, in the column order both `create_endpoint` and
@@ -121,22 +97,9 @@ fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
     }
 }
 
-/// The keyset condition and order for a page over `column`.
-///
-/// Listings are either oldest-first (`newest_first = false`) or newest-first; a reverse page walks the
-/// other way from its anchor.
+/// The keyset condition and order for a page over `column`, with SQLite's placeholder.
 fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, String) {
-    let descending = newest_first != page.reverse;
-    let order = format!("ORDER BY {column} {}", if descending { "DESC" } else { "ASC" });
-    let condition = match page.after {
-        Some(_) => format!("{column} {} ?", if descending { "<" } else { ">" }),
-        None => "1 = 1".to_owned(),
-    };
-    (condition, order)
-}
-
-fn limit_plus_one(page: &PageRequest) -> i64 {
-    i64::try_from(page.limit).unwrap_or(i64::MAX).saturating_add(1)
+    keyset_with(column, page, newest_first, "?")
 }
 
 fn decode_all<T>(rows: &[SqliteRow], decode: fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
@@ -378,7 +341,7 @@ impl Store for SqliteStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
         let (reply, answer) = oneshot::channel();
         self.ingest
-            .send(writer::IngestJob { new, reply })
+            .send(IngestJob { new, reply })
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
@@ -454,7 +417,12 @@ impl Store for SqliteStore {
         )
     }
 
-    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>> {
+    async fn load_pending(
+        &self,
+        endpoint_id: &str,
+        after_seq: i64,
+        limit_n: usize,
+    ) -> StoreResult<Vec<PendingDelivery>> {
         let sql = format!(
             "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, d.next_trigger, \
              COALESCE(d.window_start, m.created_at) AS window_start, {} FROM delivery d \
@@ -465,7 +433,7 @@ impl Store for SqliteStore {
         let found = sqlx::query(AssertSqlSafe(sql))
             .bind(endpoint_id)
             .bind(after_seq)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(limit(limit_n))
             .fetch_all(&self.read)
             .await?;
         found
@@ -590,10 +558,10 @@ impl Store for SqliteStore {
         Ok(true)
     }
 
-    async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
+    async fn list_operational_events(&self, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
         let found = sqlx::query("SELECT * FROM operational_event WHERE seq > ? ORDER BY seq LIMIT ?")
             .bind(after)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(limit(limit_n))
             .fetch_all(&self.read)
             .await?;
         decode_all(&found, |row| {
