@@ -66,6 +66,7 @@ fn new_message(app_id: &str, event_id: Option<&str>, key: Option<&str>) -> NewMe
         payload: Arc::from(&b"{\"k\": [1, 2]}"[..]),
         idempotency_key: key.map(str::to_owned),
         ordering_key: None,
+        payload_retention_ms: None,
     }
 }
 

@@ -41,7 +41,8 @@ pub(crate) async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
 
     let now = herald_core::clock::now_ms();
     let mut outcomes: Vec<StoreResult<Ingested>> = Vec::with_capacity(batch.len());
-    let mut new_messages: Vec<(usize, Message, Option<&str>)> = Vec::new();
+    // (job index, message, idempotency key, payload expiry)
+    let mut new_messages: Vec<(usize, Message, Option<&str>, Option<i64>)> = Vec::new();
     for (index, job) in batch.iter().enumerate() {
         let new = &job.new;
         if !existing_apps.contains(new.app_id.as_str()) {
@@ -65,13 +66,14 @@ pub(crate) async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
         previous.remember(&message, new.idempotency_key.as_deref());
         // Placeholder until the deliveries are written; replaced below.
         outcomes.push(Ok(Ingested::Duplicate(message.clone())));
-        new_messages.push((index, message, new.idempotency_key.as_deref()));
+        let expires = new.payload_retention_ms.map(|keep| now.saturating_add(keep));
+        new_messages.push((index, message, new.idempotency_key.as_deref(), expires));
     }
 
     insert_messages(conn, &new_messages).await?;
     let fan_out: Vec<(usize, &Message, &str)> = new_messages
         .iter()
-        .flat_map(|(index, message, _)| {
+        .flat_map(|(index, message, _, _)| {
             subscribers
                 .get(message.app_id.as_str())
                 .into_iter()
@@ -81,7 +83,7 @@ pub(crate) async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
         })
         .collect();
     let mut deliveries = insert_deliveries(conn, &fan_out).await?;
-    for (index, message, _) in new_messages {
+    for (index, message, _, _) in new_messages {
         let mut created = deliveries.remove(&index).unwrap_or_default();
         created.sort_by_key(|d| d.seq);
         outcomes[index] = Ok(Ingested::Created {
@@ -174,15 +176,18 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
     Ok(earlier)
 }
 
-async fn insert_messages(conn: &mut SqliteConnection, messages: &[(usize, Message, Option<&str>)]) -> StoreResult<()> {
+async fn insert_messages(
+    conn: &mut SqliteConnection,
+    messages: &[(usize, Message, Option<&str>, Option<i64>)],
+) -> StoreResult<()> {
     for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, \
-             ordering_key, created_at) VALUES {values}"
+             ordering_key, created_at, payload_expires_at) VALUES {values}"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (_, m, key) in chunk {
+        for (_, m, key, expires) in chunk {
             query = query
                 .bind(&m.id)
                 .bind(&m.app_id)
@@ -192,7 +197,8 @@ async fn insert_messages(conn: &mut SqliteConnection, messages: &[(usize, Messag
                 .bind(rows::encode_list(&m.channels))
                 .bind(Arc::clone(&m.payload))
                 .bind(&m.ordering_key)
-                .bind(m.created_at);
+                .bind(m.created_at)
+                .bind(*expires);
         }
         query.execute(&mut *conn).await?;
     }
@@ -302,5 +308,5 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         query.execute(&mut *conn).await?;
     }
 
-    Ok(())
+    super::events::record_attempt_events(conn, records).await
 }
