@@ -6,10 +6,12 @@
 //! - `attempt`: one attempt (sign, send, classify, decide the next step).
 //! - `recorder`: the batched writer of attempt results.
 //! - [`verification`]: the endpoint ownership check (a signed challenge the endpoint must echo).
+//! - [`operational`]: the operational webhook, which pushes operational events to the operator's URL.
 
 mod attempt;
 pub mod client;
 pub mod engine;
+pub mod operational;
 mod recorder;
 pub mod verification;
 
