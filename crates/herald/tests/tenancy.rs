@@ -252,7 +252,20 @@ async fn portal_access_can_create_the_application_and_tokens_are_stored_hashed()
     let h = Herald::start(&[]).await;
     let (status, _) = h.call("POST", "/auth/app-portal-access/newco", Some(json!({}))).await;
     assert_eq!(status, 404);
-    let token = issue(&h, "newco", json!({ "application": { "name": "New Co" } })).await;
+    // The Svix SDKs send an idempotency key with every POST: the answer must not be remembered (it
+    // would keep the token in clear).
+    let auth = format!("Bearer {TOKEN}");
+    let body = json!({ "application": { "name": "New Co" } }).to_string().into_bytes();
+    let (status, out) = h
+        .call_with(
+            "POST",
+            "/auth/app-portal-access/newco",
+            Some(body),
+            &[("authorization", &auth), ("idempotency-key", "issue-1")],
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    let token = out["token"].as_str().expect("token").to_owned();
     let (status, app) = call_as(&h, &token, "GET", "/app/newco", None).await;
     assert_eq!((status, app["name"].as_str()), (200, Some("New Co")));
 
