@@ -216,8 +216,15 @@ impl Config {
             ("", Some(_)) => bail!("operational_webhook_secret is set but operational_webhook_url is not"),
             (_, None) => bail!("operational_webhook_url needs operational_webhook_secret (a whsec_… key) to sign with"),
             (url, Some(secret)) => {
-                herald_signature::HmacSecret::parse(&secret)
+                let key = herald_signature::HmacSecret::parse(&secret)
                     .map_err(|e| anyhow::anyhow!("operational_webhook_secret: {e}"))?;
+                // The size endpoints' secrets must have (Standard Webhooks: 24 to 64 random bytes).
+                if !(24..=64).contains(&key.len()) {
+                    bail!(
+                        "operational_webhook_secret: the key must be 24 to 64 bytes, got {}",
+                        key.len()
+                    );
+                }
                 Some(OperationalWebhook {
                     url: url.to_owned(),
                     secret,
