@@ -156,6 +156,14 @@ fn the_document_is_openapi_3_1() {
         );
         if secured(&doc, &method, &path) {
             assert!(statuses.iter().any(|s| *s == "401"), "{method} {path}: no 401");
+            // Every secured operation decides who may call it (see `herald_api::auth`), and documents the
+            // 403 an application token outside its scope gets.
+            let access = operation["x-herald-access"].as_str();
+            assert!(
+                matches!(access, Some("admin" | "app" | "shared")),
+                "{method} {path}: x-herald-access is {access:?}"
+            );
+            assert!(statuses.iter().any(|s| *s == "403"), "{method} {path}: no 403");
         }
     }
 }

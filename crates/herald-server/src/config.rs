@@ -57,8 +57,14 @@ pub struct Config {
     pub proxy_url: String,
     /// PostgreSQL: how long a node's partition leases last without renewal (the fail-over bound).
     pub lease_ttl: String,
-    /// PostgreSQL: how long the attempt log is kept (whole days are dropped).
+    /// Attempts older than this are deleted by the retention job, e.g. `30d`.
     pub retention: String,
+    /// How often the retention job runs, e.g. `1h`.
+    pub retention_interval: String,
+    /// Where operational events are pushed; empty sends none (they are still recorded).
+    pub operational_webhook_url: String,
+    /// The `whsec_…` key operational webhooks are signed with (required with the URL).
+    pub operational_webhook_secret: Option<String>,
 }
 
 impl Default for Config {
@@ -85,6 +91,9 @@ impl Default for Config {
             proxy_url: String::new(),
             lease_ttl: "10s".to_owned(),
             retention: "30d".to_owned(),
+            retention_interval: "1h".to_owned(),
+            operational_webhook_url: String::new(),
+            operational_webhook_secret: None,
         }
     }
 }
@@ -131,8 +140,21 @@ pub struct Settings {
     pub proxy_url: Option<String>,
     /// Partition lease time (PostgreSQL).
     pub lease_ttl: Duration,
-    /// Attempt log retention (PostgreSQL).
+    /// Attempts older than this are deleted.
     pub retention: Duration,
+    /// How often the retention job runs.
+    pub retention_interval: Duration,
+    /// The operational webhook (URL and signing secret), if configured.
+    pub operational_webhook: Option<OperationalWebhook>,
+}
+
+/// Where operational events are pushed.
+#[derive(Debug, Clone)]
+pub struct OperationalWebhook {
+    /// The receiver's URL (checked against the address policy like any endpoint).
+    pub url: String,
+    /// The `whsec_…` signing secret.
+    pub secret: String,
 }
 
 impl Config {
@@ -190,6 +212,34 @@ impl Config {
             initial_cooldown: millis(breaker_cooldown),
             max_cooldown: millis(breaker_max_cooldown),
         };
+        let retention = parse_duration(&self.retention).context("retention")?;
+        let retention_interval = parse_duration(&self.retention_interval).context("retention_interval")?;
+        if retention.is_zero() || retention_interval.is_zero() {
+            bail!("retention and retention_interval must be longer than zero");
+        }
+        let operational_webhook = match (
+            self.operational_webhook_url.trim(),
+            self.operational_webhook_secret.filter(|s| !s.is_empty()),
+        ) {
+            ("", None) => None,
+            ("", Some(_)) => bail!("operational_webhook_secret is set but operational_webhook_url is not"),
+            (_, None) => bail!("operational_webhook_url needs operational_webhook_secret (a whsec_… key) to sign with"),
+            (url, Some(secret)) => {
+                let key = herald_signature::HmacSecret::parse(&secret)
+                    .map_err(|e| anyhow::anyhow!("operational_webhook_secret: {e}"))?;
+                // The size endpoints' secrets must have (Standard Webhooks: 24 to 64 random bytes).
+                if !(24..=64).contains(&key.len()) {
+                    bail!(
+                        "operational_webhook_secret: the key must be 24 to 64 bytes, got {}",
+                        key.len()
+                    );
+                }
+                Some(OperationalWebhook {
+                    url: url.to_owned(),
+                    secret,
+                })
+            }
+        };
         Ok(Settings {
             listen,
             database_url: self.database_url,
@@ -209,7 +259,9 @@ impl Config {
             allow_ports: parse_ports(&self.allow_ports)?,
             proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
             lease_ttl,
-            retention: parse_duration(&self.retention).context("retention")?,
+            retention,
+            retention_interval,
+            operational_webhook,
         })
     }
 }
@@ -308,6 +360,11 @@ mod tests {
             "allow_ports = \"443,https\"",
             "allow_ports = \"0\"",
             "allow_ports = \"70000\"",
+            "retention = \"0s\"",
+            "retention_interval = \"often\"",
+            "operational_webhook_url = \"https://ops.example.com/\"",
+            "operational_webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            "operational_webhook_url = \"https://ops.example.com/\"\noperational_webhook_secret = \"nope\"",
             "unknown_key = 1",
             "database_url = \"mysql://db\"",
             "lease_ttl = \"100ms\"",

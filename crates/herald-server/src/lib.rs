@@ -4,6 +4,7 @@
 //! with it too. [`config`] reads the settings from defaults, a TOML file, the environment and flags.
 
 pub mod config;
+pub mod retention;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,6 +36,48 @@ pub struct Node {
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
     store: SharedStore,
+    /// The retention job and the operational webhook sender; stopped with the node.
+    _background: Background,
+}
+
+/// Background tasks that end when the node is dropped (tests and the benchmark start several nodes in
+/// one process).
+struct Background(Vec<JoinHandle<()>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Start the retention job and, when configured, the operational webhook sender.
+fn start_background(store: &SharedStore, client: &DeliveryClient, settings: &Settings) -> anyhow::Result<Background> {
+    let mut tasks = vec![retention::spawn(
+        store.clone(),
+        settings.retention,
+        settings.retention_interval,
+    )];
+    if let Some(webhook) = &settings.operational_webhook {
+        // Refused now rather than at every send: the URL is as hostile as any endpoint's.
+        client
+            .policy()
+            .check_url(&webhook.url)
+            .map_err(|e| anyhow::anyhow!("operational_webhook_url: {e}"))?;
+        let secret = herald_signature::HmacSecret::parse(&webhook.secret)
+            .map_err(|e| anyhow::anyhow!("operational_webhook_secret: {e}"))?;
+        tasks.push(herald_delivery::operational::spawn(
+            store.clone(),
+            client.clone(),
+            herald_delivery::operational::OperationalWebhookConfig {
+                url: webhook.url.clone(),
+                secret,
+                poll: std::time::Duration::from_millis(500),
+            },
+        ));
+    }
+    Ok(Background(tasks))
 }
 
 impl Node {
@@ -88,6 +131,7 @@ impl Node {
             ..ClientConfig::default()
         };
         let client = DeliveryClient::new(client_config, policy.clone(), resolver).context("delivery client")?;
+        let background = start_background(&store, &client, settings)?;
         let engine_config = EngineConfig {
             schedule: settings.retry_schedule.clone(),
             max_in_flight: settings.max_in_flight,
@@ -136,6 +180,7 @@ impl Node {
             shutdown: Some(shutdown),
             task,
             store,
+            _background: background,
         })
     }
 

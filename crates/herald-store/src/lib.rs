@@ -6,6 +6,7 @@
 //! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
 //! (group commit) so durability does not cost throughput.
 
+mod events;
 mod group_commit;
 mod page;
 mod plan;
@@ -77,6 +78,9 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// The message's ordering key, for endpoints in ordered mode.
     pub ordering_key: Option<String>,
+    /// How long after its creation the payload is kept (`payloadRetentionPeriod`); `None` keeps it. The
+    /// retention job expunges it once that has passed and no delivery of it is pending.
+    pub payload_retention_ms: Option<i64>,
 }
 
 /// A delivery created by ingest.
@@ -220,6 +224,30 @@ pub struct AttemptFilter {
     pub after: Option<i64>,
 }
 
+/// An application-scoped bearer token, as stored: only its digest, never the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppToken {
+    /// Hex SHA-256 of the token.
+    pub token_sha256: String,
+    /// The one application it may see and change.
+    pub app_id: String,
+    /// Whether it may only read (GET).
+    pub read_only: bool,
+    /// When it was issued.
+    pub created_at: i64,
+    /// When it stops working.
+    pub expires_at: i64,
+}
+
+/// What one retention step removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionStep {
+    /// Attempts deleted.
+    pub attempts_deleted: u64,
+    /// Payloads expunged.
+    pub payloads_expunged: u64,
+}
+
 /// Filters for listing messages.
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
@@ -265,7 +293,8 @@ pub trait Store: Send + Sync + 'static {
     /// Delete an event type.
     async fn delete_event_type(&self, name: &str) -> StoreResult<()>;
 
-    /// Create an endpoint; `Conflict("uid")` if its uid is taken within the app.
+    /// Create an endpoint; `Conflict("uid")` if its uid is taken within the app. Records an
+    /// `endpoint.created` operational event in the same transaction.
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
     /// Find an endpoint of an app by id or uid.
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint>;
@@ -275,9 +304,11 @@ pub trait Store: Send + Sync + 'static {
     async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
-    /// Replace an endpoint's fields (by id).
+    /// Replace an endpoint's fields (by id). Records an `endpoint.updated` operational event in the same
+    /// transaction.
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
-    /// Delete an endpoint and its pending deliveries.
+    /// Delete an endpoint and its pending deliveries. Records an `endpoint.deleted` operational event in
+    /// the same transaction.
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
 
     /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
@@ -297,7 +328,8 @@ pub trait Store: Send + Sync + 'static {
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>>;
     /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
     async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
-    /// Append attempts and update their deliveries, all in one transaction.
+    /// Append attempts and update their deliveries, all in one transaction, with the `message.attempt.*`
+    /// operational events they cause (see [`Store::unsent_operational_events`]).
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
     /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
     /// they are still pending.
@@ -323,6 +355,32 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
     async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
+    /// Operational events not yet sent to the operational webhook, oldest first, with `seq > after`.
+    ///
+    /// Every backend records operational events in the same transaction as what they report:
+    /// `endpoint.created`, `endpoint.updated` and `endpoint.deleted` in [`Store::create_endpoint`],
+    /// [`Store::update_endpoint`] and [`Store::delete_endpoint`]; `endpoint.disabled` in
+    /// [`Store::disable_endpoint`]; and in [`Store::record_attempts`] `message.attempt.failing` (a delivery's
+    /// 4th attempt failed), `message.attempt.exhausted` (a delivery ended dead or failed for good) and
+    /// `message.attempt.recovered` (a delivery succeeded after one of those two was recorded for the same
+    /// message and endpoint). Events about a delivery carry its message and endpoint ids.
+    async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
+    /// Mark an operational event as handled by the operational webhook (sent, or given up on).
+    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()>;
+
+    /// Record an application-scoped token (its digest only); `NotFound` if the application does not exist.
+    async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
+    /// The token with this digest, if it exists and has not expired at `now`.
+    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>>;
+    /// Make every token of an application expire at `at` at the latest (revocation, with an optional grace
+    /// period); returns how many tokens were shortened.
+    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
+
+    /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
+    /// created before `attempts_before`, and expunge up to `limit` payloads whose expiry is at or before `now`
+    /// and that no pending delivery still needs (as [`Store::expunge_payload`]: metadata and attempts stay).
+    /// The caller repeats it while a part comes back full.
+    async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep>;
 
     /// Attempts of a message, newest first.
     async fn list_attempts_by_message(

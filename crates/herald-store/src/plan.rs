@@ -66,6 +66,8 @@ pub(crate) struct NewRow<'a> {
     pub(crate) job: usize,
     pub(crate) message: Message,
     pub(crate) idempotency_key: Option<&'a str>,
+    /// When the payload expires (the producer's `payloadRetentionPeriod`), if it does.
+    pub(crate) payload_expires_at: Option<i64>,
 }
 
 /// One delivery to insert: the index of its job, its message and endpoint.
@@ -115,6 +117,7 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], existing_apps: &HashSet<String>, 
             job: index,
             message,
             idempotency_key: new.idempotency_key.as_deref(),
+            payload_expires_at: new.payload_retention_ms.map(|keep| now.saturating_add(keep)),
         });
     }
     Plan { outcomes, messages }

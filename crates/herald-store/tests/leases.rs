@@ -69,6 +69,7 @@ async fn ingest(store: &PgStore, app_id: &str) -> (String, i64) {
         payload: Arc::from(&b"{}"[..]),
         idempotency_key: None,
         ordering_key: None,
+        payload_retention_ms: None,
     };
     match store.ingest(new).await.unwrap() {
         Ingested::Created { message, deliveries } => (message.id, deliveries[0].seq),

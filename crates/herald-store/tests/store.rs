@@ -10,8 +10,8 @@ use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, Message, Ordering,
 };
 use herald_store::{
-    AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue, SharedStore,
-    StoreError,
+    AppToken, AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue,
+    RetentionStep, SharedStore, StoreError,
 };
 
 /// Fresh storage for one backend: its URL, and what must outlive the store (the SQLite file's
@@ -96,6 +96,7 @@ fn new_message(app_id: &str, event_id: Option<&str>, key: Option<&str>) -> NewMe
         payload: Arc::from(&b"{\"k\": [1, 2]}"[..]),
         idempotency_key: key.map(str::to_owned),
         ordering_key: None,
+        payload_retention_ms: None,
     }
 }
 
@@ -310,9 +311,16 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
             !store.disable_endpoint(&e.id, "again", 600).await.unwrap(),
             "already disabled: nothing recorded"
         );
-        let events = store.list_operational_events(0, 10).await.unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].event_type, "endpoint.disabled");
+        let all = store.list_operational_events(0, 10).await.unwrap();
+        let kinds: Vec<&str> = all.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["endpoint.created", "message.attempt.exhausted", "endpoint.disabled"]
+        );
+        let events: Vec<_> = all
+            .into_iter()
+            .filter(|e| e.event_type == "endpoint.disabled")
+            .collect();
         assert_eq!(events[0].app_id, a.id);
         let data: serde_json::Value = serde_json::from_str(&events[0].data).unwrap();
         assert_eq!(data["endpointId"], e.id.as_str());
@@ -629,5 +637,183 @@ async fn tasks_and_oldest_first_listings_round_trip() {
             .unwrap();
         let order: Vec<&str> = page.items.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(order, [first.id.as_str(), second.id.as_str()]);
+    }
+}
+
+#[tokio::test]
+async fn app_tokens_are_found_by_digest_until_they_expire_or_are_revoked() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let token = |digest: &str, expires_at: i64| AppToken {
+            token_sha256: digest.to_owned(),
+            app_id: a.id.clone(),
+            read_only: digest == "ro",
+            created_at: 1,
+            expires_at,
+        };
+        for t in [token("live", 1_000), token("ro", 1_000), token("old", 10)] {
+            store.create_app_token(&t).await.unwrap();
+        }
+        let orphan = AppToken {
+            app_id: "app_nobody".into(),
+            ..token("orphan", 1_000)
+        };
+        assert!(matches!(
+            store.create_app_token(&orphan).await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(
+            store.find_app_token("live", 50).await.unwrap(),
+            Some(token("live", 1_000))
+        );
+        assert!(store.find_app_token("ro", 50).await.unwrap().unwrap().read_only);
+        assert_eq!(store.find_app_token("old", 50).await.unwrap(), None, "expired");
+        assert_eq!(store.find_app_token("nope", 50).await.unwrap(), None);
+        // Revocation with a grace period shortens only longer-lived tokens.
+        assert_eq!(store.expire_app_tokens(&a.id, 100).await.unwrap(), 2);
+        assert!(store.find_app_token("live", 99).await.unwrap().is_some());
+        assert_eq!(store.find_app_token("live", 100).await.unwrap(), None);
+        store.delete_app(&a.id).await.unwrap();
+        assert_eq!(
+            store.find_app_token("live", 0).await.unwrap(),
+            None,
+            "gone with the app"
+        );
+    }
+}
+
+#[tokio::test]
+async fn attempt_results_record_failing_exhausted_and_recovered_once_each() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let mut updated = e.clone();
+        updated.description = "changed".into();
+        store.update_endpoint(&updated).await.unwrap();
+        let (m1, d1) = created(ingest(&store, &a.id, Some("one"), None).await);
+        let (m2, d2) = created(ingest(&store, &a.id, Some("two"), None).await);
+        let record = |m: &Message, seq: i64, n: u32, status: DeliveryStatus| AttemptRecord {
+            delivery_seq: seq,
+            app_id: a.id.clone(),
+            attempt: Attempt {
+                id: new_id(IdKind::Attempt),
+                message_id: m.id.clone(),
+                endpoint_id: e.id.clone(),
+                url: e.url.clone(),
+                attempt_number: n,
+                success: status == DeliveryStatus::Delivered,
+                outcome: "x".into(),
+                response_status: Some(500),
+                response: String::new(),
+                duration_ms: 1,
+                trigger: AttemptTrigger::Scheduled,
+                created_at: 10 * i64::from(n),
+            },
+            status,
+            next_attempt_at: 0,
+        };
+        // m1: fails four times, then succeeds: failing, then recovered. m2: succeeds on its 2nd attempt
+        // (never reported failing, so no recovery either).
+        let mut batch: Vec<AttemptRecord> = (1..=4)
+            .map(|n| record(&m1, d1[0].seq, n, DeliveryStatus::Pending))
+            .collect();
+        batch.push(record(&m2, d2[0].seq, 1, DeliveryStatus::Pending));
+        store.record_attempts(&batch).await.unwrap();
+        store
+            .record_attempts(&[
+                record(&m1, d1[0].seq, 5, DeliveryStatus::Delivered),
+                record(&m2, d2[0].seq, 2, DeliveryStatus::Delivered),
+            ])
+            .await
+            .unwrap();
+        // A resend of m1 that dies later reports exhaustion again.
+        store
+            .record_attempts(&[record(&m1, d1[0].seq, 1, DeliveryStatus::Dead)])
+            .await
+            .unwrap();
+        store.delete_endpoint(&e.id).await.unwrap();
+        let events = store.list_operational_events(0, 50).await.unwrap();
+        let kinds: Vec<(&str, Option<String>)> = events
+            .iter()
+            .map(|ev| {
+                let data: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
+                (ev.event_type.as_str(), data["msgId"].as_str().map(str::to_owned))
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("endpoint.created", None),
+                ("endpoint.updated", None),
+                ("message.attempt.failing", Some(m1.id.clone())),
+                ("message.attempt.recovered", Some(m1.id.clone())),
+                ("message.attempt.exhausted", Some(m1.id.clone())),
+                ("endpoint.deleted", None),
+            ]
+        );
+        // The outbox: every event unsent until marked.
+        let unsent = store.unsent_operational_events(0, 50).await.unwrap();
+        assert_eq!(unsent.len(), events.len());
+        store.mark_operational_event_sent(unsent[0].seq, 5).await.unwrap();
+        let unsent = store.unsent_operational_events(0, 50).await.unwrap();
+        assert_eq!(unsent.len(), events.len() - 1);
+        assert_eq!(
+            store.unsent_operational_events(unsent[2].seq, 2).await.unwrap().len(),
+            2
+        );
+    }
+}
+
+#[tokio::test]
+async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let with_retention = |event_id: &str, keep: Option<i64>| NewMessage {
+            payload_retention_ms: keep,
+            ..new_message(&a.id, Some(event_id), None)
+        };
+        let (done, done_d) = created(store.ingest(with_retention("done", Some(1))).await.unwrap());
+        let (waiting, _) = created(store.ingest(with_retention("waiting", Some(1))).await.unwrap());
+        let (forever, _) = created(store.ingest(with_retention("forever", None)).await.unwrap());
+        settle(&store, &a.id, &done, &e, done_d[0].seq, DeliveryStatus::Delivered).await;
+        let far_future = i64::MAX / 4;
+        // Every attempt here is younger than a cutoff of 100 (ms since the epoch): none goes. With the
+        // cutoff far in the future, batches of one row remove them all.
+        let first = store.retention_step(100, far_future, 1).await.unwrap();
+        assert_eq!(
+            first,
+            RetentionStep {
+                attempts_deleted: 0,
+                payloads_expunged: 1
+            }
+        );
+        let mut deleted = 0;
+        loop {
+            let step = store.retention_step(far_future, 0, 1).await.unwrap();
+            deleted += step.attempts_deleted;
+            if step.attempts_deleted == 0 {
+                break;
+            }
+        }
+        assert!(deleted > 0);
+        let message = |id: &str| {
+            let store = store.clone();
+            let (app_id, id) = (a.id.clone(), id.to_owned());
+            async move { store.get_message(&app_id, &id).await.unwrap() }
+        };
+        assert_eq!(&*message(&done.id).await.payload, b"{}");
+        assert_eq!(message(&done.id).await.event_id.as_deref(), Some("done"));
+        assert_eq!(
+            message(&waiting.id).await.payload,
+            waiting.payload,
+            "still pending: kept"
+        );
+        assert_eq!(message(&forever.id).await.payload, forever.payload);
     }
 }

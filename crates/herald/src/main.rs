@@ -143,6 +143,22 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
+    /// Delete delivery attempts older than this; on PostgreSQL whole days are dropped [default: 30d].
+    #[arg(long, env = "HERALD_RETENTION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retention: Option<String>,
+    /// How often the retention job runs [default: 1h].
+    #[arg(long, env = "HERALD_RETENTION_INTERVAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retention_interval: Option<String>,
+    /// URL that operational events (endpoint.disabled, message.attempt.exhausted, …) are pushed to.
+    #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operational_webhook_url: Option<String>,
+    /// The whsec_… key operational webhooks are signed with (required with the URL).
+    #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_SECRET", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operational_webhook_secret: Option<String>,
     /// Also run `herald inbox` in this process, on the same listener, with this inbox configuration.
     #[command(flatten)]
     #[serde(skip)]
@@ -152,10 +168,6 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_LEASE_TTL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_ttl: Option<String>,
-    /// PostgreSQL: how long the attempt log is kept; older days are dropped whole [default: 30d].
-    #[arg(long, env = "HERALD_RETENTION")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retention: Option<String>,
 }
 
 fn main() -> ExitCode {

@@ -128,10 +128,11 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     let ordering = m(|r| r.message.ordering_key.clone());
     let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
     let created: Vec<i64> = messages.iter().map(|r| r.message.created_at).collect();
+    let expires: Vec<Option<i64>> = messages.iter().map(|r| r.payload_expires_at).collect();
     sqlx::query(
         "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
-         created_at) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-         $7::bytea[], $8::text[], $9::bigint[])",
+         created_at, payload_expires_at) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], \
+         $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], $10::bigint[])",
     )
     .bind(ids)
     .bind(apps)
@@ -142,6 +143,7 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     .bind(payloads)
     .bind(ordering)
     .bind(created)
+    .bind(expires)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -269,6 +271,7 @@ pub(crate) async fn write_results(pool: &PgPool, leases: &Leases, records: &[Att
     .bind(l(|r| r.attempt.created_at + r.attempt.duration_ms))
     .execute(&mut *tx)
     .await?;
+    super::events::record_attempt_events(&mut tx, &kept).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -10,9 +10,11 @@
 //! - History: attempts are partitioned by day and old days are dropped whole ([`retention`]).
 
 mod bulk;
+mod events;
 mod lease;
 mod operations;
 mod retention;
+mod tenancy;
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -26,12 +28,13 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::events::NewEvent;
 use crate::group_commit::{self, IngestJob};
 use crate::sql::{keyset, limit, limit_plus_one, map_constraint};
 use crate::{
-    AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
-    MessageFilter, NewMessage, Ownership, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreOptions,
-    StoreResult, rows,
+    AppToken, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
+    MessageFilter, NewMessage, Ownership, Page, PageRequest, PendingDelivery, Requeue, RetentionStep, Store,
+    StoreError, StoreOptions, StoreResult, rows,
 };
 
 /// The channel notified with an endpoint's id when it changes, so that its owner — maybe another node —
@@ -338,10 +341,19 @@ impl Store for PgStore {
                    metadata, secret, updated_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
         let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
+        let mut tx = self.pool.begin().await?;
         bind_endpoint_fields(query, ep)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(map_constraint)?;
+        let event = NewEvent::endpoint(
+            crate::events::ENDPOINT_CREATED,
+            ep,
+            serde_json::json!({}),
+            ep.created_at,
+        );
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -392,18 +404,32 @@ impl Store for PgStore {
                    request_timeout_ms = $11, version = $12, metadata = $13, secret = $14, updated_at = $15 \
                    WHERE id = $16";
         let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
-        one_changed(query.execute(&self.pool).await.map_err(map_constraint)?)?;
+        let mut tx = self.pool.begin().await?;
+        one_changed(query.execute(&mut *tx).await.map_err(map_constraint)?)?;
+        let event = NewEvent::endpoint(
+            crate::events::ENDPOINT_UPDATED,
+            ep,
+            serde_json::json!({}),
+            ep.updated_at,
+        );
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
         self.announce_endpoint_change(&ep.id).await;
         Ok(())
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
-        one_changed(
-            sqlx::query("DELETE FROM endpoint WHERE id = $1")
-                .bind(id)
-                .execute(&self.pool)
-                .await?,
-        )?;
+        let mut tx = self.pool.begin().await?;
+        let deleted = sqlx::query("DELETE FROM endpoint WHERE id = $1 RETURNING *")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let endpoint = rows::endpoint(&deleted)?;
+        let now = herald_core::clock::now_ms();
+        let event = NewEvent::endpoint(crate::events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
         self.announce_endpoint_change(id).await;
         Ok(())
     }
@@ -601,14 +627,15 @@ impl Store for PgStore {
         let Some(app_id) = app_id else {
             return Ok(false);
         };
-        let data = serde_json::json!({ "endpointId": endpoint_id, "appId": app_id, "reason": reason }).to_string();
-        sqlx::query("INSERT INTO operational_event (event_type, app_id, data, created_at) VALUES ($1, $2, $3, $4)")
-            .bind("endpoint.disabled")
-            .bind(&app_id)
-            .bind(data)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        let event = NewEvent::about_endpoint(
+            crate::events::ENDPOINT_DISABLED,
+            &app_id,
+            endpoint_id,
+            None,
+            serde_json::json!({ "reason": reason, "trigger": "automatic" }),
+            now,
+        );
+        events::record(&mut tx, &[event]).await?;
         tx.commit().await?;
         self.announce_endpoint_change(endpoint_id).await;
         Ok(true)
@@ -735,6 +762,30 @@ impl Store for PgStore {
 
     async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64> {
         operations::fail_interrupted_tasks(&self.pool, now).await
+    }
+
+    async fn unsent_operational_events(&self, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
+        events::unsent(&self.pool, after, limit_n).await
+    }
+
+    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()> {
+        events::mark_sent(&self.pool, seq, now).await
+    }
+
+    async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
+        tenancy::create(&self.pool, token).await
+    }
+
+    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>> {
+        tenancy::find(&self.pool, token_sha256, now).await
+    }
+
+    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
+        tenancy::expire(&self.pool, app_id, at).await
+    }
+
+    async fn retention_step(&self, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
+        tenancy::retention_step(&self.pool, attempts_before, now, limit_n).await
     }
 
     async fn set_endpoint_state(

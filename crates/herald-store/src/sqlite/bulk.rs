@@ -112,10 +112,10 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
 
 async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
     for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, \
-             ordering_key, created_at) VALUES {values}"
+             ordering_key, created_at, payload_expires_at) VALUES {values}"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
@@ -129,7 +129,8 @@ async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -
                 .bind(rows::encode_list(&m.channels))
                 .bind(Arc::clone(&m.payload))
                 .bind(&m.ordering_key)
-                .bind(m.created_at);
+                .bind(m.created_at)
+                .bind(row.payload_expires_at);
         }
         query.execute(&mut *conn).await?;
     }
@@ -224,5 +225,6 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         }
         query.execute(&mut *conn).await?;
     }
-    Ok(())
+
+    super::events::record_attempt_events(conn, records).await
 }

@@ -2,7 +2,10 @@
 //! message survives `kill -9` and a power cut), one writer connection and a pool of readers.
 
 mod bulk;
+mod events;
 mod operations;
+mod retention;
+mod tenancy;
 
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -19,9 +22,11 @@ use tokio::sync::{mpsc, oneshot};
 use crate::group_commit::{self, IngestJob};
 use crate::sql::{keyset as keyset_with, limit, limit_plus_one, map_constraint};
 use crate::{
-    AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
-    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreResult, rows,
+    AppToken, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
+    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, RetentionStep, Store, StoreError,
+    StoreResult, rows,
 };
+use events::NewEvent;
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
@@ -272,11 +277,15 @@ impl Store for SqliteStore {
         let sql = "INSERT INTO endpoint (id, app_id, created_at, uid, url, description, filter_types, channels, \
                    disabled, disabled_reason, rate_limit, max_concurrency, ordering, request_timeout_ms, version, \
                    metadata, secret, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        let mut tx = self.write.begin().await?;
         let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
         bind_endpoint_fields(query, ep)
-            .execute(&self.write)
+            .execute(&mut *tx)
             .await
             .map_err(map_constraint)?;
+        let event = NewEvent::endpoint(events::ENDPOINT_CREATED, ep, serde_json::json!({}), ep.created_at);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -325,17 +334,28 @@ impl Store for SqliteStore {
         let sql = "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, \
                    disabled = ?, disabled_reason = ?, rate_limit = ?, max_concurrency = ?, ordering = ?, \
                    request_timeout_ms = ?, version = ?, metadata = ?, secret = ?, updated_at = ? WHERE id = ?";
+        let mut tx = self.write.begin().await?;
         let query = bind_endpoint_fields(sqlx::query(sql), ep).bind(&ep.id);
-        one_changed(query.execute(&self.write).await.map_err(map_constraint)?)
+        one_changed(query.execute(&mut *tx).await.map_err(map_constraint)?)?;
+        let event = NewEvent::endpoint(events::ENDPOINT_UPDATED, ep, serde_json::json!({}), ep.updated_at);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
-        one_changed(
-            sqlx::query("DELETE FROM endpoint WHERE id = ?")
-                .bind(id)
-                .execute(&self.write)
-                .await?,
-        )
+        let mut tx = self.write.begin().await?;
+        let deleted = sqlx::query("DELETE FROM endpoint WHERE id = ? RETURNING *")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let endpoint = rows::endpoint(&deleted)?;
+        let now = herald_core::clock::now_ms();
+        let event = NewEvent::endpoint(events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
@@ -546,14 +566,15 @@ impl Store for SqliteStore {
         let Some(app_id) = app_id else {
             return Ok(false);
         };
-        let data = serde_json::json!({ "endpointId": endpoint_id, "appId": app_id, "reason": reason }).to_string();
-        sqlx::query("INSERT INTO operational_event (event_type, app_id, data, created_at) VALUES (?, ?, ?, ?)")
-            .bind("endpoint.disabled")
-            .bind(&app_id)
-            .bind(data)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        let event = NewEvent::about_endpoint(
+            events::ENDPOINT_DISABLED,
+            &app_id,
+            endpoint_id,
+            None,
+            serde_json::json!({ "reason": reason, "trigger": "automatic" }),
+            now,
+        );
+        events::record(&mut tx, &[event]).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -564,15 +585,31 @@ impl Store for SqliteStore {
             .bind(limit(limit_n))
             .fetch_all(&self.read)
             .await?;
-        decode_all(&found, |row| {
-            Ok(OperationalEvent {
-                seq: row.try_get("seq")?,
-                event_type: row.try_get("event_type")?,
-                app_id: row.try_get("app_id")?,
-                data: row.try_get("data")?,
-                created_at: row.try_get("created_at")?,
-            })
-        })
+        decode_all(&found, events::decode)
+    }
+
+    async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
+        events::unsent(&self.read, after, limit).await
+    }
+
+    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()> {
+        events::mark_sent(&self.write, seq, now).await
+    }
+
+    async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
+        tenancy::create(&self.write, token).await
+    }
+
+    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>> {
+        tenancy::find(&self.read, token_sha256, now).await
+    }
+
+    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
+        tenancy::expire(&self.write, app_id, at).await
+    }
+
+    async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep> {
+        retention::step(&self.write, attempts_before, now, limit).await
     }
 
     async fn list_attempts_by_message(
