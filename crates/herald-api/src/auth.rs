@@ -1,12 +1,34 @@
-//! Bearer-token authentication.
+//! Bearer-token authentication and tenancy.
 //!
-//! The admin token is compared by its SHA-256 digest in constant time, so neither timing nor a memory
-//! dump of the state reveals it.
+//! Two kinds of token are accepted:
+//! - the **admin token**, compared by its SHA-256 digest in constant time, so neither timing nor a memory
+//!   dump of the state reveals it; it may do everything;
+//! - **application-scoped tokens** (`POST /auth/app-portal-access/{app_id}`), stored only as their digest
+//!   with an expiry. One sees and changes only its own application.
+//!
+//! What an application token may call is decided per operation by the `x-herald-access` key of the
+//! OpenAPI document compiled into the server, so the document and the enforcement cannot disagree:
+//! - `app`: the operation acts on the application named by `{app_id}` (its id or uid), or on the
+//!   background task `{task_id}`; allowed only when that is the token's own application;
+//! - `shared`: global definitions every tenant needs to read (event types);
+//! - `admin`, or no key at all, or an operation missing from the document: the admin token only. A route
+//!   someone forgets to classify is therefore closed to tenants, never open.
+//!
+//! A valid application token is answered `403 forbidden` on anything else, whether or not the object it
+//! names exists (the answer is the same for both, so it discloses nothing); an unknown or expired token
+//! is `401`. A read-only token may only `GET`.
 
-use axum::extract::{Request, State};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use axum::RequestPartsExt;
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use herald_core::clock::now_ms;
+use herald_store::{AppToken, StoreError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -18,8 +40,74 @@ pub fn token_digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Reject requests without the admin bearer token.
-pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
+/// Who may call an operation, as the OpenAPI document's `x-herald-access` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The admin token only.
+    Admin,
+    /// The admin token, or an application token for the application (or task) the path names.
+    App,
+    /// Any valid token.
+    Shared,
+}
+
+/// The prefix every documented path carries.
+const PREFIX: &str = "/api/v1";
+
+/// (method, path template without the prefix) → access, read once from the compiled document.
+static POLICY: LazyLock<HashMap<(Method, String), Access>> = LazyLock::new(|| policy_of(crate::openapi::DOCUMENT));
+
+fn policy_of(document: &str) -> HashMap<(Method, String), Access> {
+    let mut policy = HashMap::new();
+    // The document is part of the build and checked by tests; were it unreadable, every operation would
+    // be admin-only, which fails closed.
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(document) else {
+        return policy;
+    };
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        let template = path.strip_prefix(PREFIX).unwrap_or(path);
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            let Ok(method) = Method::from_bytes(method.to_uppercase().as_bytes()) else {
+                continue;
+            };
+            let access = match operation["x-herald-access"].as_str() {
+                Some("app") => Access::App,
+                Some("shared") => Access::Shared,
+                _ => Access::Admin,
+            };
+            policy.insert((method, template.to_owned()), access);
+        }
+    }
+    policy
+}
+
+/// The access rule of an operation (admin-only when undocumented).
+pub fn access(method: &Method, template: &str) -> Access {
+    // HEAD is served by GET routes.
+    let method = if method == Method::HEAD {
+        Method::GET
+    } else {
+        method.clone()
+    };
+    let template = template.strip_prefix(PREFIX).unwrap_or(template);
+    POLICY
+        .get(&(method, template.to_owned()))
+        .copied()
+        .unwrap_or(Access::Admin)
+}
+
+/// Which credentials a request was authenticated with. Handlers that act differently for tenants read it
+/// from the request's extensions.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// The admin token.
+    Admin,
+    /// An application-scoped token.
+    App(AppToken),
+}
+
+/// Authenticate the bearer token, then check that an application token may make this call.
+pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
     let presented = request
         .headers()
         .get(AUTHORIZATION)
@@ -27,9 +115,94 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
         .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
         .map(str::trim)
         .ok_or_else(ApiError::unauthorized)?;
-    if bool::from(token_digest(presented).ct_eq(&state.admin_token_sha256)) {
-        Ok(next.run(request).await)
-    } else {
-        Err(ApiError::unauthorized())
+    let digest = token_digest(presented);
+    if bool::from(digest.ct_eq(&state.admin_token_sha256)) {
+        let mut request = request;
+        request.extensions_mut().insert(Principal::Admin);
+        return Ok(next.run(request).await);
+    }
+    // Looked up by digest: the token itself is never stored, and a digest match is as hard to forge as
+    // the token.
+    let token = state
+        .store
+        .find_app_token(&hex::encode(digest), now_ms())
+        .await
+        .map_err(|e| ApiError::from_store(e, "token"))?
+        .ok_or_else(ApiError::unauthorized)?;
+    let (mut parts, body) = request.into_parts();
+    let template = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let params = parts.extract::<RawPathParams>().await.ok();
+    let params: Vec<(String, String)> = params
+        .iter()
+        .flat_map(|p| p.iter().map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect();
+    authorize(&state, &token, &parts.method, &template, &params).await?;
+    parts.extensions.insert(Principal::App(token));
+    Ok(next.run(Request::from_parts(parts, body)).await)
+}
+
+/// May this application token make this call?
+async fn authorize(
+    state: &AppState,
+    token: &AppToken,
+    method: &Method,
+    template: &str,
+    params: &[(String, String)],
+) -> Result<(), ApiError> {
+    if token.read_only && method != Method::GET && method != Method::HEAD {
+        return Err(forbidden("this token is read-only"));
+    }
+    match access(method, template) {
+        Access::Admin => Err(forbidden("this operation needs the admin token")),
+        Access::Shared => Ok(()),
+        Access::App => {
+            let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+            let owner = if let Some(app) = param("app_id") {
+                // The same resolution the handlers use (id or uid, through the same cache).
+                match crate::routes::resolve_app_id(state, app).await {
+                    Ok(id) => Some(id),
+                    Err(error) if error.status == StatusCode::NOT_FOUND => None,
+                    Err(error) => return Err(error),
+                }
+            } else if let Some(task) = param("task_id") {
+                match state.store.get_task(task, Some(&token.app_id)).await {
+                    Ok(task) => Some(task.app_id),
+                    Err(StoreError::NotFound) => None,
+                    Err(error) => return Err(ApiError::from_store(error, "background task")),
+                }
+            } else {
+                // An `app` operation that names neither: nothing to check it against, so admin-only.
+                return Err(forbidden("this operation needs the admin token"));
+            };
+            if owner.as_deref() == Some(token.app_id.as_str()) {
+                Ok(())
+            } else {
+                Err(forbidden("this token may only use its own application"))
+            }
+        }
+    }
+}
+
+fn forbidden(detail: &str) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_is_read_from_the_document_and_fails_closed() {
+        assert_eq!(access(&Method::GET, "/api/v1/app/{app_id}"), Access::App);
+        assert_eq!(access(&Method::HEAD, "/api/v1/app/{app_id}/msg"), Access::App);
+        assert_eq!(access(&Method::GET, "/api/v1/event-type"), Access::Shared);
+        assert_eq!(access(&Method::POST, "/api/v1/event-type"), Access::Admin);
+        assert_eq!(access(&Method::GET, "/api/v1/app"), Access::Admin);
+        assert_eq!(access(&Method::GET, "/api/v1/not-documented/{app_id}"), Access::Admin);
+        assert!(policy_of("not json").is_empty());
     }
 }

@@ -3,7 +3,8 @@
 //! The Svix SDKs send an `idempotency-key` with every POST and retry after timeouts and 5xx answers, so
 //! without this a create that succeeded but whose answer was lost would be repeated. Successful answers
 //! are remembered for 24 hours per (credentials, method, path, key). Message creation is left to its own,
-//! stronger mechanism: its key is stored with the message, in the same transaction.
+//! stronger mechanism: its key is stored with the message, in the same transaction. Issuing an
+//! application token is never remembered: the answer holds the token, which is stored only as a digest.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -58,9 +59,12 @@ pub async fn replay_or_remember(State(state): State<AppState>, request: Request,
     Response::from_parts(parts, Body::from(bytes))
 }
 
-/// The (scope, key) of a POST that carries a usable key, except message creation.
+/// The (scope, key) of a POST that carries a usable key, except message creation and token issuing.
 fn idempotency_scope(request: &Request) -> Option<(String, String)> {
-    if request.method() != Method::POST || request.uri().path().ends_with("/msg") {
+    let path = request.uri().path();
+    // An issued token must never be stored in clear, which remembering its answer would do; a retried
+    // request simply gets another token.
+    if request.method() != Method::POST || path.ends_with("/msg") || path.contains("/auth/app-portal-access/") {
         return None;
     }
     let key = request.headers().get("idempotency-key")?.to_str().ok()?;

@@ -635,8 +635,8 @@ pub struct EndpointHeadersOut {
 /// * `application` — implicitly creates the application when the path's id/uid does not exist
 ///   (ignored by Svix when the application exists).
 ///
-/// Purely descriptive / storage fields that may be stored or ignored: `tags`,
-/// `payloadRetentionPeriod`, `payloadRetentionHours`.
+/// Purely descriptive fields that may be stored or ignored: `tags`. `payloadRetentionPeriod` and
+/// `payloadRetentionHours` set when the retention job expunges the payload.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageIn {
@@ -667,10 +667,10 @@ pub struct MessageIn {
     /// Requested delayed delivery time (changes semantics, see above).
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub deliver_at: Option<OffsetDateTime>,
-    /// Payload retention in days (Svix: 5–90, default 90; storage only).
+    /// Payload retention in days: the retention job expunges the payload after that.
     #[serde(default)]
     pub payload_retention_period: Option<i64>,
-    /// Payload retention in hours (exclusive with the period; storage only).
+    /// Payload retention in hours (exclusive with the period).
     #[serde(default)]
     pub payload_retention_hours: Option<i64>,
 }
@@ -995,6 +995,52 @@ pub struct EndpointStatsOut {
 pub struct CancelledOut {
     /// Pending deliveries cancelled.
     pub cancelled: u64,
+}
+
+/// Body of `POST /api/v1/auth/app-portal-access/{app_id}`: issue an application-scoped token.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppPortalAccessIn {
+    /// Seconds until the token expires (1 to 7 days; default 7 days).
+    #[serde(default)]
+    pub expiry: Option<u64>,
+    /// The token may only read (`GET`).
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    /// Descriptive; accepted and ignored.
+    #[serde(default)]
+    pub feature_flags: Option<Vec<String>>,
+    /// Descriptive; accepted and ignored.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Create the application (with the path segment as its uid) when it does not exist.
+    #[serde(default)]
+    pub application: Option<ApplicationIn>,
+    /// Finer-grained permissions (not supported: refused with a 422 rather than granting more).
+    #[serde(default)]
+    pub capabilities: Option<serde_json::Value>,
+}
+
+/// Answer of `POST /api/v1/auth/app-portal-access/{app_id}`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppPortalAccessOut {
+    /// The application's API root with the token in the fragment (Herald has no portal UI).
+    pub url: String,
+    /// The bearer token; shown only here, Herald keeps only its digest.
+    pub token: String,
+}
+
+/// Body of `POST /api/v1/auth/app/{app_id}/expire-all`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationTokenExpireIn {
+    /// Seconds the tokens keep working (a grace period); default 0, at once.
+    #[serde(default)]
+    pub expiry: Option<u64>,
+    /// Expiring only some sessions is not supported (refused with a 422).
+    #[serde(default)]
+    pub session_ids: Option<Vec<String>>,
 }
 
 /// Something Herald did on its own that operators must know about (Herald extension).

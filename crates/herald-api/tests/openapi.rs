@@ -33,9 +33,13 @@ fn document() -> Value {
 async fn state() -> (tempfile::TempDir, AppState) {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("herald.db").display());
-    let store = herald_store::open(&url, herald_store::SecretCipher::from_key(&[1; 32]))
-        .await
-        .expect("store");
+    let store = herald_store::open_with(
+        &url,
+        herald_store::SecretCipher::from_key(&[1; 32]),
+        &herald_store::StoreOptions::default(),
+    )
+    .await
+    .expect("store");
     let state = AppState::new(
         store,
         None,
@@ -158,6 +162,14 @@ fn the_document_is_openapi_3_1() {
         );
         if secured(&doc, &method, &path) {
             assert!(statuses.iter().any(|s| *s == "401"), "{method} {path}: no 401");
+            // Every secured operation decides who may call it (see `herald_api::auth`), and documents the
+            // 403 an application token outside its scope gets.
+            let access = operation["x-herald-access"].as_str();
+            assert!(
+                matches!(access, Some("admin" | "app" | "shared")),
+                "{method} {path}: x-herald-access is {access:?}"
+            );
+            assert!(statuses.iter().any(|s| *s == "403"), "{method} {path}: no 403");
         }
     }
 }

@@ -68,6 +68,8 @@ pub struct NodeTweaks {
     pub request_timeout: Option<Duration>,
     /// The retry schedule, e.g. `30s,30s`.
     pub retry_schedule: Option<String>,
+    /// The longest circuit-breaker cool-down (the first is capped by it too).
+    pub breaker_max_cooldown: Option<Duration>,
 }
 
 /// How the measured server was set up, for the report.
@@ -220,6 +222,14 @@ async fn start_node(
         allow_http: true,
         ..defaults.clone()
     };
+    // The key that encrypts endpoint secrets: `HERALD_SECRET_KEY` if set; SQLite keeps a generated one next
+    // to the database; PostgreSQL needs one configured, so a run on it without the variable uses a key of
+    // its own (a database reused by a later run then needs that run to set HERALD_SECRET_KEY).
+    config.secret_key = std::env::var("HERALD_SECRET_KEY").ok().filter(|k| !k.trim().is_empty());
+    if config.secret_key.is_none() && herald_store::is_postgres_url(&database_url) {
+        config.secret_key = Some(herald_store::SecretCipher::generate_key().to_string());
+        settings_note.push("secret_key = a key generated for this run (HERALD_SECRET_KEY unset)".to_owned());
+    }
     if let Some(timeout) = tweaks.request_timeout {
         config.request_timeout = config_duration(timeout);
         settings_note.push(format!("request_timeout = {}", config.request_timeout));
@@ -227,6 +237,13 @@ async fn start_node(
     if let Some(schedule) = &tweaks.retry_schedule {
         config.retry_schedule = schedule.clone();
         settings_note.push(format!("retry_schedule = {}", summarize_schedule(schedule)));
+    }
+    if let Some(max) = tweaks.breaker_max_cooldown {
+        config.breaker_max_cooldown = config_duration(max);
+        // Herald's default first cool-down is 5 s; it may not exceed the maximum.
+        let first = Duration::from_secs(5).min(max);
+        config.breaker_cooldown = config_duration(first);
+        settings_note.push(format!("breaker_max_cooldown = {}", config.breaker_max_cooldown));
     }
     if let Some(cap) = endpoint_concurrency {
         config.endpoint_concurrency = cap;
@@ -249,12 +266,19 @@ async fn start_node(
         database: if dir.is_some() {
             "SQLite, fresh file in a temporary directory".to_owned()
         } else {
-            database_url
+            herald_server::redact(&database_url)
         },
-        durability: "SQLite WAL, synchronous=FULL: a 202 is sent only after the message and its \
-                     deliveries are committed and fsynced (group commit: one transaction and one \
-                     fsync per batch of up to 512 messages)"
-            .to_owned(),
+        durability: if herald_store::is_postgres_url(&database_url) {
+            "PostgreSQL, as configured on the server (synchronous_commit as set there): a 202 is sent \
+             only after the message and its deliveries are committed (group commit: one transaction \
+             per batch of up to 512 messages)"
+                .to_owned()
+        } else {
+            "SQLite WAL, synchronous=FULL: a 202 is sent only after the message and its deliveries \
+             are committed and fsynced (group commit: one transaction and one fsync per batch of up \
+             to 512 messages)"
+                .to_owned()
+        },
         settings: settings_note,
         machine: Machine::detect(),
     };

@@ -28,11 +28,12 @@ use herald_core::clock::now_ms;
 use herald_core::model::{Endpoint, Ordering, PreviousSecret};
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{EndpointLimits, EndpointSnapshot, Finished, Loaded, Scheduler, SchedulerConfig, Verdict};
-use herald_store::{AttemptRecord, CommitFeed, PendingDelivery, SharedStore, StoreError};
+use herald_store::{AttemptRecord, CommitFeed, OwnershipEvent, PendingDelivery, SharedStore, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
 use crate::client::DeliveryClient;
+use crate::ownership::{Changes, Owner};
 
 /// Settings of the delivery engine.
 #[derive(Debug, Clone)]
@@ -179,6 +180,8 @@ pub struct Engine {
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
     results: mpsc::Sender<AttemptRecord>,
+    /// The endpoints this node delivers for (all of them unless several nodes share the store).
+    owner: Owner,
 }
 
 impl Engine {
@@ -211,8 +214,12 @@ impl Engine {
             events_tx: events_tx.clone(),
             events,
             results,
+            owner: Owner::of(&store),
         };
         for endpoint_id in store.endpoints_with_pending().await? {
+            if !engine.owner.owns(&endpoint_id) {
+                continue;
+            }
             let key: Arc<str> = Arc::from(endpoint_id.as_str());
             engine.scheduler.mark_backlog(key.clone(), engine.unloaded_limits());
             engine.request_load(key);
@@ -245,6 +252,7 @@ impl Engine {
 
     async fn run(mut self, mut feed: CommitFeed) {
         let mut feed_open = true;
+        let mut ownership = Changes::take(&self.store);
         // Sweeping often enough that a delivery outlives its window by at most a quarter of it.
         let sweep_every = Duration::from_millis(u64::try_from(self.lifetime_ms() / 4).unwrap_or(0))
             .clamp(Duration::from_millis(50), Duration::from_secs(30));
@@ -264,6 +272,7 @@ impl Engine {
                     None => feed_open = false,
                 },
                 Some(event) = self.events.recv() => self.handle(event),
+                change = ownership.next() => self.ownership_changed(change),
                 _ = sweep.tick() => self.sweep_expired(now_ms()),
                 () = sleep_for(wake) => {}
             }
@@ -398,6 +407,10 @@ impl Engine {
     fn accept_committed(&mut self, batch: Vec<PendingDelivery>) {
         let now = now_ms();
         for delivery in batch {
+            if !self.owner.owns(&delivery.endpoint_id) {
+                // Its owner (another node) is told by the store.
+                continue;
+            }
             let Some(key) = self.key_for(&delivery.endpoint_id) else {
                 continue;
             };
@@ -549,7 +562,9 @@ impl Engine {
                 if !self.load_finished(&key) {
                     return;
                 }
-                if self.removed.contains(&key) {
+                // Gone, or (scale-out) no longer this node's to deliver: nothing to apply, and its owner
+                // applies changes on its own.
+                if self.removed.contains(&key) || !self.owner.owns(&key) {
                     self.notify_applied(&key);
                     return;
                 }
@@ -605,6 +620,39 @@ impl Engine {
     /// Answer everyone waiting for this endpoint's reload (dropping the senders is the answer).
     fn notify_applied(&mut self, key: &Arc<str>) {
         self.applied_waiters.remove(key);
+    }
+
+    /// Scale-out: work appeared for endpoints this node owns (new partitions, or another node's
+    /// ingest), or partitions went elsewhere.
+    fn ownership_changed(&mut self, change: OwnershipEvent) {
+        match change {
+            OwnershipEvent::Work(endpoints) => {
+                for id in endpoints {
+                    if !self.owner.owns(&id) {
+                        continue;
+                    }
+                    if let Some(key) = self.key_for(&id) {
+                        self.scheduler.mark_backlog(key, self.unloaded_limits());
+                    }
+                }
+            }
+            OwnershipEvent::Released => {
+                // Stop scheduling them; attempts in flight finish and their results are fenced by the
+                // store. A later owner reads their deliveries back from the store.
+                let gone: Vec<Arc<str>> = self
+                    .scheduler
+                    .endpoint_keys()
+                    .chain(self.endpoints.keys())
+                    .filter(|key| !self.owner.owns(key))
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    self.scheduler.remove_endpoint(&key);
+                    self.endpoints.remove(&key);
+                }
+            }
+            OwnershipEvent::EndpointChanged(id) => self.handle(Event::EndpointChanged(id, None)),
+        }
     }
 
     /// When the endpoint's current run of failures began, if it has lasted past `disable_after`.

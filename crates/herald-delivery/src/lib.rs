@@ -6,10 +6,14 @@
 //! - `attempt`: one attempt (sign, send, classify, decide the next step).
 //! - `recorder`: the batched writer of attempt results.
 //! - [`verification`]: the endpoint ownership check (a signed challenge the endpoint must echo).
+//! - `ownership`: which endpoints this node delivers for when several nodes share a store.
+//! - [`operational`]: the operational webhook, which pushes operational events to the operator's URL.
 
 mod attempt;
 pub mod client;
 pub mod engine;
+pub mod operational;
+mod ownership;
 mod recorder;
 pub mod verification;
 

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Address to listen on.
     pub listen: String,
-    /// `sqlite://PATH`.
+    /// `sqlite://PATH` or `postgres://USER@HOST/DB`.
     pub database_url: String,
     /// The admin bearer token; generated, stored and printed once at first start when unset.
     pub admin_token: Option<String>,
@@ -59,6 +59,16 @@ pub struct Config {
     /// The key endpoint secrets are encrypted with at rest: base64 of 32 bytes. When unset, one is
     /// generated at first start and kept in a file next to the SQLite database (`<database>.key`).
     pub secret_key: Option<String>,
+    /// PostgreSQL: how long a node's partition leases last without renewal (the fail-over bound).
+    pub lease_ttl: String,
+    /// Attempts older than this are deleted by the retention job, e.g. `30d`.
+    pub retention: String,
+    /// How often the retention job runs, e.g. `1h`.
+    pub retention_interval: String,
+    /// Where operational events are pushed; empty sends none (they are still recorded).
+    pub operational_webhook_url: String,
+    /// The `whsec_…` key operational webhooks are signed with (required with the URL).
+    pub operational_webhook_secret: Option<String>,
 }
 
 impl Default for Config {
@@ -84,6 +94,11 @@ impl Default for Config {
             allow_ports: String::new(),
             proxy_url: String::new(),
             secret_key: None,
+            lease_ttl: "10s".to_owned(),
+            retention: "30d".to_owned(),
+            retention_interval: "1h".to_owned(),
+            operational_webhook_url: String::new(),
+            operational_webhook_secret: None,
         }
     }
 }
@@ -128,8 +143,25 @@ pub struct Settings {
     pub allow_ports: Vec<u16>,
     /// Egress proxy for deliveries, if any.
     pub proxy_url: Option<String>,
+    /// Partition lease time (PostgreSQL).
+    pub lease_ttl: Duration,
+    /// Attempts older than this are deleted.
+    pub retention: Duration,
+    /// How often the retention job runs.
+    pub retention_interval: Duration,
+    /// The operational webhook (URL and signing secret), if configured.
+    pub operational_webhook: Option<OperationalWebhook>,
     /// Where the key encrypting endpoint secrets comes from.
     pub secret_key: SecretKeySource,
+}
+
+/// Where operational events are pushed.
+#[derive(Debug, Clone)]
+pub struct OperationalWebhook {
+    /// The receiver's URL (checked against the address policy like any endpoint).
+    pub url: String,
+    /// The `whsec_…` signing secret.
+    pub secret: String,
 }
 
 /// Where the key that encrypts endpoint secrets at rest comes from.
@@ -155,12 +187,19 @@ impl std::fmt::Debug for SecretKeySource {
 
 impl SecretKeySource {
     /// The configured key, else the file next to a SQLite database file, else (in-memory database) a key
-    /// for this process.
+    /// for this process. A PostgreSQL database needs the key configured: every node sharing it must
+    /// encrypt with the same key, and no node's local file can be where that key lives.
     fn of(configured: Option<&str>, database_url: &str) -> anyhow::Result<Self> {
         if let Some(text) = configured {
             return SecretCipher::from_base64(text)
                 .map(Self::Configured)
                 .context("secret_key");
+        }
+        if herald_store::is_postgres_url(database_url) {
+            bail!(
+                "secret_key (HERALD_SECRET_KEY) is required with a PostgreSQL database: every node must encrypt \
+                 endpoint secrets with the same key (generate one with `openssl rand -base64 32`)"
+            );
         }
         let path = database_url
             .strip_prefix("sqlite://")
@@ -201,11 +240,15 @@ impl Config {
         if self.dev {
             allow_private_cidrs.extend(DEV_CIDRS.iter().filter_map(|c| c.parse::<IpNet>().ok()));
         }
-        if !self.database_url.starts_with("sqlite:") {
+        if !self.database_url.starts_with("sqlite:") && !herald_store::is_postgres_url(&self.database_url) {
             bail!(
-                "database_url: {:?} is not supported; use sqlite://PATH",
+                "database_url: {:?} is not supported; use sqlite://PATH or postgres://USER@HOST/DATABASE",
                 self.database_url
             );
+        }
+        let lease_ttl = parse_duration(&self.lease_ttl).context("lease_ttl")?;
+        if lease_ttl < Duration::from_secs(1) {
+            bail!("lease_ttl must be at least 1s");
         }
         if self.max_payload_bytes == 0
             || self.endpoint_concurrency == 0
@@ -229,6 +272,34 @@ impl Config {
             self.secret_key.as_deref().filter(|k| !k.trim().is_empty()),
             &self.database_url,
         )?;
+        let retention = parse_duration(&self.retention).context("retention")?;
+        let retention_interval = parse_duration(&self.retention_interval).context("retention_interval")?;
+        if retention.is_zero() || retention_interval.is_zero() {
+            bail!("retention and retention_interval must be longer than zero");
+        }
+        let operational_webhook = match (
+            self.operational_webhook_url.trim(),
+            self.operational_webhook_secret.filter(|s| !s.is_empty()),
+        ) {
+            ("", None) => None,
+            ("", Some(_)) => bail!("operational_webhook_secret is set but operational_webhook_url is not"),
+            (_, None) => bail!("operational_webhook_url needs operational_webhook_secret (a whsec_… key) to sign with"),
+            (url, Some(secret)) => {
+                let key = herald_signature::HmacSecret::parse(&secret)
+                    .map_err(|e| anyhow::anyhow!("operational_webhook_secret: {e}"))?;
+                // The size endpoints' secrets must have (Standard Webhooks: 24 to 64 random bytes).
+                if !(24..=64).contains(&key.len()) {
+                    bail!(
+                        "operational_webhook_secret: the key must be 24 to 64 bytes, got {}",
+                        key.len()
+                    );
+                }
+                Some(OperationalWebhook {
+                    url: url.to_owned(),
+                    secret,
+                })
+            }
+        };
         Ok(Settings {
             listen,
             database_url: self.database_url,
@@ -248,6 +319,10 @@ impl Config {
             allow_ports: parse_ports(&self.allow_ports)?,
             proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
             secret_key,
+            lease_ttl,
+            retention,
+            retention_interval,
+            operational_webhook,
         })
     }
 }
@@ -348,7 +423,14 @@ mod tests {
             "allow_ports = \"70000\"",
             "secret_key = \"AAAA\"",
             "secret_key = \"not base64\"",
+            "retention = \"0s\"",
+            "retention_interval = \"often\"",
+            "operational_webhook_url = \"https://ops.example.com/\"",
+            "operational_webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            "operational_webhook_url = \"https://ops.example.com/\"\noperational_webhook_secret = \"nope\"",
             "unknown_key = 1",
+            "database_url = \"mysql://db\"",
+            "lease_ttl = \"100ms\"",
         ] {
             std::fs::write(&path, bad).unwrap();
             let result = Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
@@ -377,6 +459,29 @@ mod tests {
         let settings = configured.settings().unwrap();
         assert!(matches!(settings.secret_key, SecretKeySource::Configured(_)));
         assert!(!format!("{settings:?}").contains(&key));
+        let postgres = Config {
+            database_url: "postgres://postgres@127.0.0.1:5432/herald".into(),
+            ..Config::default()
+        };
+        let error = postgres.settings().unwrap_err();
+        assert!(format!("{error:#}").contains("HERALD_SECRET_KEY"), "{error:#}");
+    }
+
+    #[test]
+    fn postgres_urls_are_accepted() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/herald",
+            "postgresql://db.internal/herald",
+        ] {
+            let config = Config {
+                database_url: url.to_owned(),
+                secret_key: Some(SecretCipher::generate_key().to_string()),
+                ..Config::default()
+            };
+            let settings = config.settings().unwrap();
+            assert_eq!(settings.database_url, url);
+            assert_eq!(settings.lease_ttl, Duration::from_secs(10));
+        }
     }
 
     #[test]

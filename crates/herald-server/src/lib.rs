@@ -4,9 +4,11 @@
 //! with it too. [`config`] reads the settings from defaults, a TOML file, the environment and flags.
 
 pub mod config;
+pub mod retention;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
@@ -33,6 +35,49 @@ pub struct Node {
     pub generated_admin_token: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
+    store: SharedStore,
+    /// The retention job and the operational webhook sender; stopped with the node.
+    _background: Background,
+}
+
+/// Background tasks that end when the node is dropped (tests and the benchmark start several nodes in
+/// one process).
+struct Background(Vec<JoinHandle<()>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Start the retention job and, when configured, the operational webhook sender.
+fn start_background(store: &SharedStore, client: &DeliveryClient, settings: &Settings) -> anyhow::Result<Background> {
+    let mut tasks = vec![retention::spawn(
+        store.clone(),
+        settings.retention,
+        settings.retention_interval,
+    )];
+    if let Some(webhook) = &settings.operational_webhook {
+        // Refused now rather than at every send: the URL is as hostile as any endpoint's.
+        client
+            .policy()
+            .check_url(&webhook.url)
+            .map_err(|e| anyhow::anyhow!("operational_webhook_url: {e}"))?;
+        let secret = herald_signature::HmacSecret::parse(&webhook.secret)
+            .map_err(|e| anyhow::anyhow!("operational_webhook_secret: {e}"))?;
+        tasks.push(herald_delivery::operational::spawn(
+            store.clone(),
+            client.clone(),
+            herald_delivery::operational::OperationalWebhookConfig {
+                url: webhook.url.clone(),
+                secret,
+                poll: std::time::Duration::from_millis(500),
+            },
+        ));
+    }
+    Ok(Background(tasks))
 }
 
 impl Node {
@@ -48,8 +93,14 @@ impl Node {
         settings: &Settings,
         extra_routes: impl FnOnce(&[u8; 32]) -> Option<axum::Router>,
     ) -> anyhow::Result<Self> {
+        let store_options = herald_store::StoreOptions {
+            lease_ttl: settings.lease_ttl,
+            // A node giving a partition up waits out its longest attempt before another node may start.
+            release_drain: settings.request_timeout.max(settings.max_request_timeout) + Duration::from_secs(1),
+            attempt_retention: settings.retention,
+        };
         let (cipher, generated_key) = secret_cipher(&settings.secret_key)?;
-        let store = match herald_store::open(&settings.database_url, cipher).await {
+        let store = match herald_store::open_with(&settings.database_url, cipher, &store_options).await {
             Ok(store) => store,
             Err(error) => {
                 if let Some(path) = generated_key {
@@ -57,7 +108,7 @@ impl Node {
                     // leave nothing behind that the next start would pick up.
                     let _ = std::fs::remove_file(path);
                 }
-                return Err(error).with_context(|| format!("opening {}", settings.database_url));
+                return Err(error).with_context(|| format!("opening {}", redact(&settings.database_url)));
             }
         };
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
@@ -89,6 +140,7 @@ impl Node {
             ..ClientConfig::default()
         };
         let client = DeliveryClient::new(client_config, policy.clone(), resolver).context("delivery client")?;
+        let background = start_background(&store, &client, settings)?;
         let engine_config = EngineConfig {
             schedule: settings.retry_schedule.clone(),
             max_in_flight: settings.max_in_flight,
@@ -103,7 +155,7 @@ impl Node {
             .await
             .context("starting the delivery engine")?;
         let state = AppState::new(
-            store,
+            store.clone(),
             Some(engine),
             policy,
             admin_token_sha256,
@@ -136,20 +188,25 @@ impl Node {
             generated_admin_token,
             shutdown: Some(shutdown),
             task,
+            store,
+            _background: background,
         })
     }
 
-    /// Serve until `signal` completes, then stop accepting requests and finish the open ones.
+    /// Serve until `signal` completes, then stop accepting requests, finish the open ones and hand this
+    /// node's delivery work over to the other nodes (if any share the store).
     pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-        tokio::select! {
+        let result = tokio::select! {
             () = signal => {
                 if let Some(shutdown) = self.shutdown.take() {
                     let _ = shutdown.send(());
                 }
-                self.task.await.context("server task")?
+                self.task.await.context("server task")
             }
-            result = &mut self.task => result.context("server task")?,
-        }
+            result = &mut self.task => result.context("server task"),
+        };
+        self.store.shutdown().await;
+        result?
     }
 }
 
@@ -210,4 +267,15 @@ async fn admin_token(store: &SharedStore, configured: Option<&str>) -> anyhow::R
     let digest = token_digest(&token);
     store.meta_set(ADMIN_TOKEN_KEY, &hex::encode(digest)).await?;
     Ok((digest, Some(token)))
+}
+
+/// A database URL without its password, for messages and logs.
+pub fn redact(database_url: &str) -> String {
+    match url::Url::parse(database_url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => database_url.to_owned(),
+    }
 }

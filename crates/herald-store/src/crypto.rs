@@ -20,7 +20,7 @@ use zeroize::Zeroizing;
 pub const SECRET_KEY_BYTES: usize = 32;
 
 /// The prefix of every sealed value (the `1` versions the format).
-const SEALED_PREFIX: &str = "enc1:";
+pub(crate) const SEALED_PREFIX: &str = "enc1:";
 const NONCE_BYTES: usize = 24;
 const TAG_BYTES: usize = 16;
 

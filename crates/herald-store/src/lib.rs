@@ -1,15 +1,25 @@
 //! Herald's durable store.
 //!
 //! [`Store`] is everything the API and the delivery engine need from storage; [`sqlite::SqliteStore`]
-//! implements it on an embedded SQLite file. The store owns *custody*: [`Store::ingest`] returns only after
+//! implements it on an embedded SQLite file, [`postgres::PgStore`] on PostgreSQL, where any number of
+//! nodes can share one database (see [`Ownership`]). The store owns *custody*: [`Store::ingest`] returns only after
 //! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
 //! (group commit) so durability does not cost throughput.
 
 pub mod crypto;
+mod events;
+mod group_commit;
 mod page;
+mod plan;
+pub mod postgres;
+mod rows;
+mod sealing;
+mod sql;
 pub mod sqlite;
+pub mod testdb;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
@@ -75,6 +85,9 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// The message's ordering key, for endpoints in ordered mode.
     pub ordering_key: Option<String>,
+    /// How long after its creation the payload is kept (`payloadRetentionPeriod`); `None` keeps it. The
+    /// retention job expunges it once that has passed and no delivery of it is pending.
+    pub payload_retention_ms: Option<i64>,
 }
 
 /// A delivery created by ingest.
@@ -218,6 +231,30 @@ pub struct AttemptFilter {
     pub after: Option<i64>,
 }
 
+/// An application-scoped bearer token, as stored: only its digest, never the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppToken {
+    /// Hex SHA-256 of the token.
+    pub token_sha256: String,
+    /// The one application it may see and change.
+    pub app_id: String,
+    /// Whether it may only read (GET).
+    pub read_only: bool,
+    /// When it was issued.
+    pub created_at: i64,
+    /// When it stops working.
+    pub expires_at: i64,
+}
+
+/// What one retention step removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionStep {
+    /// Attempts deleted.
+    pub attempts_deleted: u64,
+    /// Payloads expunged.
+    pub payloads_expunged: u64,
+}
+
 /// Filters for listing messages.
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
@@ -263,7 +300,8 @@ pub trait Store: Send + Sync + 'static {
     /// Delete an event type.
     async fn delete_event_type(&self, name: &str) -> StoreResult<()>;
 
-    /// Create an endpoint; `Conflict("uid")` if its uid is taken within the app.
+    /// Create an endpoint; `Conflict("uid")` if its uid is taken within the app. Records an
+    /// `endpoint.created` operational event in the same transaction.
     ///
     /// Every backend stores the endpoint's `secret` and `headers` encrypted with the store's
     /// [`SecretCipher`] (context: the endpoint id) and decrypts them on every read that returns an
@@ -279,7 +317,7 @@ pub trait Store: Send + Sync + 'static {
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
     /// Replace an endpoint's fields (by id), except its `secret`: only
     /// [`Store::rotate_endpoint_secret`] changes that, so an update read before a rotation can never undo
-    /// it.
+    /// it. Records an `endpoint.updated` operational event in the same transaction.
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
     /// Make `new_secret` the endpoint's signing key, in one transaction. The key it replaces keeps signing
     /// until `old_expires_at` (it is not kept at all unless that is after `now`), and every older key
@@ -295,7 +333,8 @@ pub trait Store: Send + Sync + 'static {
     /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
     /// recently rotated first. Empty for an unknown endpoint.
     async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>>;
-    /// Delete an endpoint and its pending deliveries.
+    /// Delete an endpoint and its pending deliveries. Records an `endpoint.deleted` operational event in
+    /// the same transaction.
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
 
     /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
@@ -315,7 +354,8 @@ pub trait Store: Send + Sync + 'static {
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>>;
     /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
     async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
-    /// Append attempts and update their deliveries, all in one transaction.
+    /// Append attempts and update their deliveries, all in one transaction, with the `message.attempt.*`
+    /// operational events they cause (see [`Store::unsent_operational_events`]).
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
     /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
     /// they are still pending.
@@ -341,6 +381,32 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
     async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
+    /// Operational events not yet sent to the operational webhook, oldest first, with `seq > after`.
+    ///
+    /// Every backend records operational events in the same transaction as what they report:
+    /// `endpoint.created`, `endpoint.updated` and `endpoint.deleted` in [`Store::create_endpoint`],
+    /// [`Store::update_endpoint`] and [`Store::delete_endpoint`]; `endpoint.disabled` in
+    /// [`Store::disable_endpoint`]; and in [`Store::record_attempts`] `message.attempt.failing` (a delivery's
+    /// 4th attempt failed), `message.attempt.exhausted` (a delivery ended dead or failed for good) and
+    /// `message.attempt.recovered` (a delivery succeeded after one of those two was recorded for the same
+    /// message and endpoint). Events about a delivery carry its message and endpoint ids.
+    async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
+    /// Mark an operational event as handled by the operational webhook (sent, or given up on).
+    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()>;
+
+    /// Record an application-scoped token (its digest only); `NotFound` if the application does not exist.
+    async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
+    /// The token with this digest, if it exists and has not expired at `now`.
+    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>>;
+    /// Make every token of an application expire at `at` at the latest (revocation, with an optional grace
+    /// period); returns how many tokens were shortened.
+    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
+
+    /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
+    /// created before `attempts_before`, and expunge up to `limit` payloads whose expiry is at or before `now`
+    /// and that no pending delivery still needs (as [`Store::expunge_payload`]: metadata and attempts stay).
+    /// The caller repeats it while a part comes back full.
+    async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep>;
 
     /// Attempts of a message, newest first.
     async fn list_attempts_by_message(
@@ -455,6 +521,75 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// The node is stopping: hand over whatever this node holds for others (PostgreSQL: its partition
+    /// leases, so that other nodes take its work over at once instead of after the lease time).
+    async fn shutdown(&self) {}
+
+    /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
+    /// means this node does all of it.
+    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
+        None
+    }
+}
+
+/// The number of delivery partitions endpoints hash into. Fixed: every node must agree on it.
+pub const PARTITIONS: i32 = 256;
+
+/// The delivery partition of an endpoint: FNV-1a of its id, so every node computes the same one.
+pub fn partition_of(endpoint_id: &str) -> i32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in endpoint_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // The remainder is below PARTITIONS, so it always fits.
+    i32::try_from(hash % PARTITIONS.unsigned_abs() as u64).unwrap_or(0)
+}
+
+/// Scale-out: which endpoints this node delivers for. Nodes sharing a store own disjoint partitions of
+/// the endpoints (see [`partition_of`]), so per-endpoint caps, rate limits and breakers hold across the
+/// cluster with no per-delivery coordination.
+pub trait Ownership: Send + Sync + 'static {
+    /// Whether this node may send the endpoint's deliveries now.
+    fn owns(&self, endpoint_id: &str) -> bool;
+    /// Changes the delivery engine must act on. It can be taken once; later calls return `None`.
+    fn take_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<OwnershipEvent>>;
+}
+
+/// A change in what this node should deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnershipEvent {
+    /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
+    /// partition was just taken over, or another node ingested messages for them.
+    Work(Vec<String>),
+    /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
+    /// is in flight finishes; its results are fenced).
+    Released,
+    /// An endpoint was changed or deleted, possibly through another node's API: reload it.
+    EndpointChanged(String),
+}
+
+/// Settings of the store beyond its URL.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// PostgreSQL: how long a partition lease lasts without renewal (the fail-over bound).
+    pub lease_ttl: Duration,
+    /// PostgreSQL: how long a node keeps a partition it gives up after it stopped sending to it, so
+    /// that its attempts in flight end before another node starts (the longest attempt).
+    pub release_drain: Duration,
+    /// PostgreSQL: attempts older than this are dropped, a day partition at a time.
+    pub attempt_retention: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(10),
+            release_drain: Duration::from_secs(16),
+            attempt_retention: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
 }
 
 /// Deliveries committed by ingest, in commit order (see [`Store::take_commit_feed`]).
@@ -463,15 +598,35 @@ pub type CommitFeed = tokio::sync::mpsc::UnboundedReceiver<Vec<PendingDelivery>>
 /// A shared handle to any store.
 pub type SharedStore = Arc<dyn Store>;
 
-/// Open the store named by a database URL (`sqlite://PATH`), run its migrations, and check that `cipher`
-/// holds the key its secrets were encrypted with (`SecretKey` error otherwise); secrets stored before
-/// encryption existed are encrypted then.
-pub async fn open(database_url: &str, cipher: SecretCipher) -> StoreResult<SharedStore> {
+/// Open the store named by a database URL (`sqlite://PATH` or `postgres://…`) with these options, run
+/// its migrations, and check that `cipher` holds the key its secrets were encrypted with (`SecretKey`
+/// error otherwise); secrets stored before encryption existed are encrypted then.
+pub async fn open_with(database_url: &str, cipher: SecretCipher, options: &StoreOptions) -> StoreResult<SharedStore> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteStore::open(database_url, cipher).await?))
+    } else if is_postgres_url(database_url) {
+        Ok(Arc::new(postgres::PgStore::open(database_url, cipher, options).await?))
     } else {
         Err(StoreError::Corrupt(format!(
-            "unsupported database URL {database_url:?}: expected sqlite://PATH"
+            "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"
         )))
     }
+}
+
+/// Run the migrations of the database at `database_url` and nothing else (`herald migrate`).
+pub async fn migrate(database_url: &str) -> StoreResult<()> {
+    if database_url.starts_with("sqlite:") {
+        sqlite::migrate(database_url).await
+    } else if is_postgres_url(database_url) {
+        postgres::migrate(database_url).await
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"
+        )))
+    }
+}
+
+/// Whether a URL names a PostgreSQL database.
+pub fn is_postgres_url(database_url: &str) -> bool {
+    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }

@@ -1,5 +1,6 @@
-//! The store's contract, written against `SharedStore` so that every backend runs the same suite.
-//! Today it runs on SQLite files; a new backend adds itself to `backends()`.
+//! The store's contract, written against `SharedStore` so that every backend runs the same suite:
+//! SQLite files and PostgreSQL databases (a fresh one per test). Without a reachable PostgreSQL the
+//! PostgreSQL half is skipped with a visible message, unless `HERALD_REQUIRE_POSTGRES=1` (CI).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, Message, Ordering,
 };
 use herald_store::{
-    AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue, SecretCipher,
-    SharedStore, StoreError,
+    AppToken, AttemptFilter, AttemptRecord, Backlog, Ingested, MessageFilter, NewMessage, PageRequest, Requeue,
+    RetentionStep, SecretCipher, SharedStore, StoreError, StoreOptions,
 };
 
 /// The key secrets are encrypted with in these tests.
@@ -18,12 +19,46 @@ fn cipher() -> SecretCipher {
     SecretCipher::from_key(&[7; 32])
 }
 
-/// Every backend under test, each on fresh storage. The temp dir must outlive the store.
-async fn backends() -> Vec<(tempfile::TempDir, SharedStore)> {
+/// Open the store at `url` with the test key and default options.
+async fn open(url: &str) -> herald_store::StoreResult<SharedStore> {
+    herald_store::open_with(url, cipher(), &StoreOptions::default()).await
+}
+
+/// Fresh storage for one backend: its URL, and what must outlive the store (the SQLite file's
+/// directory, or the PostgreSQL test database, dropped after the store).
+struct Storage {
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+    _database: Option<herald_store::testdb::TestDatabase>,
+}
+
+/// Fresh storage on every backend under test.
+async fn storages(test: &str) -> Vec<Storage> {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("store.db").display());
-    let store = herald_store::open(&url, cipher()).await.unwrap();
-    vec![(dir, store)]
+    let mut all = vec![Storage {
+        url: format!("sqlite://{}", dir.path().join("store.db").display()),
+        _dir: Some(dir),
+        _database: None,
+    }];
+    if let Some(database) = herald_store::testdb::fresh(test).await {
+        all.push(Storage {
+            url: database.url.clone(),
+            _dir: None,
+            _database: Some(database),
+        });
+    }
+    all
+}
+
+/// Every backend under test, each opened on fresh storage. The storage must outlive the store (the
+/// tuple drops the store first).
+async fn backends() -> Vec<(Storage, SharedStore)> {
+    let mut opened = Vec::new();
+    for storage in storages("the store suite").await {
+        let store = open(&storage.url).await.unwrap();
+        opened.push((storage, store));
+    }
+    opened
 }
 
 fn app(uid: Option<&str>) -> Application {
@@ -72,6 +107,7 @@ fn new_message(app_id: &str, event_id: Option<&str>, key: Option<&str>) -> NewMe
         payload: Arc::from(&b"{\"k\": [1, 2]}"[..]),
         idempotency_key: key.map(str::to_owned),
         ordering_key: None,
+        payload_retention_ms: None,
     }
 }
 
@@ -286,9 +322,16 @@ async fn attempts_update_deliveries_and_can_disable_the_endpoint() {
             !store.disable_endpoint(&e.id, "again", 600).await.unwrap(),
             "already disabled: nothing recorded"
         );
-        let events = store.list_operational_events(0, 10).await.unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].event_type, "endpoint.disabled");
+        let all = store.list_operational_events(0, 10).await.unwrap();
+        let kinds: Vec<&str> = all.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["endpoint.created", "message.attempt.exhausted", "endpoint.disabled"]
+        );
+        let events: Vec<_> = all
+            .into_iter()
+            .filter(|e| e.event_type == "endpoint.disabled")
+            .collect();
         assert_eq!(events[0].app_id, a.id);
         let data: serde_json::Value = serde_json::from_str(&events[0].data).unwrap();
         assert_eq!(data["endpointId"], e.id.as_str());
@@ -392,22 +435,23 @@ async fn ordering_settings_and_keys_round_trip() {
 
 #[tokio::test]
 async fn a_reopened_store_keeps_everything_committed() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("store.db").display());
-    let a = app(None);
-    let e = endpoint(&a.id);
-    {
-        let store = herald_store::open(&url, cipher()).await.unwrap();
-        store.create_app(&a).await.unwrap();
-        store.create_endpoint(&e).await.unwrap();
-        ingest(&store, &a.id, None, None).await;
+    for storage in storages("a_reopened_store_keeps_everything_committed").await {
+        let url = &storage.url;
+        let a = app(None);
+        let e = endpoint(&a.id);
+        {
+            let store = open(url).await.unwrap();
+            store.create_app(&a).await.unwrap();
+            store.create_endpoint(&e).await.unwrap();
+            ingest(&store, &a.id, None, None).await;
+        }
+        let store = open(url).await.unwrap();
+        assert_eq!(
+            store.endpoints_with_pending().await.unwrap(),
+            std::slice::from_ref(&e.id)
+        );
+        assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
     }
-    let store = herald_store::open(&url, cipher()).await.unwrap();
-    assert_eq!(
-        store.endpoints_with_pending().await.unwrap(),
-        std::slice::from_ref(&e.id)
-    );
-    assert_eq!(store.load_pending(&e.id, 0, 10).await.unwrap().len(), 1);
 }
 
 /// Finish a delivery with one attempt in `status`.
@@ -589,7 +633,7 @@ async fn tasks_and_oldest_first_listings_round_trip() {
             store.get_task(&task.id, Some("app_other")).await,
             Err(StoreError::NotFound)
         ));
-        assert_eq!(store.fail_interrupted_tasks(5).await.unwrap(), 1);
+        assert_eq!(store.fail_interrupted_tasks(1_000_000).await.unwrap(), 1);
         assert_eq!(store.get_task(&task.id, None).await.unwrap().state, "failed");
 
         let first = created(ingest(&store, &a.id, None, None).await).0;
@@ -714,7 +758,7 @@ async fn sqlite_stores_secrets_encrypted_and_refuses_the_wrong_key() {
     let mut e = endpoint(&a.id);
     e.headers = BTreeMap::from([("authorization".to_owned(), "Bearer hunter2-token".to_owned())]);
     {
-        let store = herald_store::open(&url, cipher()).await.unwrap();
+        let store = open(&url).await.unwrap();
         store.create_app(&a).await.unwrap();
         store.create_endpoint(&e).await.unwrap();
         store.rotate_endpoint_secret(&e.id, NEW_KEY, i64::MAX, 1).await.unwrap();
@@ -727,12 +771,12 @@ async fn sqlite_stores_secrets_encrypted_and_refuses_the_wrong_key() {
         }
         assert!(!contains(&bytes, b"hunter2-token"));
     }
-    let wrong = herald_store::open(&url, SecretCipher::from_key(&[8; 32])).await;
+    let wrong = herald_store::open_with(&url, SecretCipher::from_key(&[8; 32]), &StoreOptions::default()).await;
     assert!(
         matches!(wrong, Err(StoreError::SecretKey(_))),
         "a wrong key is refused at open"
     );
-    let store = herald_store::open(&url, cipher()).await.unwrap();
+    let store = open(&url).await.unwrap();
     assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, NEW_KEY);
 }
 
@@ -743,7 +787,7 @@ async fn sqlite_encrypts_secrets_stored_in_plain_text_before_encryption() {
     let a = app(None);
     let e = endpoint(&a.id);
     {
-        let store = herald_store::open(&url, cipher()).await.unwrap();
+        let store = open(&url).await.unwrap();
         store.create_app(&a).await.unwrap();
         store.create_endpoint(&e).await.unwrap();
     }
@@ -757,7 +801,7 @@ async fn sqlite_encrypts_secrets_stored_in_plain_text_before_encryption() {
         .unwrap();
     raw.close().await;
 
-    let store = herald_store::open(&url, cipher()).await.unwrap();
+    let store = open(&url).await.unwrap();
     let read = store.get_endpoint_by_id(&e.id).await.unwrap();
     assert_eq!(read.secret, OLD_KEY);
     assert_eq!(read.headers.get("x-a").map(String::as_str), Some("b"));
@@ -772,4 +816,244 @@ async fn sqlite_encrypts_secrets_stored_in_plain_text_before_encryption() {
         "sealed at open"
     );
     assert!(!secret.contains(&OLD_KEY["whsec_".len()..]));
+}
+
+#[tokio::test]
+async fn postgres_stores_secrets_encrypted_refuses_the_wrong_key_and_encrypts_plain_text() {
+    let Some(database) = herald_store::testdb::fresh("postgres_stores_secrets_encrypted").await else {
+        return;
+    };
+    let url = database.url.clone();
+    let a = app(None);
+    let mut e = endpoint(&a.id);
+    e.headers = BTreeMap::from([("authorization".to_owned(), "Bearer hunter2-token".to_owned())]);
+    {
+        let store = open(&url).await.unwrap();
+        store.create_app(&a).await.unwrap();
+        store.create_endpoint(&e).await.unwrap();
+        store.rotate_endpoint_secret(&e.id, NEW_KEY, i64::MAX, 1).await.unwrap();
+    }
+    let raw = sqlx::PgPool::connect(&url).await.unwrap();
+    let stored: Vec<String> = sqlx::query_scalar(
+        "SELECT secret FROM endpoint UNION ALL SELECT headers FROM endpoint UNION ALL SELECT secret FROM endpoint_secret",
+    )
+    .fetch_all(&raw)
+    .await
+    .unwrap();
+    assert_eq!(stored.len(), 3);
+    for value in &stored {
+        assert!(value.starts_with("enc1:"), "sealed: {value}");
+        assert!(!value.contains(&OLD_KEY["whsec_".len()..]) && !value.contains(&NEW_KEY["whsec_".len()..]));
+        assert!(!value.contains("hunter2"));
+    }
+    let wrong = herald_store::open_with(&url, SecretCipher::from_key(&[8; 32]), &StoreOptions::default()).await;
+    assert!(
+        matches!(wrong, Err(StoreError::SecretKey(_))),
+        "a wrong key is refused at open"
+    );
+
+    // What a database written before encryption holds: the secret and headers in plain text.
+    sqlx::query("UPDATE endpoint SET secret = $1, headers = '{\"x-a\":\"b\"}' WHERE id = $2")
+        .bind(OLD_KEY)
+        .bind(&e.id)
+        .execute(&raw)
+        .await
+        .unwrap();
+    {
+        let store = open(&url).await.unwrap();
+        let read = store.get_endpoint_by_id(&e.id).await.unwrap();
+        assert_eq!(read.secret, OLD_KEY);
+        assert_eq!(read.headers.get("x-a").map(String::as_str), Some("b"));
+        let previous = store.previous_secrets(&e.id, 2).await.unwrap();
+        assert_eq!(previous.len(), 1);
+        assert_eq!(previous[0].secret, OLD_KEY);
+    }
+    let (secret, headers): (String, String) = sqlx::query_as("SELECT secret, headers FROM endpoint WHERE id = $1")
+        .bind(&e.id)
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+    assert!(
+        secret.starts_with("enc1:") && headers.starts_with("enc1:"),
+        "sealed at open"
+    );
+    raw.close().await;
+}
+
+#[tokio::test]
+async fn app_tokens_are_found_by_digest_until_they_expire_or_are_revoked() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let token = |digest: &str, expires_at: i64| AppToken {
+            token_sha256: digest.to_owned(),
+            app_id: a.id.clone(),
+            read_only: digest == "ro",
+            created_at: 1,
+            expires_at,
+        };
+        for t in [token("live", 1_000), token("ro", 1_000), token("old", 10)] {
+            store.create_app_token(&t).await.unwrap();
+        }
+        let orphan = AppToken {
+            app_id: "app_nobody".into(),
+            ..token("orphan", 1_000)
+        };
+        assert!(matches!(
+            store.create_app_token(&orphan).await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(
+            store.find_app_token("live", 50).await.unwrap(),
+            Some(token("live", 1_000))
+        );
+        assert!(store.find_app_token("ro", 50).await.unwrap().unwrap().read_only);
+        assert_eq!(store.find_app_token("old", 50).await.unwrap(), None, "expired");
+        assert_eq!(store.find_app_token("nope", 50).await.unwrap(), None);
+        // Revocation with a grace period shortens only longer-lived tokens.
+        assert_eq!(store.expire_app_tokens(&a.id, 100).await.unwrap(), 2);
+        assert!(store.find_app_token("live", 99).await.unwrap().is_some());
+        assert_eq!(store.find_app_token("live", 100).await.unwrap(), None);
+        store.delete_app(&a.id).await.unwrap();
+        assert_eq!(
+            store.find_app_token("live", 0).await.unwrap(),
+            None,
+            "gone with the app"
+        );
+    }
+}
+
+#[tokio::test]
+async fn attempt_results_record_failing_exhausted_and_recovered_once_each() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let mut updated = e.clone();
+        updated.description = "changed".into();
+        store.update_endpoint(&updated).await.unwrap();
+        let (m1, d1) = created(ingest(&store, &a.id, Some("one"), None).await);
+        let (m2, d2) = created(ingest(&store, &a.id, Some("two"), None).await);
+        let record = |m: &Message, seq: i64, n: u32, status: DeliveryStatus| AttemptRecord {
+            delivery_seq: seq,
+            app_id: a.id.clone(),
+            attempt: Attempt {
+                id: new_id(IdKind::Attempt),
+                message_id: m.id.clone(),
+                endpoint_id: e.id.clone(),
+                url: e.url.clone(),
+                attempt_number: n,
+                success: status == DeliveryStatus::Delivered,
+                outcome: "x".into(),
+                response_status: Some(500),
+                response: String::new(),
+                duration_ms: 1,
+                trigger: AttemptTrigger::Scheduled,
+                created_at: 10 * i64::from(n),
+            },
+            status,
+            next_attempt_at: 0,
+        };
+        // m1: fails four times, then succeeds: failing, then recovered. m2: succeeds on its 2nd attempt
+        // (never reported failing, so no recovery either).
+        let mut batch: Vec<AttemptRecord> = (1..=4)
+            .map(|n| record(&m1, d1[0].seq, n, DeliveryStatus::Pending))
+            .collect();
+        batch.push(record(&m2, d2[0].seq, 1, DeliveryStatus::Pending));
+        store.record_attempts(&batch).await.unwrap();
+        store
+            .record_attempts(&[
+                record(&m1, d1[0].seq, 5, DeliveryStatus::Delivered),
+                record(&m2, d2[0].seq, 2, DeliveryStatus::Delivered),
+            ])
+            .await
+            .unwrap();
+        // A resend of m1 that dies later reports exhaustion again.
+        store
+            .record_attempts(&[record(&m1, d1[0].seq, 1, DeliveryStatus::Dead)])
+            .await
+            .unwrap();
+        store.delete_endpoint(&e.id).await.unwrap();
+        let events = store.list_operational_events(0, 50).await.unwrap();
+        let kinds: Vec<(&str, Option<String>)> = events
+            .iter()
+            .map(|ev| {
+                let data: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
+                (ev.event_type.as_str(), data["msgId"].as_str().map(str::to_owned))
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("endpoint.created", None),
+                ("endpoint.updated", None),
+                ("message.attempt.failing", Some(m1.id.clone())),
+                ("message.attempt.recovered", Some(m1.id.clone())),
+                ("message.attempt.exhausted", Some(m1.id.clone())),
+                ("endpoint.deleted", None),
+            ]
+        );
+        // The outbox: every event unsent until marked.
+        let unsent = store.unsent_operational_events(0, 50).await.unwrap();
+        assert_eq!(unsent.len(), events.len());
+        store.mark_operational_event_sent(unsent[0].seq, 5).await.unwrap();
+        let unsent = store.unsent_operational_events(0, 50).await.unwrap();
+        assert_eq!(unsent.len(), events.len() - 1);
+        assert_eq!(
+            store.unsent_operational_events(unsent[2].seq, 2).await.unwrap().len(),
+            2
+        );
+    }
+}
+
+#[tokio::test]
+async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let with_retention = |event_id: &str, keep: Option<i64>| NewMessage {
+            payload_retention_ms: keep,
+            ..new_message(&a.id, Some(event_id), None)
+        };
+        let (done, done_d) = created(store.ingest(with_retention("done", Some(1))).await.unwrap());
+        let (waiting, _) = created(store.ingest(with_retention("waiting", Some(1))).await.unwrap());
+        let (forever, _) = created(store.ingest(with_retention("forever", None)).await.unwrap());
+        settle(&store, &a.id, &done, &e, done_d[0].seq, DeliveryStatus::Delivered).await;
+        let far_future = i64::MAX / 4;
+        // Every attempt here is younger than a cutoff of 100 (ms since the epoch): none goes. With the
+        // cutoff far in the future, batches of one row remove them all.
+        let first = store.retention_step(100, far_future, 1).await.unwrap();
+        assert_eq!(
+            first,
+            RetentionStep {
+                attempts_deleted: 0,
+                payloads_expunged: 1
+            }
+        );
+        let mut deleted = 0;
+        loop {
+            let step = store.retention_step(far_future, 0, 1).await.unwrap();
+            deleted += step.attempts_deleted;
+            if step.attempts_deleted == 0 {
+                break;
+            }
+        }
+        assert!(deleted > 0);
+        let message = |id: &str| {
+            let store = store.clone();
+            let (app_id, id) = (a.id.clone(), id.to_owned());
+            async move { store.get_message(&app_id, &id).await.unwrap() }
+        };
+        assert_eq!(&*message(&done.id).await.payload, b"{}");
+        assert_eq!(message(&done.id).await.event_id.as_deref(), Some("done"));
+        assert_eq!(
+            message(&waiting.id).await.payload,
+            waiting.payload,
+            "still pending: kept"
+        );
+        assert_eq!(message(&forever.id).await.payload, forever.payload);
+    }
 }

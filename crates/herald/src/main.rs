@@ -3,15 +3,20 @@
 //! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
 //! - `herald inbox`: the receiver-side service (verify → persist → acknowledge → forward).
 //! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
+//! - `herald events`, `dead`, `resend`, `recover`, `replay-missing`, `task`: operators' repairs against a
+//!   running server (see [`ops`]).
+//! - `herald migrate`: create or upgrade the database schema alone.
 
 mod bench;
 mod inbox;
+mod ops;
 mod serve;
 mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
@@ -34,6 +39,23 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Run a benchmark scenario and print its figures (see docs/performance.md).
     Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Ops(ops::OpsCommand),
+    /// Create or upgrade the database schema and exit (`herald serve` also does it at start).
+    Migrate(MigrateArgs),
+}
+
+/// Options of `herald migrate`.
+#[derive(Debug, Args, Serialize)]
+struct MigrateArgs {
+    /// TOML configuration file (only `database_url` is used).
+    #[arg(long, env = "HERALD_CONFIG")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST/DATABASE` [default: sqlite://./herald.db].
+    #[arg(long, env = "HERALD_DATABASE_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database_url: Option<String>,
 }
 
 /// Options of `herald serve`. Each can also be set in the TOML file given with `--config` (same name,
@@ -48,7 +70,8 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     listen: Option<String>,
-    /// Database URL: `sqlite://PATH` [default: sqlite://./herald.db].
+    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST/DATABASE` (several nodes may share one
+    /// PostgreSQL database) [default: sqlite://./herald.db].
     #[arg(long, env = "HERALD_DATABASE_URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     database_url: Option<String>,
@@ -125,10 +148,31 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_SECRET_KEY", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     secret_key: Option<String>,
+    /// Delete delivery attempts older than this; on PostgreSQL whole days are dropped [default: 30d].
+    #[arg(long, env = "HERALD_RETENTION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retention: Option<String>,
+    /// How often the retention job runs [default: 1h].
+    #[arg(long, env = "HERALD_RETENTION_INTERVAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retention_interval: Option<String>,
+    /// URL that operational events (endpoint.disabled, message.attempt.exhausted, …) are pushed to.
+    #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operational_webhook_url: Option<String>,
+    /// The whsec_… key operational webhooks are signed with (required with the URL).
+    #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_SECRET", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operational_webhook_secret: Option<String>,
     /// Also run `herald inbox` in this process, on the same listener, with this inbox configuration.
     #[command(flatten)]
     #[serde(skip)]
     inbox: inbox::EmbeddedInboxArgs,
+    /// PostgreSQL: how long a node's partition leases last without renewal; a dead node's deliveries
+    /// are taken over within about this long [default: 10s].
+    #[arg(long, env = "HERALD_LEASE_TTL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_ttl: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -153,6 +197,15 @@ fn main() -> ExitCode {
             }
             Command::Verify(args) => verify::run(args),
             Command::Bench(args) => bench::run(args).await,
+            Command::Ops(command) => ops::run(command).await,
+            Command::Migrate(args) => {
+                let config = herald_server::Config::load(args.config.as_deref(), &args)?;
+                herald_store::migrate(&config.database_url)
+                    .await
+                    .with_context(|| format!("migrating {}", herald_server::redact(&config.database_url)))?;
+                println!("migrated {}", herald_server::redact(&config.database_url));
+                Ok(())
+            }
         }
     });
     match result {

@@ -25,7 +25,7 @@ pub async fn run(settings: Settings, inbox: Option<EmbeddedInbox>) -> anyhow::Re
         println!("Generated an admin token. It is shown only this once; keep it safe:");
         println!("HERALD_ADMIN_TOKEN={token}");
     }
-    tracing::info!(address = %node.addr, database = %settings.database_url, "herald is serving");
+    tracing::info!(address = %node.addr, database = %herald_server::redact(&settings.database_url), "herald is serving");
     println!("herald listening on http://{}", node.addr);
     let served = node.run_until(shutdown_signal()).await;
     if let Some(inbox) = inbox {

@@ -1,4 +1,5 @@
-//! The command line: the generated admin token, the TOML configuration file, `--help` and `verify`.
+//! The command line: the generated admin token, the TOML configuration file, `--help`, `verify` and
+//! `migrate`.
 
 mod common;
 
@@ -58,6 +59,8 @@ fn help_documents_every_setting() {
         "HERALD_BREAKER_MAX_COOLDOWN",
         "HERALD_DISABLE_AFTER",
         "HERALD_MAX_REQUEST_TIMEOUT",
+        "HERALD_LEASE_TTL",
+        "HERALD_RETENTION",
         "HERALD_CONFIG",
     ] {
         assert!(help.contains(variable), "{variable} missing from --help:\n{help}");
@@ -129,4 +132,50 @@ fn verify_checks_a_signature_from_the_command_line() {
     let rejected = run("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA=");
     assert!(!rejected.status.success());
     assert!(String::from_utf8_lossy(&rejected.stderr).contains("signature rejected"));
+}
+
+#[tokio::test]
+async fn migrate_creates_the_schema_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("migrated.db");
+    let output = herald()
+        .args(["migrate", "--database-url", &format!("sqlite://{}", path.display())])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(path.exists(), "the SQLite file was created");
+
+    let Some(database) = herald_store::testdb::fresh("migrate_creates_the_schema_and_nothing_else").await else {
+        return;
+    };
+    let output = herald()
+        .args(["migrate"])
+        .env_clear()
+        .env("HERALD_DATABASE_URL", &database.url)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let (partitions, nodes): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT COUNT(*) FROM partition_lease), (SELECT COUNT(*) FROM node)")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!((partitions, nodes), (256, 0), "the schema is there and no node joined");
+    let pending_index: String =
+        sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = 'delivery_pending'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(pending_index.ends_with("WHERE (status = 0)"), "{pending_index}");
+    let _ = conn.close().await;
+
+    let output = herald()
+        .args(["migrate", "--database-url", "mysql://nowhere/db"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "an unsupported URL is refused");
 }

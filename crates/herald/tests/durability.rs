@@ -1,5 +1,5 @@
 //! Custody: every message that got a 202 is delivered, with its original `webhook-id`, even when the
-//! server is killed with SIGKILL while the receiver is down.
+//! server is killed with SIGKILL while the receiver is down — on SQLite and on PostgreSQL.
 
 mod common;
 
@@ -9,11 +9,30 @@ use std::time::Duration;
 use common::{Herald, Receiver, Reply};
 use serde_json::json;
 
+/// Retries every 500 ms for long enough to outlive the restart (and, on PostgreSQL, the lease of the
+/// killed node, which its successor must wait out).
+fn schedule() -> String {
+    vec!["500ms"; 50].join(",")
+}
+
 #[tokio::test]
 async fn acknowledged_messages_survive_kill_9_and_are_delivered_after_restart() {
-    // Retries every 300 ms for long enough to outlive the restart.
-    let schedule = vec!["300ms"; 40].join(",");
-    let mut herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", schedule.as_str())]).await;
+    let schedule = schedule();
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", schedule.as_str())]).await;
+    survives_kill_9(herald).await;
+}
+
+#[tokio::test]
+async fn acknowledged_messages_survive_kill_9_on_postgres() {
+    let schedule = schedule();
+    let test = "acknowledged_messages_survive_kill_9_on_postgres";
+    let Some(herald) = Herald::start_pg(test, &[("HERALD_RETRY_SCHEDULE", schedule.as_str())]).await else {
+        return;
+    };
+    survives_kill_9(herald).await;
+}
+
+async fn survives_kill_9(mut herald: Herald) {
     let port = common::free_port();
     let url = format!("http://127.0.0.1:{port}/hook");
     let app = herald.app("custody").await;

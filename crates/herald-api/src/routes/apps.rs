@@ -84,13 +84,20 @@ async fn create(
 
 /// Create a new app from `input`; 201 with it.
 async fn insert(state: &AppState, input: ApplicationIn) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
+    let app = create_new(state, input).await?;
+    Ok((StatusCode::CREATED, Json(convert::application(app))))
+}
+
+/// Validate and store a new app.
+pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiResult<Application> {
+    check(&input.name, input.uid.as_deref())?;
     let app = new_app(input);
     state
         .store
         .create_app(&app)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
-    Ok((StatusCode::CREATED, Json(convert::application(app))))
+    Ok(app)
 }
 
 fn new_app(input: ApplicationIn) -> Application {

@@ -89,6 +89,30 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     Ok(())
 }
 
+/// The longest payload retention a message may ask for (ten years).
+const MAX_RETENTION_DAYS: i64 = 3_650;
+
+/// How long the payload is kept: `payloadRetentionPeriod` (days, as Svix) or `payloadRetentionHours`, at
+/// most one of them; `None` keeps it until the message is deleted.
+fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
+    const HOUR_MS: i64 = 3_600_000;
+    match (input.payload_retention_period, input.payload_retention_hours) {
+        (Some(_), Some(_)) => Err(ApiError::validation(
+            "payloadRetentionHours: give either payloadRetentionPeriod or payloadRetentionHours, not both",
+        )),
+        (Some(days), None) if (1..=MAX_RETENTION_DAYS).contains(&days) => Ok(Some(days * 24 * HOUR_MS)),
+        (Some(days), None) => Err(ApiError::validation(format!(
+            "payloadRetentionPeriod: must be between 1 and {MAX_RETENTION_DAYS} days, got {days}"
+        ))),
+        (None, Some(hours)) if (1..=MAX_RETENTION_DAYS * 24).contains(&hours) => Ok(Some(hours * HOUR_MS)),
+        (None, Some(hours)) => Err(ApiError::validation(format!(
+            "payloadRetentionHours: must be between 1 and {} hours, got {hours}",
+            MAX_RETENTION_DAYS * 24
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
 async fn create(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
@@ -100,6 +124,7 @@ async fn create(
     let idempotency_key = idempotency_key(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app_id = apps::resolve_id(&state, &app_id).await?;
+    let payload_retention_ms = payload_retention_ms(&input)?;
     let new = NewMessage {
         app_id,
         event_id: input.event_id,
@@ -108,6 +133,7 @@ async fn create(
         payload: Arc::from(input.payload.get().as_bytes()),
         idempotency_key,
         ordering_key: input.ordering_key,
+        payload_retention_ms,
     };
     let ingested = state
         .store

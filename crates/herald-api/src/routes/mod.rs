@@ -11,6 +11,9 @@ mod health;
 mod messages;
 mod operational_events;
 mod operations;
+mod tenancy;
+
+pub(crate) use apps::resolve_id as resolve_app_id;
 
 use axum::Router;
 use axum::http::{StatusCode, Uri};
@@ -32,15 +35,13 @@ pub fn router(state: AppState) -> Router {
         .merge(attempts::routes())
         .merge(operational_events::routes())
         .merge(operations::routes())
+        .merge(tenancy::routes())
         // Inside authentication: only authenticated requests are remembered or replayed.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::idempotency::replay_or_remember,
         ))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::auth::require_admin,
-        ));
+        .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::authenticate));
     Router::new()
         .nest(
             "/api/v1",

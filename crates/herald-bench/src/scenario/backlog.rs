@@ -11,9 +11,10 @@
 //!    measured.
 //!
 //! In-process, the node's retry schedule is `retry_every` repeated 50 times, so deliveries stay pending
-//! for as long as building and measuring take. A retry is only attempted when it is due, so the drain
-//! starts at the next retry of the deliveries the server holds in memory: reported as the wait before
-//! the first delivery, apart from the drain rate.
+//! for as long as building and measuring take, and the circuit breaker's cool-down is capped at
+//! `retry_every` too. The down endpoint's breaker is open by the time it comes back, so the drain starts
+//! with the next probe (within `retry_every`), then ramps up (slow start) to the endpoint's cap: the wait
+//! before the first delivery is reported apart from the drain rate.
 
 use std::time::{Duration, Instant};
 
@@ -147,6 +148,7 @@ pub async fn run(options: &Options, params: &BacklogParams) -> anyhow::Result<Ba
     let every = crate::env::config_duration(params.retry_every);
     let tweaks = NodeTweaks {
         retry_schedule: Some(vec![every.as_str(); SCHEDULE_LEN].join(",")),
+        breaker_max_cooldown: Some(params.retry_every),
         ..NodeTweaks::default()
     };
     let env = Env::start(options, &tweaks).await?;

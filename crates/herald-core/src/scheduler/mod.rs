@@ -258,14 +258,17 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
         self.overflowing.insert(endpoint);
     }
 
-    /// Forget an endpoint and everything queued for it (it was deleted). In-flight results that arrive
-    /// later are ignored.
+    /// Forget an endpoint and everything queued for it (it was deleted, or another node delivers for it
+    /// now). In-flight results that arrive later are ignored.
     pub fn remove_endpoint(&mut self, endpoint: &K) {
         if let Some(queue) = self.endpoints.remove(endpoint) {
             self.in_flight -= u64::from(queue.in_flight);
         }
         self.overflowing.remove(endpoint);
-        // Ring entries, timers and wake-ups of the removed endpoint are dropped lazily when reached.
+        // Its retry timers go now: should the endpoint come back (its partition returns to this node),
+        // they would otherwise land in the new queue beside the same deliveries read from the store.
+        self.timers.retain(|Reverse(timer)| &timer.endpoint != endpoint);
+        // Ring entries and wake-ups of the removed endpoint are dropped lazily when reached.
     }
 
     /// Offer a new delivery straight from ingest (already committed to the store with `seq`).

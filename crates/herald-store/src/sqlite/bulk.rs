@@ -1,22 +1,23 @@
-//! The fast path of group commit: a whole batch in a handful of multi-row statements.
+//! SQLite's half of group commit: the reads that plan a batch and the multi-row writes.
 //!
-//! Per message, the careful path ([`super::writer`]) costs a savepoint, a duplicate lookup, an insert
-//! and one insert per delivery — each a round trip to SQLite's connection thread. Here the batch is
-//! *planned* first (which apps exist, which messages repeat an earlier `eventId` or `idempotency-key`,
-//! which endpoints each new message fans out to) with one query each, and then written with one
-//! multi-row `INSERT` per table. Anything the plan did not foresee fails the whole statement; the writer
-//! then rolls back and replays the batch on the careful path, so a surprise costs speed, never custody.
+//! Per message, the careful path (see [`crate::group_commit`]) costs a savepoint, a duplicate lookup, an
+//! insert and one insert per delivery — each a round trip to SQLite's connection thread. Here the batch
+//! is *planned* first ([`crate::plan`]: which apps exist, which messages repeat an earlier `eventId` or
+//! `idempotency-key`, which endpoints each new message fans out to) with one query each, and then
+//! written with one multi-row `INSERT` per table. Anything the plan did not foresee fails the whole
+//! statement; the writer then rolls back and replays the batch on the careful path, so a surprise costs
+//! speed, never custody.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Endpoint, Message};
-use sqlx::{AssertSqlSafe, Row, SqliteConnection};
+use futures::future::BoxFuture;
+use herald_core::model::Endpoint;
+use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
-use super::rows;
-use super::writer::IngestJob;
-use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
+use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
+use crate::plan::{self, Earlier, FanOut, NewRow};
+use crate::{AttemptRecord, CreatedDelivery, StoreResult, rows};
 
 /// Rows per multi-row `INSERT` (SQLite allows 32,766 bound values per statement).
 pub(crate) const ROWS_PER_INSERT: usize = 256;
@@ -26,70 +27,37 @@ pub(crate) fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// The outcome of each job, in order. The outer error means a statement failed and nothing of this
-/// batch may be kept.
-pub(crate) async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Vec<StoreResult<Ingested>>> {
-    let app_ids: Vec<&str> = batch
-        .iter()
-        .map(|j| j.new.app_id.as_str())
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
+/// SQLite's [`BatchWriter`].
+pub(crate) struct SqliteBatches;
+
+impl BatchWriter for SqliteBatches {
+    type Db = Sqlite;
+
+    fn prepare<'c>(&'c self, _conn: &'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<()>> {
+        // One write connection serialises every writer already.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn write<'c>(
+        &'c self,
+        conn: &'c mut SqliteConnection,
+        batch: &'c [IngestJob],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(write(conn, batch))
+    }
+}
+
+async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Outcomes> {
+    let app_ids = plan::app_ids(batch);
     let existing_apps = existing_apps(conn, &app_ids).await?;
     let subscribers = subscribers(conn, &app_ids).await?;
-    let mut previous = earlier_messages(conn, batch).await?;
-
-    let now = herald_core::clock::now_ms();
-    let mut outcomes: Vec<StoreResult<Ingested>> = Vec::with_capacity(batch.len());
-    let mut new_messages: Vec<(usize, Message, Option<&str>)> = Vec::new();
-    for (index, job) in batch.iter().enumerate() {
-        let new = &job.new;
-        if !existing_apps.contains(new.app_id.as_str()) {
-            outcomes.push(Err(StoreError::NotFound));
-            continue;
-        }
-        if let Some(original) = previous.find(&new.app_id, new.event_id.as_deref(), new.idempotency_key.as_deref()) {
-            outcomes.push(Ok(Ingested::Duplicate(original)));
-            continue;
-        }
-        let message = Message {
-            id: new_id(IdKind::Message),
-            app_id: new.app_id.clone(),
-            event_id: new.event_id.clone(),
-            event_type: new.event_type.clone(),
-            channels: new.channels.clone(),
-            payload: new.payload.clone(),
-            ordering_key: new.ordering_key.clone(),
-            created_at: now,
-        };
-        previous.remember(&message, new.idempotency_key.as_deref());
-        // Placeholder until the deliveries are written; replaced below.
-        outcomes.push(Ok(Ingested::Duplicate(message.clone())));
-        new_messages.push((index, message, new.idempotency_key.as_deref()));
-    }
-
-    insert_messages(conn, &new_messages).await?;
-    let fan_out: Vec<(usize, &Message, &str)> = new_messages
-        .iter()
-        .flat_map(|(index, message, _)| {
-            subscribers
-                .get(message.app_id.as_str())
-                .into_iter()
-                .flatten()
-                .filter(|ep| ep.subscribes_to(&message.event_type, message.channels.as_deref()))
-                .map(move |ep| (*index, message, ep.id.as_str()))
-        })
-        .collect();
-    let mut deliveries = insert_deliveries(conn, &fan_out).await?;
-    for (index, message, _) in new_messages {
-        let mut created = deliveries.remove(&index).unwrap_or_default();
-        created.sort_by_key(|d| d.seq);
-        outcomes[index] = Ok(Ingested::Created {
-            message,
-            deliveries: created,
-        });
-    }
-    Ok(outcomes)
+    let earlier = earlier_messages(conn, batch).await?;
+    let plan = plan::plan(batch, &existing_apps, earlier);
+    insert_messages(conn, &plan.messages).await?;
+    let fan_out = plan.fan_out(&subscribers);
+    let deliveries = insert_deliveries(conn, &fan_out).await?;
+    drop(fan_out);
+    Ok(plan.finish(deliveries))
 }
 
 async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashSet<String>> {
@@ -101,8 +69,7 @@ async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreRe
     Ok(query.fetch_all(&mut *conn).await?.into_iter().collect())
 }
 
-/// Each app's endpoints. Disabled ones are included: their deliveries queue until the endpoint is
-/// enabled again (or their time window ends).
+/// Each app's endpoints, disabled ones included.
 async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Endpoint>>> {
     let sql = format!("SELECT * FROM endpoint WHERE app_id IN ({})", marks(app_ids.len()));
     let mut query = sqlx::query(AssertSqlSafe(sql));
@@ -118,40 +85,9 @@ async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResu
     Ok(by_app)
 }
 
-/// Messages already stored, or earlier in this batch, by (app, event id) and (app, idempotency key).
-#[derive(Default)]
-struct Earlier {
-    by_event_id: HashMap<(String, String), Message>,
-    by_key: HashMap<(String, String), Message>,
-}
-
-impl Earlier {
-    fn find(&self, app_id: &str, event_id: Option<&str>, key: Option<&str>) -> Option<Message> {
-        let lookup = |map: &HashMap<(String, String), Message>, value: Option<&str>| {
-            value.and_then(|v| map.get(&(app_id.to_owned(), v.to_owned())).cloned())
-        };
-        lookup(&self.by_event_id, event_id).or_else(|| lookup(&self.by_key, key))
-    }
-
-    fn remember(&mut self, message: &Message, key: Option<&str>) {
-        if let Some(event_id) = &message.event_id {
-            self.by_event_id
-                .insert((message.app_id.clone(), event_id.clone()), message.clone());
-        }
-        if let Some(key) = key {
-            self.by_key
-                .insert((message.app_id.clone(), key.to_owned()), message.clone());
-        }
-    }
-}
-
 async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {
     let mut earlier = Earlier::default();
-    let keyed: Vec<&IngestJob> = batch
-        .iter()
-        .filter(|j| j.new.event_id.is_some() || j.new.idempotency_key.is_some())
-        .collect();
-    for chunk in keyed.chunks(ROWS_PER_INSERT) {
+    for chunk in plan::keyed(batch).chunks(ROWS_PER_INSERT) {
         let pairs = vec!["(?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "WITH wanted (app_id, event_id, idem) AS (VALUES {pairs}) \
@@ -175,25 +111,27 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
     Ok(earlier)
 }
 
-async fn insert_messages(conn: &mut SqliteConnection, messages: &[(usize, Message, Option<&str>)]) -> StoreResult<()> {
+async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
     for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, \
-             ordering_key, created_at) VALUES {values}"
+             ordering_key, created_at, payload_expires_at) VALUES {values}"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (_, m, key) in chunk {
+        for row in chunk {
+            let m = &row.message;
             query = query
                 .bind(&m.id)
                 .bind(&m.app_id)
                 .bind(&m.event_id)
-                .bind(*key)
+                .bind(row.idempotency_key)
                 .bind(&m.event_type)
                 .bind(rows::encode_list(&m.channels))
                 .bind(Arc::clone(&m.payload))
                 .bind(&m.ordering_key)
-                .bind(m.created_at);
+                .bind(m.created_at)
+                .bind(row.payload_expires_at);
         }
         query.execute(&mut *conn).await?;
     }
@@ -203,9 +141,9 @@ async fn insert_messages(conn: &mut SqliteConnection, messages: &[(usize, Messag
 /// Insert the deliveries; their seqs, grouped by the index of the job they belong to.
 async fn insert_deliveries(
     conn: &mut SqliteConnection,
-    fan_out: &[(usize, &Message, &str)],
+    fan_out: &[FanOut<'_>],
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
-    let mut by_job: HashMap<usize, Vec<CreatedDelivery>> = HashMap::new();
+    let mut by_job = HashMap::new();
     for chunk in fan_out.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, 0, 0, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
@@ -213,39 +151,32 @@ async fn insert_deliveries(
              VALUES {values} RETURNING seq, message_id, endpoint_id"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (_, m, endpoint_id) in chunk {
+        for f in chunk {
             query = query
-                .bind(&m.id)
-                .bind(*endpoint_id)
-                .bind(m.created_at)
-                .bind(m.created_at);
+                .bind(&f.message.id)
+                .bind(f.endpoint_id)
+                .bind(f.message.created_at)
+                .bind(f.message.created_at);
         }
-        // RETURNING order is unspecified: match rows back by (message, endpoint), which is unique here.
-        let index_of: HashMap<(&str, &str), usize> = chunk
+        let returned = query
+            .fetch_all(&mut *conn)
+            .await?
             .iter()
-            .map(|(index, m, ep)| ((m.id.as_str(), *ep), *index))
-            .collect();
-        for row in query.fetch_all(&mut *conn).await? {
-            let message_id: String = row.try_get("message_id")?;
-            let endpoint_id: String = row.try_get("endpoint_id")?;
-            let index = index_of
-                .get(&(message_id.as_str(), endpoint_id.as_str()))
-                .copied()
-                .ok_or_else(|| StoreError::Corrupt("a delivery came back that was not inserted".into()))?;
-            by_job.entry(index).or_default().push(CreatedDelivery {
-                seq: row.try_get("seq")?,
-                endpoint_id,
-            });
-        }
+            .map(|row| {
+                Ok((
+                    row.try_get("seq")?,
+                    row.try_get("message_id")?,
+                    row.try_get("endpoint_id")?,
+                ))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        plan::group_deliveries(chunk, returned, &mut by_job)?;
     }
     Ok(by_job)
 }
 
-/// Append a batch of attempts and move their deliveries on, in three statements per chunk.
-///
-/// A delivery may appear more than once in a batch (a fast retry finished before the previous result
-/// was written); its row takes the state of its latest attempt. As in the careful path, only deliveries
-/// still pending are updated.
+/// Append a batch of attempts and move their deliveries on, in a few statements per chunk. Only
+/// deliveries still pending are updated.
 pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[AttemptRecord]) -> StoreResult<()> {
     for chunk in records.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
@@ -275,14 +206,7 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         query.execute(&mut *conn).await?;
     }
 
-    let mut latest: HashMap<i64, &AttemptRecord> = HashMap::new();
-    for record in records {
-        let slot = latest.entry(record.delivery_seq).or_insert(record);
-        if record.attempt.attempt_number > slot.attempt.attempt_number {
-            *slot = record;
-        }
-    }
-    let latest: Vec<&AttemptRecord> = latest.into_values().collect();
+    let latest = plan::latest_per_delivery(records);
     for chunk in latest.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
@@ -303,5 +227,5 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         query.execute(&mut *conn).await?;
     }
 
-    Ok(())
+    super::events::record_attempt_events(conn, records).await
 }

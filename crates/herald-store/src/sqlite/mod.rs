@@ -2,10 +2,11 @@
 //! message survives `kill -9` and a power cut), one writer connection and a pool of readers.
 
 mod bulk;
+mod events;
 mod operations;
-mod rows;
+mod retention;
 mod secrets;
-mod writer;
+mod tenancy;
 
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -20,10 +21,14 @@ use sqlx::{Acquire, AssertSqlSafe, Row, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::crypto::SecretCipher;
+use crate::group_commit::{self, IngestJob};
+use crate::sql::{keyset as keyset_with, limit, limit_plus_one, map_constraint};
 use crate::{
-    AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
-    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, Store, StoreError, StoreResult,
+    AppToken, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats, DeliveryView, Ingested,
+    MessageFilter, NewMessage, Page, PageRequest, PendingDelivery, Requeue, RetentionStep, Store, StoreError,
+    StoreResult, rows,
 };
+use events::NewEvent;
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
@@ -32,7 +37,7 @@ const INGEST_QUEUE: usize = 1_024;
 pub struct SqliteStore {
     read: SqlitePool,
     write: SqlitePool,
-    ingest: mpsc::Sender<writer::IngestJob>,
+    ingest: mpsc::Sender<IngestJob>,
     feed: Mutex<Option<CommitFeed>>,
     cipher: SecretCipher,
 }
@@ -41,16 +46,7 @@ impl SqliteStore {
     /// Open (creating if needed) the database at `url` (`sqlite://PATH`), run migrations, check the secret
     /// key (and encrypt secrets stored before encryption) and start the group-commit writer.
     pub async fn open(url: &str, cipher: SecretCipher) -> StoreResult<Self> {
-        let base = SqliteConnectOptions::from_str(url)?
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(base.clone().create_if_missing(true))
-            .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&write).await?;
+        let (base, write) = migrated(url).await?;
         secrets::prepare(&write, &cipher).await?;
         let read = SqlitePoolOptions::new()
             .max_connections(4)
@@ -58,7 +54,7 @@ impl SqliteStore {
             .await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer::run(write.clone(), jobs, feed_tx));
+        tokio::spawn(group_commit::run(write.clone(), bulk::SqliteBatches, jobs, feed_tx));
         Ok(Self {
             read,
             write,
@@ -69,28 +65,28 @@ impl SqliteStore {
     }
 }
 
-/// Turn a constraint violation into what it means: `Conflict` naming the field for a unique key,
-/// `NotFound` for a foreign key (the parent — an application or endpoint — does not exist).
-pub(crate) fn map_constraint(error: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &error {
-        if db.is_foreign_key_violation() {
-            return StoreError::NotFound;
-        }
-        if db.is_unique_violation() {
-            let message = db.message();
-            let field = if message.contains(".uid") {
-                "uid"
-            } else if message.contains(".event_id") {
-                "eventId"
-            } else if message.contains(".name") {
-                "name"
-            } else {
-                "id"
-            };
-            return StoreError::Conflict(field);
-        }
-    }
-    StoreError::Database(error)
+/// Open (creating if needed) the database at `url` and run its migrations: its connection options and
+/// the writer pool.
+async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> {
+    let base = SqliteConnectOptions::from_str(url)?
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(10));
+    let write = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(base.clone().create_if_missing(true))
+        .await?;
+    sqlx::migrate!("./migrations/sqlite").run(&write).await?;
+    Ok((base, write))
+}
+
+/// Run the migrations of the database at `url` (creating it if needed) and nothing else: no key is
+/// needed (secrets stored in plain text are encrypted by the next [`SqliteStore::open`]).
+pub async fn migrate(url: &str) -> StoreResult<()> {
+    let (_, write) = migrated(url).await?;
+    write.close().await;
+    Ok(())
 }
 
 /// Bind an endpoint's changeable fields, in the column order both `create_endpoint` and
@@ -116,7 +112,7 @@ fn bind_endpoint_fields<'q>(
         .bind(ep.request_timeout_ms.map(i64::from))
         .bind(ep.version)
         .bind(rows::encode_metadata(&ep.metadata))
-        .bind(secrets::seal_headers(cipher, &ep.id, &ep.headers))
+        .bind(crate::sealing::seal_headers(cipher, &ep.id, &ep.headers))
         .bind(ep.updated_at)
 }
 
@@ -128,22 +124,9 @@ fn one_changed(result: sqlx::sqlite::SqliteQueryResult) -> StoreResult<()> {
     }
 }
 
-/// The keyset condition and order for a page over `column`.
-///
-/// Listings are either oldest-first (`newest_first = false`) or newest-first; a reverse page walks the
-/// other way from its anchor.
+/// The keyset condition and order for a page over `column`, with SQLite's placeholder.
 fn keyset(column: &str, page: &PageRequest, newest_first: bool) -> (String, String) {
-    let descending = newest_first != page.reverse;
-    let order = format!("ORDER BY {column} {}", if descending { "DESC" } else { "ASC" });
-    let condition = match page.after {
-        Some(_) => format!("{column} {} ?", if descending { "<" } else { ">" }),
-        None => "1 = 1".to_owned(),
-    };
-    (condition, order)
-}
-
-fn limit_plus_one(page: &PageRequest) -> i64 {
-    i64::try_from(page.limit).unwrap_or(i64::MAX).saturating_add(1)
+    keyset_with(column, page, newest_first, "?")
 }
 
 fn decode_all<T>(rows: &[SqliteRow], decode: fn(&SqliteRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
@@ -321,12 +304,16 @@ impl Store for SqliteStore {
                    disabled, disabled_reason, rate_limit, max_concurrency, ordering, request_timeout_ms, version, \
                    metadata, headers, updated_at, secret) \
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        let mut tx = self.write.begin().await?;
         let query = sqlx::query(sql).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
         bind_endpoint_fields(query, ep, &self.cipher)
-            .bind(secrets::seal_secret(&self.cipher, &ep.id, &ep.secret))
-            .execute(&self.write)
+            .bind(crate::sealing::seal_secret(&self.cipher, &ep.id, &ep.secret))
+            .execute(&mut *tx)
             .await
             .map_err(map_constraint)?;
+        let event = NewEvent::endpoint(events::ENDPOINT_CREATED, ep, serde_json::json!({}), ep.created_at);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -377,8 +364,13 @@ impl Store for SqliteStore {
         let sql = "UPDATE endpoint SET uid = ?, url = ?, description = ?, filter_types = ?, channels = ?, \
                    disabled = ?, disabled_reason = ?, rate_limit = ?, max_concurrency = ?, ordering = ?, \
                    request_timeout_ms = ?, version = ?, metadata = ?, headers = ?, updated_at = ? WHERE id = ?";
+        let mut tx = self.write.begin().await?;
         let query = bind_endpoint_fields(sqlx::query(sql), ep, &self.cipher).bind(&ep.id);
-        one_changed(query.execute(&self.write).await.map_err(map_constraint)?)
+        one_changed(query.execute(&mut *tx).await.map_err(map_constraint)?)?;
+        let event = NewEvent::endpoint(events::ENDPOINT_UPDATED, ep, serde_json::json!({}), ep.updated_at);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn rotate_endpoint_secret(
@@ -396,18 +388,24 @@ impl Store for SqliteStore {
     }
 
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
-        one_changed(
-            sqlx::query("DELETE FROM endpoint WHERE id = ?")
-                .bind(id)
-                .execute(&self.write)
-                .await?,
-        )
+        let mut tx = self.write.begin().await?;
+        let deleted = sqlx::query("DELETE FROM endpoint WHERE id = ? RETURNING *")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let endpoint = rows::endpoint(&deleted, Some(&self.cipher))?;
+        let now = herald_core::clock::now_ms();
+        let event = NewEvent::endpoint(events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
+        events::record(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
         let (reply, answer) = oneshot::channel();
         self.ingest
-            .send(writer::IngestJob { new, reply })
+            .send(IngestJob { new, reply })
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
@@ -483,7 +481,12 @@ impl Store for SqliteStore {
         )
     }
 
-    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>> {
+    async fn load_pending(
+        &self,
+        endpoint_id: &str,
+        after_seq: i64,
+        limit_n: usize,
+    ) -> StoreResult<Vec<PendingDelivery>> {
         let sql = format!(
             "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, d.next_trigger, \
              COALESCE(d.window_start, m.created_at) AS window_start, {} FROM delivery d \
@@ -494,7 +497,7 @@ impl Store for SqliteStore {
         let found = sqlx::query(AssertSqlSafe(sql))
             .bind(endpoint_id)
             .bind(after_seq)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(limit(limit_n))
             .fetch_all(&self.read)
             .await?;
         found
@@ -607,33 +610,50 @@ impl Store for SqliteStore {
         let Some(app_id) = app_id else {
             return Ok(false);
         };
-        let data = serde_json::json!({ "endpointId": endpoint_id, "appId": app_id, "reason": reason }).to_string();
-        sqlx::query("INSERT INTO operational_event (event_type, app_id, data, created_at) VALUES (?, ?, ?, ?)")
-            .bind("endpoint.disabled")
-            .bind(&app_id)
-            .bind(data)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        let event = NewEvent::about_endpoint(
+            events::ENDPOINT_DISABLED,
+            &app_id,
+            endpoint_id,
+            None,
+            serde_json::json!({ "reason": reason, "trigger": "automatic" }),
+            now,
+        );
+        events::record(&mut tx, &[event]).await?;
         tx.commit().await?;
         Ok(true)
     }
 
-    async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
+    async fn list_operational_events(&self, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
         let found = sqlx::query("SELECT * FROM operational_event WHERE seq > ? ORDER BY seq LIMIT ?")
             .bind(after)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(limit(limit_n))
             .fetch_all(&self.read)
             .await?;
-        decode_all(&found, |row| {
-            Ok(OperationalEvent {
-                seq: row.try_get("seq")?,
-                event_type: row.try_get("event_type")?,
-                app_id: row.try_get("app_id")?,
-                data: row.try_get("data")?,
-                created_at: row.try_get("created_at")?,
-            })
-        })
+        decode_all(&found, events::decode)
+    }
+
+    async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
+        events::unsent(&self.read, after, limit).await
+    }
+
+    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()> {
+        events::mark_sent(&self.write, seq, now).await
+    }
+
+    async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
+        tenancy::create(&self.write, token).await
+    }
+
+    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>> {
+        tenancy::find(&self.read, token_sha256, now).await
+    }
+
+    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
+        tenancy::expire(&self.write, app_id, at).await
+    }
+
+    async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep> {
+        retention::step(&self.write, attempts_before, now, limit).await
     }
 
     async fn list_attempts_by_message(

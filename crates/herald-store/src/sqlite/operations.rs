@@ -11,7 +11,8 @@ use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoin
 use sqlx::{Acquire, AssertSqlSafe, Row, SqliteConnection, SqlitePool};
 
 use super::bulk::{ROWS_PER_INSERT, marks};
-use super::{decode_all, keyset, limit_plus_one, rows};
+use super::{decode_all, keyset, limit_plus_one};
+use crate::rows;
 use crate::{DeliveryRecord, DeliveryStats, Page, PageRequest, Requeue, StoreError, StoreResult};
 
 const FAILED: i64 = DeliveryStatus::Failed.code();

@@ -1,111 +1,62 @@
-//! Endpoint secrets on SQLite: sealing on write, opening on read, the start-up key check and migration
-//! of rows written before encryption, and key rotation (`endpoint_secret` rows).
+//! Endpoint secrets on SQLite: the SQL around the shared sealing rules (`crate::sealing`): the start-up
+//! key check and migration of rows written before encryption, and key rotation (`endpoint_secret`
+//! rows).
 
-use herald_core::model::{Headers, PreviousSecret};
+use herald_core::model::PreviousSecret;
 use sqlx::{Row, SqlitePool};
 
-use crate::crypto::{CryptoError, SecretCipher};
+use crate::crypto::SecretCipher;
+use crate::sealing::{self, KEY_CHECK};
 use crate::{StoreError, StoreResult};
-
-/// The meta key of a value sealed with the store's key, opened at every start to prove the key is right
-/// before anything is signed with it.
-const KEY_CHECK: &str = "secret_key_check";
-const KEY_CHECK_TEXT: &str = "herald secret key check";
-
-/// What a sealed endpoint secret is bound to (its row), so it cannot be moved to another endpoint.
-fn secret_context(endpoint_id: &str) -> String {
-    format!("{endpoint_id}/secret")
-}
-
-fn headers_context(endpoint_id: &str) -> String {
-    format!("{endpoint_id}/headers")
-}
-
-pub(crate) fn seal_secret(cipher: &SecretCipher, endpoint_id: &str, secret: &str) -> String {
-    cipher.seal(secret, &secret_context(endpoint_id))
-}
-
-pub(crate) fn seal_headers(cipher: &SecretCipher, endpoint_id: &str, headers: &Headers) -> String {
-    let json = serde_json::to_string(headers).unwrap_or_else(|_| "{}".to_owned());
-    cipher.seal(&json, &headers_context(endpoint_id))
-}
-
-/// Open a stored value; a value that is not sealed is a row from before encryption, read as it is (the
-/// start-up migration seals those, so this only matters for rows it has not reached).
-fn open_value(cipher: &SecretCipher, stored: &str, context: &str) -> StoreResult<String> {
-    match cipher.open(stored, context) {
-        Ok(plain) => Ok(plain.as_str().to_owned()),
-        Err(CryptoError::NotSealed) => Ok(stored.to_owned()),
-        Err(error) => Err(StoreError::SecretKey(format!("{context}: {error}"))),
-    }
-}
-
-pub(crate) fn open_secret(cipher: &SecretCipher, endpoint_id: &str, stored: &str) -> StoreResult<String> {
-    open_value(cipher, stored, &secret_context(endpoint_id))
-}
-
-pub(crate) fn open_headers(cipher: &SecretCipher, endpoint_id: &str, stored: &str) -> StoreResult<Headers> {
-    let json = open_value(cipher, stored, &headers_context(endpoint_id))?;
-    serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("headers column: {e}")))
-}
 
 /// At open: refuse a key that is not the one the stored secrets were sealed with, then seal every secret
 /// and header set still stored in plain text (rows from before encryption).
 pub(crate) async fn prepare(pool: &SqlitePool, cipher: &SecretCipher) -> StoreResult<()> {
-    let wrong_key = || {
-        StoreError::SecretKey(
-            "the configured secret key does not decrypt this database's endpoint secrets; start with the key \
-             they were encrypted with"
-                .to_owned(),
-        )
-    };
     let check: Option<String> = sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
         .bind(KEY_CHECK)
         .fetch_optional(pool)
         .await?;
     match check {
-        Some(sealed) => {
-            cipher.open(&sealed, KEY_CHECK).map_err(|_| wrong_key())?;
-        }
+        Some(sealed) => sealing::verify_key_check(cipher, &sealed)?,
         None => {
             // No check value yet, but maybe sealed rows (the value was lost): one of them must open.
             let sample: Option<(String, String)> =
-                sqlx::query_as("SELECT id, secret FROM endpoint WHERE secret LIKE 'enc1:%' LIMIT 1")
+                sqlx::query_as("SELECT id, secret FROM endpoint WHERE secret LIKE ? LIMIT 1")
+                    .bind(sealing::sealed_pattern())
                     .fetch_optional(pool)
                     .await?;
             if let Some((id, sealed)) = sample {
-                cipher.open(&sealed, &secret_context(&id)).map_err(|_| wrong_key())?;
+                sealing::verify_sample(cipher, &id, &sealed)?;
             }
             // Another process opening the same new database may have written its value first: keep the first
             // one, and check this key against it.
             sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
                 .bind(KEY_CHECK)
-                .bind(cipher.seal(KEY_CHECK_TEXT, KEY_CHECK))
+                .bind(sealing::new_key_check(cipher))
                 .execute(pool)
                 .await?;
             let stored: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
                 .bind(KEY_CHECK)
                 .fetch_one(pool)
                 .await?;
-            cipher.open(&stored, KEY_CHECK).map_err(|_| wrong_key())?;
+            sealing::verify_key_check(cipher, &stored)?;
         }
     }
-    let plain = sqlx::query(
-        "SELECT id, secret, headers FROM endpoint WHERE secret NOT LIKE 'enc1:%' OR headers NOT LIKE 'enc1:%'",
-    )
-    .fetch_all(pool)
-    .await?;
+    let plain = sqlx::query("SELECT id, secret, headers FROM endpoint WHERE secret NOT LIKE ? OR headers NOT LIKE ?")
+        .bind(sealing::sealed_pattern())
+        .bind(sealing::sealed_pattern())
+        .fetch_all(pool)
+        .await?;
     if plain.is_empty() {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
     for row in &plain {
         let id: String = row.try_get("id")?;
-        let secret = open_secret(cipher, &id, row.try_get("secret")?)?;
-        let headers = open_headers(cipher, &id, row.try_get("headers")?)?;
+        let (secret, headers) = sealing::reseal(cipher, &id, row.try_get("secret")?, row.try_get("headers")?)?;
         sqlx::query("UPDATE endpoint SET secret = ?, headers = ? WHERE id = ?")
-            .bind(seal_secret(cipher, &id, &secret))
-            .bind(seal_headers(cipher, &id, &headers))
+            .bind(secret)
+            .bind(headers)
             .bind(&id)
             .execute(&mut *tx)
             .await?;
@@ -145,17 +96,17 @@ pub(crate) async fn rotate(
         .await?;
     if old_expires_at > now {
         // Re-sealed (fresh nonce) rather than copied: the stored value may predate encryption.
-        let plain = open_secret(cipher, endpoint_id, &current)?;
+        let plain = sealing::open_secret(cipher, endpoint_id, &current)?;
         sqlx::query("INSERT INTO endpoint_secret (endpoint_id, secret, rotated_at, expires_at) VALUES (?, ?, ?, ?)")
             .bind(endpoint_id)
-            .bind(seal_secret(cipher, endpoint_id, &plain))
+            .bind(sealing::seal_secret(cipher, endpoint_id, &plain))
             .bind(now)
             .bind(old_expires_at)
             .execute(&mut *tx)
             .await?;
     }
     sqlx::query("UPDATE endpoint SET secret = ?, updated_at = ? WHERE id = ?")
-        .bind(seal_secret(cipher, endpoint_id, new_secret))
+        .bind(sealing::seal_secret(cipher, endpoint_id, new_secret))
         .bind(now)
         .bind(endpoint_id)
         .execute(&mut *tx)
@@ -181,7 +132,7 @@ pub(crate) async fn previous(
     rows.iter()
         .map(|row| {
             Ok(PreviousSecret {
-                secret: open_secret(cipher, endpoint_id, row.try_get("secret")?)?,
+                secret: sealing::open_secret(cipher, endpoint_id, row.try_get("secret")?)?,
                 rotated_at: row.try_get("rotated_at")?,
                 expires_at: row.try_get("expires_at")?,
             })

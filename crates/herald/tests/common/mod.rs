@@ -1,6 +1,10 @@
-//! Test harness: the real `herald` binary on a temporary SQLite file, and real HTTP receivers on loopback.
+//! Test harness: the real `herald` binary on a temporary SQLite file or a fresh PostgreSQL database,
+//! and real HTTP receivers on loopback.
 //!
-//! Each test file uses only part of this module.
+//! [`Herald::start`] uses SQLite, or PostgreSQL for every test when `HERALD_TEST_BACKEND=postgres`;
+//! [`Herald::start_pg`] always uses PostgreSQL (`None`, with a visible "SKIPPED" line, when it is
+//! unreachable and `HERALD_REQUIRE_POSTGRES` is not `1`); [`Herald::start_on`] starts another node on
+//! the same database. Each test file uses only part of this module.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -14,6 +18,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use herald_store::testdb::{self, TestDatabase};
 use serde_json::Value;
 use tokio::sync::Notify;
 
@@ -28,26 +33,41 @@ pub struct Herald {
     pub stdout_lines: Vec<String>,
     /// The subcommand and its arguments (`serve`, or `inbox --config …`).
     pub args: Vec<String>,
+    /// The PostgreSQL database, when the node runs on one (shared by every node started on it).
+    pub database: Option<Arc<TestDatabase>>,
     http: reqwest::Client,
+}
+
+/// The harness's settings for every node, overridden by a test's own.
+fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("HERALD_ADMIN_TOKEN".into(), TOKEN.into()),
+        ("HERALD_ALLOW_PRIVATE_CIDRS".into(), "127.0.0.0/8".into()),
+        ("HERALD_ALLOW_HTTP".into(), "true".into()),
+        ("HERALD_RETRY_SCHEDULE".into(), "100ms,200ms".into()),
+        ("HERALD_CONNECT_TIMEOUT".into(), "1s".into()),
+        ("HERALD_REQUEST_TIMEOUT".into(), "2s".into()),
+        // A restarted node takes its predecessor's partitions over after at most this long.
+        ("HERALD_LEASE_TTL".into(), "3s".into()),
+    ];
+    for (k, v) in extra_env {
+        env.retain(|(key, _)| key != k);
+        env.push(((*k).into(), (*v).into()));
+    }
+    env
 }
 
 impl Herald {
     /// Start with a fresh database, loopback allowed, a fast retry schedule and the test token.
     pub async fn start(extra_env: &[(&str, &str)]) -> Self {
-        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
-        let mut env: Vec<(String, String)> = vec![
-            ("HERALD_ADMIN_TOKEN".into(), TOKEN.into()),
-            ("HERALD_ALLOW_PRIVATE_CIDRS".into(), "127.0.0.0/8".into()),
-            ("HERALD_ALLOW_HTTP".into(), "true".into()),
-            ("HERALD_RETRY_SCHEDULE".into(), "100ms,200ms".into()),
-            ("HERALD_CONNECT_TIMEOUT".into(), "1s".into()),
-            ("HERALD_REQUEST_TIMEOUT".into(), "2s".into()),
-        ];
-        for (k, v) in extra_env {
-            env.retain(|(key, _)| key != k);
-            env.push(((*k).into(), (*v).into()));
+        if std::env::var("HERALD_TEST_BACKEND").is_ok_and(|b| b == "postgres") {
+            let database = testdb::fresh("an end-to-end test")
+                .await
+                .expect("HERALD_TEST_BACKEND=postgres needs a reachable PostgreSQL");
+            return Self::start_on(Arc::new(database), extra_env).await;
         }
-        Self::spawn(dir, env, None, vec!["serve".into()]).await
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        Self::spawn(dir, test_env(extra_env), None, vec!["serve".into()], None).await
     }
 
     /// Start `herald inbox` with this configuration (written to `inbox.toml` in a fresh directory), the
@@ -59,13 +79,50 @@ impl Herald {
         let mut env: Vec<(String, String)> = vec![("HERALD_ADMIN_TOKEN".into(), TOKEN.into())];
         env.extend(extra_env.iter().map(|(k, v)| ((*k).into(), (*v).into())));
         let args = vec!["inbox".into(), "--config".into(), path.display().to_string()];
-        Self::spawn(dir, env, addr, args).await
+        Self::spawn(dir, env, addr, args, None).await
+    }
+
+    /// Start on a fresh PostgreSQL database; `None` when PostgreSQL is unreachable (and not required).
+    pub async fn start_pg(test: &str, extra_env: &[(&str, &str)]) -> Option<Self> {
+        let database = testdb::fresh(test).await?;
+        Some(Self::start_on(Arc::new(database), extra_env).await)
+    }
+
+    /// Start a node on an existing PostgreSQL database (e.g. another node of a cluster).
+    pub async fn start_on(database: Arc<TestDatabase>, extra_env: &[(&str, &str)]) -> Self {
+        Self::start_at(database.clone(), &database.url, extra_env).await
+    }
+
+    /// Start a node on `database`, reaching it at `url` (e.g. through a proxy in front of it).
+    pub async fn start_at(database: Arc<TestDatabase>, url: &str, extra_env: &[(&str, &str)]) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        // A PostgreSQL database needs the secret key configured (every node the same).
+        let mut env = vec![
+            ("HERALD_DATABASE_URL", url),
+            ("HERALD_SECRET_KEY", testdb::TEST_SECRET_KEY),
+        ];
+        env.extend_from_slice(extra_env);
+        Self::spawn(dir, test_env(&env), None, vec!["serve".into()], Some(database)).await
     }
 
     /// Start again on the same database (after [`Herald::kill9`] or [`Herald::stop`]).
     pub async fn restart(&mut self) {
-        let again = Self::spawn(self.dir.clone(), self.env.clone(), Some(self.addr), self.args.clone()).await;
+        let again = Self::spawn(
+            self.dir.clone(),
+            self.env.clone(),
+            Some(self.addr),
+            self.args.clone(),
+            self.database.clone(),
+        )
+        .await;
         *self = again;
+    }
+
+    /// Whether the process is still running (it has not exited, e.g. by a panic).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
     pub fn db_path(&self) -> PathBuf {
@@ -77,6 +134,7 @@ impl Herald {
         env: Vec<(String, String)>,
         addr: Option<SocketAddr>,
         args: Vec<String>,
+        database: Option<Arc<TestDatabase>>,
     ) -> Self {
         let listen = addr.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
         let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
@@ -132,6 +190,7 @@ impl Herald {
             env,
             stdout_lines,
             args,
+            database,
             http,
         }
     }
@@ -501,4 +560,75 @@ pub fn free_port() -> u16 {
         .local_addr()
         .expect("addr")
         .port()
+}
+
+/// A TCP proxy on loopback in front of another address, that a test can cut and restore: a database
+/// outage for one node without touching the shared server.
+pub struct TcpProxy {
+    pub port: u16,
+    target: SocketAddr,
+    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let proxy = Self {
+            port,
+            target,
+            running: Mutex::new(None),
+        };
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let target = self.target;
+        let task = tokio::spawn(async move {
+            // Connections live in this set: aborting the task drops it, which aborts (and closes) them.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                while connections.try_join_next().is_some() {}
+            }
+        });
+        *self.running.lock().unwrap() = Some(task);
+    }
+
+    /// Close every proxied connection and refuse new ones.
+    pub fn cut(&self) {
+        if let Some(task) = self.running.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+
+    /// Accept connections again, on the same port.
+    pub async fn restore(&self) {
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => break listener,
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "cannot re-bind the proxy: {error}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        self.serve(listener);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
 }

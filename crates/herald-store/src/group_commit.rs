@@ -1,20 +1,20 @@
-//! Group commit for ingest: one task writes every waiting message in one transaction and one fsync.
+//! Group commit for ingest, for every backend: one task writes every waiting message in one transaction.
 //!
 //! Handlers send their message here and wait on a oneshot. The writer takes whatever is queued (up to
 //! [`MAX_BATCH`]), writes it all in one transaction, commits once, publishes the new deliveries to the
 //! commit feed *in commit order*, and only then answers the handlers. Idle, a lone request commits at
 //! once; under load the batches grow by themselves, so throughput scales with concurrency while every
-//! acknowledged message is on disk.
+//! acknowledged message is durable.
 //!
-//! The writer also decides the fan-out. It reads the apps' endpoints inside the transaction, on the one
-//! write connection that every endpoint change also goes through, so a message can never be fanned out
-//! to a stale list of endpoints (a deleted one, or missing a new one). How a batch is written is in
-//! [`super::bulk`]; should a batch fail as a whole, it is replayed one message per savepoint, so one
-//! failing message fails alone and never half-stores.
+//! The writer also decides the fan-out: the backend reads the apps' endpoints inside the transaction (see
+//! [`crate::plan`]), so a message can never be fanned out to a stale list of endpoints. How a batch is
+//! written is the backend's [`BatchWriter`]; should a batch fail as a whole, it is replayed one message
+//! per savepoint, so one failing message fails alone and never half-stores.
 
 use std::sync::Arc;
 
-use sqlx::{Acquire, SqlitePool};
+use futures::future::BoxFuture;
+use sqlx::{Connection, Database, Pool};
 use tokio::sync::{mpsc, oneshot};
 
 use herald_core::model::AttemptTrigger;
@@ -24,19 +24,41 @@ use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 /// The most messages committed in one transaction.
 pub(crate) const MAX_BATCH: usize = 512;
 
+/// One ingest request waiting for the writer.
 pub(crate) struct IngestJob {
     pub(crate) new: NewMessage,
     pub(crate) reply: oneshot::Sender<StoreResult<Ingested>>,
 }
 
-pub(crate) async fn run(
-    pool: SqlitePool,
+/// The outcome of each job of a batch, in order.
+pub(crate) type Outcomes = Vec<StoreResult<Ingested>>;
+
+/// How a backend writes a batch inside a transaction the writer opened.
+pub(crate) trait BatchWriter: Send + Sync + 'static {
+    /// The database.
+    type Db: Database;
+
+    /// Run once at the start of each batch transaction, before anything is written.
+    fn prepare<'c>(&'c self, conn: &'c mut <Self::Db as Database>::Connection) -> BoxFuture<'c, StoreResult<()>>;
+
+    /// Write the jobs; the outer error means a statement failed and nothing of this batch may be kept.
+    fn write<'c>(
+        &'c self,
+        conn: &'c mut <Self::Db as Database>::Connection,
+        batch: &'c [IngestJob],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>>;
+}
+
+/// Run the writer until every sender is gone.
+pub(crate) async fn run<W: BatchWriter>(
+    pool: Pool<W::Db>,
+    writer: W,
     mut jobs: mpsc::Receiver<IngestJob>,
     feed: mpsc::UnboundedSender<Vec<PendingDelivery>>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match write_batch(&pool, &batch).await {
+        match write_batch(&pool, &writer, &batch).await {
             Ok(outcomes) => {
                 let committed: Vec<PendingDelivery> = outcomes
                     .iter()
@@ -89,10 +111,11 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 /// The fast path writes the whole batch with a few multi-row statements; if anything in it fails, the
 /// batch is rolled back and written again message by message, each in its own savepoint, so that one
 /// bad message fails alone.
-async fn write_batch(pool: &SqlitePool, batch: &[IngestJob]) -> Result<Vec<StoreResult<Ingested>>, StoreError> {
+async fn write_batch<W: BatchWriter>(pool: &Pool<W::Db>, writer: &W, batch: &[IngestJob]) -> StoreResult<Outcomes> {
     let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    match super::bulk::write(&mut tx, batch).await {
+    let mut tx = (*conn).begin().await?;
+    writer.prepare(&mut tx).await?;
+    match writer.write(&mut tx, batch).await {
         Ok(outcomes) => {
             tx.commit().await?;
             return Ok(outcomes);
@@ -102,11 +125,12 @@ async fn write_batch(pool: &SqlitePool, batch: &[IngestJob]) -> Result<Vec<Store
             tx.rollback().await?;
         }
     }
-    let mut tx = conn.begin().await?;
+    let mut tx = (*conn).begin().await?;
+    writer.prepare(&mut tx).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for job in batch {
-        let mut savepoint = tx.begin().await?;
-        match super::bulk::write(&mut savepoint, std::slice::from_ref(job)).await {
+        let mut savepoint = (*tx).begin().await?;
+        match writer.write(&mut savepoint, std::slice::from_ref(job)).await {
             Ok(mut single) => {
                 savepoint.commit().await?;
                 outcomes.push(single.pop().unwrap_or(Err(StoreError::Closed)));

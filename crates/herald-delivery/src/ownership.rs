@@ -1,0 +1,44 @@
+//! The engine's hook into scale-out: which endpoints this node may deliver for, and the changes to that.
+//!
+//! A store shared by several nodes (PostgreSQL) hands out an [`Ownership`]; a store that serves one node
+//! (SQLite) has none, and then this node owns everything and nothing ever changes. Everything about
+//! leases lives in the store; the engine only filters what it schedules and reacts to [`OwnershipEvent`]s.
+
+use std::sync::Arc;
+
+use herald_store::{Ownership, OwnershipEvent, SharedStore};
+use tokio::sync::mpsc;
+
+/// Whether this node may schedule an endpoint.
+#[derive(Clone)]
+pub(crate) struct Owner(Option<Arc<dyn Ownership>>);
+
+impl Owner {
+    pub(crate) fn of(store: &SharedStore) -> Self {
+        Self(store.ownership())
+    }
+
+    pub(crate) fn owns(&self, endpoint_id: &str) -> bool {
+        self.0.as_ref().is_none_or(|ownership| ownership.owns(endpoint_id))
+    }
+}
+
+/// The stream of ownership changes (empty on a single-node store).
+pub(crate) struct Changes(Option<mpsc::UnboundedReceiver<OwnershipEvent>>);
+
+impl Changes {
+    pub(crate) fn take(store: &SharedStore) -> Self {
+        Self(store.ownership().and_then(|ownership| ownership.take_events()))
+    }
+
+    /// The next change; never resolves when there are none to come.
+    pub(crate) async fn next(&mut self) -> OwnershipEvent {
+        if let Some(events) = &mut self.0
+            && let Some(event) = events.recv().await
+        {
+            return event;
+        }
+        self.0 = None;
+        std::future::pending().await
+    }
+}

@@ -1,0 +1,54 @@
+//! The retention job: every `retention_interval`, delete attempts older than `retention` and expunge the
+//! payloads whose `payloadRetentionPeriod` has passed (metadata and attempts of those messages stay).
+//!
+//! It works in small batches, each its own short transaction, with a pause between them, so the single
+//! write connection is never held long: ingest and delivery results slip in between batches.
+
+use std::time::Duration;
+
+use herald_core::clock::now_ms;
+use herald_store::{RetentionStep, SharedStore, StoreResult};
+use tokio::task::JoinHandle;
+
+/// Rows per batch.
+const BATCH: usize = 500;
+/// A pause between batches, leaving the write connection to ingest and results.
+const BREATHER: Duration = Duration::from_millis(10);
+
+/// Start the job: a first run right away, then one every `interval`.
+pub fn spawn(store: SharedStore, retention: Duration, interval: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match run_once(&store, retention).await {
+                Ok(done) if done != RetentionStep::default() => tracing::info!(
+                    attempts_deleted = done.attempts_deleted,
+                    payloads_expunged = done.payloads_expunged,
+                    "retention run done"
+                ),
+                Ok(_) => {}
+                // The next run picks up where this one stopped.
+                Err(error) => tracing::warn!(%error, "retention run failed"),
+            }
+        }
+    })
+}
+
+/// One run: batches until nothing old is left; returns the totals.
+pub async fn run_once(store: &SharedStore, retention: Duration) -> StoreResult<RetentionStep> {
+    let now = now_ms();
+    let cutoff = now.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let mut total = RetentionStep::default();
+    loop {
+        let step = store.retention_step(cutoff, now, BATCH).await?;
+        total.attempts_deleted += step.attempts_deleted;
+        total.payloads_expunged += step.payloads_expunged;
+        let limit = BATCH as u64;
+        if step.attempts_deleted < limit && step.payloads_expunged < limit {
+            return Ok(total);
+        }
+        tokio::time::sleep(BREATHER).await;
+    }
+}

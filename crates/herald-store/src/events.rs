@@ -1,0 +1,156 @@
+//! Operational events, backend-neutral: what each change reports ([`NewEvent`]) and which events a batch
+//! of attempt results causes ([`attempt_events`]). Each backend records them in the transaction of the
+//! change they report, so an event exists if and only if its change committed; the `operational_event`
+//! table doubles as the outbox the operational webhook's sender reads (`sent_at IS NULL` until sent).
+
+use std::collections::HashSet;
+
+use herald_core::model::{DeliveryStatus, Endpoint};
+use serde_json::{Value, json};
+
+use crate::AttemptRecord;
+
+/// A delivery's attempt number whose failure is reported (Svix: "failed 4 times").
+pub(crate) const FAILING_AFTER_ATTEMPTS: u32 = 4;
+
+pub(crate) const ENDPOINT_CREATED: &str = "endpoint.created";
+pub(crate) const ENDPOINT_UPDATED: &str = "endpoint.updated";
+pub(crate) const ENDPOINT_DELETED: &str = "endpoint.deleted";
+pub(crate) const ENDPOINT_DISABLED: &str = "endpoint.disabled";
+pub(crate) const ATTEMPT_FAILING: &str = "message.attempt.failing";
+pub(crate) const ATTEMPT_EXHAUSTED: &str = "message.attempt.exhausted";
+pub(crate) const ATTEMPT_RECOVERED: &str = "message.attempt.recovered";
+
+/// An event to record.
+pub(crate) struct NewEvent {
+    pub(crate) event_type: &'static str,
+    pub(crate) app_id: String,
+    /// Set for events about one delivery.
+    pub(crate) message_id: Option<String>,
+    pub(crate) endpoint_id: Option<String>,
+    pub(crate) data: Value,
+    pub(crate) created_at: i64,
+}
+
+impl NewEvent {
+    /// An `endpoint.*` event; `extra` fields are added to the data.
+    pub(crate) fn endpoint(event_type: &'static str, endpoint: &Endpoint, extra: Value, now: i64) -> Self {
+        Self::about_endpoint(
+            event_type,
+            &endpoint.app_id,
+            &endpoint.id,
+            endpoint.uid.as_deref(),
+            extra,
+            now,
+        )
+    }
+
+    pub(crate) fn about_endpoint(
+        event_type: &'static str,
+        app_id: &str,
+        endpoint_id: &str,
+        endpoint_uid: Option<&str>,
+        extra: Value,
+        now: i64,
+    ) -> Self {
+        let mut data = json!({ "appId": app_id, "endpointId": endpoint_id });
+        if let Some(uid) = endpoint_uid {
+            data["endpointUid"] = json!(uid);
+        }
+        merge(&mut data, extra);
+        Self {
+            event_type,
+            app_id: app_id.to_owned(),
+            message_id: None,
+            endpoint_id: Some(endpoint_id.to_owned()),
+            data,
+            created_at: now,
+        }
+    }
+
+    /// A `message.attempt.*` event about the delivery an attempt belongs to.
+    pub(crate) fn attempt(event_type: &'static str, record: &AttemptRecord, extra: Value) -> Self {
+        let a = &record.attempt;
+        let finished = a.created_at.saturating_add(a.duration_ms);
+        let mut data = json!({
+            "appId": record.app_id,
+            "endpointId": a.endpoint_id,
+            "msgId": a.message_id,
+            "attempts": a.attempt_number,
+            "lastAttempt": {
+                "id": a.id,
+                "responseStatusCode": a.response_status.unwrap_or(0),
+                "outcome": a.outcome,
+                "timestamp": rfc3339(a.created_at),
+            },
+        });
+        merge(&mut data, extra);
+        Self {
+            event_type,
+            app_id: record.app_id.clone(),
+            message_id: Some(a.message_id.clone()),
+            endpoint_id: Some(a.endpoint_id.clone()),
+            data,
+            created_at: finished,
+        }
+    }
+}
+
+fn merge(data: &mut Value, extra: Value) {
+    if let (Some(target), Value::Object(extra)) = (data.as_object_mut(), extra) {
+        target.extend(extra);
+    }
+}
+
+/// A time as RFC 3339 (what the API shows everywhere).
+pub(crate) fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+/// The successes of a batch that may be recoveries: a later attempt, or the first attempt of a re-queued
+/// delivery (resend, recover). Only these need the backend to look up earlier trouble, so the common
+/// first-try success costs nothing.
+pub(crate) fn may_recover(records: &[AttemptRecord]) -> Vec<&AttemptRecord> {
+    records
+        .iter()
+        .filter(|r| r.attempt.success && (r.attempt.attempt_number > 1 || r.attempt.trigger.code() != 0))
+        .collect()
+}
+
+/// The `message.attempt.*` events a batch of attempt results causes, given the (message, endpoint) pairs
+/// with a `failing` or `exhausted` event newer than their latest `recovered` one ([`may_recover`]'s pairs
+/// looked up by the backend): a success is `recovered` exactly when operators heard of the trouble.
+pub(crate) fn attempt_events(records: &[AttemptRecord], mut troubled: HashSet<(String, String)>) -> Vec<NewEvent> {
+    let mut events = Vec::new();
+    for record in records {
+        let a = &record.attempt;
+        let pair = (a.message_id.clone(), a.endpoint_id.clone());
+        if a.success {
+            if troubled.remove(&pair) {
+                events.push(NewEvent::attempt(ATTEMPT_RECOVERED, record, json!({})));
+            }
+            continue;
+        }
+        if a.attempt_number == FAILING_AFTER_ATTEMPTS {
+            events.push(NewEvent::attempt(ATTEMPT_FAILING, record, json!({})));
+            troubled.insert(pair.clone());
+        }
+        let ended = match record.status {
+            DeliveryStatus::Dead => Some("dead"),
+            DeliveryStatus::Failed => Some("failed"),
+            _ => None,
+        };
+        if let Some(status) = ended {
+            events.push(NewEvent::attempt(
+                ATTEMPT_EXHAUSTED,
+                record,
+                json!({ "deliveryStatus": status }),
+            ));
+            troubled.insert(pair);
+        }
+    }
+    events
+}

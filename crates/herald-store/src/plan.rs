@@ -1,0 +1,199 @@
+//! The backend-independent half of a group-commit batch: deciding what to write.
+//!
+//! A backend reads three things in the batch's transaction — which apps exist, each app's endpoints and
+//! the messages that already carry one of the batch's event ids or idempotency keys — and [`plan`] turns
+//! them into each job's outcome, the new messages to insert and their fan-out. After inserting, the
+//! backend hands the created deliveries back to [`Plan::finish`]. Only the reads and writes are dialect
+//! specific; every decision lives here, once.
+
+use std::collections::{HashMap, HashSet};
+
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::{Endpoint, Message};
+
+use crate::group_commit::IngestJob;
+use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
+
+/// Messages already stored, or earlier in this batch, by (app, event id) and (app, idempotency key).
+#[derive(Default)]
+pub(crate) struct Earlier {
+    by_event_id: HashMap<(String, String), Message>,
+    by_key: HashMap<(String, String), Message>,
+}
+
+impl Earlier {
+    fn find(&self, app_id: &str, event_id: Option<&str>, key: Option<&str>) -> Option<Message> {
+        let lookup = |map: &HashMap<(String, String), Message>, value: Option<&str>| {
+            value.and_then(|v| map.get(&(app_id.to_owned(), v.to_owned())).cloned())
+        };
+        lookup(&self.by_event_id, event_id).or_else(|| lookup(&self.by_key, key))
+    }
+
+    /// Remember a message (read from the store, or created earlier in the batch) under its event id and
+    /// idempotency key.
+    pub(crate) fn remember(&mut self, message: &Message, key: Option<&str>) {
+        if let Some(event_id) = &message.event_id {
+            self.by_event_id
+                .insert((message.app_id.clone(), event_id.clone()), message.clone());
+        }
+        if let Some(key) = key {
+            self.by_key
+                .insert((message.app_id.clone(), key.to_owned()), message.clone());
+        }
+    }
+}
+
+/// The distinct apps of a batch.
+pub(crate) fn app_ids(batch: &[IngestJob]) -> Vec<&str> {
+    batch
+        .iter()
+        .map(|j| j.new.app_id.as_str())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The jobs that carry an event id or idempotency key (the only ones that can be duplicates).
+pub(crate) fn keyed(batch: &[IngestJob]) -> Vec<&IngestJob> {
+    batch
+        .iter()
+        .filter(|j| j.new.event_id.is_some() || j.new.idempotency_key.is_some())
+        .collect()
+}
+
+/// A new message to insert: the index of its job, the message, its idempotency key.
+pub(crate) struct NewRow<'a> {
+    pub(crate) job: usize,
+    pub(crate) message: Message,
+    pub(crate) idempotency_key: Option<&'a str>,
+    /// When the payload expires (the producer's `payloadRetentionPeriod`), if it does.
+    pub(crate) payload_expires_at: Option<i64>,
+}
+
+/// One delivery to insert: the index of its job, its message and endpoint.
+pub(crate) struct FanOut<'a> {
+    pub(crate) job: usize,
+    pub(crate) message: &'a Message,
+    pub(crate) endpoint_id: &'a str,
+}
+
+/// What a batch writes, and each job's outcome.
+pub(crate) struct Plan<'a> {
+    outcomes: Vec<StoreResult<Ingested>>,
+    /// The messages to insert.
+    pub(crate) messages: Vec<NewRow<'a>>,
+}
+
+/// Decide every job of a batch. Ids and creation times are assigned here, inside the transaction that
+/// commits them, so ids follow commit order.
+pub(crate) fn plan<'a>(batch: &'a [IngestJob], existing_apps: &HashSet<String>, mut earlier: Earlier) -> Plan<'a> {
+    let now = herald_core::clock::now_ms();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut messages = Vec::new();
+    for (index, job) in batch.iter().enumerate() {
+        let new = &job.new;
+        if !existing_apps.contains(new.app_id.as_str()) {
+            outcomes.push(Err(StoreError::NotFound));
+            continue;
+        }
+        if let Some(original) = earlier.find(&new.app_id, new.event_id.as_deref(), new.idempotency_key.as_deref()) {
+            outcomes.push(Ok(Ingested::Duplicate(original)));
+            continue;
+        }
+        let message = Message {
+            id: new_id(IdKind::Message),
+            app_id: new.app_id.clone(),
+            event_id: new.event_id.clone(),
+            event_type: new.event_type.clone(),
+            channels: new.channels.clone(),
+            payload: new.payload.clone(),
+            ordering_key: new.ordering_key.clone(),
+            created_at: now,
+        };
+        earlier.remember(&message, new.idempotency_key.as_deref());
+        // Placeholder until the deliveries are written; replaced by `finish`.
+        outcomes.push(Err(StoreError::Closed));
+        messages.push(NewRow {
+            job: index,
+            message,
+            idempotency_key: new.idempotency_key.as_deref(),
+            payload_expires_at: new.payload_retention_ms.map(|keep| now.saturating_add(keep)),
+        });
+    }
+    Plan { outcomes, messages }
+}
+
+impl Plan<'_> {
+    /// The deliveries of the new messages: one per subscribed endpoint of the message's app (disabled
+    /// endpoints included: their deliveries wait until the endpoint is enabled again or expire).
+    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<String, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
+        self.messages
+            .iter()
+            .flat_map(|row| {
+                let message = &row.message;
+                subscribers
+                    .get(message.app_id.as_str())
+                    .into_iter()
+                    .flatten()
+                    .filter(|ep| ep.subscribes_to(&message.event_type, message.channels.as_deref()))
+                    .map(move |ep| FanOut {
+                        job: row.job,
+                        message,
+                        endpoint_id: ep.id.as_str(),
+                    })
+            })
+            .collect()
+    }
+
+    /// Every job's outcome, given the created deliveries grouped by job index.
+    pub(crate) fn finish(self, mut deliveries: HashMap<usize, Vec<CreatedDelivery>>) -> Vec<StoreResult<Ingested>> {
+        let mut outcomes = self.outcomes;
+        for row in self.messages {
+            let mut created = deliveries.remove(&row.job).unwrap_or_default();
+            created.sort_by_key(|d| d.seq);
+            outcomes[row.job] = Ok(Ingested::Created {
+                message: row.message,
+                deliveries: created,
+            });
+        }
+        outcomes
+    }
+}
+
+/// Match deliveries returned by an insert back to their jobs, by (message, endpoint), which is unique in
+/// a batch (the order of `RETURNING` rows is unspecified).
+pub(crate) fn group_deliveries<'a>(
+    fan_out: &[FanOut<'a>],
+    returned: impl IntoIterator<Item = (i64, String, String)>,
+    by_job: &mut HashMap<usize, Vec<CreatedDelivery>>,
+) -> StoreResult<()> {
+    let index_of: HashMap<(&str, &str), usize> = fan_out
+        .iter()
+        .map(|f| ((f.message.id.as_str(), f.endpoint_id), f.job))
+        .collect();
+    for (seq, message_id, endpoint_id) in returned {
+        let index = index_of
+            .get(&(message_id.as_str(), endpoint_id.as_str()))
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("a delivery came back that was not inserted".into()))?;
+        by_job
+            .entry(index)
+            .or_default()
+            .push(CreatedDelivery { seq, endpoint_id });
+    }
+    Ok(())
+}
+
+/// The record of each delivery's latest attempt in a batch of results. A delivery may appear more than
+/// once (a fast retry finished before the previous result was written); its row takes the state of its
+/// latest attempt.
+pub(crate) fn latest_per_delivery(records: &[AttemptRecord]) -> Vec<&AttemptRecord> {
+    let mut latest: HashMap<i64, &AttemptRecord> = HashMap::new();
+    for record in records {
+        let slot = latest.entry(record.delivery_seq).or_insert(record);
+        if record.attempt.attempt_number > slot.attempt.attempt_number {
+            *slot = record;
+        }
+    }
+    latest.into_values().collect()
+}

@@ -1,0 +1,277 @@
+//! PostgreSQL's half of group commit, and the fenced result writer.
+//!
+//! A batch is written with array parameters (`UNNEST`), one statement per table whatever the batch size.
+//! Before anything is written, the batch transaction takes [`INGEST_LOCK`] (held until it commits):
+//! nodes ingest concurrently, and without it a transaction that drew lower `seq`s could commit after one
+//! that drew higher ones, and a reader's cursor (`seq > n`) would skip it. The same lock serialises the
+//! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' and
+//! endpoints' rows are read `FOR SHARE`: a concurrent delete waits for the batch, so a message is never
+//! fanned out to an endpoint that is being deleted.
+
+use std::collections::{HashMap, HashSet};
+
+use futures::future::BoxFuture;
+use herald_core::model::Endpoint;
+use sqlx::{PgConnection, PgPool, Postgres, Row};
+
+use super::lease::Leases;
+use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
+use crate::plan::{self, Earlier, FanOut, NewRow};
+use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
+
+/// The advisory lock key that orders ingest transactions ("herald" in ASCII).
+pub(crate) const INGEST_LOCK: i64 = 0x6865_7261_6c64;
+
+/// The channel ingest notifies when it committed deliveries; the payload is the node id.
+pub(crate) const WORK_CHANNEL: &str = "herald_work";
+
+/// PostgreSQL's [`BatchWriter`].
+pub(crate) struct PgBatches {
+    pub(crate) node_id: String,
+}
+
+impl BatchWriter for PgBatches {
+    type Db = Postgres;
+
+    fn prepare<'c>(&'c self, conn: &'c mut PgConnection) -> BoxFuture<'c, StoreResult<()>> {
+        Box::pin(async move {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(INGEST_LOCK)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(write(conn, batch, &self.node_id))
+    }
+}
+
+async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> StoreResult<Outcomes> {
+    let app_ids = plan::app_ids(batch);
+    let (existing, subscribers) = apps_and_endpoints(conn, &app_ids).await?;
+    let earlier = earlier_messages(conn, batch).await?;
+    let plan = plan::plan(batch, &existing, earlier);
+    insert_messages(conn, &plan.messages).await?;
+    let fan_out = plan.fan_out(&subscribers);
+    let deliveries = insert_deliveries(conn, &fan_out, node_id).await?;
+    drop(fan_out);
+    Ok(plan.finish(deliveries))
+}
+
+/// The apps of the batch that exist, and their endpoints (disabled ones included), in one round trip.
+async fn apps_and_endpoints(
+    conn: &mut PgConnection,
+    app_ids: &[&str],
+) -> StoreResult<(HashSet<String>, HashMap<String, Vec<Endpoint>>)> {
+    let found = sqlx::query(
+        "SELECT a.id AS a_id, e.* FROM application a \
+         LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
+         WHERE a.id = ANY($1) ORDER BY a.id FOR SHARE OF a",
+    )
+    .bind(app_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut existing = HashSet::new();
+    let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
+    for row in &found {
+        existing.insert(row.try_get::<String, _>("a_id")?);
+        if row.try_get::<Option<String>, _>("id")?.is_some() {
+            let endpoint = rows::endpoint(row, None)?;
+            by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
+        }
+    }
+    Ok((existing, by_app))
+}
+
+async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {
+    let mut earlier = Earlier::default();
+    let keyed = plan::keyed(batch);
+    if keyed.is_empty() {
+        return Ok(earlier);
+    }
+    let apps: Vec<&str> = keyed.iter().map(|j| j.new.app_id.as_str()).collect();
+    let event_ids: Vec<Option<&str>> = keyed.iter().map(|j| j.new.event_id.as_deref()).collect();
+    let keys: Vec<Option<&str>> = keyed.iter().map(|j| j.new.idempotency_key.as_deref()).collect();
+    let sql = format!(
+        "SELECT {}, m.idempotency_key AS m_idempotency_key FROM message m \
+         JOIN UNNEST($1::text[], $2::text[], $3::text[]) AS w (app_id, event_id, idem) \
+         ON m.app_id = w.app_id AND (m.event_id = w.event_id OR m.idempotency_key = w.idem)",
+        rows::MESSAGE_COLUMNS
+    );
+    let found = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(&apps)
+        .bind(&event_ids)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
+    for row in &found {
+        let message = rows::message(row)?;
+        let key: Option<String> = row.try_get("m_idempotency_key")?;
+        earlier.remember(&message, key.as_deref());
+    }
+    Ok(earlier)
+}
+
+async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
+    let ids = m(|r| Some(r.message.id.clone()));
+    let apps = m(|r| Some(r.message.app_id.clone()));
+    let event_ids = m(|r| r.message.event_id.clone());
+    let keys = m(|r| r.idempotency_key.map(str::to_owned));
+    let types = m(|r| Some(r.message.event_type.clone()));
+    let channels = m(|r| rows::encode_list(&r.message.channels));
+    let ordering = m(|r| r.message.ordering_key.clone());
+    let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
+    let created: Vec<i64> = messages.iter().map(|r| r.message.created_at).collect();
+    let expires: Vec<Option<i64>> = messages.iter().map(|r| r.payload_expires_at).collect();
+    sqlx::query(
+        "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
+         created_at, payload_expires_at) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], \
+         $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], $10::bigint[])",
+    )
+    .bind(ids)
+    .bind(apps)
+    .bind(event_ids)
+    .bind(keys)
+    .bind(types)
+    .bind(channels)
+    .bind(payloads)
+    .bind(ordering)
+    .bind(created)
+    .bind(expires)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Insert the deliveries and notify the other nodes (at commit: the owners of these endpoints load
+/// them); their seqs, grouped by the index of the job they belong to.
+async fn insert_deliveries(
+    conn: &mut PgConnection,
+    fan_out: &[FanOut<'_>],
+    node_id: &str,
+) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
+    let mut by_job = HashMap::new();
+    if fan_out.is_empty() {
+        return Ok(by_job);
+    }
+    let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
+    let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id).collect();
+    let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
+    let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
+    // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
+    // The notification rides in the same statement (one round trip less per batch).
+    let found = sqlx::query(
+        "WITH inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
+         next_attempt_at, updated_at) \
+         SELECT message_id, endpoint_id, partition, 0, 0, at, at \
+         FROM UNNEST($1::text[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY \
+         AS v (message_id, endpoint_id, partition, at, n) ORDER BY n \
+         RETURNING seq, message_id, endpoint_id), \
+         notified AS (SELECT pg_notify($5, $6)) \
+         SELECT inserted.* FROM inserted, notified",
+    )
+    .bind(messages)
+    .bind(endpoints)
+    .bind(partitions)
+    .bind(times)
+    .bind(WORK_CHANNEL)
+    .bind(node_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let returned = found
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get("seq")?,
+                row.try_get("message_id")?,
+                row.try_get("endpoint_id")?,
+            ))
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    plan::group_deliveries(fan_out, returned, &mut by_job)?;
+    Ok(by_job)
+}
+
+/// Append attempts and move their deliveries on, in one transaction, fenced: only records of partitions
+/// this node still holds (same owner, same epoch) are written; the others are dropped — another node owns
+/// those deliveries now and sends them again itself (at-least-once). The lease rows stay share-locked
+/// until commit, so a takeover cannot slip in between the check and the writes. A batch retried after a
+/// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`).
+pub(crate) async fn write_results(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
+    let mut tx = pool.begin().await?;
+    let wanted: Vec<i32> = records
+        .iter()
+        .map(|r| partition_of(&r.attempt.endpoint_id))
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let held: HashSet<i32> = leases.fence_some(&mut tx, &wanted).await?.into_iter().collect();
+    let (kept, dropped): (Vec<&AttemptRecord>, Vec<&AttemptRecord>) = records
+        .iter()
+        .partition(|r| held.contains(&partition_of(&r.attempt.endpoint_id)));
+    if !dropped.is_empty() {
+        tracing::warn!(
+            records = dropped.len(),
+            "dropping attempt results of partitions this node no longer owns (their new owner retries them)"
+        );
+    }
+    if kept.is_empty() {
+        return Ok(());
+    }
+    let a = |f: fn(&AttemptRecord) -> String| kept.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let n = |f: fn(&AttemptRecord) -> i64| kept.iter().map(|r| f(r)).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
+         outcome, response_status, response, duration_ms, trigger_type, created_at) \
+         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], \
+         $7::bigint[], $8::bool[], $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::bigint[], \
+         $14::bigint[]) ON CONFLICT DO NOTHING",
+    )
+    .bind(a(|r| r.attempt.id.clone()))
+    .bind(n(|r| r.delivery_seq))
+    .bind(a(|r| r.app_id.clone()))
+    .bind(a(|r| r.attempt.message_id.clone()))
+    .bind(a(|r| r.attempt.endpoint_id.clone()))
+    .bind(a(|r| r.attempt.url.clone()))
+    .bind(n(|r| i64::from(r.attempt.attempt_number)))
+    .bind(kept.iter().map(|r| r.attempt.success).collect::<Vec<_>>())
+    .bind(a(|r| r.attempt.outcome.clone()))
+    .bind(
+        kept.iter()
+            .map(|r| r.attempt.response_status.map(i64::from))
+            .collect::<Vec<_>>(),
+    )
+    .bind(a(|r| r.attempt.response.clone()))
+    .bind(n(|r| r.attempt.duration_ms))
+    .bind(n(|r| r.attempt.trigger.code()))
+    .bind(n(|r| r.attempt.created_at))
+    .execute(&mut *tx)
+    .await?;
+
+    let kept: Vec<AttemptRecord> = kept.into_iter().cloned().collect();
+    let latest = plan::latest_per_delivery(&kept);
+    let l = |f: fn(&AttemptRecord) -> i64| latest.iter().map(|r| f(r)).collect::<Vec<_>>();
+    sqlx::query(
+        "UPDATE delivery d SET status = v.status, attempts = v.attempts, next_attempt_at = v.next_at, \
+         updated_at = v.changed_at, next_trigger = 0 \
+         FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) \
+         AS v (seq, status, attempts, next_at, changed_at) \
+         WHERE d.seq = v.seq AND d.status = 0",
+    )
+    .bind(l(|r| r.delivery_seq))
+    .bind(l(|r| r.status.code()))
+    .bind(l(|r| i64::from(r.attempt.attempt_number)))
+    .bind(l(|r| r.next_attempt_at))
+    .bind(l(|r| r.attempt.created_at + r.attempt.duration_ms))
+    .execute(&mut *tx)
+    .await?;
+    super::events::record_attempt_events(&mut tx, &kept).await?;
+    tx.commit().await?;
+    Ok(())
+}

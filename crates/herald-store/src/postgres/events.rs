@@ -1,0 +1,93 @@
+//! Operational events on PostgreSQL: recorded in the transaction of the change they report (see
+//! [`crate::events`]), read back by the operational webhook's sender.
+
+use std::collections::HashSet;
+
+use herald_core::model::OperationalEvent;
+use sqlx::{PgConnection, PgPool, Row};
+
+use crate::events::{self, ATTEMPT_EXHAUSTED, ATTEMPT_FAILING, ATTEMPT_RECOVERED, NewEvent};
+use crate::sql::limit;
+use crate::{AttemptRecord, StoreResult};
+
+/// Append events (in order) on a connection inside the caller's transaction.
+pub(crate) async fn record(conn: &mut PgConnection, events: &[NewEvent]) -> StoreResult<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let texts = |f: fn(&NewEvent) -> Option<String>| events.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO operational_event (event_type, app_id, message_id, endpoint_id, data, created_at) \
+         SELECT t, a, m, e, d, c FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+         $6::bigint[]) WITH ORDINALITY AS v (t, a, m, e, d, c, n) ORDER BY n",
+    )
+    .bind(texts(|e| Some(e.event_type.to_owned())))
+    .bind(texts(|e| Some(e.app_id.clone())))
+    .bind(texts(|e| e.message_id.clone()))
+    .bind(texts(|e| e.endpoint_id.clone()))
+    .bind(texts(|e| Some(e.data.to_string())))
+    .bind(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Record the `message.attempt.*` events of a batch of results (inside the results' transaction).
+pub(crate) async fn record_attempt_events(conn: &mut PgConnection, records: &[AttemptRecord]) -> StoreResult<()> {
+    let candidates = events::may_recover(records);
+    let mut troubled = HashSet::new();
+    if !candidates.is_empty() {
+        let messages: Vec<&str> = candidates.iter().map(|r| r.attempt.message_id.as_str()).collect();
+        let endpoints: Vec<&str> = candidates.iter().map(|r| r.attempt.endpoint_id.as_str()).collect();
+        let found = sqlx::query(
+            "SELECT p.message_id, p.endpoint_id FROM UNNEST($1::text[], $2::text[]) AS p (message_id, endpoint_id) \
+             WHERE (SELECT MAX(seq) FROM operational_event e WHERE e.message_id = p.message_id \
+              AND e.endpoint_id = p.endpoint_id AND e.event_type IN ($3, $4)) \
+             > COALESCE((SELECT MAX(seq) FROM operational_event e WHERE e.message_id = p.message_id \
+              AND e.endpoint_id = p.endpoint_id AND e.event_type = $5), 0)",
+        )
+        .bind(&messages)
+        .bind(&endpoints)
+        .bind(ATTEMPT_FAILING)
+        .bind(ATTEMPT_EXHAUSTED)
+        .bind(ATTEMPT_RECOVERED)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &found {
+            troubled.insert((row.try_get("message_id")?, row.try_get("endpoint_id")?));
+        }
+    }
+    record(conn, &events::attempt_events(records, troubled)).await
+}
+
+pub(super) async fn unsent(pool: &PgPool, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
+    let found = sqlx::query(
+        "SELECT seq, event_type, app_id, data, created_at FROM operational_event \
+         WHERE sent_at IS NULL AND seq > $1 ORDER BY seq LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit(limit_n))
+    .fetch_all(pool)
+    .await?;
+    found
+        .iter()
+        .map(|row| {
+            Ok(OperationalEvent {
+                seq: row.try_get("seq")?,
+                event_type: row.try_get("event_type")?,
+                app_id: row.try_get("app_id")?,
+                data: row.try_get("data")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn mark_sent(pool: &PgPool, seq: i64, now: i64) -> StoreResult<()> {
+    sqlx::query("UPDATE operational_event SET sent_at = $1 WHERE seq = $2 AND sent_at IS NULL")
+        .bind(now)
+        .bind(seq)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! Scale-out on PostgreSQL, at the store level: nodes share the delivery partitions through leases,
+//! take over a dead node's partitions, wake each other for new work, and a stale owner's writes are
+//! fenced out. Skipped with a visible message when PostgreSQL is unreachable (fatal with
+//! `HERALD_REQUIRE_POSTGRES=1`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herald_core::id::{IdKind, new_id};
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Ordering};
+use herald_store::postgres::PgStore;
+use herald_store::{
+    AttemptRecord, Ingested, NewMessage, OwnershipEvent, PageRequest, Store, StoreOptions, partition_of, testdb,
+};
+use sqlx::{Connection, PgConnection};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+fn options() -> StoreOptions {
+    StoreOptions {
+        lease_ttl: Duration::from_secs(2),
+        release_drain: Duration::from_millis(300),
+        ..StoreOptions::default()
+    }
+}
+
+fn app() -> Application {
+    Application {
+        id: new_id(IdKind::Application),
+        uid: None,
+        name: "shop".into(),
+        rate_limit: None,
+        verify_endpoints: false,
+        metadata: BTreeMap::new(),
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+fn endpoint(app_id: &str) -> Endpoint {
+    Endpoint {
+        id: new_id(IdKind::Endpoint),
+        app_id: app_id.to_owned(),
+        uid: None,
+        url: "https://example.com/hook".into(),
+        description: String::new(),
+        filter_types: None,
+        channels: None,
+        disabled: false,
+        disabled_reason: None,
+        rate_limit: None,
+        max_concurrency: None,
+        ordering: Ordering::Unordered,
+        request_timeout_ms: None,
+        version: 1,
+        metadata: BTreeMap::new(),
+        secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        headers: BTreeMap::new(),
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+async fn ingest(store: &PgStore, app_id: &str) -> (String, i64) {
+    let new = NewMessage {
+        app_id: app_id.to_owned(),
+        event_id: None,
+        event_type: "a.b".into(),
+        channels: None,
+        payload: Arc::from(&b"{}"[..]),
+        idempotency_key: None,
+        ordering_key: None,
+        payload_retention_ms: None,
+    };
+    match store.ingest(new).await.unwrap() {
+        Ingested::Created { message, deliveries } => (message.id, deliveries[0].seq),
+        Ingested::Duplicate(m) => panic!("unexpected duplicate {}", m.id),
+    }
+}
+
+async fn owners(url: &str) -> BTreeMap<String, i64> {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    let rows: Vec<(Option<String>, i64)> =
+        sqlx::query_as("SELECT owner, COUNT(*) FROM partition_lease WHERE expires_at > now() GROUP BY owner")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    rows.into_iter().filter_map(|(o, n)| o.map(|o| (o, n))).collect()
+}
+
+async fn wait_until<F: AsyncFn() -> bool>(what: &str, timeout: Duration, check: F) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The next `Work` event naming `endpoint` (other events are skipped).
+async fn work_for(events: &mut UnboundedReceiver<OwnershipEvent>, endpoint: &str, timeout: Duration) {
+    tokio::time::timeout(timeout, async {
+        loop {
+            match events.recv().await {
+                Some(OwnershipEvent::Work(ids)) if ids.iter().any(|id| id == endpoint) => return,
+                Some(_) => {}
+                None => panic!("ownership events ended"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no work event for {endpoint}"));
+}
+
+/// An endpoint of `app` whose partition `owner` owns.
+async fn endpoint_owned_by(store: &PgStore, owner: &PgStore, app_id: &str) -> Endpoint {
+    let ownership = owner.ownership().unwrap();
+    loop {
+        let e = endpoint(app_id);
+        if ownership.owns(&e.id) {
+            store.create_endpoint(&e).await.unwrap();
+            return e;
+        }
+    }
+}
+
+#[tokio::test]
+async fn nodes_share_the_partitions_wake_each_other_and_take_over_from_a_dead_node() {
+    let Some(database) = testdb::fresh("nodes_share_the_partitions…").await else {
+        return;
+    };
+    let a = PgStore::open(&database.url, testdb::test_cipher(), &options())
+        .await
+        .unwrap();
+    assert_eq!(
+        owners(&database.url).await,
+        BTreeMap::from([(a.node_id().to_owned(), 256)]),
+        "a lone node owns every partition as soon as it is open"
+    );
+    let mut a_events = a.ownership().unwrap().take_events().unwrap();
+    let b = PgStore::open(&database.url, testdb::test_cipher(), &options())
+        .await
+        .unwrap();
+    let mut b_events = b.ownership().unwrap().take_events().unwrap();
+    let even = BTreeMap::from([(a.node_id().to_owned(), 128), (b.node_id().to_owned(), 128)]);
+    wait_until("the partitions are split evenly", Duration::from_secs(15), async || {
+        owners(&database.url).await == even
+    })
+    .await;
+    let (oa, ob) = (a.ownership().unwrap(), b.ownership().unwrap());
+    for _ in 0..200 {
+        let id = new_id(IdKind::Endpoint);
+        assert!(oa.owns(&id) != ob.owns(&id), "exactly one node owns {id}");
+    }
+
+    // Ingest on A for an endpoint B owns: B is told (NOTIFY), A's commit feed carries it too but A's
+    // engine would skip it (A does not own it).
+    let shop = app();
+    a.create_app(&shop).await.unwrap();
+    let on_b = endpoint_owned_by(&a, &b, &shop.id).await;
+    assert!(!oa.owns(&on_b.id));
+    let (_, seq) = ingest(&a, &shop.id).await;
+    work_for(&mut b_events, &on_b.id, Duration::from_secs(5)).await;
+
+    // B dies without a word (its tasks stop, its leases stay until they expire): A takes everything
+    // over within the lease time plus a couple of heartbeats, and is told about B's pending work.
+    drop(b);
+    let started = Instant::now();
+    wait_until("A owns every partition again", Duration::from_secs(10), async || {
+        owners(&database.url).await == BTreeMap::from([(a.node_id().to_owned(), 256)])
+    })
+    .await;
+    assert!(oa.owns(&on_b.id));
+    work_for(&mut a_events, &on_b.id, Duration::from_secs(5)).await;
+    let pending = a.load_pending(&on_b.id, 0, 10).await.unwrap();
+    assert_eq!(pending.iter().map(|p| p.seq).collect::<Vec<_>>(), [seq]);
+    eprintln!("take-over after {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
+    let Some(database) = testdb::fresh("a_stale_owner_cannot_write_results…").await else {
+        return;
+    };
+    let store = PgStore::open(&database.url, testdb::test_cipher(), &options())
+        .await
+        .unwrap();
+    let mut events = store.ownership().unwrap().take_events().unwrap();
+    let shop = app();
+    store.create_app(&shop).await.unwrap();
+    let e = endpoint(&shop.id);
+    store.create_endpoint(&e).await.unwrap();
+    let (message_id, seq) = ingest(&store, &shop.id).await;
+    assert!(store.ownership().unwrap().owns(&e.id));
+
+    // Another node takes the endpoint's partition over (as after this node was paused past its lease).
+    let mut conn = PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query(
+        "UPDATE partition_lease SET owner = 'node_elsewhere', epoch = epoch + 1, \
+         expires_at = now() + interval '1 hour' WHERE partition = $1",
+    )
+    .bind(partition_of(&e.id))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    let record = AttemptRecord {
+        delivery_seq: seq,
+        app_id: shop.id.clone(),
+        attempt: Attempt {
+            id: new_id(IdKind::Attempt),
+            message_id: message_id.clone(),
+            endpoint_id: e.id.clone(),
+            url: e.url.clone(),
+            attempt_number: 1,
+            success: true,
+            outcome: "success".into(),
+            response_status: Some(200),
+            response: String::new(),
+            duration_ms: 3,
+            trigger: AttemptTrigger::Scheduled,
+            created_at: herald_core::clock::now_ms(),
+        },
+        status: DeliveryStatus::Delivered,
+        next_attempt_at: 0,
+    };
+    store.record_attempts(&[record]).await.unwrap();
+    store.expire_deliveries(&[seq], 5).await.unwrap();
+    assert_eq!(
+        store.delivery_state(&message_id, &e.id).await.unwrap(),
+        (DeliveryStatus::Pending, 0),
+        "the stale owner's result and expiry were rejected"
+    );
+    assert!(
+        store
+            .list_attempts_by_message(&shop.id, &message_id, &Default::default(), &PageRequest::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // At its next renewal the node learns it lost the partition, and tells its engine.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while events.recv().await != Some(OwnershipEvent::Released) {}
+    })
+    .await
+    .expect("a Released event");
+    assert!(!store.ownership().unwrap().owns(&e.id));
+}
+
+#[tokio::test]
+async fn a_node_that_shuts_down_hands_its_partitions_over_at_once() {
+    let Some(database) = testdb::fresh("a_node_that_shuts_down_hands_its_partitions_over_at_once").await else {
+        return;
+    };
+    // A long lease: waiting for it to expire would take longer than this test allows.
+    let options = StoreOptions {
+        lease_ttl: Duration::from_secs(20),
+        ..options()
+    };
+    let a = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    let b = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    let even = BTreeMap::from([(a.node_id().to_owned(), 128), (b.node_id().to_owned(), 128)]);
+    wait_until("the partitions are split evenly", Duration::from_secs(30), async || {
+        owners(&database.url).await == even
+    })
+    .await;
+    b.shutdown().await;
+    let b_owns_nothing = (0..100).all(|_| !b.ownership().unwrap().owns(&new_id(IdKind::Endpoint)));
+    assert!(b_owns_nothing, "a node that shut down owns nothing");
+    wait_until("A owns every partition", Duration::from_secs(10), async || {
+        owners(&database.url).await == BTreeMap::from([(a.node_id().to_owned(), 256)])
+    })
+    .await;
+}
