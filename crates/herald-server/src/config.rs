@@ -57,7 +57,8 @@ pub struct Config {
     /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
     pub proxy_url: String,
     /// The key endpoint secrets are encrypted with at rest: base64 of 32 bytes. When unset, one is
-    /// generated at first start and kept in a file next to the SQLite database (`<database>.key`).
+    /// generated at first start and kept in a file next to the SQLite database (`<database>.key`); required
+    /// with PostgreSQL (every node must use the same key).
     pub secret_key: Option<String>,
     /// PostgreSQL: how long a node's partition leases last without renewal (the fail-over bound).
     pub lease_ttl: String,

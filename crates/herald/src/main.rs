@@ -144,7 +144,7 @@ struct ServeArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
     /// Key that encrypts endpoint secrets at rest: base64 of 32 bytes [default: generated at first start and
-    /// kept next to the database, in <database file>.key].
+    /// kept next to the SQLite database, in <database file>.key; required with PostgreSQL].
     #[arg(long, env = "HERALD_SECRET_KEY", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     secret_key: Option<String>,
