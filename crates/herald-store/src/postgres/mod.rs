@@ -12,6 +12,7 @@
 mod bulk;
 mod lease;
 mod retention;
+pub(crate) mod text;
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -22,6 +23,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use self::text::{escape, escape_opt};
 use crate::group_commit::{self, IngestJob};
 use crate::sql::{keyset, limit, limit_plus_one, map_constraint};
 use crate::{
@@ -149,11 +151,11 @@ fn bind_endpoint_fields<'q>(
     query
         .bind(&ep.uid)
         .bind(&ep.url)
-        .bind(&ep.description)
+        .bind(escape(&ep.description))
         .bind(rows::encode_list(&ep.filter_types))
         .bind(rows::encode_list(&ep.channels))
         .bind(ep.disabled)
-        .bind(&ep.disabled_reason)
+        .bind(escape_opt(ep.disabled_reason.as_deref()))
         .bind(ep.rate_limit.map(i64::from))
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
@@ -190,7 +192,7 @@ impl Store for PgStore {
         )
         .bind(&app.id)
         .bind(&app.uid)
-        .bind(&app.name)
+        .bind(escape(&app.name))
         .bind(app.rate_limit.map(i64::from))
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.created_at)
@@ -230,7 +232,7 @@ impl Store for PgStore {
              WHERE id = $6",
         )
         .bind(&app.uid)
-        .bind(&app.name)
+        .bind(escape(&app.name))
         .bind(app.rate_limit.map(i64::from))
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.updated_at)
@@ -261,11 +263,11 @@ impl Store for PgStore {
              updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&et.name)
-        .bind(&et.description)
+        .bind(escape(&et.description))
         .bind(et.archived)
         .bind(et.deprecated)
-        .bind(&et.feature_flag)
-        .bind(&et.schemas)
+        .bind(escape_opt(et.feature_flag.as_deref()))
+        .bind(escape_opt(et.schemas.as_deref()))
         .bind(et.created_at)
         .bind(et.updated_at)
         .execute(&self.pool)
@@ -303,11 +305,11 @@ impl Store for PgStore {
             "UPDATE event_type SET description = $1, archived = $2, deprecated = $3, feature_flag = $4, \
              schemas = $5, updated_at = $6 WHERE name = $7",
         )
-        .bind(&et.description)
+        .bind(escape(&et.description))
         .bind(et.archived)
         .bind(et.deprecated)
-        .bind(&et.feature_flag)
-        .bind(&et.schemas)
+        .bind(escape_opt(et.feature_flag.as_deref()))
+        .bind(escape_opt(et.schemas.as_deref()))
         .bind(et.updated_at)
         .bind(&et.name)
         .execute(&self.pool)
@@ -414,7 +416,7 @@ impl Store for PgStore {
         );
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(app_id)
-            .bind(id)
+            .bind(escape(id))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -580,7 +582,7 @@ impl Store for PgStore {
             "UPDATE endpoint SET disabled = true, disabled_reason = $1, updated_at = $2 \
              WHERE id = $3 AND NOT disabled RETURNING app_id",
         )
-        .bind(reason)
+        .bind(escape(reason))
         .bind(now)
         .bind(endpoint_id)
         .fetch_optional(&mut *tx)
