@@ -205,7 +205,29 @@ async fn insert_deliveries(
 /// those deliveries now and sends them again itself (at-least-once). The lease rows stay share-locked
 /// until commit, so a takeover cannot slip in between the check and the writes. A batch retried after a
 /// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`).
+///
+/// Should the database refuse the batch (rather than be unreachable), it is written again one record per
+/// transaction and a record that cannot be stored is logged and dropped, so that it can never wedge the
+/// results of every other delivery behind it (the writer retries whatever fails).
 pub(crate) async fn write_results(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
+    match write_fenced(pool, leases, records).await {
+        Err(crate::StoreError::Database(sqlx::Error::Database(error))) if records.len() > 1 => {
+            tracing::warn!(%error, records = records.len(), "bulk attempt write refused; writing one by one");
+        }
+        other => return other,
+    }
+    for record in records {
+        match write_fenced(pool, leases, std::slice::from_ref(record)).await {
+            Err(crate::StoreError::Database(sqlx::Error::Database(error))) => {
+                tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
+            }
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
     let mut tx = pool.begin().await?;
     let wanted: Vec<i32> = records
         .iter()

@@ -110,6 +110,10 @@ impl PgStore {
     }
 }
 
+// Every string a client can put in a path, a query or a body is bound escaped (see [`text`]): values
+// that could never contain NUL are unchanged by it, and a NUL in a lookup then finds nothing, as on
+// SQLite, instead of failing the statement.
+
 /// Numbered placeholders (`$1`, `$2`, …) for queries assembled piece by piece.
 #[derive(Default)]
 struct Marks(usize);
@@ -179,7 +183,7 @@ impl Store for PgStore {
             "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         )
         .bind(key)
-        .bind(value)
+        .bind(escape(value))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -205,7 +209,7 @@ impl Store for PgStore {
 
     async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application> {
         let row = sqlx::query("SELECT * FROM application WHERE id = $1 OR uid = $1 LIMIT 1")
-            .bind(id_or_uid)
+            .bind(escape(id_or_uid))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -218,7 +222,7 @@ impl Store for PgStore {
         let sql = format!("SELECT * FROM application WHERE {condition} {order} LIMIT {limit_mark}");
         let mut query = sqlx::query(AssertSqlSafe(sql));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| {
@@ -246,11 +250,11 @@ impl Store for PgStore {
     async fn delete_app(&self, id: &str) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM attempt WHERE app_id = $1")
-            .bind(id)
+            .bind(escape(id))
             .execute(&mut *tx)
             .await?;
         let result = sqlx::query("DELETE FROM application WHERE id = $1")
-            .bind(id)
+            .bind(escape(id))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -278,7 +282,7 @@ impl Store for PgStore {
 
     async fn get_event_type(&self, name: &str) -> StoreResult<EventType> {
         let row = sqlx::query("SELECT * FROM event_type WHERE name = $1")
-            .bind(name)
+            .bind(escape(name))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -292,7 +296,7 @@ impl Store for PgStore {
         let sql = format!("SELECT * FROM event_type WHERE {condition} {archived} {order} LIMIT {limit_mark}");
         let mut query = sqlx::query(AssertSqlSafe(sql));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(decode_all(&found, rows::event_type)?, page, |e| {
@@ -320,7 +324,7 @@ impl Store for PgStore {
     async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
         one_changed(
             sqlx::query("DELETE FROM event_type WHERE name = $1")
-                .bind(name)
+                .bind(escape(name))
                 .execute(&self.pool)
                 .await?,
         )
@@ -340,8 +344,8 @@ impl Store for PgStore {
 
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
         let row = sqlx::query("SELECT * FROM endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2) LIMIT 1")
-            .bind(app_id)
-            .bind(id_or_uid)
+            .bind(escape(app_id))
+            .bind(escape(id_or_uid))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -350,7 +354,7 @@ impl Store for PgStore {
 
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
         let row = sqlx::query("SELECT * FROM endpoint WHERE id = $1")
-            .bind(id)
+            .bind(escape(id))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -361,9 +365,9 @@ impl Store for PgStore {
         let (condition, order) = keyset("id", page, false, "$2");
         let limit_mark = if page.after.is_some() { "$3" } else { "$2" };
         let sql = format!("SELECT * FROM endpoint WHERE app_id = $1 AND {condition} {order} LIMIT {limit_mark}");
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(escape(app_id));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(decode_all(&found, rows::endpoint)?, page, |e| {
@@ -373,7 +377,7 @@ impl Store for PgStore {
 
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
         let found = sqlx::query("SELECT * FROM endpoint WHERE app_id = $1 ORDER BY id")
-            .bind(app_id)
+            .bind(escape(app_id))
             .fetch_all(&self.pool)
             .await?;
         decode_all(&found, rows::endpoint)
@@ -392,7 +396,7 @@ impl Store for PgStore {
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
         one_changed(
             sqlx::query("DELETE FROM endpoint WHERE id = $1")
-                .bind(id)
+                .bind(escape(id))
                 .execute(&self.pool)
                 .await?,
         )?;
@@ -415,7 +419,7 @@ impl Store for PgStore {
             rows::MESSAGE_COLUMNS
         );
         let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(app_id)
+            .bind(escape(app_id))
             .bind(escape(id))
             .fetch_optional(&self.pool)
             .await?
@@ -457,9 +461,9 @@ impl Store for PgStore {
             ));
         }
         sql.push_str(&format!(" {order} LIMIT {}", marks.next()));
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(escape(app_id));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         if let Some(since) = filter.since {
             query = query.bind(since);
@@ -500,7 +504,7 @@ impl Store for PgStore {
             rows::MESSAGE_COLUMNS
         );
         let found = sqlx::query(AssertSqlSafe(sql))
-            .bind(endpoint_id)
+            .bind(escape(endpoint_id))
             .bind(after_seq)
             .bind(limit(limit_n))
             .fetch_all(&self.pool)
@@ -553,7 +557,7 @@ impl Store for PgStore {
         )
         .bind(DeliveryStatus::Dead.code())
         .bind(now)
-        .bind(endpoint_id)
+        .bind(escape(endpoint_id))
         .bind(created_before)
         .execute(&mut *tx)
         .await?;
@@ -566,7 +570,7 @@ impl Store for PgStore {
             "SELECT COUNT(*) AS pending, MIN(m.created_at) AS oldest FROM delivery d \
              JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = $1 AND d.status = 0",
         )
-        .bind(endpoint_id)
+        .bind(escape(endpoint_id))
         .fetch_one(&self.pool)
         .await?;
         let pending: i64 = row.try_get("pending")?;
@@ -584,7 +588,7 @@ impl Store for PgStore {
         )
         .bind(escape(reason))
         .bind(now)
-        .bind(endpoint_id)
+        .bind(escape(endpoint_id))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(app_id) = app_id else {
@@ -651,9 +655,11 @@ impl Store for PgStore {
              d.updated_at AS d_updated FROM delivery d JOIN endpoint e ON e.id = d.endpoint_id \
              WHERE d.message_id = $1 AND e.app_id = $2 AND {condition} {order} LIMIT {limit_mark}"
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(message_id).bind(app_id);
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(escape(message_id))
+            .bind(escape(app_id));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         let views = found
@@ -673,8 +679,8 @@ impl Store for PgStore {
 
     async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
         let row = sqlx::query("SELECT status, attempts FROM delivery WHERE message_id = $1 AND endpoint_id = $2")
-            .bind(message_id)
-            .bind(endpoint_id)
+            .bind(escape(message_id))
+            .bind(escape(endpoint_id))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -755,7 +761,7 @@ impl PgStore {
     async fn announce_endpoint_change(&self, endpoint_id: &str) {
         let result = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(ENDPOINT_CHANNEL)
-            .bind(endpoint_id)
+            .bind(escape(endpoint_id))
             .execute(&self.pool)
             .await;
         if let Err(error) = result {
@@ -776,9 +782,9 @@ impl PgStore {
         let sql = format!(
             "SELECT * FROM attempt WHERE app_id = $1 AND {column} = $2 AND {condition} {order} LIMIT {limit_mark}"
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id).bind(value);
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(escape(app_id)).bind(escape(value));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
