@@ -22,10 +22,14 @@ pub(crate) trait Columns {
     fn opt_int(&self, column: &str) -> StoreResult<Option<i64>>;
     fn flag(&self, column: &str) -> StoreResult<bool>;
     fn bytes(&self, column: &str) -> StoreResult<Vec<u8>>;
+    /// A free-text column: one a user or a receiver fills, which may contain any character (PostgreSQL
+    /// stores these escaped, see `postgres::text`).
+    fn free_text(&self, column: &str) -> StoreResult<String>;
+    fn opt_free_text(&self, column: &str) -> StoreResult<Option<String>>;
 }
 
 macro_rules! impl_columns {
-    ($row:ty) => {
+    ($row:ty, $decode:expr) => {
         impl Columns for $row {
             fn text(&self, column: &str) -> StoreResult<String> {
                 Ok(self.try_get(column)?)
@@ -45,12 +49,18 @@ macro_rules! impl_columns {
             fn bytes(&self, column: &str) -> StoreResult<Vec<u8>> {
                 Ok(self.try_get(column)?)
             }
+            fn free_text(&self, column: &str) -> StoreResult<String> {
+                Ok($decode(self.try_get::<String, _>(column)?))
+            }
+            fn opt_free_text(&self, column: &str) -> StoreResult<Option<String>> {
+                Ok(self.try_get::<Option<String>, _>(column)?.map($decode))
+            }
         }
     };
 }
 
-impl_columns!(sqlx::sqlite::SqliteRow);
-impl_columns!(sqlx::postgres::PgRow);
+impl_columns!(sqlx::sqlite::SqliteRow, std::convert::identity);
+impl_columns!(sqlx::postgres::PgRow, crate::postgres::text::unescape);
 
 pub(crate) fn encode_list(list: &Option<Vec<String>>) -> Option<String> {
     list.as_ref()
@@ -82,7 +92,7 @@ pub(crate) fn application(row: &impl Columns) -> StoreResult<Application> {
     Ok(Application {
         id: row.text("id")?,
         uid: row.opt_text("uid")?,
-        name: row.text("name")?,
+        name: row.free_text("name")?,
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         verify_endpoints: row.flag("verify_endpoints")?,
         metadata: decode_metadata(&row.text("metadata")?)?,
@@ -94,11 +104,11 @@ pub(crate) fn application(row: &impl Columns) -> StoreResult<Application> {
 pub(crate) fn event_type(row: &impl Columns) -> StoreResult<EventType> {
     Ok(EventType {
         name: row.text("name")?,
-        description: row.text("description")?,
+        description: row.free_text("description")?,
         archived: row.flag("archived")?,
         deprecated: row.flag("deprecated")?,
-        feature_flag: row.opt_text("feature_flag")?,
-        schemas: row.opt_text("schemas")?,
+        feature_flag: row.opt_free_text("feature_flag")?,
+        schemas: row.opt_free_text("schemas")?,
         created_at: row.int("created_at")?,
         updated_at: row.int("updated_at")?,
     })
@@ -121,11 +131,11 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
         app_id: row.text("app_id")?,
         uid: row.opt_text("uid")?,
         url: row.text("url")?,
-        description: row.text("description")?,
+        description: row.free_text("description")?,
         filter_types: decode_list(row.opt_text("filter_types")?)?,
         channels: decode_list(row.opt_text("channels")?)?,
         disabled: row.flag("disabled")?,
-        disabled_reason: row.opt_text("disabled_reason")?,
+        disabled_reason: row.opt_free_text("disabled_reason")?,
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         max_concurrency: u32_opt(row.opt_int("max_concurrency")?),
         request_timeout_ms: u32_opt(row.opt_int("request_timeout_ms")?),
@@ -148,11 +158,11 @@ pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
     Ok(Message {
         id: row.text("m_id")?,
         app_id: row.text("m_app_id")?,
-        event_id: row.opt_text("m_event_id")?,
+        event_id: row.opt_free_text("m_event_id")?,
         event_type: row.text("m_event_type")?,
         channels: decode_list(row.opt_text("m_channels")?)?,
         payload: Arc::from(payload),
-        ordering_key: row.opt_text("m_ordering_key")?,
+        ordering_key: row.opt_free_text("m_ordering_key")?,
         created_at: row.int("m_created_at")?,
     })
 }
@@ -168,12 +178,12 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
         id: row.text("id")?,
         message_id: row.text("message_id")?,
         endpoint_id: row.text("endpoint_id")?,
-        url: row.text("url")?,
+        url: row.free_text("url")?,
         attempt_number: u32_opt(Some(row.int("attempt_number")?)).unwrap_or(0),
         success: row.flag("success")?,
-        outcome: row.text("outcome")?,
+        outcome: row.free_text("outcome")?,
         response_status: row.opt_int("response_status")?.and_then(|s| u16::try_from(s).ok()),
-        response: row.text("response")?,
+        response: row.free_text("response")?,
         duration_ms: row.int("duration_ms")?,
         trigger: AttemptTrigger::from_code(trigger),
         created_at: row.int("created_at")?,

@@ -1057,3 +1057,69 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
         assert_eq!(message(&forever.id).await.payload, forever.payload);
     }
 }
+
+#[tokio::test]
+async fn any_text_round_trips_exactly() {
+    // NUL cannot be stored in PostgreSQL text as it is, and U+FFFF is the escape PostgreSQL's store uses.
+    let odd = "nul\0byte \u{FFFF}0 \u{FFFF}\u{FFFF} 🦀 \"quote\" \\ \u{202e}";
+    for (_dir, store) in backends().await {
+        let mut a = app(None);
+        a.name = odd.into();
+        store.create_app(&a).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap().name, odd);
+        let mut e = endpoint(&a.id);
+        e.description = odd.into();
+        e.disabled_reason = Some(odd.into());
+        store.create_endpoint(&e).await.unwrap();
+        let back = store.get_endpoint_by_id(&e.id).await.unwrap();
+        assert_eq!(
+            (back.description.as_str(), back.disabled_reason.as_deref()),
+            (odd, Some(odd))
+        );
+
+        let mut new = new_message(&a.id, Some(odd), None);
+        new.ordering_key = Some(odd.into());
+        let (m, deliveries) = created(store.ingest(new.clone()).await.unwrap());
+        assert_eq!(m.event_id.as_deref(), Some(odd));
+        let found = store.get_message(&a.id, odd).await.unwrap();
+        assert_eq!(
+            (found.id.as_str(), found.ordering_key.as_deref()),
+            (m.id.as_str(), Some(odd))
+        );
+        let Ingested::Duplicate(dup) = store.ingest(new).await.unwrap() else {
+            panic!("the same odd event id is a duplicate")
+        };
+        assert_eq!(dup.id, m.id);
+
+        let record = AttemptRecord {
+            delivery_seq: deliveries[0].seq,
+            app_id: a.id.clone(),
+            attempt: Attempt {
+                id: new_id(IdKind::Attempt),
+                message_id: m.id.clone(),
+                endpoint_id: e.id.clone(),
+                url: e.url.clone(),
+                attempt_number: 1,
+                success: false,
+                outcome: "server_error".into(),
+                response_status: Some(500),
+                response: odd.into(),
+                duration_ms: 1,
+                trigger: AttemptTrigger::Scheduled,
+                created_at: herald_core::clock::now_ms(),
+            },
+            status: DeliveryStatus::Pending,
+            next_attempt_at: 0,
+        };
+        store.record_attempts(&[record]).await.unwrap();
+        let log = store
+            .list_attempts_by_message(&a.id, &m.id, &AttemptFilter::default(), &PageRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(log.items.len(), 1, "the attempt was stored");
+        assert_eq!(
+            log.items[0].response, odd,
+            "a receiver's response body is kept as it was"
+        );
+    }
+}

@@ -15,6 +15,7 @@ use herald_core::model::Endpoint;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::lease::Leases;
+use super::text::escape;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Earlier, FanOut, NewRow};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
@@ -92,7 +93,10 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
         return Ok(earlier);
     }
     let apps: Vec<&str> = keyed.iter().map(|j| j.new.app_id.as_str()).collect();
-    let event_ids: Vec<Option<&str>> = keyed.iter().map(|j| j.new.event_id.as_deref()).collect();
+    let event_ids: Vec<Option<String>> = keyed
+        .iter()
+        .map(|j| j.new.event_id.as_deref().map(|e| escape(e).into_owned()))
+        .collect();
     let keys: Vec<Option<&str>> = keyed.iter().map(|j| j.new.idempotency_key.as_deref()).collect();
     let sql = format!(
         "SELECT {}, m.idempotency_key AS m_idempotency_key FROM message m \
@@ -121,11 +125,11 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
     let ids = m(|r| Some(r.message.id.clone()));
     let apps = m(|r| Some(r.message.app_id.clone()));
-    let event_ids = m(|r| r.message.event_id.clone());
+    let event_ids = m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned()));
     let keys = m(|r| r.idempotency_key.map(str::to_owned));
     let types = m(|r| Some(r.message.event_type.clone()));
     let channels = m(|r| rows::encode_list(&r.message.channels));
-    let ordering = m(|r| r.message.ordering_key.clone());
+    let ordering = m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned()));
     let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
     let created: Vec<i64> = messages.iter().map(|r| r.message.created_at).collect();
     let expires: Vec<Option<i64>> = messages.iter().map(|r| r.payload_expires_at).collect();
@@ -203,7 +207,29 @@ async fn insert_deliveries(
 /// those deliveries now and sends them again itself (at-least-once). The lease rows stay share-locked
 /// until commit, so a takeover cannot slip in between the check and the writes. A batch retried after a
 /// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`).
+///
+/// Should the database refuse the batch (rather than be unreachable), it is written again one record per
+/// transaction and a record that cannot be stored is logged and dropped, so that it can never wedge the
+/// results of every other delivery behind it (the writer retries whatever fails).
 pub(crate) async fn write_results(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
+    match write_fenced(pool, leases, records).await {
+        Err(crate::StoreError::Database(sqlx::Error::Database(error))) if records.len() > 1 => {
+            tracing::warn!(%error, records = records.len(), "bulk attempt write refused; writing one by one");
+        }
+        other => return other,
+    }
+    for record in records {
+        match write_fenced(pool, leases, std::slice::from_ref(record)).await {
+            Err(crate::StoreError::Database(sqlx::Error::Database(error))) => {
+                tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
+            }
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
     let mut tx = pool.begin().await?;
     let wanted: Vec<i32> = records
         .iter()
@@ -238,16 +264,16 @@ pub(crate) async fn write_results(pool: &PgPool, leases: &Leases, records: &[Att
     .bind(a(|r| r.app_id.clone()))
     .bind(a(|r| r.attempt.message_id.clone()))
     .bind(a(|r| r.attempt.endpoint_id.clone()))
-    .bind(a(|r| r.attempt.url.clone()))
+    .bind(a(|r| escape(&r.attempt.url).into_owned()))
     .bind(n(|r| i64::from(r.attempt.attempt_number)))
     .bind(kept.iter().map(|r| r.attempt.success).collect::<Vec<_>>())
-    .bind(a(|r| r.attempt.outcome.clone()))
+    .bind(a(|r| escape(&r.attempt.outcome).into_owned()))
     .bind(
         kept.iter()
             .map(|r| r.attempt.response_status.map(i64::from))
             .collect::<Vec<_>>(),
     )
-    .bind(a(|r| r.attempt.response.clone()))
+    .bind(a(|r| escape(&r.attempt.response).into_owned()))
     .bind(n(|r| r.attempt.duration_ms))
     .bind(n(|r| r.attempt.trigger.code()))
     .bind(n(|r| r.attempt.created_at))

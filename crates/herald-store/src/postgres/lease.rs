@@ -222,7 +222,11 @@ impl Keeper {
         tick.tick().await;
         loop {
             tick.tick().await;
-            match tokio::time::timeout(self.timing.heartbeat, self.round()).await {
+            // A slow round is fine as long as the leases stay valid: it starts at most a heartbeat after
+            // the last renewal, so timing out after half the lease time lands exactly where the leases
+            // must be given up (a heartbeat before they can expire). Shorter, a busy database or machine
+            // would make the node drop its partitions for nothing.
+            match tokio::time::timeout(self.timing.ttl / 2, self.round()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::warn!(%error, "partition lease round failed"),
                 Err(_) => tracing::warn!("partition lease round timed out"),

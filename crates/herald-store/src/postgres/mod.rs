@@ -16,6 +16,7 @@ mod operations;
 mod retention;
 mod secrets;
 mod tenancy;
+pub(crate) mod text;
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use self::text::{escape, escape_opt};
 use crate::crypto::SecretCipher;
 use crate::events::NewEvent;
 use crate::group_commit::{self, IngestJob};
@@ -122,6 +124,10 @@ impl PgStore {
     }
 }
 
+// Every string a client can put in a path, a query or a body is bound escaped (see [`text`]): values
+// that could never contain NUL are unchanged by it, and a NUL in a lookup then finds nothing, as on
+// SQLite, instead of failing the statement.
+
 /// Numbered placeholders (`$1`, `$2`, …) for queries assembled piece by piece.
 #[derive(Default)]
 struct Marks(usize);
@@ -168,11 +174,11 @@ fn bind_endpoint_fields<'q>(
     query
         .bind(&ep.uid)
         .bind(&ep.url)
-        .bind(&ep.description)
+        .bind(escape(&ep.description))
         .bind(rows::encode_list(&ep.filter_types))
         .bind(rows::encode_list(&ep.channels))
         .bind(ep.disabled)
-        .bind(&ep.disabled_reason)
+        .bind(escape_opt(ep.disabled_reason.as_deref()))
         .bind(ep.rate_limit.map(i64::from))
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
@@ -197,7 +203,7 @@ impl Store for PgStore {
             "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         )
         .bind(key)
-        .bind(value)
+        .bind(escape(value))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -210,7 +216,7 @@ impl Store for PgStore {
         )
         .bind(&app.id)
         .bind(&app.uid)
-        .bind(&app.name)
+        .bind(escape(&app.name))
         .bind(app.rate_limit.map(i64::from))
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.created_at)
@@ -224,7 +230,7 @@ impl Store for PgStore {
 
     async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application> {
         let row = sqlx::query("SELECT * FROM application WHERE id = $1 OR uid = $1 LIMIT 1")
-            .bind(id_or_uid)
+            .bind(escape(id_or_uid))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -237,7 +243,7 @@ impl Store for PgStore {
         let sql = format!("SELECT * FROM application WHERE {condition} {order} LIMIT {limit_mark}");
         let mut query = sqlx::query(AssertSqlSafe(sql));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| {
@@ -251,7 +257,7 @@ impl Store for PgStore {
              verify_endpoints = $7 WHERE id = $6",
         )
         .bind(&app.uid)
-        .bind(&app.name)
+        .bind(escape(&app.name))
         .bind(app.rate_limit.map(i64::from))
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.updated_at)
@@ -266,11 +272,11 @@ impl Store for PgStore {
     async fn delete_app(&self, id: &str) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM attempt WHERE app_id = $1")
-            .bind(id)
+            .bind(escape(id))
             .execute(&mut *tx)
             .await?;
         let result = sqlx::query("DELETE FROM application WHERE id = $1")
-            .bind(id)
+            .bind(escape(id))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -283,11 +289,11 @@ impl Store for PgStore {
              updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&et.name)
-        .bind(&et.description)
+        .bind(escape(&et.description))
         .bind(et.archived)
         .bind(et.deprecated)
-        .bind(&et.feature_flag)
-        .bind(&et.schemas)
+        .bind(escape_opt(et.feature_flag.as_deref()))
+        .bind(escape_opt(et.schemas.as_deref()))
         .bind(et.created_at)
         .bind(et.updated_at)
         .execute(&self.pool)
@@ -298,7 +304,7 @@ impl Store for PgStore {
 
     async fn get_event_type(&self, name: &str) -> StoreResult<EventType> {
         let row = sqlx::query("SELECT * FROM event_type WHERE name = $1")
-            .bind(name)
+            .bind(escape(name))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -312,7 +318,7 @@ impl Store for PgStore {
         let sql = format!("SELECT * FROM event_type WHERE {condition} {archived} {order} LIMIT {limit_mark}");
         let mut query = sqlx::query(AssertSqlSafe(sql));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(decode_all(&found, rows::event_type)?, page, |e| {
@@ -325,11 +331,11 @@ impl Store for PgStore {
             "UPDATE event_type SET description = $1, archived = $2, deprecated = $3, feature_flag = $4, \
              schemas = $5, updated_at = $6 WHERE name = $7",
         )
-        .bind(&et.description)
+        .bind(escape(&et.description))
         .bind(et.archived)
         .bind(et.deprecated)
-        .bind(&et.feature_flag)
-        .bind(&et.schemas)
+        .bind(escape_opt(et.feature_flag.as_deref()))
+        .bind(escape_opt(et.schemas.as_deref()))
         .bind(et.updated_at)
         .bind(&et.name)
         .execute(&self.pool)
@@ -340,7 +346,7 @@ impl Store for PgStore {
     async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
         one_changed(
             sqlx::query("DELETE FROM event_type WHERE name = $1")
-                .bind(name)
+                .bind(escape(name))
                 .execute(&self.pool)
                 .await?,
         )
@@ -371,8 +377,8 @@ impl Store for PgStore {
 
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
         let row = sqlx::query("SELECT * FROM endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2) LIMIT 1")
-            .bind(app_id)
-            .bind(id_or_uid)
+            .bind(escape(app_id))
+            .bind(escape(id_or_uid))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -381,7 +387,7 @@ impl Store for PgStore {
 
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
         let row = sqlx::query("SELECT * FROM endpoint WHERE id = $1")
-            .bind(id)
+            .bind(escape(id))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -392,9 +398,9 @@ impl Store for PgStore {
         let (condition, order) = keyset("id", page, false, "$2");
         let limit_mark = if page.after.is_some() { "$3" } else { "$2" };
         let sql = format!("SELECT * FROM endpoint WHERE app_id = $1 AND {condition} {order} LIMIT {limit_mark}");
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(escape(app_id));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         Ok(Page::assemble(
@@ -406,7 +412,7 @@ impl Store for PgStore {
 
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
         let found = sqlx::query("SELECT * FROM endpoint WHERE app_id = $1 ORDER BY id")
-            .bind(app_id)
+            .bind(escape(app_id))
             .fetch_all(&self.pool)
             .await?;
         decode_all_with(&found, |row| rows::endpoint(row, Some(&self.cipher)))
@@ -451,7 +457,7 @@ impl Store for PgStore {
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         let deleted = sqlx::query("DELETE FROM endpoint WHERE id = $1 RETURNING *")
-            .bind(id)
+            .bind(escape(id))
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -479,8 +485,8 @@ impl Store for PgStore {
             rows::MESSAGE_COLUMNS
         );
         let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(app_id)
-            .bind(id)
+            .bind(escape(app_id))
+            .bind(escape(id))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -521,9 +527,9 @@ impl Store for PgStore {
             ));
         }
         sql.push_str(&format!(" {order} LIMIT {}", marks.next()));
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(app_id);
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(escape(app_id));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         if let Some(since) = filter.since {
             query = query.bind(since);
@@ -565,7 +571,7 @@ impl Store for PgStore {
             rows::MESSAGE_COLUMNS
         );
         let found = sqlx::query(AssertSqlSafe(sql))
-            .bind(endpoint_id)
+            .bind(escape(endpoint_id))
             .bind(after_seq)
             .bind(limit(limit_n))
             .fetch_all(&self.pool)
@@ -620,7 +626,7 @@ impl Store for PgStore {
         )
         .bind(DeliveryStatus::Dead.code())
         .bind(now)
-        .bind(endpoint_id)
+        .bind(escape(endpoint_id))
         .bind(created_before)
         .execute(&mut *tx)
         .await?;
@@ -633,7 +639,7 @@ impl Store for PgStore {
             "SELECT COUNT(*) AS pending, MIN(m.created_at) AS oldest FROM delivery d \
              JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = $1 AND d.status = 0",
         )
-        .bind(endpoint_id)
+        .bind(escape(endpoint_id))
         .fetch_one(&self.pool)
         .await?;
         let pending: i64 = row.try_get("pending")?;
@@ -649,9 +655,9 @@ impl Store for PgStore {
             "UPDATE endpoint SET disabled = true, disabled_reason = $1, updated_at = $2 \
              WHERE id = $3 AND NOT disabled RETURNING app_id",
         )
-        .bind(reason)
+        .bind(escape(reason))
         .bind(now)
-        .bind(endpoint_id)
+        .bind(escape(endpoint_id))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(app_id) = app_id else {
@@ -847,9 +853,11 @@ impl Store for PgStore {
              d.updated_at AS d_updated FROM delivery d JOIN endpoint e ON e.id = d.endpoint_id \
              WHERE d.message_id = $1 AND e.app_id = $2 AND {condition} {order} LIMIT {limit_mark}"
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(message_id).bind(app_id);
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(escape(message_id))
+            .bind(escape(app_id));
         if let Some(after) = &page.after {
-            query = query.bind(after);
+            query = query.bind(escape(after));
         }
         let found = query.bind(limit_plus_one(page)).fetch_all(&self.pool).await?;
         let views = found
@@ -869,8 +877,8 @@ impl Store for PgStore {
 
     async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
         let row = sqlx::query("SELECT status, attempts FROM delivery WHERE message_id = $1 AND endpoint_id = $2")
-            .bind(message_id)
-            .bind(endpoint_id)
+            .bind(escape(message_id))
+            .bind(escape(endpoint_id))
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -951,7 +959,7 @@ impl PgStore {
     async fn announce_endpoint_change(&self, endpoint_id: &str) {
         let result = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(ENDPOINT_CHANNEL)
-            .bind(endpoint_id)
+            .bind(escape(endpoint_id))
             .execute(&self.pool)
             .await;
         if let Err(error) = result {
@@ -981,9 +989,9 @@ impl PgStore {
              {order} LIMIT $9"
         );
         let found = sqlx::query(AssertSqlSafe(sql))
-            .bind(app_id)
-            .bind(value)
-            .bind(page.after.as_deref())
+            .bind(escape(app_id))
+            .bind(escape(value))
+            .bind(page.after.as_deref().map(escape))
             .bind(filter.success)
             .bind(class)
             .bind(filter.event_types.as_deref())
