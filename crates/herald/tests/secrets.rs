@@ -345,9 +345,26 @@ async fn secrets_are_not_findable_in_plain_text_in_the_database_file() {
         .await;
     assert_eq!(status, 204);
 
-    let mut bytes = std::fs::read(herald.db_path()).expect("database file");
-    bytes.extend(std::fs::read(herald.db_path().with_extension("db-wal")).unwrap_or_default());
-    assert!(bytes.len() > 4096, "read the database");
+    let bytes = match &herald.database {
+        // On PostgreSQL (HERALD_TEST_BACKEND=postgres): every stored endpoint and rotated-away key.
+        Some(database) => {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(&database.url).await.expect("connect");
+            let values: Vec<String> =
+                sqlx::query_scalar("SELECT e::text FROM endpoint e UNION ALL SELECT s::text FROM endpoint_secret s")
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("rows");
+            assert_eq!(values.len(), 3, "two endpoints and one rotated-away key");
+            values.concat().into_bytes()
+        }
+        None => {
+            let mut bytes = std::fs::read(herald.db_path()).expect("database file");
+            bytes.extend(std::fs::read(herald.db_path().with_extension("db-wal")).unwrap_or_default());
+            assert!(bytes.len() > 4096, "read the database");
+            bytes
+        }
+    };
     for secret in [hmac_key, rotated_key, ed_key.as_str()] {
         let b64 = secret.split_once('_').unwrap().1;
         let raw = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap();
@@ -362,10 +379,17 @@ async fn secrets_are_not_findable_in_plain_text_in_the_database_file() {
     }
     assert!(!contains(&bytes, header_secret.as_bytes()));
 
-    // The generated key lives beside the database, not in it, and is read again at restart.
-    let key_file = herald.dir.path().join("herald.db.key");
-    let key = std::fs::read_to_string(&key_file).expect("key file");
-    assert!(!contains(&bytes, key.trim().as_bytes()));
+    // The generated key lives beside the database, not in it, and is read again at restart (PostgreSQL:
+    // the key is configured).
+    let database_url = match &herald.database {
+        Some(database) => database.url.clone(),
+        None => {
+            let key_file = herald.dir.path().join("herald.db.key");
+            let key = std::fs::read_to_string(&key_file).expect("key file");
+            assert!(!contains(&bytes, key.trim().as_bytes()));
+            format!("sqlite://{}", herald.db_path().display())
+        }
+    };
     herald.kill9();
 
     // The wrong key is refused at start, loudly, instead of signing with garbage.
@@ -375,11 +399,8 @@ async fn secrets_are_not_findable_in_plain_text_in_the_database_file() {
         .env_clear()
         .env("HERALD_LISTEN", "127.0.0.1:0")
         .env("HERALD_ADMIN_TOKEN", common::TOKEN)
-        .env(
-            "HERALD_DATABASE_URL",
-            format!("sqlite://{}", herald.db_path().display()),
-        )
-        .env("HERALD_SECRET_KEY", "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=")
+        .env("HERALD_DATABASE_URL", &database_url)
+        .env("HERALD_SECRET_KEY", "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=")
         .output()
         .expect("run herald");
     assert!(!wrong.status.success());
