@@ -7,12 +7,13 @@
 use std::sync::Arc;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, Endpoint, EventType, Headers, Message, Metadata, Ordering,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Headers, Message,
+    Metadata, OperationalEvent, Ordering,
 };
 use sqlx::Row;
 
 use crate::crypto::SecretCipher;
-use crate::{StoreError, StoreResult, sealing};
+use crate::{AppToken, DeliveryRecord, DeliveryStats, StoreError, StoreResult, sealing};
 
 /// Typed column reads, implemented by each backend's row type.
 pub(crate) trait Columns {
@@ -188,4 +189,91 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
         trigger: AttemptTrigger::from_code(trigger),
         created_at: row.int("created_at")?,
     })
+}
+
+/// A count column (never negative) as `u64`.
+fn count_of(row: &impl Columns, column: &str) -> StoreResult<u64> {
+    Ok(u64::try_from(row.int(column)?).unwrap_or(0))
+}
+
+/// A count as a bind parameter.
+pub(crate) fn count_param(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn background_task(row: &impl Columns) -> StoreResult<BackgroundTask> {
+    Ok(BackgroundTask {
+        id: row.text("id")?,
+        kind: row.text("kind")?,
+        app_id: row.text("app_id")?,
+        state: row.text("state")?,
+        processed: count_of(row, "processed")?,
+        total: count_of(row, "total")?,
+        data: row.text("data")?,
+        created_at: row.int("created_at")?,
+        updated_at: row.int("updated_at")?,
+    })
+}
+
+pub(crate) fn app_token(row: &impl Columns) -> StoreResult<AppToken> {
+    Ok(AppToken {
+        token_sha256: row.text("token_sha256")?,
+        app_id: row.text("app_id")?,
+        read_only: row.flag("read_only")?,
+        created_at: row.int("created_at")?,
+        expires_at: row.int("expires_at")?,
+    })
+}
+
+pub(crate) fn operational_event(row: &impl Columns) -> StoreResult<OperationalEvent> {
+    Ok(OperationalEvent {
+        seq: row.int("seq")?,
+        event_type: row.text("event_type")?,
+        app_id: row.text("app_id")?,
+        data: row.text("data")?,
+        created_at: row.int("created_at")?,
+    })
+}
+
+/// Delivery counts from `(status, n)` rows (`status`, `n` columns), as [`DeliveryStats`].
+pub(crate) fn delivery_stats<R: Columns>(found: &[R]) -> StoreResult<DeliveryStats> {
+    let mut stats = DeliveryStats::default();
+    for row in found {
+        let n = count_of(row, "n")?;
+        match DeliveryStatus::from_code(row.int("status")?) {
+            Some(DeliveryStatus::Delivered) => stats.delivered += n,
+            Some(DeliveryStatus::Pending) => stats.pending += n,
+            Some(DeliveryStatus::Failed | DeliveryStatus::Dead) => stats.failed += n,
+            Some(DeliveryStatus::Cancelled) => stats.cancelled += n,
+            None => {}
+        }
+    }
+    Ok(stats)
+}
+
+/// Of a replay-missing scan's rows (`id`, `event_type`, `channels`, `expunged`, `has_delivery`), the ids of
+/// the messages the endpoint subscribes to and never got.
+pub(crate) fn missing_for<R: Columns>(endpoint: &Endpoint, found: &[R]) -> StoreResult<Vec<String>> {
+    let mut missing = Vec::new();
+    for row in found {
+        let channels = decode_list(row.opt_text("channels")?)?;
+        let wanted = !row.flag("has_delivery")?
+            && !row.flag("expunged")?
+            && endpoint.subscribes_to(&row.text("event_type")?, channels.as_deref());
+        if wanted {
+            missing.push(row.text("id")?);
+        }
+    }
+    Ok(missing)
+}
+
+/// Attach each record's latest attempt from `latest` (one per message and endpoint).
+pub(crate) fn attach_last_attempts(records: &mut [DeliveryRecord], latest: Vec<Attempt>) {
+    let mut by_pair: std::collections::HashMap<(String, String), Attempt> = latest
+        .into_iter()
+        .map(|a| ((a.message_id.clone(), a.endpoint_id.clone()), a))
+        .collect();
+    for record in records.iter_mut() {
+        record.last_attempt = by_pair.remove(&(record.message.id.clone(), record.endpoint_id.clone()));
+    }
 }

@@ -69,18 +69,7 @@ pub(super) async fn unsent(pool: &PgPool, after: i64, limit_n: usize) -> StoreRe
     .bind(limit(limit_n))
     .fetch_all(pool)
     .await?;
-    found
-        .iter()
-        .map(|row| {
-            Ok(OperationalEvent {
-                seq: row.try_get("seq")?,
-                event_type: row.try_get("event_type")?,
-                app_id: row.try_get("app_id")?,
-                data: row.try_get("data")?,
-                created_at: row.try_get("created_at")?,
-            })
-        })
-        .collect()
+    found.iter().map(crate::rows::operational_event).collect()
 }
 
 pub(super) async fn mark_sent(pool: &PgPool, seq: i64, now: i64) -> StoreResult<()> {

@@ -683,15 +683,7 @@ impl Store for PgStore {
             .bind(limit(limit_n))
             .fetch_all(&self.pool)
             .await?;
-        decode_all(&found, |row| {
-            Ok(OperationalEvent {
-                seq: row.try_get("seq")?,
-                event_type: row.try_get("event_type")?,
-                app_id: row.try_get("app_id")?,
-                data: row.try_get("data")?,
-                created_at: row.try_get("created_at")?,
-            })
-        })
+        decode_all(&found, rows::operational_event)
     }
 
     async fn list_attempts_by_message(

@@ -5,10 +5,7 @@
 //! owners' cursors rely on it), and it notifies the work channel so the endpoint's owner — on whichever
 //! node — reads it. These writes come from the API on any node, like ingest, so they are not fenced.
 
-use std::collections::HashMap;
-
 use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint};
-use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::bulk::{INGEST_LOCK, WORK_CHANNEL};
@@ -175,17 +172,7 @@ pub(super) async fn add_missing_deliveries(
     .bind(limit(limit_n))
     .fetch_all(&mut *tx)
     .await?;
-    let mut missing: Vec<String> = Vec::new();
-    for row in &found {
-        let channels = rows::decode_list(row.try_get("channels")?)?;
-        let event_type: String = row.try_get("event_type")?;
-        let wanted = !row.try_get::<bool, _>("has_delivery")?
-            && !row.try_get::<bool, _>("expunged")?
-            && endpoint.subscribes_to(&event_type, channels.as_deref());
-        if wanted {
-            missing.push(row.try_get("id")?);
-        }
-    }
+    let missing = rows::missing_for(endpoint, &found)?;
     if !missing.is_empty() {
         sqlx::query(
             "INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, next_attempt_at, \
@@ -310,13 +297,7 @@ async fn attach_last_attempts(pool: &PgPool, records: &mut [DeliveryRecord]) -> 
     .fetch_all(pool)
     .await?;
     let latest = decode_all(&found, rows::attempt)?;
-    let mut by_pair: HashMap<(String, String), _> = latest
-        .into_iter()
-        .map(|a| ((a.message_id.clone(), a.endpoint_id.clone()), a))
-        .collect();
-    for record in records.iter_mut() {
-        record.last_attempt = by_pair.remove(&(record.message.id.clone(), record.endpoint_id.clone()));
-    }
+    rows::attach_last_attempts(records, latest);
     Ok(())
 }
 
@@ -335,36 +316,7 @@ pub(super) async fn endpoint_stats(
     .bind(until)
     .fetch_all(pool)
     .await?;
-    let mut stats = DeliveryStats::default();
-    for row in &found {
-        let n = u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0);
-        match DeliveryStatus::from_code(row.try_get("status")?) {
-            Some(DeliveryStatus::Delivered) => stats.delivered += n,
-            Some(DeliveryStatus::Pending) => stats.pending += n,
-            Some(DeliveryStatus::Failed | DeliveryStatus::Dead) => stats.failed += n,
-            Some(DeliveryStatus::Cancelled) => stats.cancelled += n,
-            None => {}
-        }
-    }
-    Ok(stats)
-}
-
-fn task(row: &PgRow) -> StoreResult<BackgroundTask> {
-    Ok(BackgroundTask {
-        id: row.try_get("id")?,
-        kind: row.try_get("kind")?,
-        app_id: row.try_get("app_id")?,
-        state: row.try_get("state")?,
-        processed: u64::try_from(row.try_get::<i64, _>("processed")?).unwrap_or(0),
-        total: u64::try_from(row.try_get::<i64, _>("total")?).unwrap_or(0),
-        data: row.try_get("data")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+    rows::delivery_stats(&found)
 }
 
 pub(super) async fn create_task(pool: &PgPool, t: &BackgroundTask) -> StoreResult<()> {
@@ -376,8 +328,8 @@ pub(super) async fn create_task(pool: &PgPool, t: &BackgroundTask) -> StoreResul
     .bind(&t.kind)
     .bind(&t.app_id)
     .bind(&t.state)
-    .bind(count(t.processed))
-    .bind(count(t.total))
+    .bind(rows::count_param(t.processed))
+    .bind(rows::count_param(t.total))
     .bind(&t.data)
     .bind(t.created_at)
     .bind(t.updated_at)
@@ -391,8 +343,8 @@ pub(super) async fn update_task(pool: &PgPool, t: &BackgroundTask) -> StoreResul
         "UPDATE background_task SET state = $1, processed = $2, total = $3, data = $4, updated_at = $5 WHERE id = $6",
     )
     .bind(&t.state)
-    .bind(count(t.processed))
-    .bind(count(t.total))
+    .bind(rows::count_param(t.processed))
+    .bind(rows::count_param(t.total))
     .bind(&t.data)
     .bind(t.updated_at)
     .bind(&t.id)
@@ -411,7 +363,7 @@ pub(super) async fn get_task(pool: &PgPool, id: &str, app_id: Option<&str>) -> S
         .fetch_optional(pool)
         .await?
         .ok_or(StoreError::NotFound)?;
-    task(&row)
+    rows::background_task(&row)
 }
 
 /// On PostgreSQL several nodes share the table: only a task that has made no progress for a while can be

@@ -4,7 +4,7 @@
 //! a retention step deletes only what remains older than the cut-off inside days not yet droppable, in
 //! small batches.
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::sql::{limit, map_constraint};
 use crate::{AppToken, RetentionStep, StoreResult};
@@ -30,16 +30,7 @@ pub(super) async fn find(pool: &PgPool, token_sha256: &str, now: i64) -> StoreRe
         .bind(now)
         .fetch_optional(pool)
         .await?;
-    row.map(|row| {
-        Ok(AppToken {
-            token_sha256: row.try_get("token_sha256")?,
-            app_id: row.try_get("app_id")?,
-            read_only: row.try_get("read_only")?,
-            created_at: row.try_get("created_at")?,
-            expires_at: row.try_get("expires_at")?,
-        })
-    })
-    .transpose()
+    row.as_ref().map(crate::rows::app_token).transpose()
 }
 
 pub(super) async fn expire(pool: &PgPool, app_id: &str, at: i64) -> StoreResult<u64> {

@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 
 use herald_core::model::OperationalEvent;
-use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Row, SqliteConnection, SqlitePool};
 
 use super::bulk::ROWS_PER_INSERT;
@@ -76,24 +75,13 @@ async fn troubled_deliveries(
     Ok(troubled)
 }
 
-/// Decode an `operational_event` row.
-pub(crate) fn decode(row: &SqliteRow) -> StoreResult<OperationalEvent> {
-    Ok(OperationalEvent {
-        seq: row.try_get("seq")?,
-        event_type: row.try_get("event_type")?,
-        app_id: row.try_get("app_id")?,
-        data: row.try_get("data")?,
-        created_at: row.try_get("created_at")?,
-    })
-}
-
 pub(super) async fn unsent(read: &SqlitePool, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
     let found = sqlx::query("SELECT * FROM operational_event WHERE sent_at IS NULL AND seq > ? ORDER BY seq LIMIT ?")
         .bind(after)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(read)
         .await?;
-    found.iter().map(decode).collect()
+    found.iter().map(crate::rows::operational_event).collect()
 }
 
 pub(super) async fn mark_sent(write: &SqlitePool, seq: i64, now: i64) -> StoreResult<()> {

@@ -629,7 +629,7 @@ impl Store for SqliteStore {
             .bind(limit(limit_n))
             .fetch_all(&self.read)
             .await?;
-        decode_all(&found, events::decode)
+        decode_all(&found, rows::operational_event)
     }
 
     async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {

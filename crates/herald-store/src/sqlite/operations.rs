@@ -5,8 +5,6 @@
 //! one transaction): the scheduler reads each endpoint's backlog in `seq` order from a cursor, so a
 //! delivery that becomes pending again must sort after everything already read.
 
-use std::collections::HashMap;
-
 use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqliteConnection, SqlitePool};
 
@@ -163,17 +161,7 @@ pub(super) async fn add_missing_deliveries(
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(&mut *tx)
     .await?;
-    let mut missing = Vec::new();
-    for row in &found {
-        let channels = rows::decode_list(row.try_get("channels")?)?;
-        let event_type: String = row.try_get("event_type")?;
-        let wanted = !row.try_get::<bool, _>("has_delivery")?
-            && !row.try_get::<bool, _>("expunged")?
-            && endpoint.subscribes_to(&event_type, channels.as_deref());
-        if wanted {
-            missing.push(row.try_get::<String, _>("id")?);
-        }
-    }
+    let missing = rows::missing_for(endpoint, &found)?;
     for chunk in missing.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, 0, 0, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
@@ -322,13 +310,7 @@ async fn attach_last_attempts(read: &SqlitePool, records: &mut [DeliveryRecord])
         query = query.bind(&record.message.id);
     }
     let latest = decode_all(&query.fetch_all(read).await?, rows::attempt)?;
-    let mut by_pair: HashMap<(String, String), _> = latest
-        .into_iter()
-        .map(|a| ((a.message_id.clone(), a.endpoint_id.clone()), a))
-        .collect();
-    for record in records.iter_mut() {
-        record.last_attempt = by_pair.remove(&(record.message.id.clone(), record.endpoint_id.clone()));
-    }
+    rows::attach_last_attempts(records, latest);
     Ok(())
 }
 
@@ -347,36 +329,7 @@ pub(super) async fn endpoint_stats(
     .bind(until)
     .fetch_all(read)
     .await?;
-    let mut stats = DeliveryStats::default();
-    for row in &found {
-        let n = u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0);
-        match DeliveryStatus::from_code(row.try_get("status")?) {
-            Some(DeliveryStatus::Delivered) => stats.delivered += n,
-            Some(DeliveryStatus::Pending) => stats.pending += n,
-            Some(DeliveryStatus::Failed | DeliveryStatus::Dead) => stats.failed += n,
-            Some(DeliveryStatus::Cancelled) => stats.cancelled += n,
-            None => {}
-        }
-    }
-    Ok(stats)
-}
-
-fn task(row: &sqlx::sqlite::SqliteRow) -> StoreResult<BackgroundTask> {
-    Ok(BackgroundTask {
-        id: row.try_get("id")?,
-        kind: row.try_get("kind")?,
-        app_id: row.try_get("app_id")?,
-        state: row.try_get("state")?,
-        processed: u64::try_from(row.try_get::<i64, _>("processed")?).unwrap_or(0),
-        total: u64::try_from(row.try_get::<i64, _>("total")?).unwrap_or(0),
-        data: row.try_get("data")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+    rows::delivery_stats(&found)
 }
 
 pub(super) async fn create_task(write: &SqlitePool, t: &BackgroundTask) -> StoreResult<()> {
@@ -388,8 +341,8 @@ pub(super) async fn create_task(write: &SqlitePool, t: &BackgroundTask) -> Store
     .bind(&t.kind)
     .bind(&t.app_id)
     .bind(&t.state)
-    .bind(count(t.processed))
-    .bind(count(t.total))
+    .bind(rows::count_param(t.processed))
+    .bind(rows::count_param(t.total))
     .bind(&t.data)
     .bind(t.created_at)
     .bind(t.updated_at)
@@ -403,8 +356,8 @@ pub(super) async fn update_task(write: &SqlitePool, t: &BackgroundTask) -> Store
         "UPDATE background_task SET state = ?, processed = ?, total = ?, data = ?, updated_at = ? WHERE id = ?",
     )
     .bind(&t.state)
-    .bind(count(t.processed))
-    .bind(count(t.total))
+    .bind(rows::count_param(t.processed))
+    .bind(rows::count_param(t.total))
     .bind(&t.data)
     .bind(t.updated_at)
     .bind(&t.id)
@@ -424,7 +377,7 @@ pub(super) async fn get_task(read: &SqlitePool, id: &str, app_id: Option<&str>) 
         .fetch_optional(read)
         .await?
         .ok_or(StoreError::NotFound)?;
-    task(&row)
+    rows::background_task(&row)
 }
 
 pub(super) async fn fail_interrupted_tasks(write: &SqlitePool, now: i64) -> StoreResult<u64> {

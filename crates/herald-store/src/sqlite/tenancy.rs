@@ -1,6 +1,6 @@
 //! Application-scoped tokens on SQLite: stored by digest, looked up on every request that presents one.
 
-use sqlx::{Row, SqlitePool};
+use sqlx::SqlitePool;
 
 use super::map_constraint;
 use crate::{AppToken, StoreResult};
@@ -26,16 +26,7 @@ pub(super) async fn find(read: &SqlitePool, token_sha256: &str, now: i64) -> Sto
         .bind(now)
         .fetch_optional(read)
         .await?;
-    row.map(|row| {
-        Ok(AppToken {
-            token_sha256: row.try_get("token_sha256")?,
-            app_id: row.try_get("app_id")?,
-            read_only: row.try_get("read_only")?,
-            created_at: row.try_get("created_at")?,
-            expires_at: row.try_get("expires_at")?,
-        })
-    })
-    .transpose()
+    row.as_ref().map(crate::rows::app_token).transpose()
 }
 
 pub(super) async fn expire(write: &SqlitePool, app_id: &str, at: i64) -> StoreResult<u64> {
