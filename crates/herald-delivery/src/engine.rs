@@ -658,7 +658,7 @@ impl Engine {
     /// When the endpoint's current run of failures began, if it has lasted past `disable_after`.
     fn failing_too_long(&self, key: &Arc<str>, now: i64) -> Option<i64> {
         let limit = i64::try_from(self.config.disable_after.as_millis()).unwrap_or(i64::MAX);
-        let since = self.scheduler.endpoint_snapshot(key, now)?.breaker.failing_since()?;
+        let since = self.scheduler.breaker(key)?.failing_since()?;
         (now.saturating_sub(since) >= limit).then_some(since)
     }
 

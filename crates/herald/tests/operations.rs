@@ -400,3 +400,25 @@ async fn the_event_listing_returns_every_message_once_in_order_while_new_ones_ar
     let unique: HashSet<&String> = seen.iter().collect();
     assert_eq!(unique.len(), seen.len());
 }
+
+#[tokio::test]
+async fn a_delivery_cancelled_while_waiting_for_its_retry_is_not_retried() {
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "1s,1s")]).await;
+    let receiver = Receiver::start(Reply::status(500)).await;
+    let app = herald.app("shop").await;
+    herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let msg = send(&herald, &app, "a.b", 1).await;
+    receiver.wait_for(1, WAIT).await;
+    // The first attempt failed: the delivery now sits on its retry timer in the engine.
+    herald.wait_attempts(&app, &msg, WAIT, |a| a.len() == 1).await;
+    let cancelled = herald.post(&format!("/app/{app}/msg/{msg}/cancel"), json!({})).await;
+    assert_eq!(cancelled["cancelled"], 1);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "the retry of a cancelled delivery went out"
+    );
+    let state = herald.get(&format!("/app/{app}/msg/{msg}/endpoint")).await;
+    assert_eq!(state["data"][0]["deliveryStatus"], "cancelled");
+}

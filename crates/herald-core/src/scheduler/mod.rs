@@ -451,6 +451,11 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
         })
     }
 
+    /// An endpoint's circuit breaker, without building a whole snapshot (read after every attempt).
+    pub fn breaker(&self, endpoint: &K) -> Option<&Breaker> {
+        self.endpoints.get(endpoint).map(|q| &q.breaker)
+    }
+
     /// The endpoints the scheduler knows (for periodic sweeps).
     pub fn endpoint_keys(&self) -> impl Iterator<Item = &K> {
         self.endpoints.keys()
