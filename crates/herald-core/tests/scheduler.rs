@@ -383,6 +383,47 @@ fn an_open_breaker_sends_nothing_then_exactly_one_probe() {
 }
 
 #[test]
+fn a_successful_probe_releases_the_retries_backing_off_from_the_outage() {
+    const HOUR: i64 = 3_600_000;
+    let mut s = sched_with_breaker(3, 1_000);
+    s.configure("a", limits(10), 0);
+    s.configure("b", limits(10), 0);
+    for seq in 1..=4 {
+        s.offer("a", seq, 0, seq, 0);
+    }
+    s.offer("b", 100, 0, 100, 0);
+    let sent = drain_ready(&mut s, 0);
+    assert_eq!(sent.len(), 5);
+    // "a" fails three times (its breaker opens) with retries an hour away; "b" fails once, also an hour.
+    for job in [1, 2, 3] {
+        s.finish("a", FAIL, Finished::RetryAt(HOUR, job), 0);
+    }
+    s.finish("b", FAIL, Finished::RetryAt(HOUR, 100), 0);
+    assert_eq!(
+        s.endpoint_snapshot(&"a", 0).unwrap().breaker.state(),
+        BreakerState::Open
+    );
+    // Delivery 4 was in flight when the breaker opened; it comes back as ready work (not a new failure).
+    s.finish("a", Verdict::NotSent, Finished::RetryAt(0, 4), 0);
+    let probe = drain_ready(&mut s, 1_000);
+    assert_eq!(probe, [4], "the probe is the ready delivery, not a retry on its timer");
+    assert!(drain_ready(&mut s, 1_000).is_empty());
+    // The probe succeeds: the three retries go now (slow start allows two at first), not in an hour.
+    s.finish("a", Verdict::Success, Finished::Done(4), 1_000);
+    let mut released = drain_ready(&mut s, 1_001);
+    assert_eq!(released.len(), 2, "slow start still applies");
+    for job in released.clone() {
+        s.finish("a", Verdict::Success, Finished::Done(job), 1_002);
+    }
+    released.extend(drain_ready(&mut s, 1_002));
+    released.sort_unstable();
+    assert_eq!(released, [1, 2, 3], "every retry released, each once");
+    assert_eq!(s.next_timer(), Some(HOUR), "the other endpoint's retry keeps its timer");
+    assert!(drain_ready(&mut s, HOUR - 1).is_empty());
+    assert_eq!(drain_ready(&mut s, HOUR), [100]);
+}
+
+#[test]
 fn retry_after_holds_the_whole_endpoint() {
     let mut s = sched(100);
     s.configure("a", limits(5), 0);

@@ -260,6 +260,46 @@ async fn the_breaker_opens_probes_once_per_cooldown_and_ramps_up_slowly_after_re
 }
 
 #[tokio::test]
+async fn a_recovered_endpoint_gets_its_outage_retries_at_once_not_at_their_timers() {
+    // Retries an hour apart: without the release on recovery, the deliveries that failed before the
+    // breaker opened would arrive an hour after the endpoint came back.
+    let env = [
+        ("HERALD_BREAKER_THRESHOLD", "3"),
+        ("HERALD_BREAKER_COOLDOWN", "300ms"),
+        ("HERALD_BREAKER_MAX_COOLDOWN", "300ms"),
+        ("HERALD_RETRY_SCHEDULE", "1h,1h"),
+    ];
+    let Setup {
+        herald,
+        receiver,
+        app,
+        ep,
+    } = setup(&env, Reply::status(503), json!({"maxConcurrency": 4})).await;
+    let ids = send_many(&herald, &app, "a.b", 12).await;
+    wait_until("the breaker to open", WAIT, || async {
+        (health(&herald, &app, &ep).await["state"] == "open").then_some(())
+    })
+    .await;
+    let failed_before_open = receiver.received().len();
+    assert!(failed_before_open >= 3, "the failures that opened the breaker");
+
+    receiver.set_fallback(Reply::status(200));
+    all_delivered(&receiver, &ids).await;
+    assert_each_delivered_once(&receiver, &ids);
+    let attempts = herald.get(&format!("/app/{app}/attempt/endpoint/{ep}")).await;
+    let failed = attempts["data"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .filter(|a| a["status"] == 2)
+        .count();
+    assert!(
+        failed >= failed_before_open,
+        "the outage's failed attempts stay on record beside the later success: {attempts}"
+    );
+}
+
+#[tokio::test]
 async fn a_flapping_endpoint_gets_everything_and_its_breaker_stays_closed() {
     // Failures never come three in a row, so the breaker (threshold 3) never opens; retries fill the gaps.
     let retries = schedule(6, "50ms");

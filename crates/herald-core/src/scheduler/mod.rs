@@ -29,7 +29,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 
-use crate::breaker::{Breaker, BreakerConfig};
+use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use queue::{EndpointQueue, Gate};
 
 /// A point in time in milliseconds, on whichever clock the caller uses consistently.
@@ -390,7 +390,9 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             queue.in_flight -= 1;
             self.in_flight -= 1;
         }
+        let was_tripped = queue.breaker.state() != BreakerState::Closed;
         queue.on_verdict(verdict, &breaker, now);
+        let recovered = was_tripped && queue.breaker.state() == BreakerState::Closed;
         match finished {
             Finished::Done(job) => {
                 if let Some((due, next)) = queue.release(&job) {
@@ -399,7 +401,28 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             }
             Finished::RetryAt(due, job) => self.place(endpoint.clone(), due, job, now),
         }
+        if recovered {
+            self.release_retries(&endpoint);
+        }
         self.ring_if_sendable(&endpoint, now);
+    }
+
+    /// The endpoint's probe succeeded: the retries it owes were backing off from the outage that just
+    /// ended, so they rejoin its queue now instead of at their timers (which may be hours away with the
+    /// default schedule). They still go out under slow start, and each keeps its attempt count.
+    fn release_retries(&mut self, endpoint: &K) {
+        let Some(queue) = self.endpoints.get_mut(endpoint) else {
+            return;
+        };
+        // Rare (once per recovery), so one pass over the heap is cheaper than per-endpoint timer heaps
+        // on the hot path.
+        let (mut released, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.timers)
+            .into_iter()
+            .partition(|Reverse(timer)| timer.endpoint == *endpoint);
+        self.timers = kept.into_iter().collect();
+        // Oldest first, as they would have fired.
+        released.sort_unstable_by(|Reverse(a), Reverse(b)| a.cmp(b));
+        queue.ready.extend(released.into_iter().map(|Reverse(timer)| timer.job));
     }
 
     /// Take out the waiting deliveries of an endpoint (ready or parked behind their key, not in flight and
