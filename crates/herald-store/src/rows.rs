@@ -96,6 +96,7 @@ pub(crate) fn application(row: &impl Columns) -> StoreResult<Application> {
         name: row.free_text("name")?,
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         verify_endpoints: row.flag("verify_endpoints")?,
+        payload_retention_days: u32_opt(row.opt_int("payload_retention_period")?),
         metadata: decode_metadata(&row.text("metadata")?)?,
         created_at: row.int("created_at")?,
         updated_at: row.int("updated_at")?,

@@ -68,6 +68,7 @@ fn app(uid: Option<&str>) -> Application {
         name: "shop".into(),
         rate_limit: None,
         verify_endpoints: false,
+        payload_retention_days: None,
         metadata: BTreeMap::from([("team".to_owned(), "billing".to_owned())]),
         created_at: 1,
         updated_at: 1,
@@ -1055,6 +1056,58 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
             "still pending: kept"
         );
         assert_eq!(message(&forever.id).await.payload, forever.payload);
+    }
+}
+
+#[tokio::test]
+async fn an_apps_payload_retention_applies_to_messages_that_set_none() {
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+    for (_dir, store) in backends().await {
+        // No endpoints: no delivery is pending, so only the expiry decides.
+        let mut a = app(None);
+        a.payload_retention_days = Some(1);
+        store.create_app(&a).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap().payload_retention_days, Some(1));
+        let (by_app, _) = created(ingest(&store, &a.id, Some("by-app"), None).await);
+        let (own, _) = created(
+            store
+                .ingest(NewMessage {
+                    payload_retention_ms: Some(2 * DAY_MS),
+                    ..new_message(&a.id, Some("own"), None)
+                })
+                .await
+                .unwrap(),
+        );
+        // The default changes for later messages only.
+        a.payload_retention_days = None;
+        store.update_app(&a).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap().payload_retention_days, None);
+        let (later, _) = created(ingest(&store, &a.id, Some("later"), None).await);
+
+        let payload = |id: String| {
+            let (store, app_id) = (store.clone(), a.id.clone());
+            async move { store.get_message(&app_id, &id).await.unwrap().payload }
+        };
+        // Just before a day has passed nothing expires; a day after its creation the app's default
+        // expunges the message that set no retention, but not the one that asked for two days.
+        let step = store
+            .retention_step(0, by_app.created_at + DAY_MS - 1, 10)
+            .await
+            .unwrap();
+        assert_eq!(step.payloads_expunged, 0);
+        let step = store.retention_step(0, own.created_at + DAY_MS, 10).await.unwrap();
+        assert_eq!(step.payloads_expunged, 1);
+        assert_eq!(&*payload(by_app.id.clone()).await, b"{}");
+        assert_eq!(payload(own.id.clone()).await, own.payload);
+        // Far later, the message's own two days have passed too; the message ingested without a default
+        // keeps its payload for good.
+        let step = store
+            .retention_step(0, later.created_at + 3650 * DAY_MS, 10)
+            .await
+            .unwrap();
+        assert_eq!(step.payloads_expunged, 1);
+        assert_eq!(&*payload(own.id.clone()).await, b"{}");
+        assert_eq!(payload(later.id.clone()).await, later.payload);
     }
 }
 

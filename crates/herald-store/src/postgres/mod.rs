@@ -212,7 +212,7 @@ impl Store for PgStore {
     async fn create_app(&self, app: &Application) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, \
-             verify_endpoints) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             verify_endpoints, payload_retention_period) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&app.id)
         .bind(&app.uid)
@@ -222,6 +222,7 @@ impl Store for PgStore {
         .bind(app.created_at)
         .bind(app.updated_at)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .execute(&self.pool)
         .await
         .map_err(map_constraint)?;
@@ -254,7 +255,7 @@ impl Store for PgStore {
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
         let result = sqlx::query(
             "UPDATE application SET uid = $1, name = $2, rate_limit = $3, metadata = $4, updated_at = $5, \
-             verify_endpoints = $7 WHERE id = $6",
+             verify_endpoints = $7, payload_retention_period = $8 WHERE id = $6",
         )
         .bind(&app.uid)
         .bind(escape(&app.name))
@@ -263,6 +264,7 @@ impl Store for PgStore {
         .bind(app.updated_at)
         .bind(&app.id)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .execute(&self.pool)
         .await
         .map_err(map_constraint)?;

@@ -159,8 +159,8 @@ impl Store for SqliteStore {
 
     async fn create_app(&self, app: &Application) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, verify_endpoints) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, verify_endpoints, \
+             payload_retention_period) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&app.id)
         .bind(&app.uid)
@@ -170,6 +170,7 @@ impl Store for SqliteStore {
         .bind(app.created_at)
         .bind(app.updated_at)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .execute(&self.write)
         .await
         .map_err(map_constraint)?;
@@ -201,8 +202,8 @@ impl Store for SqliteStore {
 
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
         let result = sqlx::query(
-            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ?, verify_endpoints = ? \
-             WHERE id = ?",
+            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ?, verify_endpoints = ?, \
+             payload_retention_period = ? WHERE id = ?",
         )
         .bind(&app.uid)
         .bind(&app.name)
@@ -210,6 +211,7 @@ impl Store for SqliteStore {
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.updated_at)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .bind(&app.id)
         .execute(&self.write)
         .await
