@@ -723,6 +723,17 @@ async fn rotation_keeps_replaced_keys_until_they_expire_and_no_grace_revokes_the
         assert!(store.previous_secrets(&e.id, 3_000).await.unwrap().is_empty());
         assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, OLD_KEY);
 
+        // Every rotation is an `endpoint.updated` event, recorded with it, at its time.
+        let updates: Vec<(bool, i64)> = store
+            .list_operational_events(0, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|ev| ev.event_type == "endpoint.updated")
+            .map(|ev| (ev.data.contains(&format!("\"endpointId\":\"{}\"", e.id)), ev.created_at))
+            .collect();
+        assert_eq!(updates, [(true, 1_000), (true, 2_000), (true, 3_000)]);
+
         assert!(matches!(
             store.rotate_endpoint_secret("ep_missing", NEW_KEY, 5_000, 4_000).await,
             Err(StoreError::NotFound)
