@@ -253,6 +253,16 @@ pub struct RetentionStep {
     pub attempts_deleted: u64,
     /// Payloads expunged.
     pub payloads_expunged: u64,
+    /// Operational events deleted (only ones already sent, or given up on).
+    pub events_deleted: u64,
+}
+
+impl RetentionStep {
+    /// Whether any part of the step came back with `limit` rows (there may be more to do).
+    pub fn was_full(&self, limit: usize) -> bool {
+        let limit = limit as u64;
+        self.attempts_deleted >= limit || self.payloads_expunged >= limit || self.events_deleted >= limit
+    }
 }
 
 /// Filters for listing messages.
@@ -403,9 +413,11 @@ pub trait Store: Send + Sync + 'static {
     async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
 
     /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
-    /// created before `attempts_before`, and expunge up to `limit` payloads whose expiry is at or before `now`
-    /// and that no pending delivery still needs (as [`Store::expunge_payload`]: metadata and attempts stay).
-    /// The caller repeats it while a part comes back full.
+    /// created before `attempts_before`; expunge up to `limit` payloads whose expiry is at or before `now`
+    /// and that no pending delivery still needs (as [`Store::expunge_payload`]: metadata and attempts stay);
+    /// and delete up to `limit` operational events created before `attempts_before` that the operational
+    /// webhook has handled (events not yet sent stay, however old). The caller repeats it while a part comes
+    /// back full.
     async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep>;
 
     /// Attempts of a message, newest first.

@@ -1042,7 +1042,8 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
             first,
             RetentionStep {
                 attempts_deleted: 0,
-                payloads_expunged: 1
+                payloads_expunged: 1,
+                events_deleted: 0,
             }
         );
         let mut deleted = 0;
@@ -1067,6 +1068,59 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
             "still pending: kept"
         );
         assert_eq!(message(&forever.id).await.payload, forever.payload);
+    }
+}
+
+#[tokio::test]
+async fn retention_steps_prune_old_operational_events_only_once_sent() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        // endpoint.created events at 1, 2 and 10,000; endpoint.disabled at 50.
+        let mut created = Vec::new();
+        for at in [1, 2, 10_000] {
+            let e = Endpoint {
+                created_at: at,
+                updated_at: at,
+                ..endpoint(&a.id)
+            };
+            store.create_endpoint(&e).await.unwrap();
+            created.push(e);
+        }
+        assert!(store.disable_endpoint(&created[0].id, "gone", 50).await.unwrap());
+        let events = store.list_operational_events(0, 50).await.unwrap();
+        let at: Vec<i64> = events.iter().map(|e| e.created_at).collect();
+        assert_eq!(at, [1, 2, 10_000, 50]);
+        // Sent: all but the disable (the operational webhook still owes it to the operator).
+        for event in events.iter().filter(|e| e.event_type != "endpoint.disabled") {
+            store.mark_operational_event_sent(event.seq, 60).await.unwrap();
+        }
+
+        // Events older than 5,000 go, a batch of one at a time; the unsent one and the recent one stay.
+        let mut deleted = Vec::new();
+        loop {
+            let step = store.retention_step(5_000, 0, 1).await.unwrap();
+            assert!(step.events_deleted <= 1);
+            if step.events_deleted == 0 {
+                break;
+            }
+            deleted.push(step.events_deleted);
+        }
+        assert_eq!(deleted, [1, 1]);
+        let left: Vec<(String, i64)> = store
+            .list_operational_events(0, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.event_type, e.created_at))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ("endpoint.created".to_owned(), 10_000),
+                ("endpoint.disabled".to_owned(), 50)
+            ]
+        );
     }
 }
 
