@@ -368,11 +368,13 @@ pub trait Store: Send + Sync + 'static {
     /// operational events they cause (see [`Store::unsent_operational_events`]).
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
     /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
-    /// they are still pending.
+    /// they are still pending, each with a `message.attempt.exhausted` operational event
+    /// (`reason: "expired"`) in the same transaction.
     async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()>;
-    /// Mark dead every pending delivery of an endpoint whose message was created before `created_before`
-    /// (the endpoint is paused or its breaker open, so they waited past their time window); returns how
-    /// many.
+    /// Mark dead every pending delivery of an endpoint whose time window started before `created_before`
+    /// (its message's creation, or when it was re-queued; the endpoint is paused or its breaker open, so
+    /// they waited past their window), each with a `message.attempt.exhausted` event as
+    /// [`Store::expire_deliveries`]; returns how many.
     async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64>;
     /// Pending deliveries of an endpoint and the age of the oldest.
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog>;
@@ -399,7 +401,9 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::disable_endpoint`]; and in [`Store::record_attempts`] `message.attempt.failing` (a delivery's
     /// 4th attempt failed), `message.attempt.exhausted` (a delivery ended dead or failed for good) and
     /// `message.attempt.recovered` (a delivery succeeded after one of those two was recorded for the same
-    /// message and endpoint). Events about a delivery carry its message and endpoint ids.
+    /// message and endpoint); `message.attempt.exhausted` also in [`Store::expire_deliveries`] and
+    /// [`Store::expire_waiting`], and `endpoint.updated` in [`Store::rotate_endpoint_secret`]. Events about a
+    /// delivery carry its message and endpoint ids.
     async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
     /// Mark an operational event as handled by the operational webhook (sent, or given up on).
     async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()>;

@@ -192,6 +192,27 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
     })
 }
 
+/// A pending delivery about to expire, read with [`crate::events::EXPIRING`].
+pub(crate) fn expired(row: &impl Columns) -> StoreResult<crate::events::Expired> {
+    let last_attempt = match row.opt_text("last_id")? {
+        Some(id) => Some(crate::events::LastAttempt {
+            id,
+            response_status: row.opt_int("last_status")?.and_then(|s| u16::try_from(s).ok()),
+            outcome: row.opt_free_text("last_outcome")?.unwrap_or_default(),
+            created_at: row.opt_int("last_at")?.unwrap_or(0),
+        }),
+        None => None,
+    };
+    Ok(crate::events::Expired {
+        seq: row.int("seq")?,
+        app_id: row.text("app_id")?,
+        message_id: row.text("message_id")?,
+        endpoint_id: row.text("endpoint_id")?,
+        attempts: u32_opt(Some(row.int("attempts")?)).unwrap_or(0),
+        last_attempt,
+    })
+}
+
 /// A count column (never negative) as `u64`.
 fn count_of(row: &impl Columns, column: &str) -> StoreResult<u64> {
     Ok(u64::try_from(row.int(column)?).unwrap_or(0))

@@ -407,6 +407,101 @@ async fn waiting_deliveries_expire_and_the_backlog_is_counted() {
 }
 
 #[tokio::test]
+async fn deliveries_that_die_waiting_are_reported_exhausted_and_a_requeued_one_waits_its_own_window() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let (tried, tried_d) = created(ingest(&store, &a.id, None, None).await);
+        let (untried, _) = created(ingest(&store, &a.id, None, None).await);
+        let (old, old_d) = created(ingest(&store, &a.id, None, None).await);
+        // One failed attempt, then the delivery waits for its retry (still pending).
+        settle(&store, &a.id, &tried, &e, tried_d[0].seq, DeliveryStatus::Pending).await;
+        let last_attempt = store
+            .list_attempts_by_message(&a.id, &tried.id, &AttemptFilter::default(), &PageRequest::default())
+            .await
+            .unwrap()
+            .items
+            .remove(0);
+        // An old delivery that died and was re-queued (recover) much later: its window starts then.
+        settle(&store, &a.id, &old, &e, old_d[0].seq, DeliveryStatus::Dead).await;
+        let requeued_at = old.created_at + 1_000_000;
+        assert!(matches!(
+            store
+                .requeue_delivery(&old.id, &e.id, AttemptTrigger::Recover, requeued_at)
+                .await
+                .unwrap(),
+            Requeue::Queued(_)
+        ));
+
+        store.expire_deliveries(&[tried_d[0].seq], 10).await.unwrap();
+        // Again: already dead, nothing more is reported.
+        store.expire_deliveries(&[tried_d[0].seq], 11).await.unwrap();
+        let cutoff = old.created_at.max(untried.created_at) + 1;
+        assert_eq!(
+            store.expire_waiting(&e.id, cutoff, 20).await.unwrap(),
+            1,
+            "only the untried one"
+        );
+        assert_eq!(
+            store.delivery_state(&old.id, &e.id).await.unwrap().0,
+            DeliveryStatus::Pending,
+            "a re-queued delivery waits its own window"
+        );
+        assert_eq!(store.expire_waiting(&e.id, requeued_at + 1, 30).await.unwrap(), 1);
+        for m in [&tried, &untried, &old] {
+            assert_eq!(
+                store.delivery_state(&m.id, &e.id).await.unwrap().0,
+                DeliveryStatus::Dead
+            );
+        }
+
+        let expired: Vec<(serde_json::Value, i64)> = store
+            .list_operational_events(0, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|ev| ev.event_type == "message.attempt.exhausted")
+            .map(|ev| (serde_json::from_str(&ev.data).unwrap(), ev.created_at))
+            .filter(|(data, _): &(serde_json::Value, i64)| data["reason"] == "expired")
+            .collect();
+        let by_msg = |id: &str| {
+            expired
+                .iter()
+                .find(|(data, _)| data["msgId"] == id)
+                .unwrap_or_else(|| panic!("no expired event for {id}: {expired:?}"))
+        };
+        assert_eq!(expired.len(), 3, "{expired:?}");
+        let (data, at) = by_msg(&tried.id);
+        assert_eq!(*at, 10);
+        assert_eq!(
+            (
+                &data["appId"],
+                &data["endpointId"],
+                &data["deliveryStatus"],
+                &data["attempts"]
+            ),
+            (
+                &serde_json::json!(a.id),
+                &serde_json::json!(e.id),
+                &serde_json::json!("dead"),
+                &serde_json::json!(1)
+            )
+        );
+        assert_eq!(data["lastAttempt"]["id"], last_attempt.id.as_str());
+        assert_eq!(data["lastAttempt"]["responseStatusCode"], 500);
+        let (data, at) = by_msg(&untried.id);
+        assert_eq!((*at, &data["attempts"]), (20, &serde_json::json!(0)));
+        assert!(data.get("lastAttempt").is_none(), "{data}");
+        // The re-queued one names the attempt of its earlier run.
+        let (data, at) = by_msg(&old.id);
+        assert_eq!(*at, 30);
+        assert!(data["lastAttempt"]["id"].is_string(), "{data}");
+    }
+}
+
+#[tokio::test]
 async fn ordering_settings_and_keys_round_trip() {
     for (_dir, store) in backends().await {
         let a = app(None);
