@@ -42,6 +42,7 @@ pub fn application(app: Application) -> ApplicationOut {
         name: app.name,
         throttle_rate: rate(app.rate_limit),
         verify_endpoints: app.verify_endpoints,
+        payload_retention_period: app.payload_retention_days,
         metadata: app.metadata,
         created_at: datetime(app.created_at),
         updated_at: datetime(app.updated_at),

@@ -171,6 +171,10 @@ pub struct ApplicationIn {
     /// New endpoints must echo a signed challenge before they receive anything (Herald extension).
     #[serde(default)]
     pub verify_endpoints: bool,
+    /// Days the payload of each new message is kept when the message sets no retention of its own
+    /// (Herald extension; `null` or absent: kept).
+    #[serde(default)]
+    pub payload_retention_period: Option<i64>,
 }
 
 /// Body of `PATCH /api/v1/app/{app_id}`: only the keys present change.
@@ -189,6 +193,9 @@ pub struct ApplicationPatch {
     /// Require the ownership check for new endpoints (non-nullable; Herald extension).
     #[serde(default, deserialize_with = "non_null")]
     pub verify_endpoints: Option<bool>,
+    /// New default payload retention in days, or `null` to keep payloads (Herald extension).
+    #[serde(default)]
+    pub payload_retention_period: Patch<i64>,
     /// New metadata, replacing the old map (non-nullable).
     #[serde(default, deserialize_with = "non_null")]
     pub metadata: Option<Metadata>,
@@ -210,6 +217,9 @@ pub struct ApplicationOut {
     pub throttle_rate: ThrottleRateOut,
     /// New endpoints must pass the ownership check (Herald extension).
     pub verify_endpoints: bool,
+    /// Default payload retention of new messages, in days, if set (Herald extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_retention_period: Option<u32>,
     /// Free-form metadata (always present, `{}` when empty).
     pub metadata: Metadata,
     /// Creation time.
@@ -1171,6 +1181,7 @@ mod tests {
             name: "n".into(),
             throttle_rate: ThrottleRateOut(Some(3)),
             verify_endpoints: false,
+            payload_retention_period: None,
             metadata: Metadata::new(),
             created_at: datetime!(2024-05-01 12:00:00.5 UTC),
             updated_at: datetime!(2024-05-01 12:00:00.5 UTC),

@@ -58,6 +58,20 @@ pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), 
     Ok(())
 }
 
+/// The longest payload retention accepted (ten years), in days.
+pub const MAX_RETENTION_DAYS: i64 = 3_650;
+
+/// A payload retention period in days (`payloadRetentionPeriod` of a message or an application): 1 to
+/// [`MAX_RETENTION_DAYS`].
+pub fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
+    match u32::try_from(days) {
+        Ok(valid) if (1..=MAX_RETENTION_DAYS).contains(&days) => Ok(valid),
+        _ => Err(ApiError::validation(format!(
+            "{field}: must be between 1 and {MAX_RETENTION_DAYS} days, got {days}"
+        ))),
+    }
+}
+
 /// The uid of an object that a PUT creates because `path_segment` named nothing.
 ///
 /// An id cannot be chosen by a client, so a segment shaped like an id of `kind` is simply not found;

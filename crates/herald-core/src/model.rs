@@ -22,6 +22,9 @@ pub struct Application {
     pub rate_limit: Option<u32>,
     /// New endpoints must echo a signed challenge before they are enabled (ownership check).
     pub verify_endpoints: bool,
+    /// Days a message's payload is kept when the message sets no retention of its own
+    /// (`payloadRetentionPeriod`); `None` keeps payloads until expunged by hand.
+    pub payload_retention_days: Option<u32>,
     /// Client labels.
     pub metadata: Metadata,
     /// Creation time.

@@ -1,5 +1,6 @@
-//! The retention job: every `retention_interval`, delete attempts older than `retention` and expunge the
-//! payloads whose `payloadRetentionPeriod` has passed (metadata and attempts of those messages stay).
+//! The retention job: every `retention_interval`, delete attempts and sent operational events older than
+//! `retention` and expunge the payloads whose `payloadRetentionPeriod` has passed (metadata and attempts of
+//! those messages stay).
 //!
 //! It works in small batches, each its own short transaction, with a pause between them, so the single
 //! write connection is never held long: ingest and delivery results slip in between batches.
@@ -26,6 +27,7 @@ pub fn spawn(store: SharedStore, retention: Duration, interval: Duration) -> Joi
                 Ok(done) if done != RetentionStep::default() => tracing::info!(
                     attempts_deleted = done.attempts_deleted,
                     payloads_expunged = done.payloads_expunged,
+                    events_deleted = done.events_deleted,
                     "retention run done"
                 ),
                 Ok(_) => {}
@@ -45,8 +47,8 @@ pub async fn run_once(store: &SharedStore, retention: Duration) -> StoreResult<R
         let step = store.retention_step(cutoff, now, BATCH).await?;
         total.attempts_deleted += step.attempts_deleted;
         total.payloads_expunged += step.payloads_expunged;
-        let limit = BATCH as u64;
-        if step.attempts_deleted < limit && step.payloads_expunged < limit {
+        total.events_deleted += step.events_deleted;
+        if !step.was_full(BATCH) {
             return Ok(total);
         }
         tokio::time::sleep(BREATHER).await;

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use herald_core::model::{DeliveryStatus, Endpoint};
+use herald_core::model::{Attempt, DeliveryStatus, Endpoint};
 use serde_json::{Value, json};
 
 use crate::AttemptRecord;
@@ -77,12 +77,7 @@ impl NewEvent {
             "endpointId": a.endpoint_id,
             "msgId": a.message_id,
             "attempts": a.attempt_number,
-            "lastAttempt": {
-                "id": a.id,
-                "responseStatusCode": a.response_status.unwrap_or(0),
-                "outcome": a.outcome,
-                "timestamp": rfc3339(a.created_at),
-            },
+            "lastAttempt": LastAttempt::of(a).json(),
         });
         merge(&mut data, extra);
         Self {
@@ -94,6 +89,87 @@ impl NewEvent {
             created_at: finished,
         }
     }
+}
+
+/// A pending delivery that dies without a final attempt: its time window ended while it waited (its
+/// endpoint paused, its breaker open, or held by a `Retry-After`), as the backends read it back in the
+/// transaction that marks it dead.
+pub(crate) struct Expired {
+    pub(crate) seq: i64,
+    pub(crate) app_id: String,
+    pub(crate) message_id: String,
+    pub(crate) endpoint_id: String,
+    /// Attempts the delivery made in its window.
+    pub(crate) attempts: u32,
+    /// The latest attempt of this message to this endpoint, if one was ever made (and is still kept).
+    pub(crate) last_attempt: Option<LastAttempt>,
+}
+
+/// What an event says of an attempt.
+pub(crate) struct LastAttempt {
+    pub(crate) id: String,
+    pub(crate) response_status: Option<u16>,
+    pub(crate) outcome: String,
+    pub(crate) created_at: i64,
+}
+
+impl LastAttempt {
+    fn of(attempt: &Attempt) -> Self {
+        Self {
+            id: attempt.id.clone(),
+            response_status: attempt.response_status,
+            outcome: attempt.outcome.clone(),
+            created_at: attempt.created_at,
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "responseStatusCode": self.response_status.unwrap_or(0),
+            "outcome": self.outcome,
+            "timestamp": rfc3339(self.created_at),
+        })
+    }
+}
+
+/// The SELECT (both dialects) that reads pending deliveries about to expire as [`Expired`] rows (decoded
+/// by `rows::expired`); the caller appends its conditions on `d` and `m`. The latest attempt comes from
+/// the `(message_id, id)` attempt index.
+pub(crate) const EXPIRING: &str = "SELECT d.seq, d.message_id, d.endpoint_id, d.attempts, m.app_id, \
+     a.id AS last_id, a.response_status AS last_status, a.outcome AS last_outcome, a.created_at AS last_at \
+     FROM delivery d JOIN message m ON m.id = d.message_id \
+     LEFT JOIN attempt a ON a.message_id = d.message_id AND a.id = \
+     (SELECT MAX(x.id) FROM attempt x WHERE x.message_id = d.message_id AND x.endpoint_id = d.endpoint_id) \
+     WHERE d.status = 0";
+
+/// The `message.attempt.exhausted` events of deliveries that died of old age, at `now`. They say so
+/// (`reason: "expired"`), and name the latest attempt when there was one.
+pub(crate) fn expired_events(expired: &[Expired], now: i64) -> Vec<NewEvent> {
+    expired
+        .iter()
+        .map(|e| {
+            let mut data = json!({
+                "appId": e.app_id,
+                "endpointId": e.endpoint_id,
+                "msgId": e.message_id,
+                "attempts": e.attempts,
+                "deliveryStatus": "dead",
+                "reason": "expired",
+            });
+            if let Some(last) = &e.last_attempt {
+                data["lastAttempt"] = last.json();
+            }
+            NewEvent {
+                event_type: ATTEMPT_EXHAUSTED,
+                app_id: e.app_id.clone(),
+                message_id: Some(e.message_id.clone()),
+                endpoint_id: Some(e.endpoint_id.clone()),
+                data,
+                created_at: now,
+            }
+        })
+        .collect()
 }
 
 fn merge(data: &mut Value, extra: Value) {

@@ -253,6 +253,16 @@ pub struct RetentionStep {
     pub attempts_deleted: u64,
     /// Payloads expunged.
     pub payloads_expunged: u64,
+    /// Operational events deleted (only ones already sent, or given up on).
+    pub events_deleted: u64,
+}
+
+impl RetentionStep {
+    /// Whether any part of the step came back with `limit` rows (there may be more to do).
+    pub fn was_full(&self, limit: usize) -> bool {
+        let limit = limit as u64;
+        self.attempts_deleted >= limit || self.payloads_expunged >= limit || self.events_deleted >= limit
+    }
 }
 
 /// Filters for listing messages.
@@ -358,11 +368,13 @@ pub trait Store: Send + Sync + 'static {
     /// operational events they cause (see [`Store::unsent_operational_events`]).
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
     /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
-    /// they are still pending.
+    /// they are still pending, each with a `message.attempt.exhausted` operational event
+    /// (`reason: "expired"`) in the same transaction.
     async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()>;
-    /// Mark dead every pending delivery of an endpoint whose message was created before `created_before`
-    /// (the endpoint is paused or its breaker open, so they waited past their time window); returns how
-    /// many.
+    /// Mark dead every pending delivery of an endpoint whose time window started before `created_before`
+    /// (its message's creation, or when it was re-queued; the endpoint is paused or its breaker open, so
+    /// they waited past their window), each with a `message.attempt.exhausted` event as
+    /// [`Store::expire_deliveries`]; returns how many.
     async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64>;
     /// Pending deliveries of an endpoint and the age of the oldest.
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog>;
@@ -389,7 +401,9 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::disable_endpoint`]; and in [`Store::record_attempts`] `message.attempt.failing` (a delivery's
     /// 4th attempt failed), `message.attempt.exhausted` (a delivery ended dead or failed for good) and
     /// `message.attempt.recovered` (a delivery succeeded after one of those two was recorded for the same
-    /// message and endpoint). Events about a delivery carry its message and endpoint ids.
+    /// message and endpoint); `message.attempt.exhausted` also in [`Store::expire_deliveries`] and
+    /// [`Store::expire_waiting`], and `endpoint.updated` in [`Store::rotate_endpoint_secret`]. Events about a
+    /// delivery carry its message and endpoint ids.
     async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
     /// Mark an operational event as handled by the operational webhook (sent, or given up on).
     async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()>;
@@ -403,9 +417,11 @@ pub trait Store: Send + Sync + 'static {
     async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
 
     /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
-    /// created before `attempts_before`, and expunge up to `limit` payloads whose expiry is at or before `now`
-    /// and that no pending delivery still needs (as [`Store::expunge_payload`]: metadata and attempts stay).
-    /// The caller repeats it while a part comes back full.
+    /// created before `attempts_before`; expunge up to `limit` payloads whose expiry is at or before `now`
+    /// and that no pending delivery still needs (as [`Store::expunge_payload`]: metadata and attempts stay);
+    /// and delete up to `limit` operational events created before `attempts_before` that the operational
+    /// webhook has handled (events not yet sent stay, however old). The caller repeats it while a part comes
+    /// back full.
     async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep>;
 
     /// Attempts of a message, newest first.

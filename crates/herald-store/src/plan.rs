@@ -1,6 +1,7 @@
 //! The backend-independent half of a group-commit batch: deciding what to write.
 //!
-//! A backend reads three things in the batch's transaction — which apps exist, each app's endpoints and
+//! A backend reads three things in the batch's transaction — which apps exist (with their defaults), each
+//! app's endpoints and
 //! the messages that already carry one of the batch's event ids or idempotency keys — and [`plan`] turns
 //! them into each job's outcome, the new messages to insert and their fan-out. After inserting, the
 //! backend hands the created deliveries back to [`Plan::finish`]. Only the reads and writes are dialect
@@ -43,6 +44,18 @@ impl Earlier {
     }
 }
 
+/// The apps of a batch that exist, by id, each with its default payload retention in milliseconds (the
+/// app's `payloadRetentionPeriod`), read with the same query that checks they exist.
+pub(crate) type Apps = HashMap<String, Option<i64>>;
+
+/// Milliseconds in a day.
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+/// An app's stored default payload retention (days) in milliseconds.
+pub(crate) fn retention_ms(days: Option<i64>) -> Option<i64> {
+    days.map(|d| d.saturating_mul(DAY_MS))
+}
+
 /// The distinct apps of a batch.
 pub(crate) fn app_ids(batch: &[IngestJob]) -> Vec<&str> {
     batch
@@ -66,7 +79,7 @@ pub(crate) struct NewRow<'a> {
     pub(crate) job: usize,
     pub(crate) message: Message,
     pub(crate) idempotency_key: Option<&'a str>,
-    /// When the payload expires (the producer's `payloadRetentionPeriod`), if it does.
+    /// When the payload expires (the message's `payloadRetentionPeriod`, else its app's), if it does.
     pub(crate) payload_expires_at: Option<i64>,
 }
 
@@ -86,16 +99,16 @@ pub(crate) struct Plan<'a> {
 
 /// Decide every job of a batch. Ids and creation times are assigned here, inside the transaction that
 /// commits them, so ids follow commit order.
-pub(crate) fn plan<'a>(batch: &'a [IngestJob], existing_apps: &HashSet<String>, mut earlier: Earlier) -> Plan<'a> {
+pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier) -> Plan<'a> {
     let now = herald_core::clock::now_ms();
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut messages = Vec::new();
     for (index, job) in batch.iter().enumerate() {
         let new = &job.new;
-        if !existing_apps.contains(new.app_id.as_str()) {
+        let Some(app_retention_ms) = apps.get(new.app_id.as_str()) else {
             outcomes.push(Err(StoreError::NotFound));
             continue;
-        }
+        };
         if let Some(original) = earlier.find(&new.app_id, new.event_id.as_deref(), new.idempotency_key.as_deref()) {
             outcomes.push(Ok(Ingested::Duplicate(original)));
             continue;
@@ -117,7 +130,11 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], existing_apps: &HashSet<String>, 
             job: index,
             message,
             idempotency_key: new.idempotency_key.as_deref(),
-            payload_expires_at: new.payload_retention_ms.map(|keep| now.saturating_add(keep)),
+            // The message's own retention wins over its app's default.
+            payload_expires_at: new
+                .payload_retention_ms
+                .or(*app_retention_ms)
+                .map(|keep| now.saturating_add(keep)),
         });
     }
     Plan { outcomes, messages }

@@ -96,6 +96,7 @@ pub(crate) fn application(row: &impl Columns) -> StoreResult<Application> {
         name: row.free_text("name")?,
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         verify_endpoints: row.flag("verify_endpoints")?,
+        payload_retention_days: u32_opt(row.opt_int("payload_retention_period")?),
         metadata: decode_metadata(&row.text("metadata")?)?,
         created_at: row.int("created_at")?,
         updated_at: row.int("updated_at")?,
@@ -188,6 +189,27 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
         duration_ms: row.int("duration_ms")?,
         trigger: AttemptTrigger::from_code(trigger),
         created_at: row.int("created_at")?,
+    })
+}
+
+/// A pending delivery about to expire, read with [`crate::events::EXPIRING`].
+pub(crate) fn expired(row: &impl Columns) -> StoreResult<crate::events::Expired> {
+    let last_attempt = match row.opt_text("last_id")? {
+        Some(id) => Some(crate::events::LastAttempt {
+            id,
+            response_status: row.opt_int("last_status")?.and_then(|s| u16::try_from(s).ok()),
+            outcome: row.opt_free_text("last_outcome")?.unwrap_or_default(),
+            created_at: row.opt_int("last_at")?.unwrap_or(0),
+        }),
+        None => None,
+    };
+    Ok(crate::events::Expired {
+        seq: row.int("seq")?,
+        app_id: row.text("app_id")?,
+        message_id: row.text("message_id")?,
+        endpoint_id: row.text("endpoint_id")?,
+        attempts: u32_opt(Some(row.int("attempts")?)).unwrap_or(0),
+        last_attempt,
     })
 }
 

@@ -31,6 +31,7 @@ fn app() -> Application {
         name: "shop".into(),
         rate_limit: None,
         verify_endpoints: false,
+        payload_retention_days: None,
         metadata: BTreeMap::new(),
         created_at: 1,
         updated_at: 1,

@@ -68,6 +68,7 @@ fn app(uid: Option<&str>) -> Application {
         name: "shop".into(),
         rate_limit: None,
         verify_endpoints: false,
+        payload_retention_days: None,
         metadata: BTreeMap::from([("team".to_owned(), "billing".to_owned())]),
         created_at: 1,
         updated_at: 1,
@@ -406,6 +407,101 @@ async fn waiting_deliveries_expire_and_the_backlog_is_counted() {
 }
 
 #[tokio::test]
+async fn deliveries_that_die_waiting_are_reported_exhausted_and_a_requeued_one_waits_its_own_window() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        let (tried, tried_d) = created(ingest(&store, &a.id, None, None).await);
+        let (untried, _) = created(ingest(&store, &a.id, None, None).await);
+        let (old, old_d) = created(ingest(&store, &a.id, None, None).await);
+        // One failed attempt, then the delivery waits for its retry (still pending).
+        settle(&store, &a.id, &tried, &e, tried_d[0].seq, DeliveryStatus::Pending).await;
+        let last_attempt = store
+            .list_attempts_by_message(&a.id, &tried.id, &AttemptFilter::default(), &PageRequest::default())
+            .await
+            .unwrap()
+            .items
+            .remove(0);
+        // An old delivery that died and was re-queued (recover) much later: its window starts then.
+        settle(&store, &a.id, &old, &e, old_d[0].seq, DeliveryStatus::Dead).await;
+        let requeued_at = old.created_at + 1_000_000;
+        assert!(matches!(
+            store
+                .requeue_delivery(&old.id, &e.id, AttemptTrigger::Recover, requeued_at)
+                .await
+                .unwrap(),
+            Requeue::Queued(_)
+        ));
+
+        store.expire_deliveries(&[tried_d[0].seq], 10).await.unwrap();
+        // Again: already dead, nothing more is reported.
+        store.expire_deliveries(&[tried_d[0].seq], 11).await.unwrap();
+        let cutoff = old.created_at.max(untried.created_at) + 1;
+        assert_eq!(
+            store.expire_waiting(&e.id, cutoff, 20).await.unwrap(),
+            1,
+            "only the untried one"
+        );
+        assert_eq!(
+            store.delivery_state(&old.id, &e.id).await.unwrap().0,
+            DeliveryStatus::Pending,
+            "a re-queued delivery waits its own window"
+        );
+        assert_eq!(store.expire_waiting(&e.id, requeued_at + 1, 30).await.unwrap(), 1);
+        for m in [&tried, &untried, &old] {
+            assert_eq!(
+                store.delivery_state(&m.id, &e.id).await.unwrap().0,
+                DeliveryStatus::Dead
+            );
+        }
+
+        let expired: Vec<(serde_json::Value, i64)> = store
+            .list_operational_events(0, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|ev| ev.event_type == "message.attempt.exhausted")
+            .map(|ev| (serde_json::from_str(&ev.data).unwrap(), ev.created_at))
+            .filter(|(data, _): &(serde_json::Value, i64)| data["reason"] == "expired")
+            .collect();
+        let by_msg = |id: &str| {
+            expired
+                .iter()
+                .find(|(data, _)| data["msgId"] == id)
+                .unwrap_or_else(|| panic!("no expired event for {id}: {expired:?}"))
+        };
+        assert_eq!(expired.len(), 3, "{expired:?}");
+        let (data, at) = by_msg(&tried.id);
+        assert_eq!(*at, 10);
+        assert_eq!(
+            (
+                &data["appId"],
+                &data["endpointId"],
+                &data["deliveryStatus"],
+                &data["attempts"]
+            ),
+            (
+                &serde_json::json!(a.id),
+                &serde_json::json!(e.id),
+                &serde_json::json!("dead"),
+                &serde_json::json!(1)
+            )
+        );
+        assert_eq!(data["lastAttempt"]["id"], last_attempt.id.as_str());
+        assert_eq!(data["lastAttempt"]["responseStatusCode"], 500);
+        let (data, at) = by_msg(&untried.id);
+        assert_eq!((*at, &data["attempts"]), (20, &serde_json::json!(0)));
+        assert!(data.get("lastAttempt").is_none(), "{data}");
+        // The re-queued one names the attempt of its earlier run.
+        let (data, at) = by_msg(&old.id);
+        assert_eq!(*at, 30);
+        assert!(data["lastAttempt"]["id"].is_string(), "{data}");
+    }
+}
+
+#[tokio::test]
 async fn ordering_settings_and_keys_round_trip() {
     for (_dir, store) in backends().await {
         let a = app(None);
@@ -722,6 +818,17 @@ async fn rotation_keeps_replaced_keys_until_they_expire_and_no_grace_revokes_the
         assert!(store.previous_secrets(&e.id, 3_000).await.unwrap().is_empty());
         assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, OLD_KEY);
 
+        // Every rotation is an `endpoint.updated` event, recorded with it, at its time.
+        let updates: Vec<(bool, i64)> = store
+            .list_operational_events(0, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|ev| ev.event_type == "endpoint.updated")
+            .map(|ev| (ev.data.contains(&format!("\"endpointId\":\"{}\"", e.id)), ev.created_at))
+            .collect();
+        assert_eq!(updates, [(true, 1_000), (true, 2_000), (true, 3_000)]);
+
         assert!(matches!(
             store.rotate_endpoint_secret("ep_missing", NEW_KEY, 5_000, 4_000).await,
             Err(StoreError::NotFound)
@@ -1030,7 +1137,8 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
             first,
             RetentionStep {
                 attempts_deleted: 0,
-                payloads_expunged: 1
+                payloads_expunged: 1,
+                events_deleted: 0,
             }
         );
         let mut deleted = 0;
@@ -1055,6 +1163,111 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
             "still pending: kept"
         );
         assert_eq!(message(&forever.id).await.payload, forever.payload);
+    }
+}
+
+#[tokio::test]
+async fn retention_steps_prune_old_operational_events_only_once_sent() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        // endpoint.created events at 1, 2 and 10,000; endpoint.disabled at 50.
+        let mut created = Vec::new();
+        for at in [1, 2, 10_000] {
+            let e = Endpoint {
+                created_at: at,
+                updated_at: at,
+                ..endpoint(&a.id)
+            };
+            store.create_endpoint(&e).await.unwrap();
+            created.push(e);
+        }
+        assert!(store.disable_endpoint(&created[0].id, "gone", 50).await.unwrap());
+        let events = store.list_operational_events(0, 50).await.unwrap();
+        let at: Vec<i64> = events.iter().map(|e| e.created_at).collect();
+        assert_eq!(at, [1, 2, 10_000, 50]);
+        // Sent: all but the disable (the operational webhook still owes it to the operator).
+        for event in events.iter().filter(|e| e.event_type != "endpoint.disabled") {
+            store.mark_operational_event_sent(event.seq, 60).await.unwrap();
+        }
+
+        // Events older than 5,000 go, a batch of one at a time; the unsent one and the recent one stay.
+        let mut deleted = Vec::new();
+        loop {
+            let step = store.retention_step(5_000, 0, 1).await.unwrap();
+            assert!(step.events_deleted <= 1);
+            if step.events_deleted == 0 {
+                break;
+            }
+            deleted.push(step.events_deleted);
+        }
+        assert_eq!(deleted, [1, 1]);
+        let left: Vec<(String, i64)> = store
+            .list_operational_events(0, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.event_type, e.created_at))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ("endpoint.created".to_owned(), 10_000),
+                ("endpoint.disabled".to_owned(), 50)
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_apps_payload_retention_applies_to_messages_that_set_none() {
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+    for (_dir, store) in backends().await {
+        // No endpoints: no delivery is pending, so only the expiry decides.
+        let mut a = app(None);
+        a.payload_retention_days = Some(1);
+        store.create_app(&a).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap().payload_retention_days, Some(1));
+        let (by_app, _) = created(ingest(&store, &a.id, Some("by-app"), None).await);
+        let (own, _) = created(
+            store
+                .ingest(NewMessage {
+                    payload_retention_ms: Some(2 * DAY_MS),
+                    ..new_message(&a.id, Some("own"), None)
+                })
+                .await
+                .unwrap(),
+        );
+        // The default changes for later messages only.
+        a.payload_retention_days = None;
+        store.update_app(&a).await.unwrap();
+        assert_eq!(store.get_app(&a.id).await.unwrap().payload_retention_days, None);
+        let (later, _) = created(ingest(&store, &a.id, Some("later"), None).await);
+
+        let payload = |id: String| {
+            let (store, app_id) = (store.clone(), a.id.clone());
+            async move { store.get_message(&app_id, &id).await.unwrap().payload }
+        };
+        // Just before a day has passed nothing expires; a day after its creation the app's default
+        // expunges the message that set no retention, but not the one that asked for two days.
+        let step = store
+            .retention_step(0, by_app.created_at + DAY_MS - 1, 10)
+            .await
+            .unwrap();
+        assert_eq!(step.payloads_expunged, 0);
+        let step = store.retention_step(0, own.created_at + DAY_MS, 10).await.unwrap();
+        assert_eq!(step.payloads_expunged, 1);
+        assert_eq!(&*payload(by_app.id.clone()).await, b"{}");
+        assert_eq!(payload(own.id.clone()).await, own.payload);
+        // Far later, the message's own two days have passed too; the message ingested without a default
+        // keeps its payload for good.
+        let step = store
+            .retention_step(0, later.created_at + 3650 * DAY_MS, 10)
+            .await
+            .unwrap();
+        assert_eq!(step.payloads_expunged, 1);
+        assert_eq!(&*payload(own.id.clone()).await, b"{}");
+        assert_eq!(payload(later.id.clone()).await, later.payload);
     }
 }
 

@@ -225,3 +225,90 @@ async fn a_secret_is_required_with_the_url() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("operational_webhook_secret"), "{stderr}");
 }
+
+/// The operational event log (admin listing), oldest first.
+async fn event_log(herald: &Herald) -> Vec<Value> {
+    herald.get("/operational-event?limit=250").await["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_delivery_that_dies_waiting_is_exhausted_and_a_rotation_is_an_update() {
+    // Window: 100 ms × 1.2 + two attempts × 100 ms ≈ 0.3 s.
+    let herald = Herald::start(&[
+        ("HERALD_RETRY_SCHEDULE", "100ms"),
+        ("HERALD_REQUEST_TIMEOUT", "100ms"),
+        ("HERALD_MAX_REQUEST_TIMEOUT", "100ms"),
+    ])
+    .await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("ops").await;
+    // Paused: its delivery waits, unattempted, until its window has passed.
+    let (paused, _) = herald
+        .endpoint(&app, json!({ "url": receiver.url(), "disabled": true }))
+        .await;
+    let msg = herald
+        .post(&format!("/app/{app}/msg"), json!({ "eventType": "a.b", "payload": {} }))
+        .await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/endpoint/{paused}/secret/rotate"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+
+    let deadline = Instant::now() + WAIT;
+    let exhausted = loop {
+        let log = event_log(&herald).await;
+        if let Some(found) = log
+            .iter()
+            .find(|e| e["eventType"] == "message.attempt.exhausted" && e["data"]["msgId"] == msg.as_str())
+        {
+            break found.clone();
+        }
+        assert!(Instant::now() < deadline, "no exhausted event: {log:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let data = &exhausted["data"];
+    assert_eq!(
+        (
+            &data["appId"],
+            &data["endpointId"],
+            &data["deliveryStatus"],
+            &data["reason"],
+            &data["attempts"]
+        ),
+        (
+            &json!(app),
+            &json!(paused),
+            &json!("dead"),
+            &json!("expired"),
+            &json!(0)
+        ),
+        "{exhausted}"
+    );
+    assert!(data.get("lastAttempt").is_none(), "no attempt was made: {exhausted}");
+    let deliveries = herald.get(&format!("/app/{app}/msg/{msg}/endpoint")).await;
+    assert_eq!(deliveries["data"][0]["deliveryStatus"], "dead", "{deliveries}");
+    assert!(receiver.received().is_empty());
+
+    // The rotation was recorded as a change of the endpoint, after its creation; only one exhausted event.
+    let log = event_log(&herald).await;
+    let kinds: Vec<&str> = log
+        .iter()
+        .filter(|e| e["data"]["endpointId"] == paused.as_str())
+        .filter_map(|e| e["eventType"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["endpoint.created", "endpoint.updated", "message.attempt.exhausted"],
+        "{log:#?}"
+    );
+}

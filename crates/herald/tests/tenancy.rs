@@ -269,14 +269,49 @@ async fn portal_access_can_create_the_application_and_tokens_are_stored_hashed()
     let (status, app) = call_as(&h, &token, "GET", "/app/newco", None).await;
     assert_eq!((status, app["name"].as_str()), (200, Some("New Co")));
 
-    // Neither the database nor its write-ahead log holds the token; its digest is what is kept.
-    let mut stored = Vec::new();
-    for suffix in ["", "-wal"] {
-        let path = format!("{}{suffix}", h.db_path().display());
-        stored.extend(std::fs::read(&path).unwrap_or_default());
-    }
+    // Nothing the store keeps holds the token; its digest is what is kept.
+    let stored = stored_bytes(&h).await;
     let contains = |needle: &[u8]| stored.windows(needle.len()).any(|w| w == needle);
     assert!(!contains(token.as_bytes()), "the token is stored in clear");
     let digest = hex::encode(herald_api::auth::token_digest(&token));
     assert!(contains(digest.as_bytes()), "the token's digest is not stored");
+}
+
+/// Everything the store keeps, as bytes: on SQLite the database file and its write-ahead log; on
+/// PostgreSQL (`HERALD_TEST_BACKEND=postgres`) every row of every table as text, with the stored
+/// idempotent responses (bytes) as the UTF-8 text they are.
+async fn stored_bytes(h: &Herald) -> Vec<u8> {
+    let Some(database) = &h.database else {
+        let mut stored = Vec::new();
+        for suffix in ["", "-wal"] {
+            let path = format!("{}{suffix}", h.db_path().display());
+            stored.extend(std::fs::read(&path).unwrap_or_default());
+        }
+        assert!(stored.len() > 4096, "read the database");
+        return stored;
+    };
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.expect("connect");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("tables");
+    assert!(tables.iter().any(|t| t == "app_token"), "{tables:?}");
+    let mut stored = Vec::new();
+    for table in &tables {
+        let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT t::text FROM \"{table}\" t")))
+            .fetch_all(&mut conn)
+            .await
+            .expect("rows");
+        stored.extend(rows.concat().into_bytes());
+    }
+    let responses: Vec<String> = sqlx::query_scalar("SELECT convert_from(body, 'UTF8') FROM idempotency")
+        .fetch_all(&mut conn)
+        .await
+        .expect("idempotent responses");
+    stored.extend(responses.concat().into_bytes());
+    stored
 }

@@ -31,6 +31,12 @@ fn check(name: &str, uid: Option<&str>) -> ApiResult<()> {
     Ok(())
 }
 
+/// The app's default payload retention (`payloadRetentionPeriod`, days), validated as a message's.
+fn retention(days: Option<i64>) -> ApiResult<Option<u32>> {
+    days.map(|d| validate::retention_days("payloadRetentionPeriod", d))
+        .transpose()
+}
+
 /// Look up an app by id or uid, answering 404 when missing.
 pub(crate) async fn find(state: &AppState, id_or_uid: &str) -> ApiResult<Application> {
     state
@@ -91,7 +97,7 @@ async fn insert(state: &AppState, input: ApplicationIn) -> ApiResult<(StatusCode
 /// Validate and store a new app.
 pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiResult<Application> {
     check(&input.name, input.uid.as_deref())?;
-    let app = new_app(input);
+    let app = new_app(input)?;
     state
         .store
         .create_app(&app)
@@ -100,18 +106,19 @@ pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiRes
     Ok(app)
 }
 
-fn new_app(input: ApplicationIn) -> Application {
+fn new_app(input: ApplicationIn) -> ApiResult<Application> {
     let now = now_ms();
-    Application {
+    Ok(Application {
         id: new_id(IdKind::Application),
         uid: input.uid,
         name: input.name,
         rate_limit: input.throttle_rate.map(u32::from),
         verify_endpoints: input.verify_endpoints,
+        payload_retention_days: retention(input.payload_retention_period)?,
         metadata: input.metadata,
         created_at: now,
         updated_at: now,
-    }
+    })
 }
 
 async fn read(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<Json<ApplicationOut>> {
@@ -126,12 +133,14 @@ async fn replace(
     JsonBody(input): JsonBody<ApplicationIn>,
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
     check(&input.name, input.uid.as_deref())?;
+    let payload_retention_days = retention(input.payload_retention_period)?;
     match state.store.get_app(&app_id).await {
         Ok(mut app) => {
             app.uid = input.uid;
             app.name = input.name;
             app.rate_limit = input.throttle_rate.map(u32::from);
             app.verify_endpoints = input.verify_endpoints;
+            app.payload_retention_days = payload_retention_days;
             app.metadata = input.metadata;
             save(&state, &mut app).await?;
             Ok((StatusCode::OK, Json(convert::application(app))))
@@ -166,6 +175,9 @@ async fn patch(
     if let Some(verify) = input.verify_endpoints {
         app.verify_endpoints = verify;
     }
+    let mut days = app.payload_retention_days.map(i64::from);
+    input.payload_retention_period.apply_to(&mut days);
+    app.payload_retention_days = retention(days)?;
     if let Some(metadata) = input.metadata {
         app.metadata = metadata;
     }

@@ -89,25 +89,22 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     Ok(())
 }
 
-/// The longest payload retention a message may ask for (ten years).
-const MAX_RETENTION_DAYS: i64 = 3_650;
-
 /// How long the payload is kept: `payloadRetentionPeriod` (days, as Svix) or `payloadRetentionHours`, at
-/// most one of them; `None` keeps it until the message is deleted.
+/// most one of them; `None` leaves it to the app's default (the store applies it), if it has one.
 fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
     const HOUR_MS: i64 = 3_600_000;
+    let max_hours = validate::MAX_RETENTION_DAYS * 24;
     match (input.payload_retention_period, input.payload_retention_hours) {
         (Some(_), Some(_)) => Err(ApiError::validation(
             "payloadRetentionHours: give either payloadRetentionPeriod or payloadRetentionHours, not both",
         )),
-        (Some(days), None) if (1..=MAX_RETENTION_DAYS).contains(&days) => Ok(Some(days * 24 * HOUR_MS)),
-        (Some(days), None) => Err(ApiError::validation(format!(
-            "payloadRetentionPeriod: must be between 1 and {MAX_RETENTION_DAYS} days, got {days}"
-        ))),
-        (None, Some(hours)) if (1..=MAX_RETENTION_DAYS * 24).contains(&hours) => Ok(Some(hours * HOUR_MS)),
+        (Some(days), None) => {
+            let days = validate::retention_days("payloadRetentionPeriod", days)?;
+            Ok(Some(i64::from(days) * 24 * HOUR_MS))
+        }
+        (None, Some(hours)) if (1..=max_hours).contains(&hours) => Ok(Some(hours * HOUR_MS)),
         (None, Some(hours)) => Err(ApiError::validation(format!(
-            "payloadRetentionHours: must be between 1 and {} hours, got {hours}",
-            MAX_RETENTION_DAYS * 24
+            "payloadRetentionHours: must be between 1 and {max_hours} hours, got {hours}"
         ))),
         (None, None) => Ok(None),
     }

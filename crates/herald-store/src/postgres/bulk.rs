@@ -17,7 +17,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Row};
 use super::lease::Leases;
 use super::text::escape;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
-use crate::plan::{self, Earlier, FanOut, NewRow};
+use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
 
 /// The advisory lock key that orders ingest transactions ("herald" in ASCII).
@@ -61,23 +61,27 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> S
     Ok(plan.finish(deliveries))
 }
 
-/// The apps of the batch that exist, and their endpoints (disabled ones included), in one round trip.
+/// The apps of the batch that exist (with their default payload retention), and their endpoints (disabled
+/// ones included), in one round trip.
 async fn apps_and_endpoints(
     conn: &mut PgConnection,
     app_ids: &[&str],
-) -> StoreResult<(HashSet<String>, HashMap<String, Vec<Endpoint>>)> {
+) -> StoreResult<(Apps, HashMap<String, Vec<Endpoint>>)> {
     let found = sqlx::query(
-        "SELECT a.id AS a_id, e.* FROM application a \
+        "SELECT a.id AS a_id, a.payload_retention_period AS a_retention, e.* FROM application a \
          LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
          WHERE a.id = ANY($1) ORDER BY a.id FOR SHARE OF a",
     )
     .bind(app_ids)
     .fetch_all(&mut *conn)
     .await?;
-    let mut existing = HashSet::new();
+    let mut existing = Apps::new();
     let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
     for row in &found {
-        existing.insert(row.try_get::<String, _>("a_id")?);
+        existing.insert(
+            row.try_get::<String, _>("a_id")?,
+            plan::retention_ms(row.try_get("a_retention")?),
+        );
         if row.try_get::<Option<String>, _>("id")?.is_some() {
             let endpoint = rows::endpoint(row, None)?;
             by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);

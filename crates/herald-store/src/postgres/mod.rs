@@ -212,7 +212,7 @@ impl Store for PgStore {
     async fn create_app(&self, app: &Application) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, \
-             verify_endpoints) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             verify_endpoints, payload_retention_period) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&app.id)
         .bind(&app.uid)
@@ -222,6 +222,7 @@ impl Store for PgStore {
         .bind(app.created_at)
         .bind(app.updated_at)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .execute(&self.pool)
         .await
         .map_err(map_constraint)?;
@@ -254,7 +255,7 @@ impl Store for PgStore {
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
         let result = sqlx::query(
             "UPDATE application SET uid = $1, name = $2, rate_limit = $3, metadata = $4, updated_at = $5, \
-             verify_endpoints = $7 WHERE id = $6",
+             verify_endpoints = $7, payload_retention_period = $8 WHERE id = $6",
         )
         .bind(&app.uid)
         .bind(escape(&app.name))
@@ -263,6 +264,7 @@ impl Store for PgStore {
         .bind(app.updated_at)
         .bind(&app.id)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .execute(&self.pool)
         .await
         .map_err(map_constraint)?;
@@ -599,16 +601,16 @@ impl Store for PgStore {
     async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         let held = self.leases.fence(&mut tx).await?;
-        sqlx::query(
-            "UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND seq = ANY($3) \
-             AND partition = ANY($4)",
-        )
-        .bind(DeliveryStatus::Dead.code())
-        .bind(now)
-        .bind(seqs)
-        .bind(&held)
-        .execute(&mut *tx)
-        .await?;
+        let sql = format!(
+            "{} AND d.seq = ANY($1) AND d.partition = ANY($2) FOR UPDATE OF d",
+            crate::events::EXPIRING
+        );
+        let found = sqlx::query(AssertSqlSafe(sql))
+            .bind(seqs)
+            .bind(&held)
+            .fetch_all(&mut *tx)
+            .await?;
+        settle_expired(&mut tx, &decode_all(&found, rows::expired)?, now).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -620,18 +622,20 @@ impl Store for PgStore {
             // Another node owns the endpoint now; it settles its deliveries.
             return Ok(0);
         }
-        let result = sqlx::query(
-            "UPDATE delivery d SET status = $1, updated_at = $2 FROM message m \
-             WHERE m.id = d.message_id AND d.endpoint_id = $3 AND d.status = 0 AND m.created_at < $4",
-        )
-        .bind(DeliveryStatus::Dead.code())
-        .bind(now)
-        .bind(escape(endpoint_id))
-        .bind(created_before)
-        .execute(&mut *tx)
-        .await?;
+        // A re-queued delivery's window starts when it was re-queued, not when its message was created.
+        let sql = format!(
+            "{} AND d.endpoint_id = $1 AND COALESCE(d.window_start, m.created_at) < $2 FOR UPDATE OF d",
+            crate::events::EXPIRING
+        );
+        let found = sqlx::query(AssertSqlSafe(sql))
+            .bind(escape(endpoint_id))
+            .bind(created_before)
+            .fetch_all(&mut *tx)
+            .await?;
+        let expiring = decode_all(&found, rows::expired)?;
+        settle_expired(&mut tx, &expiring, now).await?;
         tx.commit().await?;
-        Ok(result.rows_affected())
+        Ok(expiring.len() as u64)
     }
 
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
@@ -996,4 +1000,17 @@ impl PgStore {
             a.id.clone()
         }))
     }
+}
+
+/// Mark these pending deliveries (locked by the caller) dead, with the `message.attempt.exhausted` event of
+/// each, inside the caller's transaction.
+async fn settle_expired(tx: &mut sqlx::PgConnection, expiring: &[crate::events::Expired], now: i64) -> StoreResult<()> {
+    let seqs: Vec<i64> = expiring.iter().map(|e| e.seq).collect();
+    sqlx::query("UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND seq = ANY($3)")
+        .bind(DeliveryStatus::Dead.code())
+        .bind(now)
+        .bind(&seqs)
+        .execute(&mut *tx)
+        .await?;
+    events::record(&mut *tx, &crate::events::expired_events(expiring, now)).await
 }

@@ -3,9 +3,12 @@
 //! (`endpoint_secret` rows). Several nodes may run this at once against one database.
 
 use herald_core::model::PreviousSecret;
+use serde_json::json;
 use sqlx::{PgPool, Row};
 
+use super::events;
 use crate::crypto::SecretCipher;
+use crate::events::{ENDPOINT_UPDATED, NewEvent};
 use crate::sealing::{self, KEY_CHECK};
 use crate::{StoreError, StoreResult};
 
@@ -83,11 +86,12 @@ pub(crate) async fn rotate(
 ) -> StoreResult<()> {
     let mut tx = pool.begin().await?;
     // Locks the row: concurrent rotations of one endpoint run one after the other.
-    let current: Option<String> = sqlx::query_scalar("SELECT secret FROM endpoint WHERE id = $1 FOR UPDATE")
-        .bind(endpoint_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let current = current.ok_or(StoreError::NotFound)?;
+    let found: Option<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT secret, app_id, uid FROM endpoint WHERE id = $1 FOR UPDATE")
+            .bind(endpoint_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (current, app_id, uid) = found.ok_or(StoreError::NotFound)?;
     // Older keys never outlive the one rotated away now; expired ones are dropped.
     sqlx::query("UPDATE endpoint_secret SET expires_at = LEAST(expires_at, $1) WHERE endpoint_id = $2")
         .bind(old_expires_at)
@@ -118,6 +122,9 @@ pub(crate) async fn rotate(
         .bind(endpoint_id)
         .execute(&mut *tx)
         .await?;
+    // A rotation changes the endpoint (its signing key): operators hear of it as of any other change.
+    let event = NewEvent::about_endpoint(ENDPOINT_UPDATED, &app_id, endpoint_id, uid.as_deref(), json!({}), now);
+    events::record(&mut tx, &[event]).await?;
     tx.commit().await?;
     Ok(())
 }

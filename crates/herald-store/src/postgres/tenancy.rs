@@ -69,8 +69,19 @@ pub(super) async fn retention_step(
     .bind(limit(limit_n))
     .execute(pool)
     .await?;
+    // Only events the operational webhook has handled: an unsent one is still owed to the operator.
+    let events = sqlx::query(
+        "DELETE FROM operational_event WHERE seq IN \
+         (SELECT seq FROM operational_event WHERE sent_at IS NOT NULL AND created_at < $1 \
+          ORDER BY created_at LIMIT $2)",
+    )
+    .bind(attempts_before)
+    .bind(limit(limit_n))
+    .execute(pool)
+    .await?;
     Ok(RetentionStep {
         attempts_deleted: attempts.rows_affected(),
         payloads_expunged: payloads.rows_affected(),
+        events_deleted: events.rows_affected(),
     })
 }

@@ -8,7 +8,7 @@
 //! statement; the writer then rolls back and replays the batch on the careful path, so a surprise costs
 //! speed, never custody.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -16,7 +16,7 @@ use herald_core::model::Endpoint;
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
-use crate::plan::{self, Earlier, FanOut, NewRow};
+use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, rows};
 
 /// Rows per multi-row `INSERT` (SQLite allows 32,766 bound values per statement).
@@ -49,10 +49,10 @@ impl BatchWriter for SqliteBatches {
 
 async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let existing_apps = existing_apps(conn, &app_ids).await?;
+    let apps = existing_apps(conn, &app_ids).await?;
     let subscribers = subscribers(conn, &app_ids).await?;
     let earlier = earlier_messages(conn, batch).await?;
-    let plan = plan::plan(batch, &existing_apps, earlier);
+    let plan = plan::plan(batch, &apps, earlier);
     insert_messages(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
     let deliveries = insert_deliveries(conn, &fan_out).await?;
@@ -60,13 +60,21 @@ async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<
     Ok(plan.finish(deliveries))
 }
 
-async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashSet<String>> {
-    let sql = format!("SELECT id FROM application WHERE id IN ({})", marks(app_ids.len()));
-    let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql));
+/// The apps that exist, with their default payload retention.
+async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<Apps> {
+    let sql = format!(
+        "SELECT id, payload_retention_period FROM application WHERE id IN ({})",
+        marks(app_ids.len())
+    );
+    let mut query = sqlx::query_as::<_, (String, Option<i64>)>(AssertSqlSafe(sql));
     for id in app_ids {
         query = query.bind(*id);
     }
-    Ok(query.fetch_all(&mut *conn).await?.into_iter().collect())
+    let found = query.fetch_all(&mut *conn).await?;
+    Ok(found
+        .into_iter()
+        .map(|(id, days)| (id, plan::retention_ms(days)))
+        .collect())
 }
 
 /// Each app's endpoints, disabled ones included.

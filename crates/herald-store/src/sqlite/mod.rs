@@ -159,8 +159,8 @@ impl Store for SqliteStore {
 
     async fn create_app(&self, app: &Application) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, verify_endpoints) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, verify_endpoints, \
+             payload_retention_period) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&app.id)
         .bind(&app.uid)
@@ -170,6 +170,7 @@ impl Store for SqliteStore {
         .bind(app.created_at)
         .bind(app.updated_at)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .execute(&self.write)
         .await
         .map_err(map_constraint)?;
@@ -201,8 +202,8 @@ impl Store for SqliteStore {
 
     async fn update_app(&self, app: &Application) -> StoreResult<()> {
         let result = sqlx::query(
-            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ?, verify_endpoints = ? \
-             WHERE id = ?",
+            "UPDATE application SET uid = ?, name = ?, rate_limit = ?, metadata = ?, updated_at = ?, verify_endpoints = ?, \
+             payload_retention_period = ? WHERE id = ?",
         )
         .bind(&app.uid)
         .bind(&app.name)
@@ -210,6 +211,7 @@ impl Store for SqliteStore {
         .bind(rows::encode_metadata(&app.metadata))
         .bind(app.updated_at)
         .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
         .bind(&app.id)
         .execute(&self.write)
         .await
@@ -524,39 +526,42 @@ impl Store for SqliteStore {
     async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()> {
         let mut conn = self.write.acquire().await?;
         let mut tx = conn.begin().await?;
+        let mut expiring = Vec::new();
         for chunk in seqs.chunks(bulk::ROWS_PER_INSERT) {
             let sql = format!(
-                "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND seq IN ({})",
+                "{} AND d.seq IN ({})",
+                crate::events::EXPIRING,
                 bulk::marks(chunk.len())
             );
-            let mut query = sqlx::query(AssertSqlSafe(sql))
-                .bind(DeliveryStatus::Dead.code())
-                .bind(now);
+            let mut query = sqlx::query(AssertSqlSafe(sql));
             for seq in chunk {
                 query = query.bind(seq);
             }
-            query.execute(&mut *tx).await?;
+            expiring.extend(decode_all(&query.fetch_all(&mut *tx).await?, rows::expired)?);
         }
+        settle_expired(&mut tx, &expiring, now).await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
-        // The pending index is (endpoint_id, seq) over pending rows only; seq follows creation order, so the
-        // expired rows are a prefix of it.
-        let result = sqlx::query(
-            "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND endpoint_id = ? AND seq IN \
-             (SELECT d.seq FROM delivery d JOIN message m ON m.id = d.message_id \
-              WHERE d.endpoint_id = ? AND d.status = 0 AND m.created_at < ?)",
-        )
-        .bind(DeliveryStatus::Dead.code())
-        .bind(now)
-        .bind(endpoint_id)
-        .bind(endpoint_id)
-        .bind(created_before)
-        .execute(&self.write)
-        .await?;
-        Ok(result.rows_affected())
+        // The pending index is (endpoint_id, seq) over pending rows only. A re-queued delivery's window
+        // starts when it was re-queued, not when its message was created.
+        let sql = format!(
+            "{} AND d.endpoint_id = ? AND COALESCE(d.window_start, m.created_at) < ?",
+            crate::events::EXPIRING
+        );
+        let mut conn = self.write.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let found = sqlx::query(AssertSqlSafe(sql))
+            .bind(endpoint_id)
+            .bind(created_before)
+            .fetch_all(&mut *tx)
+            .await?;
+        let expiring = decode_all(&found, rows::expired)?;
+        settle_expired(&mut tx, &expiring, now).await?;
+        tx.commit().await?;
+        Ok(expiring.len() as u64)
     }
 
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
@@ -956,4 +961,27 @@ impl SqliteStore {
             a.id.clone()
         }))
     }
+}
+
+/// Mark these pending deliveries dead, with the `message.attempt.exhausted` event of each, inside the
+/// caller's transaction (the write connection: nothing else changes them meanwhile).
+async fn settle_expired(
+    tx: &mut sqlx::SqliteConnection,
+    expiring: &[crate::events::Expired],
+    now: i64,
+) -> StoreResult<()> {
+    for chunk in expiring.chunks(bulk::ROWS_PER_INSERT) {
+        let sql = format!(
+            "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND seq IN ({})",
+            bulk::marks(chunk.len())
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(DeliveryStatus::Dead.code())
+            .bind(now);
+        for expired in chunk {
+            query = query.bind(expired.seq);
+        }
+        query.execute(&mut *tx).await?;
+    }
+    events::record(&mut *tx, &crate::events::expired_events(expiring, now)).await
 }

@@ -1,6 +1,7 @@
-//! Retention on SQLite: old attempts deleted and expired payloads expunged in small batches, each one
-//! statement (its own short transaction) on the write connection, so ingest and results never wait long
-//! behind it. Both scans are served by an index (`attempt_created`, `message_payload_expiry`).
+//! Retention on SQLite: old attempts and old sent operational events deleted and expired payloads expunged
+//! in small batches, each one statement (its own short transaction) on the write connection, so ingest and
+//! results never wait long behind it. Every scan is served by an index (`attempt_created`,
+//! `message_payload_expiry`, `operational_event_sent`).
 
 use sqlx::SqlitePool;
 
@@ -35,8 +36,18 @@ pub(super) async fn step(
     .bind(limit)
     .execute(write)
     .await?;
+    let events = sqlx::query(
+        "DELETE FROM operational_event WHERE seq IN \
+         (SELECT seq FROM operational_event WHERE sent_at IS NOT NULL AND created_at < ? \
+          ORDER BY created_at LIMIT ?)",
+    )
+    .bind(attempts_before)
+    .bind(limit)
+    .execute(write)
+    .await?;
     Ok(RetentionStep {
         attempts_deleted: attempts.rows_affected(),
         payloads_expunged: payloads.rows_affected(),
+        events_deleted: events.rows_affected(),
     })
 }

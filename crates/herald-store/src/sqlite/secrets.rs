@@ -3,8 +3,10 @@
 //! rows).
 
 use herald_core::model::PreviousSecret;
+use serde_json::json;
 use sqlx::{Row, SqlitePool};
 
+use super::events::{self, ENDPOINT_UPDATED, NewEvent};
 use crate::crypto::SecretCipher;
 use crate::sealing::{self, KEY_CHECK};
 use crate::{StoreError, StoreResult};
@@ -78,11 +80,12 @@ pub(crate) async fn rotate(
     now: i64,
 ) -> StoreResult<()> {
     let mut tx = pool.begin().await?;
-    let current: Option<String> = sqlx::query_scalar("SELECT secret FROM endpoint WHERE id = ?")
-        .bind(endpoint_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let current = current.ok_or(StoreError::NotFound)?;
+    let found: Option<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT secret, app_id, uid FROM endpoint WHERE id = ?")
+            .bind(endpoint_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (current, app_id, uid) = found.ok_or(StoreError::NotFound)?;
     // Older keys never outlive the one rotated away now; expired ones are dropped.
     sqlx::query("UPDATE endpoint_secret SET expires_at = MIN(expires_at, ?) WHERE endpoint_id = ?")
         .bind(old_expires_at)
@@ -111,6 +114,9 @@ pub(crate) async fn rotate(
         .bind(endpoint_id)
         .execute(&mut *tx)
         .await?;
+    // A rotation changes the endpoint (its signing key): operators hear of it as of any other change.
+    let event = NewEvent::about_endpoint(ENDPOINT_UPDATED, &app_id, endpoint_id, uid.as_deref(), json!({}), now);
+    events::record(&mut tx, &[event]).await?;
     tx.commit().await?;
     Ok(())
 }
