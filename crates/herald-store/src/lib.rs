@@ -253,7 +253,7 @@ pub struct RetentionStep {
     pub attempts_deleted: u64,
     /// Payloads expunged.
     pub payloads_expunged: u64,
-    /// Operational events deleted (only ones already sent, or given up on).
+    /// Operational events deleted (sent or not: the log is bounded even without an operational webhook).
     pub events_deleted: u64,
 }
 

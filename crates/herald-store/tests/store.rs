@@ -1130,15 +1130,16 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
         let (forever, _) = created(store.ingest(with_retention("forever", None)).await.unwrap());
         settle(&store, &a.id, &done, &e, done_d[0].seq, DeliveryStatus::Delivered).await;
         let far_future = i64::MAX / 4;
-        // Every attempt here is younger than a cutoff of 100 (ms since the epoch): none goes. With the
-        // cutoff far in the future, batches of one row remove them all.
+        // Every attempt here is younger than a cutoff of 100 (ms since the epoch): none goes, but the
+        // endpoint's `endpoint.created` event (recorded at its creation time, 1) does. With the cutoff far
+        // in the future, batches of one row remove every attempt.
         let first = store.retention_step(100, far_future, 1).await.unwrap();
         assert_eq!(
             first,
             RetentionStep {
                 attempts_deleted: 0,
                 payloads_expunged: 1,
-                events_deleted: 0,
+                events_deleted: 1,
             }
         );
         let mut deleted = 0;
@@ -1167,7 +1168,7 @@ async fn retention_steps_delete_old_attempts_and_expunge_expired_idle_payloads()
 }
 
 #[tokio::test]
-async fn retention_steps_prune_old_operational_events_only_once_sent() {
+async fn retention_steps_prune_old_operational_events_sent_or_not() {
     for (_dir, store) in backends().await {
         let a = app(None);
         store.create_app(&a).await.unwrap();
@@ -1186,12 +1187,13 @@ async fn retention_steps_prune_old_operational_events_only_once_sent() {
         let events = store.list_operational_events(0, 50).await.unwrap();
         let at: Vec<i64> = events.iter().map(|e| e.created_at).collect();
         assert_eq!(at, [1, 2, 10_000, 50]);
-        // Sent: all but the disable (the operational webhook still owes it to the operator).
+        // Sent: all but the disable. Unsent events are pruned too, or a node without an operational
+        // webhook would keep every event forever.
         for event in events.iter().filter(|e| e.event_type != "endpoint.disabled") {
             store.mark_operational_event_sent(event.seq, 60).await.unwrap();
         }
 
-        // Events older than 5,000 go, a batch of one at a time; the unsent one and the recent one stay.
+        // Events older than 5,000 go, a batch of one at a time, oldest first; the recent one stays.
         let mut deleted = Vec::new();
         loop {
             let step = store.retention_step(5_000, 0, 1).await.unwrap();
@@ -1201,7 +1203,7 @@ async fn retention_steps_prune_old_operational_events_only_once_sent() {
             }
             deleted.push(step.events_deleted);
         }
-        assert_eq!(deleted, [1, 1]);
+        assert_eq!(deleted, [1, 1, 1]);
         let left: Vec<(String, i64)> = store
             .list_operational_events(0, 50)
             .await
@@ -1209,13 +1211,7 @@ async fn retention_steps_prune_old_operational_events_only_once_sent() {
             .into_iter()
             .map(|e| (e.event_type, e.created_at))
             .collect();
-        assert_eq!(
-            left,
-            [
-                ("endpoint.created".to_owned(), 10_000),
-                ("endpoint.disabled".to_owned(), 50)
-            ]
-        );
+        assert_eq!(left, [("endpoint.created".to_owned(), 10_000)]);
     }
 }
 

@@ -69,10 +69,10 @@ pub(super) async fn retention_step(
     .bind(limit(limit_n))
     .execute(pool)
     .await?;
-    // Only events the operational webhook has handled: an unsent one is still owed to the operator.
+    // Sent or not: without an operational webhook nothing is ever sent, and the log must stay bounded.
     let events = sqlx::query(
         "DELETE FROM operational_event WHERE seq IN \
-         (SELECT seq FROM operational_event WHERE sent_at IS NOT NULL AND created_at < $1 \
+         (SELECT seq FROM operational_event WHERE created_at < $1 \
           ORDER BY created_at LIMIT $2)",
     )
     .bind(attempts_before)

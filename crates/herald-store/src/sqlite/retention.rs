@@ -1,7 +1,7 @@
-//! Retention on SQLite: old attempts and old sent operational events deleted and expired payloads expunged
+//! Retention on SQLite: old attempts and old operational events deleted and expired payloads expunged
 //! in small batches, each one statement (its own short transaction) on the write connection, so ingest and
 //! results never wait long behind it. Every scan is served by an index (`attempt_created`,
-//! `message_payload_expiry`, `operational_event_sent`).
+//! `message_payload_expiry`, `operational_event_created`).
 
 use sqlx::SqlitePool;
 
@@ -38,7 +38,7 @@ pub(super) async fn step(
     .await?;
     let events = sqlx::query(
         "DELETE FROM operational_event WHERE seq IN \
-         (SELECT seq FROM operational_event WHERE sent_at IS NOT NULL AND created_at < ? \
+         (SELECT seq FROM operational_event WHERE created_at < ? \
           ORDER BY created_at LIMIT ?)",
     )
     .bind(attempts_before)
