@@ -18,6 +18,7 @@ mod writer;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -181,6 +182,22 @@ pub struct ListQuery {
     pub before: Option<String>,
 }
 
+/// When this process may forward, as a store sees it.
+///
+/// Two forwarders on one store would forward every event twice and could forward two versions of one
+/// resource at once, defeating the version guard. A SQLite file has one inbox process, so it always may.
+/// On PostgreSQL several processes (the nodes of a cluster running `herald serve --inbox`, or several
+/// `herald inbox`) may share the database: only the one holding the database's forwarder lock forwards,
+/// and another takes over when it goes away.
+#[derive(Debug, Clone)]
+pub struct Forwarding {
+    /// True while this process may start forwards.
+    pub allowed: tokio::sync::watch::Receiver<bool>,
+    /// How often to look for due events even when nothing woke the forwarder: events stored by another
+    /// process cannot wake it. `None` when every event is stored by this process.
+    pub poll: Option<Duration>,
+}
+
 /// The store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -248,6 +265,9 @@ pub trait InboxStore: Send + Sync {
 
     /// Whether the store answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// When this process may forward (see [`Forwarding`]).
+    fn forwarding(&self) -> Forwarding;
 }
 
 /// Open the store named by `database_url` — `sqlite://PATH` (created if missing) or

@@ -843,3 +843,61 @@ async fn herald_serve_delivers_into_herald_inbox(backend: Backend) {
     assert_eq!(status, 401);
     assert_eq!(sender.call_with("GET", "/health", None, &[]).await.0, 200);
 }
+
+/// Two `herald inbox` processes on one PostgreSQL database, as every node of a cluster running
+/// `herald serve --inbox` is: both receive and deduplicate, only one forwards, so each event reaches the
+/// handler once — even with a slow handler, which keeps events pending long enough for a second
+/// forwarder to pick them up too. When one process is killed, the survivor forwards.
+#[tokio::test]
+async fn two_inboxes_on_one_postgres_database_forward_each_event_once() {
+    let test = "two_inboxes_on_one_postgres_database_forward_each_event_once";
+    let handler = Receiver::start(Reply::status(200).delay(Duration::from_millis(1_500))).await;
+    let config = sw_source("billing", &[SECRET_A], &handler.url(), "");
+    let Some(mut first) = Herald::start_inbox_pg(test, &config, &[], None).await else {
+        return;
+    };
+    let database = first.database.clone().expect("a PostgreSQL inbox has a database");
+    let second = Herald::start_inbox_on(database, &config, &[], None).await;
+    let mut ids = BTreeSet::new();
+    for n in 0..10 {
+        let inbox = if n % 2 == 0 { &first } else { &second };
+        let body = format!(r#"{{"n":{n}}}"#);
+        ids.insert(send_ok(inbox, "billing", SECRET_A, &format!("msg_two_{n}"), &body).await);
+    }
+    // A copy sent to the other process is a duplicate there too.
+    let body = r#"{"n":0}"#;
+    let (status, json) = send(
+        &second,
+        "billing",
+        &sw_headers(SECRET_A, "msg_two_0", now(), body),
+        body,
+    )
+    .await;
+    assert_eq!((status, json["duplicate"].as_bool()), (200, Some(true)), "{json}");
+    for id in &ids {
+        wait_status(&second, id, "forwarded").await;
+    }
+    // Time for a second forwarder's poll to find anything left pending.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let counts = per_inbox_id(&handler.received());
+    assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "each event forwarded once: {counts:?}"
+    );
+
+    // Whichever of the two held the forwarder lock, the survivor forwards what it receives.
+    first.kill9();
+    let mut later = BTreeSet::new();
+    for n in 0..3 {
+        let body = format!(r#"{{"after":{n}}}"#);
+        later.insert(send_ok(&second, "billing", SECRET_A, &format!("msg_after_{n}"), &body).await);
+    }
+    for id in &later {
+        wait_status(&second, id, "forwarded").await;
+    }
+    settle().await;
+    let counts = per_inbox_id(&handler.received());
+    assert_eq!(counts.len(), ids.len() + later.len());
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}

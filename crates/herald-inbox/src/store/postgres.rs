@@ -14,18 +14,25 @@
 //!   and uniqueness behave as on the original values. Headers are JSON text, in which NUL is `\u0000`.
 //! - Coexistence: the tables are `inbox_…` and the migrations are recorded in `_herald_inbox_migrations`,
 //!   so the sender's store may use the same database.
+//! - One forwarder per database: several processes may receive into one database (every node of a
+//!   cluster running `herald serve --inbox`), but only the one holding a session advisory lock forwards
+//!   (see [`Forwarding`]); when it dies its connection closes, the lock is released and another process
+//!   takes over within [`LOCK_CHECK`]. The holder looks for due events every [`POLL`], since events
+//!   received by other processes cannot wake it.
 //!
 //! [`InboxStore::insert`]: super::InboxStore::insert
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgConnection, PgPool};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::sql::{self, Backend, Record};
-use super::{Inserted, NewEvent, StoreResult};
+use super::{Forwarding, Inserted, NewEvent, StoreResult};
 
 /// Connections: ingress inserts, the forwarder's outcomes and reads, admin reads.
 const POOL_SIZE: u32 = 16;
@@ -33,10 +40,28 @@ const POOL_SIZE: u32 = 16;
 /// is unreachable providers hear so quickly and retry later instead of piling up.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The session advisory lock held by the one process that forwards ("hinbox" in ASCII; the sender's
+/// locks are "herald" and "heralE").
+const FORWARDER_LOCK: i64 = 0x6869_6e62_6f78;
+/// How often a process that does not hold the forwarder lock tries to take it, and the holder checks that
+/// its lock connection still answers (within as long again).
+pub const LOCK_CHECK: Duration = Duration::from_secs(2);
+/// How often the forwarder looks for due events that another process received.
+pub const POLL: Duration = Duration::from_secs(1);
+
 /// The PostgreSQL implementation of [`InboxStore`](super::InboxStore).
 #[derive(Debug)]
 pub struct PgInbox {
     pool: PgPool,
+    forwarding: watch::Receiver<bool>,
+    lock_keeper: JoinHandle<()>,
+}
+
+impl Drop for PgInbox {
+    fn drop(&mut self) {
+        // Its connection closes with it, which releases the forwarder lock for another process at once.
+        self.lock_keeper.abort();
+    }
 }
 
 impl PgInbox {
@@ -52,13 +77,68 @@ impl PgInbox {
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
         // sqlx's migrator takes an advisory lock, so processes starting together migrate once.
         sql::migrator(sqlx::migrate!("./migrations/postgres"))
             .run(&pool)
             .await?;
-        Ok(Self { pool })
+        let (holding, forwarding) = watch::channel(false);
+        // The server side of the lock's connection probes it, so that the lock of a holder cut off by the
+        // network (no FIN ever arrives) is released within seconds, not after the kernel's two hours.
+        let lock_options = options.options([
+            ("tcp_keepalives_idle", "5"),
+            ("tcp_keepalives_interval", "2"),
+            ("tcp_keepalives_count", "3"),
+        ]);
+        let lock_keeper = tokio::spawn(keep_forwarder_lock(lock_options, holding));
+        Ok(Self {
+            pool,
+            forwarding,
+            lock_keeper,
+        })
+    }
+}
+
+/// Hold the forwarder lock whenever possible, publishing whether this process holds it.
+async fn keep_forwarder_lock(options: PgConnectOptions, holding: watch::Sender<bool>) {
+    loop {
+        if let Err(error) = hold_forwarder_lock(&options, &holding).await {
+            tracing::warn!(%error, "inbox: lost the forwarder lock's connection; trying again");
+        }
+        if holding.send_replace(false) {
+            tracing::warn!("inbox: this process no longer forwards (another one may take over)");
+        }
+        tokio::time::sleep(LOCK_CHECK).await;
+    }
+}
+
+/// Take the lock (waiting for it while another process holds it), then keep checking its connection;
+/// returns with an error when the connection fails.
+async fn hold_forwarder_lock(options: &PgConnectOptions, holding: &watch::Sender<bool>) -> StoreResult<()> {
+    let mut conn: PgConnection = options.connect().await?;
+    loop {
+        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(FORWARDER_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if taken {
+            break;
+        }
+        tokio::time::sleep(LOCK_CHECK).await;
+    }
+    tracing::info!("inbox: this process holds the forwarder lock and forwards");
+    holding.send_replace(true);
+    loop {
+        tokio::time::sleep(LOCK_CHECK).await;
+        // A connection that hangs (the network dropped it silently) counts as lost: stop starting forwards
+        // before the server releases the lock to another process.
+        match tokio::time::timeout(LOCK_CHECK, sqlx::query("SELECT 1").execute(&mut conn)).await {
+            Ok(answer) => {
+                answer?;
+            }
+            Err(_) => return Err(sqlx::Error::PoolTimedOut.into()),
+        }
     }
 }
 
@@ -85,5 +165,12 @@ impl Backend for PgInbox {
         let recorded = sql::record_one(&mut *tx, &record).await?;
         tx.commit().await?;
         Ok(recorded)
+    }
+
+    fn forwarding(&self) -> Forwarding {
+        Forwarding {
+            allowed: self.forwarding.clone(),
+            poll: Some(POLL),
+        }
     }
 }

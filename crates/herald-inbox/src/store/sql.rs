@@ -15,7 +15,9 @@ use bytes::Bytes;
 use herald_core::id::{IdKind, new_id};
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 
-use super::{InboxStore, Inserted, ListQuery, NewEvent, Outcome, Status, StoreError, StoreResult, StoredEvent};
+use super::{
+    Forwarding, InboxStore, Inserted, ListQuery, NewEvent, Outcome, Status, StoreError, StoreResult, StoredEvent,
+};
 
 /// The table each backend's migrator records the inbox's migrations in. Not sqlx's default
 /// (`_sqlx_migrations`): the inbox may share a database with the sender (`herald serve --inbox` on one
@@ -398,6 +400,8 @@ pub(super) trait Backend: Send + Sync + 'static {
     async fn insert_event(&self, event: NewEvent) -> StoreResult<Inserted>;
     /// [`InboxStore::record`].
     async fn record_outcome(&self, record: Record) -> StoreResult<bool>;
+    /// [`InboxStore::forwarding`].
+    fn forwarding(&self) -> Forwarding;
 }
 
 #[async_trait]
@@ -479,5 +483,9 @@ impl<B: Backend> InboxStore for B {
         let mut conn = self.read().await?;
         conn.execute(fixed("SELECT 1"), Vec::new()).await?;
         Ok(())
+    }
+
+    fn forwarding(&self) -> Forwarding {
+        Backend::forwarding(self)
     }
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::sql::{self, Backend, Record};
 use super::writer::{self, InsertJob, RecordJob};
-use super::{Inserted, NewEvent, StoreError, StoreResult};
+use super::{Forwarding, Inserted, NewEvent, StoreError, StoreResult};
 
 /// Inserts that may wait for the writer before callers queue on the channel itself.
 const INSERT_QUEUE: usize = 1_024;
@@ -24,6 +24,8 @@ pub struct SqliteInbox {
     write: SqlitePool,
     inserts: mpsc::Sender<InsertJob>,
     records: mpsc::Sender<RecordJob>,
+    /// Always true: one inbox process per file. Kept so that its receivers never see it closed.
+    forwarding: watch::Sender<bool>,
 }
 
 impl SqliteInbox {
@@ -56,6 +58,7 @@ impl SqliteInbox {
             write,
             inserts,
             records,
+            forwarding: watch::Sender::new(true),
         })
     }
 }
@@ -91,5 +94,12 @@ impl Backend for SqliteInbox {
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    fn forwarding(&self) -> Forwarding {
+        Forwarding {
+            allowed: self.forwarding.subscribe(),
+            poll: None,
+        }
     }
 }
