@@ -7,6 +7,11 @@
 //! scheduled retry is due. It never polls in a loop. At start it simply scans: everything pending and due
 //! — including whatever was acknowledged just before a crash — is picked up.
 //!
+//! The store says when this process may forward ([`Forwarding`]): always on SQLite; on PostgreSQL only
+//! while this process holds the database's forwarder lock, so that processes sharing a database do not
+//! all forward every event. There, events stored by other processes cannot wake the loop, so it also looks
+//! every [`Forwarding::poll`].
+//!
 //! Events of one resource (same source and resource key, with the guard on) are never in flight
 //! together, so "check the newest version, forward, record the new newest" cannot interleave for a key.
 //! Each forward records its own result in the store; a replay made while it was in flight wins (the
@@ -24,7 +29,7 @@ use tokio::task::JoinSet;
 use crate::client::{Delivered, ForwardClient};
 use crate::config::Source;
 use crate::metrics::Metrics;
-use crate::store::{Outcome, SharedInboxStore, StoredEvent};
+use crate::store::{Forwarding, Outcome, SharedInboxStore, StoredEvent};
 use crate::version;
 
 /// How long to wait before scanning again after the store failed.
@@ -78,22 +83,35 @@ impl Forwarder {
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let this = Arc::new(self);
         let mut work = Work::default();
+        let Forwarding { mut allowed, poll } = this.store.forwarding();
         loop {
             if *stop.borrow() {
                 break;
             }
-            let next_due = match this.fill(&mut work).await {
-                Ok(next_due) => next_due,
-                Err(error) => {
-                    tracing::error!(%error, "inbox forwarder: store failure; retrying");
-                    Some(now_ms().saturating_add(STORE_RETRY.as_millis() as i64))
+            let may_forward = *allowed.borrow_and_update();
+            let next_due = if may_forward {
+                match this.fill(&mut work).await {
+                    Ok(next_due) => next_due,
+                    Err(error) => {
+                        tracing::error!(%error, "inbox forwarder: store failure; retrying");
+                        Some(now_ms().saturating_add(STORE_RETRY.as_millis() as i64))
+                    }
                 }
+            } else {
+                // Another process forwards now: what was read for later may be forwarded by it by the
+                // time this one may again, so read afresh then. Forwards in flight finish.
+                work.backlog.clear();
+                None
             };
-            let sleep = match next_due {
+            let mut sleep = match next_due {
                 Some(at) => Duration::from_millis(u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0)),
-                // Nothing scheduled: only a finished forward or a new event can create work.
+                // Nothing scheduled: only a finished forward, a new event or a change of `allowed` can
+                // create work.
                 None => Duration::from_secs(3600),
             };
+            if let (true, Some(poll)) = (may_forward, poll) {
+                sleep = sleep.min(poll);
+            }
             tokio::select! {
                 Some(joined) = work.tasks.join_next(), if !work.tasks.is_empty() => {
                     this.reap(&mut work, joined);
@@ -106,6 +124,12 @@ impl Forwarder {
                 () = tokio::time::sleep(sleep) => {}
                 changed = stop.changed() => {
                     // The sender is gone: nobody can stop us any more, so stop now.
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                changed = allowed.changed() => {
+                    // The store is gone: nothing more can be forwarded.
                     if changed.is_err() {
                         break;
                     }

@@ -1,16 +1,24 @@
 //! The durable inbox: what was received, what became of it, and the version guard's memory.
 //!
-//! [`InboxStore`] is what the ingress, the forwarder and the admin API need; [`sqlite::SqliteInbox`] is
-//! the implementation on one SQLite file. The SQL is kept standard (`INSERT … ON CONFLICT … DO NOTHING`,
-//! partial indexes, no SQLite-only functions) so that a PostgreSQL implementation is a matter of
-//! placeholders and a migrations folder.
+//! [`InboxStore`] is what the ingress, the forwarder and the admin API need. It has two implementations
+//! with the same behaviour: [`sqlite::SqliteInbox`] on one SQLite file (the default) and
+//! [`postgres::PgInbox`] on PostgreSQL. Their statements, row decoding and multi-statement operations are
+//! written once, in `sql`; each backend only brings its pools, its migrations folder and its write path.
+//!
+//! The inbox's migrations are recorded in their own table (`_herald_inbox_migrations`), not sqlx's
+//! default, and its tables are all named `inbox_…`: so the inbox can share one database with the sender
+//! (`herald serve --inbox` on one PostgreSQL URL) without either migrator tripping over the other's
+//! history.
 
+pub mod postgres;
+mod sql;
 pub mod sqlite;
 mod writer;
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -174,6 +182,22 @@ pub struct ListQuery {
     pub before: Option<String>,
 }
 
+/// When this process may forward, as a store sees it.
+///
+/// Two forwarders on one store would forward every event twice and could forward two versions of one
+/// resource at once, defeating the version guard. A SQLite file has one inbox process, so it always may.
+/// On PostgreSQL several processes (the nodes of a cluster running `herald serve --inbox`, or several
+/// `herald inbox`) may share the database: only the one holding the database's forwarder lock forwards,
+/// and another takes over when it goes away.
+#[derive(Debug, Clone)]
+pub struct Forwarding {
+    /// True while this process may start forwards.
+    pub allowed: tokio::sync::watch::Receiver<bool>,
+    /// How often to look for due events even when nothing woke the forwarder: events stored by another
+    /// process cannot wake it. `None` when every event is stored by this process.
+    pub poll: Option<Duration>,
+}
+
 /// The store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -187,7 +211,7 @@ pub enum StoreError {
     #[error("corrupt data: {0}")]
     Corrupt(String),
     /// The URL names no supported database.
-    #[error("unsupported database URL {0:?}: expected sqlite://PATH")]
+    #[error("unsupported database URL {0:?}: expected sqlite://PATH or postgres://USER@HOST/DATABASE")]
     UnsupportedUrl(String),
     /// The store is shutting down.
     #[error("the store is closed")]
@@ -195,6 +219,9 @@ pub enum StoreError {
     /// A group commit failed as a whole.
     #[error("commit failed: {0}")]
     Batch(String),
+    /// The version guard's mark of this resource (`source/key`) kept changing under concurrent writers.
+    #[error("the version mark of {0} kept changing; try again")]
+    Contended(String),
 }
 
 /// Shorthand.
@@ -238,9 +265,13 @@ pub trait InboxStore: Send + Sync {
 
     /// Whether the store answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// When this process may forward (see [`Forwarding`]).
+    fn forwarding(&self) -> Forwarding;
 }
 
-/// Open the store named by `database_url` (`sqlite://PATH`, created if missing) and bring its schema up
+/// Open the store named by `database_url` — `sqlite://PATH` (created if missing) or
+/// `postgres://USER@HOST/DATABASE` (`postgresql://` too; the database must exist) — and bring its schema up
 /// to date.
 ///
 /// # Errors
@@ -249,6 +280,8 @@ pub trait InboxStore: Send + Sync {
 pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteInbox::open(database_url).await?))
+    } else if herald_store::is_postgres_url(database_url) {
+        Ok(Arc::new(postgres::PgInbox::open(database_url).await?))
     } else {
         Err(StoreError::UnsupportedUrl(database_url.to_owned()))
     }

@@ -121,7 +121,8 @@ enum ScenarioArgs {
         #[arg(long, value_parser = duration)]
         retry_every: Option<Duration>,
     },
-    /// Signed webhooks into an in-process `herald inbox` (durable SQLite): acknowledgements/s and latency.
+    /// Signed webhooks into an in-process `herald inbox` (a fresh durable SQLite file, or the PostgreSQL
+    /// database of --database-url): acknowledgements/s and latency.
     Inbox {
         /// Requests in flight [default: 64; smoke: 16].
         #[arg(short, long)]

@@ -18,7 +18,8 @@ pub struct InboxArgs {
     /// Address to listen on.
     #[arg(long, env = "HERALD_LISTEN", default_value = herald_inbox::DEFAULT_LISTEN)]
     listen: SocketAddr,
-    /// Database URL: `sqlite://PATH`.
+    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST/DATABASE` (it may be the sender's database:
+    /// the inbox's tables and migration history are its own).
     #[arg(long, env = "HERALD_DATABASE_URL", default_value = herald_inbox::DEFAULT_DATABASE_URL)]
     database_url: String,
     /// Admin bearer token for /api/v1/inbox/…; without one the admin API is disabled.
@@ -67,12 +68,19 @@ pub async fn run(settings: InboxSettings) -> anyhow::Result<()> {
     }
     let inbox = Inbox::start(settings.config, &settings.database_url)
         .await
-        .with_context(|| format!("starting the inbox on {}", settings.database_url))?;
+        .with_context(|| {
+            format!(
+                "starting the inbox on {}",
+                herald_server::redact(&settings.database_url)
+            )
+        })?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(address = %addr, database = %settings.database_url, "herald inbox is serving");
+    // Redacted: a PostgreSQL URL may carry a password.
+    let database = herald_server::redact(&settings.database_url);
+    tracing::info!(address = %addr, %database, "herald inbox is serving");
     println!("herald inbox listening on http://{addr}");
     let service = inbox.service(admin);
     let served = axum::serve(
@@ -93,10 +101,11 @@ pub struct EmbeddedInboxArgs {
     /// token as the API.
     #[arg(long, env = "HERALD_SERVE_INBOX")]
     inbox: Option<PathBuf>,
-    /// The inbox's own store when run with --inbox (SQLite allows one writer per file, so it is kept apart
-    /// from the sender's).
-    #[arg(long, env = "HERALD_INBOX_DATABASE_URL", default_value = herald_inbox::DEFAULT_DATABASE_URL)]
-    inbox_database_url: String,
+    /// The inbox's store when run with --inbox [default: the sender's database when it is PostgreSQL;
+    /// with SQLite its own file, sqlite://./herald-inbox.db, because SQLite allows one writer per file and
+    /// the inbox's commits should not queue behind the sender's].
+    #[arg(long, env = "HERALD_INBOX_DATABASE_URL")]
+    inbox_database_url: Option<String>,
     /// Delays between the inbox's forwarding attempts; overrides the file's `retry_schedule`.
     #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
     inbox_retry_schedule: Option<String>,
@@ -109,14 +118,21 @@ pub struct EmbeddedInbox {
 }
 
 impl EmbeddedInboxArgs {
-    /// The inbox to run, if `--inbox` was given.
-    pub fn load(&self) -> anyhow::Result<Option<EmbeddedInbox>> {
+    /// The inbox to run, if `--inbox` was given, next to a sender on `sender_database_url`.
+    pub fn load(&self, sender_database_url: &str) -> anyhow::Result<Option<EmbeddedInbox>> {
         let Some(path) = &self.inbox else {
             return Ok(None);
         };
+        let database_url = match &self.inbox_database_url {
+            Some(url) => url.clone(),
+            // PostgreSQL takes many writers, and every node of a cluster reaches the database: the inbox
+            // lives beside the sender's tables (see docs/inbox.md, "Configuration").
+            None if herald_store::is_postgres_url(sender_database_url) => sender_database_url.to_owned(),
+            None => herald_inbox::DEFAULT_DATABASE_URL.to_owned(),
+        };
         Ok(Some(EmbeddedInbox {
             config: load(path, self.inbox_retry_schedule.as_deref())?,
-            database_url: self.inbox_database_url.clone(),
+            database_url,
         }))
     }
 }
@@ -126,6 +142,6 @@ impl EmbeddedInbox {
     pub async fn start(self) -> anyhow::Result<Inbox> {
         Inbox::start(self.config, &self.database_url)
             .await
-            .with_context(|| format!("starting the inbox on {}", self.database_url))
+            .with_context(|| format!("starting the inbox on {}", herald_server::redact(&self.database_url)))
     }
 }

@@ -188,8 +188,9 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => {
                 let config = herald_server::Config::load(args.config.as_deref(), &*args)?;
-                let inbox = args.inbox.load()?;
-                serve::run(config.settings()?, inbox).await
+                let settings = config.settings()?;
+                let inbox = args.inbox.load(&settings.database_url)?;
+                serve::run(settings, inbox).await
             }
             Command::Inbox(args) => {
                 let settings = args.settings()?;

@@ -1,5 +1,10 @@
-//! `herald inbox` end to end: the real binary on a real SQLite file, real HTTP on loopback, real handlers,
-//! real `kill -9`.
+//! `herald inbox` end to end: the real binary on a real SQLite file or PostgreSQL database, real HTTP on
+//! loopback, real handlers, real `kill -9`.
+//!
+//! The tests that exercise the store (deduplication, custody across `kill -9`, retries, the version guard,
+//! replays and listings, sharing a database with the sender) run on both backends: `NAME::default_backend`
+//! (SQLite, or PostgreSQL under `HERALD_TEST_BACKEND=postgres`) and `NAME::postgres` (always PostgreSQL;
+//! skipped with a visible message when it is unreachable, unless `HERALD_REQUIRE_POSTGRES=1`).
 
 mod common;
 
@@ -95,15 +100,74 @@ fn per_inbox_id(requests: &[common::Received]) -> HashMap<String, usize> {
     counts
 }
 
+/// Which store a test's inbox runs on.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    /// SQLite, or PostgreSQL under `HERALD_TEST_BACKEND=postgres`.
+    Default,
+    /// A fresh PostgreSQL database.
+    Postgres,
+}
+
+/// `NAME::default_backend` and `NAME::postgres` for each `async fn NAME(backend: Backend)`.
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {$(
+        mod $test {
+            #[tokio::test]
+            async fn default_backend() {
+                super::$test(super::Backend::Default).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$test(super::Backend::Postgres).await;
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    a_duplicate_is_acknowledged_stored_once_and_forwarded_once,
+    kill_9_right_after_the_2xx_while_the_handler_is_down_loses_nothing,
+    a_handler_down_for_a_while_receives_everything_once_each,
+    the_version_guard_drops_a_stale_event_and_poison_is_bad_input,
+    replay_of_one_event_and_of_a_window_forwards_again,
+    herald_serve_delivers_into_herald_inbox,
+);
+
+/// Start `herald inbox` on `backend`; `None` when that is PostgreSQL and it is unreachable (the test
+/// database module has said so visibly, and fails instead when PostgreSQL is required).
+async fn start_inbox(
+    backend: Backend,
+    test: &str,
+    config: &str,
+    extra_env: &[(&str, &str)],
+    addr: Option<std::net::SocketAddr>,
+) -> Option<Herald> {
+    match backend {
+        Backend::Default => Some(Herald::start_inbox(config, extra_env, addr).await),
+        Backend::Postgres => Herald::start_inbox_pg(test, config, extra_env, addr).await,
+    }
+}
+
 /// Give a forwarder that should stay idle the chance to misbehave.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(600)).await;
 }
 
-#[tokio::test]
-async fn a_duplicate_is_acknowledged_stored_once_and_forwarded_once() {
+async fn a_duplicate_is_acknowledged_stored_once_and_forwarded_once(backend: Backend) {
     let handler = Receiver::start(Reply::status(200)).await;
-    let inbox = Herald::start_inbox(&sw_source("billing", &[SECRET_A], &handler.url(), ""), &[], None).await;
+    let Some(inbox) = start_inbox(
+        backend,
+        "a_duplicate_is_acknowledged_stored_once_and_forwarded_once",
+        &sw_source("billing", &[SECRET_A], &handler.url(), ""),
+        &[],
+        None,
+    )
+    .await
+    else {
+        return;
+    };
     let body = r#"{"type":"invoice.paid","data":{"id":"inv_1","amount":1200}}"#;
     let headers = sw_headers(SECRET_A, "msg_dup", now(), body);
 
@@ -408,17 +472,21 @@ forward_to = "{url}"
     assert_eq!(ids, want);
 }
 
-#[tokio::test]
-async fn kill_9_right_after_the_2xx_while_the_handler_is_down_loses_nothing() {
+async fn kill_9_right_after_the_2xx_while_the_handler_is_down_loses_nothing(backend: Backend) {
     let port = common::free_port();
     let handler_url = format!("http://127.0.0.1:{port}/hook");
     let schedule = vec!["300ms"; 40].join(",");
-    let mut inbox = Herald::start_inbox(
+    let Some(mut inbox) = start_inbox(
+        backend,
+        "kill_9_right_after_the_2xx_while_the_handler_is_down_loses_nothing",
         &sw_source("billing", &[SECRET_A], &handler_url, ""),
         &[("HERALD_INBOX_RETRY_SCHEDULE", schedule.as_str())],
         None,
     )
-    .await;
+    .await
+    else {
+        return;
+    };
 
     let sends = (0..20).map(|n| {
         let inbox = &inbox;
@@ -442,11 +510,12 @@ async fn kill_9_right_after_the_2xx_while_the_handler_is_down_loses_nothing() {
     assert_eq!(forwarded, acknowledged, "every acknowledged event reached the handler");
 }
 
-#[tokio::test]
-async fn a_handler_down_for_a_while_receives_everything_once_each() {
+async fn a_handler_down_for_a_while_receives_everything_once_each(backend: Backend) {
     let port = common::free_port();
     let handler_url = format!("http://127.0.0.1:{port}/hook");
-    let inbox = Herald::start_inbox(
+    let Some(inbox) = start_inbox(
+        backend,
+        "a_handler_down_for_a_while_receives_everything_once_each",
         &sw_source("billing", &[SECRET_A], &handler_url, ""),
         &[(
             "HERALD_INBOX_RETRY_SCHEDULE",
@@ -454,7 +523,10 @@ async fn a_handler_down_for_a_while_receives_everything_once_each() {
         )],
         None,
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     let mut ids = BTreeSet::new();
     for n in 0..5 {
         ids.insert(
@@ -492,11 +564,20 @@ async fn a_handler_down_for_a_while_receives_everything_once_each() {
     assert!(accepted.values().all(|&n| n == 1), "{accepted:?}");
 }
 
-#[tokio::test]
-async fn the_version_guard_drops_a_stale_event_and_poison_is_bad_input() {
+async fn the_version_guard_drops_a_stale_event_and_poison_is_bad_input(backend: Backend) {
     let handler = Receiver::start(Reply::status(200)).await;
     let guard = "resource_key = \"/data/id\"\nversion = \"/data/version\"";
-    let inbox = Herald::start_inbox(&sw_source("billing", &[SECRET_A], &handler.url(), guard), &[], None).await;
+    let Some(inbox) = start_inbox(
+        backend,
+        "the_version_guard_drops_a_stale_event_and_poison_is_bad_input",
+        &sw_source("billing", &[SECRET_A], &handler.url(), guard),
+        &[],
+        None,
+    )
+    .await
+    else {
+        return;
+    };
     let v = |n: u32| format!(r#"{{"type":"invoice.updated","data":{{"id":"inv_9","version":{n}}}}}"#);
 
     let v2 = send_ok(&inbox, "billing", SECRET_A, "msg_v2", &v(2)).await;
@@ -565,15 +646,24 @@ async fn the_version_guard_drops_a_stale_event_and_poison_is_bad_input() {
     wait_status(&inbox, &late, "stale").await;
 }
 
-#[tokio::test]
-async fn replay_of_one_event_and_of_a_window_forwards_again() {
+async fn replay_of_one_event_and_of_a_window_forwards_again(backend: Backend) {
     let handler = Receiver::start(Reply::status(200)).await;
     let config = format!(
         "{}{}",
         sw_source("billing", &[SECRET_A], &handler.url(), ""),
         sw_source("other", &[SECRET_A], &handler.url(), "")
     );
-    let inbox = Herald::start_inbox(&config, &[], None).await;
+    let Some(inbox) = start_inbox(
+        backend,
+        "replay_of_one_event_and_of_a_window_forwards_again",
+        &config,
+        &[],
+        None,
+    )
+    .await
+    else {
+        return;
+    };
     let mut ids = Vec::new();
     for n in 0..3 {
         ids.push(
@@ -664,21 +754,28 @@ async fn replay_of_one_event_and_of_a_window_forwards_again() {
 
 /// Herald's sender delivering into Herald's inbox, which verifies with the endpoint's secret and forwards
 /// to a handler: first as two processes, then as one (`herald serve --inbox`).
-#[tokio::test]
-async fn herald_serve_delivers_into_herald_inbox() {
+async fn herald_serve_delivers_into_herald_inbox(backend: Backend) {
     let handler = Receiver::start(Reply::status(200)).await;
-    let mut sender = Herald::start(&[]).await;
+    let mut sender = match backend {
+        Backend::Default => Herald::start(&[]).await,
+        Backend::Postgres => match Herald::start_pg("herald_serve_delivers_into_herald_inbox", &[]).await {
+            Some(sender) => sender,
+            None => return,
+        },
+    };
     let inbox_port = common::free_port();
     let app = sender.app("e2e").await;
     let (_, secret) = sender
         .endpoint(&app, json!({"url": format!("http://127.0.0.1:{inbox_port}/in/herald")}))
         .await;
-    let inbox = Herald::start_inbox(
-        &sw_source("herald", &[&secret], &handler.url(), ""),
-        &[],
-        Some(format!("127.0.0.1:{inbox_port}").parse().unwrap()),
-    )
-    .await;
+    let config = sw_source("herald", &[&secret], &handler.url(), "");
+    let addr = Some(format!("127.0.0.1:{inbox_port}").parse().unwrap());
+    // On PostgreSQL the inbox shares the sender's database: two processes, two schemas' worth of
+    // migrations, one database.
+    let inbox = match &sender.database {
+        Some(database) => Herald::start_inbox_on(database.clone(), &config, &[], addr).await,
+        None => Herald::start_inbox(&config, &[], addr).await,
+    };
     let payload = json!({"type": "invoice.paid", "data": {"id": "inv_e2e", "version": 1}});
     let message = sender
         .post(
@@ -734,12 +831,73 @@ async fn herald_serve_delivers_into_herald_inbox() {
     assert_eq!(serde_json::from_slice::<Value>(&request.body).unwrap(), payload);
     // The inbox's admin API shares serve's token and listener; serve's own API is untouched.
     let stored = list(&sender, "&source=herald").await;
-    assert_eq!(stored.len(), 1, "{stored:?}");
-    assert_eq!(stored[0]["eventId"], msg_id);
+    assert_eq!(stored[0]["eventId"], msg_id, "{stored:?}");
+    // With a PostgreSQL sender, serve's inbox defaults to the sender's database, where the standalone
+    // inbox stored its event before: one database for all of them. With SQLite it keeps its own file.
+    let expected = if sender.database.is_some() { 2 } else { 1 };
+    assert_eq!(stored.len(), expected, "{stored:?}");
     assert_eq!(sender.get(&format!("/app/{app}")).await["id"], app.as_str());
     let (status, _) = sender
         .call_with("GET", "/inbox/event/", None, &[("authorization", "Bearer wrong")])
         .await;
     assert_eq!(status, 401);
     assert_eq!(sender.call_with("GET", "/health", None, &[]).await.0, 200);
+}
+
+/// Two `herald inbox` processes on one PostgreSQL database, as every node of a cluster running
+/// `herald serve --inbox` is: both receive and deduplicate, only one forwards, so each event reaches the
+/// handler once — even with a slow handler, which keeps events pending long enough for a second
+/// forwarder to pick them up too. When one process is killed, the survivor forwards.
+#[tokio::test]
+async fn two_inboxes_on_one_postgres_database_forward_each_event_once() {
+    let test = "two_inboxes_on_one_postgres_database_forward_each_event_once";
+    let handler = Receiver::start(Reply::status(200).delay(Duration::from_millis(1_500))).await;
+    let config = sw_source("billing", &[SECRET_A], &handler.url(), "");
+    let Some(mut first) = Herald::start_inbox_pg(test, &config, &[], None).await else {
+        return;
+    };
+    let database = first.database.clone().expect("a PostgreSQL inbox has a database");
+    let second = Herald::start_inbox_on(database, &config, &[], None).await;
+    let mut ids = BTreeSet::new();
+    for n in 0..10 {
+        let inbox = if n % 2 == 0 { &first } else { &second };
+        let body = format!(r#"{{"n":{n}}}"#);
+        ids.insert(send_ok(inbox, "billing", SECRET_A, &format!("msg_two_{n}"), &body).await);
+    }
+    // A copy sent to the other process is a duplicate there too.
+    let body = r#"{"n":0}"#;
+    let (status, json) = send(
+        &second,
+        "billing",
+        &sw_headers(SECRET_A, "msg_two_0", now(), body),
+        body,
+    )
+    .await;
+    assert_eq!((status, json["duplicate"].as_bool()), (200, Some(true)), "{json}");
+    for id in &ids {
+        wait_status(&second, id, "forwarded").await;
+    }
+    // Time for a second forwarder's poll to find anything left pending.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let counts = per_inbox_id(&handler.received());
+    assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "each event forwarded once: {counts:?}"
+    );
+
+    // Whichever of the two held the forwarder lock, the survivor forwards what it receives.
+    first.kill9();
+    let mut later = BTreeSet::new();
+    for n in 0..3 {
+        let body = format!(r#"{{"after":{n}}}"#);
+        later.insert(send_ok(&second, "billing", SECRET_A, &format!("msg_after_{n}"), &body).await);
+    }
+    for id in &later {
+        wait_status(&second, id, "forwarded").await;
+    }
+    settle().await;
+    let counts = per_inbox_id(&handler.received());
+    assert_eq!(counts.len(), ids.len() + later.len());
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
 }

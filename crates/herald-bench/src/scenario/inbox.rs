@@ -1,5 +1,5 @@
-//! `inbox`: signed webhooks posted closed-loop into an in-process `herald inbox` (fresh SQLite file,
-//! durable commits) at a fixed concurrency for a fixed time: acknowledgements per second and
+//! `inbox`: signed webhooks posted closed-loop into an in-process `herald inbox` (fresh SQLite file, or
+//! the PostgreSQL database given with `--database-url`; durable commits) at a fixed concurrency for a fixed time: acknowledgements per second and
 //! acknowledgement latency; then how fast the inbox forwarded them all to a handler.
 //!
 //! Every request is a Standard Webhooks `v1` signature over a unique `webhook-id`, so each one is
@@ -151,12 +151,17 @@ pub async fn run(options: &Options, params: &InboxParams) -> anyhow::Result<Inbo
             database: if database_url.starts_with("sqlite://") && options_default_db(options) {
                 "SQLite, fresh file in a temporary directory".to_owned()
             } else {
-                database_url
+                herald_server::redact(&database_url)
             },
-            durability: "SQLite WAL, synchronous=FULL: a 200 is sent only after the verified event is \
-                         committed and fsynced (group commit: one transaction and one fsync per batch \
-                         of up to 256 events)"
-                .to_owned(),
+            durability: if database_url.starts_with("sqlite:") {
+                "SQLite WAL, synchronous=FULL: a 200 is sent only after the verified event is committed and \
+                 fsynced (group commit: one transaction and one fsync per batch of up to 256 events)"
+            } else {
+                "PostgreSQL, synchronous_commit=on: a 200 is sent only after the verified event's own \
+                 statement is committed and flushed to the WAL (no batching; concurrent commits share \
+                 PostgreSQL's WAL flushes)"
+            }
+            .to_owned(),
             settings: vec!["one standard-webhooks source, one loopback handler".to_owned()],
             machine: Machine::detect(),
         },

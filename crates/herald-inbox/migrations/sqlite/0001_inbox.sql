@@ -1,9 +1,13 @@
 -- herald inbox: events received from providers, and the version guard.
 --
--- Standard SQL only (PostgreSQL gets its own copy of this folder, with BYTEA for BLOB). Times are Unix
--- milliseconds.
+-- Standard SQL only (PostgreSQL has its own copy, migrations/postgres, with BYTEA for BLOB). Times are
+-- Unix milliseconds.
+--
+-- The migrations are recorded in _herald_inbox_migrations, so that an inbox may share a file with the
+-- sender. Files made before that recorded this migration in sqlx's default _sqlx_migrations; hence IF NOT
+-- EXISTS: on such a file the migration is recorded anew and changes nothing.
 
-CREATE TABLE inbox_event (
+CREATE TABLE IF NOT EXISTS inbox_event (
     id              TEXT PRIMARY KEY,          -- evt_…, time-ordered
     source          TEXT NOT NULL,             -- the configured source's name
     event_id        TEXT NOT NULL,             -- the provider's id for the event: the deduplication key
@@ -22,14 +26,14 @@ CREATE TABLE inbox_event (
 );
 
 -- The forwarder's work queue: only pending rows, so it stays small while history grows.
-CREATE INDEX inbox_event_due ON inbox_event (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS inbox_event_due ON inbox_event (next_attempt_at) WHERE status = 'pending';
 -- Window replays.
-CREATE INDEX inbox_event_source_received ON inbox_event (source, received_at);
+CREATE INDEX IF NOT EXISTS inbox_event_source_received ON inbox_event (source, received_at);
 -- Listings by status.
-CREATE INDEX inbox_event_status ON inbox_event (status, id);
+CREATE INDEX IF NOT EXISTS inbox_event_status ON inbox_event (status, id);
 
 -- The newest version forwarded per resource of a source.
-CREATE TABLE inbox_version (
+CREATE TABLE IF NOT EXISTS inbox_version (
     source       TEXT NOT NULL,
     resource_key TEXT NOT NULL,
     version      TEXT NOT NULL,

@@ -16,7 +16,7 @@ mod operations;
 mod retention;
 mod secrets;
 mod tenancy;
-pub(crate) mod text;
+pub mod text;
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};

@@ -3,13 +3,16 @@
 //! escaped: U+FFFF — a noncharacter, never meaningful in interchange — escapes NUL (`U+FFFF 0`) and
 //! itself (`U+FFFF U+FFFF`). The mapping is injective, so equality lookups and unique keys on escaped
 //! values behave as on the originals.
+//!
+//! Public because `herald inbox` stores what the network sends it on PostgreSQL too, with the same
+//! escaping.
 
 use std::borrow::Cow;
 
 const ESCAPE: char = '\u{FFFF}';
 
 /// The stored form of a value.
-pub(crate) fn escape(value: &str) -> Cow<'_, str> {
+pub fn escape(value: &str) -> Cow<'_, str> {
     if !value.contains(['\0', ESCAPE]) {
         return Cow::Borrowed(value);
     }
@@ -31,12 +34,12 @@ pub(crate) fn escape(value: &str) -> Cow<'_, str> {
 }
 
 /// An optional value's stored form.
-pub(crate) fn escape_opt(value: Option<&str>) -> Option<Cow<'_, str>> {
+pub fn escape_opt(value: Option<&str>) -> Option<Cow<'_, str>> {
     value.map(escape)
 }
 
 /// The original of a stored value.
-pub(crate) fn unescape(stored: String) -> String {
+pub fn unescape(stored: String) -> String {
     if !stored.contains(ESCAPE) {
         return stored;
     }

@@ -38,6 +38,11 @@ pub struct Herald {
     http: reqwest::Client,
 }
 
+/// Whether every test runs on PostgreSQL (`HERALD_TEST_BACKEND=postgres`).
+pub fn postgres_backend() -> bool {
+    std::env::var("HERALD_TEST_BACKEND").is_ok_and(|b| b == "postgres")
+}
+
 /// The harness's settings for every node, overridden by a test's own.
 fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
@@ -63,7 +68,7 @@ fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
 impl Herald {
     /// Start with a fresh database, loopback allowed, a fast retry schedule and the test token.
     pub async fn start(extra_env: &[(&str, &str)]) -> Self {
-        if std::env::var("HERALD_TEST_BACKEND").is_ok_and(|b| b == "postgres") {
+        if postgres_backend() {
             let database = testdb::fresh("an end-to-end test")
                 .await
                 .expect("HERALD_TEST_BACKEND=postgres needs a reachable PostgreSQL");
@@ -74,15 +79,55 @@ impl Herald {
     }
 
     /// Start `herald inbox` with this configuration (written to `inbox.toml` in a fresh directory), the
-    /// test token, and a fresh database, on `addr` if given.
+    /// test token, and a fresh database, on `addr` if given: a SQLite file, or a PostgreSQL database when
+    /// `HERALD_TEST_BACKEND=postgres`.
     pub async fn start_inbox(config: &str, extra_env: &[(&str, &str)], addr: Option<SocketAddr>) -> Self {
+        if postgres_backend() {
+            return Self::start_inbox_pg("an inbox end-to-end test", config, extra_env, addr)
+                .await
+                .expect("HERALD_TEST_BACKEND=postgres needs a reachable PostgreSQL");
+        }
+        Self::spawn_inbox(config, extra_env, addr, None).await
+    }
+
+    /// Start `herald inbox` on a fresh PostgreSQL database; `None` when PostgreSQL is unreachable (and not
+    /// required).
+    pub async fn start_inbox_pg(
+        test: &str,
+        config: &str,
+        extra_env: &[(&str, &str)],
+        addr: Option<SocketAddr>,
+    ) -> Option<Self> {
+        let database = testdb::fresh(test).await?;
+        Some(Self::spawn_inbox(config, extra_env, addr, Some(Arc::new(database))).await)
+    }
+
+    /// Start `herald inbox` on an existing PostgreSQL database (e.g. a sender's).
+    pub async fn start_inbox_on(
+        database: Arc<TestDatabase>,
+        config: &str,
+        extra_env: &[(&str, &str)],
+        addr: Option<SocketAddr>,
+    ) -> Self {
+        Self::spawn_inbox(config, extra_env, addr, Some(database)).await
+    }
+
+    async fn spawn_inbox(
+        config: &str,
+        extra_env: &[(&str, &str)],
+        addr: Option<SocketAddr>,
+        database: Option<Arc<TestDatabase>>,
+    ) -> Self {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let path = dir.path().join("inbox.toml");
         std::fs::write(&path, config).expect("write inbox.toml");
         let mut env: Vec<(String, String)> = vec![("HERALD_ADMIN_TOKEN".into(), TOKEN.into())];
+        if let Some(database) = &database {
+            env.push(("HERALD_DATABASE_URL".into(), database.url.clone()));
+        }
         env.extend(extra_env.iter().map(|(k, v)| ((*k).into(), (*v).into())));
         let args = vec!["inbox".into(), "--config".into(), path.display().to_string()];
-        Self::spawn(dir, env, addr, args, None).await
+        Self::spawn(dir, env, addr, args, database).await
     }
 
     /// Start on a fresh PostgreSQL database; `None` when PostgreSQL is unreachable (and not required).
