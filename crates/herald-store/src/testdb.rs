@@ -58,6 +58,20 @@ async fn admin(server: &str) -> Result<PgConnection, sqlx::Error> {
 /// When PostgreSQL is unreachable and `HERALD_REQUIRE_POSTGRES=1`, or it answers but cannot create the
 /// database.
 pub async fn fresh(test: &str) -> Option<TestDatabase> {
+    fresh_with(test, "").await
+}
+
+/// Like [`fresh`], with the database's default collation a linguistic one (ICU `en-US`), as on a
+/// server initialised with an `en_US.UTF-8` locale: text compares case-insensitively first there, so
+/// anything that relies on byte order of ids must say so in its schema.
+///
+/// # Panics
+/// As [`fresh`].
+pub async fn fresh_linguistic(test: &str) -> Option<TestDatabase> {
+    fresh_with(test, " TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'").await
+}
+
+async fn fresh_with(test: &str, options: &str) -> Option<TestDatabase> {
     let server = server();
     let mut conn = match admin(&server).await {
         Ok(conn) => conn,
@@ -77,7 +91,7 @@ pub async fn fresh(test: &str) -> Option<TestDatabase> {
         }
     };
     let name = format!("herald_test_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}{options}")))
         .execute(&mut conn)
         .await
         .unwrap_or_else(|error| panic!("creating test database {name}: {error}"));
