@@ -133,6 +133,16 @@ impl LastAttempt {
     }
 }
 
+/// How many of an endpoint's oldest pending deliveries one expiry pass examines.
+///
+/// Expiry walks the head of the endpoint's pending queue (the `(endpoint_id, seq)` pending index), never
+/// the whole backlog: windows start in `seq` order (a message's creation), so the expired deliveries are
+/// the head, and a pass that finds some removes them and looks at the new head. Scanning a backlog of a
+/// million deliveries on every sweep held SQLite's single writer for seconds, stalling every other
+/// endpoint's ingest. (A re-queued delivery keeps its old `seq` with a later window, so only a head made
+/// wholly of re-queued, unexpired deliveries would hide expired ones behind it until those settle.)
+pub(crate) const EXPIRY_SCAN: i64 = 500;
+
 /// The SELECT (both dialects) that reads pending deliveries about to expire as [`Expired`] rows (decoded
 /// by `rows::expired`); the caller appends its conditions on `d` and `m`. The latest attempt comes from
 /// the `(message_id, id)` attempt index.

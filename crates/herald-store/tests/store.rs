@@ -407,6 +407,40 @@ async fn waiting_deliveries_expire_and_the_backlog_is_counted() {
 }
 
 #[tokio::test]
+async fn a_backlog_longer_than_one_expiry_pass_expires_whole_and_the_rest_stays() {
+    for (_dir, store) in backends().await {
+        let a = app(None);
+        store.create_app(&a).await.unwrap();
+        let e = endpoint(&a.id);
+        store.create_endpoint(&e).await.unwrap();
+        // Two and a half expiry passes' worth of old deliveries, then one that has not expired.
+        let old = 1_250;
+        let mut ingests = tokio::task::JoinSet::new();
+        for _ in 0..old {
+            let (store, app_id) = (store.clone(), a.id.clone());
+            ingests.spawn(async move { ingest(&store, &app_id, None, None).await });
+        }
+        let mut newest_old = 0;
+        while let Some(done) = ingests.join_next().await {
+            newest_old = newest_old.max(created(done.unwrap()).0.created_at);
+        }
+        let fresh = loop {
+            let (m, _) = created(ingest(&store, &a.id, None, None).await);
+            if m.created_at > newest_old {
+                break m;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        };
+        let expired = store.expire_waiting(&e.id, newest_old + 1, 20).await.unwrap();
+        assert_eq!(expired, old, "every old delivery, across several passes");
+        let backlog = store.endpoint_backlog(&e.id).await.unwrap();
+        assert_eq!(backlog.pending, 1);
+        assert_eq!(backlog.oldest_created_at, Some(fresh.created_at));
+        assert_eq!(store.expire_waiting(&e.id, newest_old + 1, 30).await.unwrap(), 0);
+    }
+}
+
+#[tokio::test]
 async fn deliveries_that_die_waiting_are_reported_exhausted_and_a_requeued_one_waits_its_own_window() {
     for (_dir, store) in backends().await {
         let a = app(None);

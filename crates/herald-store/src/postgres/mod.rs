@@ -616,26 +616,35 @@ impl Store for PgStore {
     }
 
     async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
-        let held = self.leases.fence(&mut tx).await?;
-        if !held.contains(&crate::partition_of(endpoint_id)) {
-            // Another node owns the endpoint now; it settles its deliveries.
-            return Ok(0);
-        }
-        // A re-queued delivery's window starts when it was re-queued, not when its message was created.
+        // The head of the pending index, one short transaction per pass (see `EXPIRY_SCAN`). A re-queued
+        // delivery's window starts when it was re-queued, not when its message was created.
         let sql = format!(
-            "{} AND d.endpoint_id = $1 AND COALESCE(d.window_start, m.created_at) < $2 FOR UPDATE OF d",
+            "{} AND d.endpoint_id = $1 AND d.seq IN (SELECT seq FROM delivery WHERE endpoint_id = $1 AND status = 0 \
+             ORDER BY seq LIMIT $3) AND COALESCE(d.window_start, m.created_at) < $2 FOR UPDATE OF d",
             crate::events::EXPIRING
         );
-        let found = sqlx::query(AssertSqlSafe(sql))
-            .bind(escape(endpoint_id))
-            .bind(created_before)
-            .fetch_all(&mut *tx)
-            .await?;
-        let expiring = decode_all(&found, rows::expired)?;
-        settle_expired(&mut tx, &expiring, now).await?;
-        tx.commit().await?;
-        Ok(expiring.len() as u64)
+        let mut total = 0;
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let held = self.leases.fence(&mut tx).await?;
+            if !held.contains(&crate::partition_of(endpoint_id)) {
+                // Another node owns the endpoint now; it settles its deliveries.
+                return Ok(total);
+            }
+            let found = sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(escape(endpoint_id))
+                .bind(created_before)
+                .bind(crate::events::EXPIRY_SCAN)
+                .fetch_all(&mut *tx)
+                .await?;
+            let expiring = decode_all(&found, rows::expired)?;
+            settle_expired(&mut tx, &expiring, now).await?;
+            tx.commit().await?;
+            if expiring.is_empty() {
+                return Ok(total);
+            }
+            total += expiring.len() as u64;
+        }
     }
 
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {

@@ -545,23 +545,32 @@ impl Store for SqliteStore {
     }
 
     async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
-        // The pending index is (endpoint_id, seq) over pending rows only. A re-queued delivery's window
-        // starts when it was re-queued, not when its message was created.
+        // The head of the pending index, one short transaction per pass (see `EXPIRY_SCAN`). A re-queued
+        // delivery's window starts when it was re-queued, not when its message was created.
         let sql = format!(
-            "{} AND d.endpoint_id = ? AND COALESCE(d.window_start, m.created_at) < ?",
+            "{} AND d.endpoint_id = ? AND d.seq IN (SELECT seq FROM delivery WHERE endpoint_id = ? AND status = 0 \
+             ORDER BY seq LIMIT ?) AND COALESCE(d.window_start, m.created_at) < ?",
             crate::events::EXPIRING
         );
-        let mut conn = self.write.acquire().await?;
-        let mut tx = conn.begin().await?;
-        let found = sqlx::query(AssertSqlSafe(sql))
-            .bind(endpoint_id)
-            .bind(created_before)
-            .fetch_all(&mut *tx)
-            .await?;
-        let expiring = decode_all(&found, rows::expired)?;
-        settle_expired(&mut tx, &expiring, now).await?;
-        tx.commit().await?;
-        Ok(expiring.len() as u64)
+        let mut total = 0;
+        loop {
+            let mut conn = self.write.acquire().await?;
+            let mut tx = conn.begin().await?;
+            let found = sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(endpoint_id)
+                .bind(endpoint_id)
+                .bind(crate::events::EXPIRY_SCAN)
+                .bind(created_before)
+                .fetch_all(&mut *tx)
+                .await?;
+            let expiring = decode_all(&found, rows::expired)?;
+            settle_expired(&mut tx, &expiring, now).await?;
+            tx.commit().await?;
+            if expiring.is_empty() {
+                return Ok(total);
+            }
+            total += expiring.len() as u64;
+        }
     }
 
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
