@@ -84,7 +84,8 @@ async function route() {
     try {
       await view(context(query), ...args);
     } catch (error) {
-      flash(describe(error), 'error');
+      // A refused token already sent the user back to the login form (see below).
+      if (error.status !== 401) flash(describe(error), 'error');
     }
     return undefined;
   }
