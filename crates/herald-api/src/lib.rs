@@ -1,12 +1,14 @@
 //! Herald's HTTP API: the Svix-compatible REST resources under `/api/v1`, bearer authentication and
 //! JSON error mapping.
 //!
-//! [`service`] builds the whole HTTP service from an [`AppState`]; the `herald` binary serves it.
+//! [`service`] builds the whole HTTP service from an [`AppState`] — the API and the operators' dashboard
+//! (`/dashboard/`); the `herald` binary serves it.
 
 pub mod auth;
 pub mod body;
 mod convert;
 mod custom_headers;
+mod dashboard;
 pub mod error;
 mod idempotency;
 mod json_errors;
@@ -21,23 +23,34 @@ mod validate;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use tower::Layer;
+use tower::util::{MapRequest, MapRequestLayer};
 use tower_http::normalize_path::{NormalizePath, NormalizePathLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use error::{ApiError, ApiResult};
 pub use state::{AppState, Limits};
 
+/// The HTTP service [`service`] builds: a router behind Herald's path normalisation (see [`normalize`]).
+pub type Service = MapRequest<NormalizePath<axum::Router>, fn(Request) -> Request>;
+
 /// The complete API service: the routes, with a trailing slash trimmed from every request path first
 /// (Svix clients use both spellings) and `Server: Herald` on every response.
-pub fn service(state: AppState) -> NormalizePath<axum::Router> {
+pub fn service(state: AppState) -> Service {
     let server = HeaderValue::from_static(concat!("Herald/", env!("CARGO_PKG_VERSION")));
-    let router = routes::router(state).layer(SetResponseHeaderLayer::if_not_present(header::SERVER, server));
-    NormalizePathLayer::trim_trailing_slash().layer(router)
+    normalize(routes::router(state).layer(SetResponseHeaderLayer::if_not_present(header::SERVER, server)))
+}
+
+/// Wrap a router so that it accepts every path with or without a trailing slash — except the dashboard's
+/// root, `/dashboard/`, which must stay apart from `/dashboard` (a redirect to it). Use it for any router
+/// that serves [`service`] as a fallback, so that both see paths the same way.
+pub fn normalize(router: axum::Router) -> Service {
+    let keep_root: fn(Request) -> Request = dashboard::keep_root;
+    MapRequestLayer::new(keep_root).layer(NormalizePathLayer::trim_trailing_slash().layer(router))
 }
 
 /// Convert the service for `axum::serve`.
 pub fn make_service(
     state: AppState,
-) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<NormalizePath<axum::Router>, std::net::SocketAddr> {
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Service, std::net::SocketAddr> {
     axum::ServiceExt::<Request>::into_make_service_with_connect_info::<std::net::SocketAddr>(service(state))
 }

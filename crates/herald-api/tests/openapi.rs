@@ -7,6 +7,10 @@
 //!   document says so.
 //! * What the handlers answer has the documented keys (camelCase, required ones present, none undocumented).
 //! * `GET /api/v1/openapi.json` answers the document without a token.
+//!
+//! The REST API is what lives under `/api/v1`, declared in `src/routes`. The operators' dashboard
+//! (`/dashboard/`, static files in `src/dashboard`) is served by the same router but is not part of it: it
+//! is neither scanned nor documented, and the last test checks that it stays outside the prefix.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -248,6 +252,7 @@ fn path_parameters_match_the_templates() {
 }
 
 /// The `.route("…", get(…).post(…))` declarations in `src/routes/*.rs`, as (method, full path) pairs.
+/// Only `src/routes` holds the REST API; the dashboard's routes (`src/dashboard`) are deliberately not read.
 fn declared_in_source() -> BTreeSet<(String, String)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/routes");
     let mut pairs = BTreeSet::new();
@@ -587,4 +592,23 @@ async fn answers_have_the_documented_shapes() {
 
     let health = send(&state, "get", &api("/health"), None, false).await;
     conforms(&doc, "get", "/api/v1/health", 200, &health.body);
+}
+
+#[tokio::test]
+async fn the_dashboard_is_served_beside_the_api_but_not_part_of_it() {
+    let doc = document();
+    for (_, path) in documented(&doc) {
+        assert!(path.starts_with("/api/v1/"), "{path} is outside the API prefix");
+    }
+    let (_dir, state) = state().await;
+    // Served without a token, outside `/api/v1`…
+    for path in ["/dashboard/", "/dashboard/app.js"] {
+        let answer = send(&state, "get", path, None, false).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}: {answer:?}");
+    }
+    let redirect = send(&state, "get", "/dashboard", None, false).await;
+    assert_eq!(redirect.status, StatusCode::PERMANENT_REDIRECT, "{redirect:?}");
+    // …and not reachable under it.
+    let answer = send(&state, "get", "/api/v1/dashboard/app.js", None, true).await;
+    assert!(unrouted(&answer), "{answer:?}");
 }

@@ -19,8 +19,6 @@ use herald_delivery::{ClientConfig, DeliveryClient, Engine, EngineConfig, HostRe
 use herald_store::{SecretCipher, SharedStore};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tower::Layer;
-use tower_http::normalize_path::NormalizePathLayer;
 
 pub use config::{Config, SecretKeySource, Settings};
 
@@ -167,9 +165,7 @@ impl Node {
         let addr = listener.local_addr()?;
         let service = match extra_routes {
             None => herald_api::service(state),
-            Some(routes) => {
-                NormalizePathLayer::trim_trailing_slash().layer(routes.fallback_service(herald_api::service(state)))
-            }
+            Some(routes) => herald_api::normalize(routes.fallback_service(herald_api::service(state))),
         };
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {

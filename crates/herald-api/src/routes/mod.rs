@@ -23,8 +23,9 @@ use axum::routing::get;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Every `/api/v1` route. Paths carry no trailing slash; the service wrapper in [`crate::service`]
-/// trims one from requests, so both spellings work.
+/// Every `/api/v1` route, and the dashboard's static pages next to them (outside `/api/v1` and without
+/// authentication: they hold no data). Paths carry no trailing slash; the service wrapper in
+/// [`crate::service`] trims one from requests, so both spellings work.
 pub fn router(state: AppState) -> Router {
     let authenticated = Router::new()
         .merge(apps::routes())
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
                 .route("/health", get(health::health))
                 .route("/openapi.json", get(crate::openapi::document)),
         )
+        .merge(crate::dashboard::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(crate::json_errors::ensure_json_errors))
