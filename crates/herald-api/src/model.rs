@@ -573,8 +573,10 @@ pub struct EndpointHealthOut {
     pub in_flight: u32,
     /// Requests allowed in flight now (lower than the cap while ramping up after a recovery).
     pub concurrency_limit: u32,
-    /// Deliveries waiting (pending in the store).
+    /// Deliveries waiting (pending in the store), counted up to `Backlog::COUNT_CAP`.
     pub queue_depth: u64,
+    /// More deliveries wait than were counted: `queue_depth` is a lower bound.
+    pub queue_depth_capped: bool,
     /// Creation time of the oldest waiting delivery's message.
     #[serde(with = "time::serde::rfc3339::option")]
     pub oldest_pending_at: Option<OffsetDateTime>,

@@ -150,10 +150,29 @@ pub struct AttemptRecord {
 /// How many deliveries wait for an endpoint, and since when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Backlog {
-    /// Pending deliveries.
+    /// Pending deliveries, counted up to [`Backlog::COUNT_CAP`].
     pub pending: u64,
+    /// More than [`Backlog::COUNT_CAP`] wait: `pending` is a lower bound.
+    pub capped: bool,
     /// Creation time of the oldest pending delivery's message.
     pub oldest_created_at: Option<i64>,
+}
+
+impl Backlog {
+    /// The most pending deliveries counted exactly. Counting is a walk of the endpoint's pending index,
+    /// and the health block that shows it is read often (dashboards poll it): a million-delivery backlog
+    /// took seconds per read, the cap keeps one read to a fraction of a second.
+    pub const COUNT_CAP: u64 = 100_000;
+
+    /// From a count of at most `COUNT_CAP + 1` rows and the oldest pending delivery's creation time.
+    pub fn from_count(counted: i64, oldest_created_at: Option<i64>) -> Self {
+        let counted = u64::try_from(counted).unwrap_or(0);
+        Self {
+            pending: counted.min(Self::COUNT_CAP),
+            capped: counted > Self::COUNT_CAP,
+            oldest_created_at,
+        }
+    }
 }
 
 /// Where one message's delivery to one endpoint stands.

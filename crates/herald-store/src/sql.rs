@@ -17,6 +17,19 @@ pub(crate) fn keyset(column: &str, page: &PageRequest, newest_first: bool, mark:
     (condition, order)
 }
 
+/// An endpoint's backlog: a count bounded at [`crate::Backlog::COUNT_CAP`] + 1 and the oldest pending
+/// delivery's creation time, the head of the `(endpoint_id, seq)` pending index (seq follows creation
+/// order). `first` and `second` are the endpoint id's placeholders in the two subqueries (`?` and `?` on
+/// SQLite, `$1` twice on PostgreSQL).
+pub(crate) fn backlog_query(first: &str, second: &str) -> String {
+    format!(
+        "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM delivery WHERE endpoint_id = {first} AND status = 0 LIMIT {cap}) \
+         AS counted) AS pending, (SELECT m.created_at FROM delivery d JOIN message m ON m.id = d.message_id \
+         WHERE d.endpoint_id = {second} AND d.status = 0 ORDER BY d.seq LIMIT 1) AS oldest",
+        cap = crate::Backlog::COUNT_CAP + 1
+    )
+}
+
 /// The row limit that fetches one row more than the page, to tell whether more exist.
 pub(crate) fn limit_plus_one(page: &PageRequest) -> i64 {
     i64::try_from(page.limit).unwrap_or(i64::MAX).saturating_add(1)

@@ -382,6 +382,7 @@ async fn waiting_deliveries_expire_and_the_backlog_is_counted() {
         let (third, _) = created(ingest(&store, &a.id, None, None).await);
         let backlog = store.endpoint_backlog(&e.id).await.unwrap();
         assert_eq!(backlog.pending, 3);
+        assert!(!backlog.capped);
         assert_eq!(backlog.oldest_created_at, Some(first.created_at));
 
         store.expire_deliveries(&[d1[0].seq], 10).await.unwrap();
@@ -404,6 +405,17 @@ async fn waiting_deliveries_expire_and_the_backlog_is_counted() {
             u64::from(third_kept)
         );
     }
+}
+
+#[test]
+fn a_backlog_count_stops_at_the_cap_and_says_so() {
+    let cap = Backlog::COUNT_CAP;
+    let at = |counted: u64| Backlog::from_count(i64::try_from(counted).unwrap(), Some(5));
+    assert_eq!((at(0).pending, at(0).capped), (0, false));
+    assert_eq!((at(cap).pending, at(cap).capped), (cap, false));
+    assert_eq!((at(cap + 1).pending, at(cap + 1).capped), (cap, true));
+    assert_eq!(at(cap + 1).oldest_created_at, Some(5));
+    assert_eq!(Backlog::from_count(-1, None), Backlog::default());
 }
 
 #[tokio::test]

@@ -151,6 +151,7 @@ async fn a_black_hole_holds_at_most_its_cap_while_a_healthy_endpoint_flows() {
     let h = health(&herald, &app, &hole_id).await;
     assert_eq!(h["inFlight"], 3, "{h}");
     assert_eq!(h["queueDepth"], 20, "every black-holed delivery still waits: {h}");
+    assert_eq!(h["queueDepthCapped"], false, "{h}");
     assert_eq!(hole.peak_in_flight(), 3, "the cap held");
     assert_eq!(hole.received().len(), 3, "nothing beyond the cap was sent");
 }

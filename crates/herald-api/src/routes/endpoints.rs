@@ -316,6 +316,7 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
             in_flight: s.in_flight,
             concurrency_limit: s.concurrency_limit,
             queue_depth: backlog.pending,
+            queue_depth_capped: backlog.capped,
             oldest_pending_at: time(backlog.oldest_created_at),
         },
         // The engine holds nothing for it: nothing was attempted since start.
@@ -329,6 +330,7 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
             in_flight: 0,
             concurrency_limit: if endpoint.disabled { 0 } else { cap },
             queue_depth: backlog.pending,
+            queue_depth_capped: backlog.capped,
             oldest_pending_at: time(backlog.oldest_created_at),
         },
     })

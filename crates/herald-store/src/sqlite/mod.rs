@@ -574,18 +574,12 @@ impl Store for SqliteStore {
     }
 
     async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS pending, MIN(m.created_at) AS oldest FROM delivery d \
-             JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = ? AND d.status = 0",
-        )
-        .bind(endpoint_id)
-        .fetch_one(&self.read)
-        .await?;
-        let pending: i64 = row.try_get("pending")?;
-        Ok(Backlog {
-            pending: u64::try_from(pending).unwrap_or(0),
-            oldest_created_at: row.try_get("oldest")?,
-        })
+        let row = sqlx::query(AssertSqlSafe(crate::sql::backlog_query("?", "?")))
+            .bind(endpoint_id)
+            .bind(endpoint_id)
+            .fetch_one(&self.read)
+            .await?;
+        Ok(Backlog::from_count(row.try_get("pending")?, row.try_get("oldest")?))
     }
 
     async fn set_endpoint_state(

@@ -58,7 +58,7 @@ export function healthCells(endpoint) {
     { cell: failures ? h('span', { class: 'bad' }, String(failures)) : '0', class: 'num' },
     health.nextProbeAt ? age(health.nextProbeAt) : health.heldUntil ? `held ${age(health.heldUntil)}` : '—',
     { cell: `${health.inFlight ?? '—'} / ${health.concurrencyLimit ?? '—'}`, class: 'num' },
-    { cell: String(health.queueDepth ?? '—'), class: 'num' },
+    { cell: health.queueDepth === undefined ? '—' : `${health.queueDepth}${health.queueDepthCapped ? '+' : ''}`, class: 'num' },
     health.oldestPendingAt ? age(health.oldestPendingAt).replace(' ago', '') : '—',
   ];
 }
