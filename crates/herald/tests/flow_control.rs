@@ -303,7 +303,10 @@ async fn a_recovered_endpoint_gets_its_outage_retries_at_once_not_at_their_timer
 #[tokio::test]
 async fn a_flapping_endpoint_gets_everything_and_its_breaker_stays_closed() {
     // Failures never come three in a row, so the breaker (threshold 3) never opens; retries fill the gaps.
-    let retries = schedule(6, "50ms");
+    // The script holds 20 failures in all, and each delivery may fail 20 times before it dies: however
+    // the attempts interleave (a loaded machine can line one delivery's retries up with the failing
+    // slots), none can die.
+    let retries = schedule(20, "50ms");
     let env = [
         ("HERALD_BREAKER_THRESHOLD", "3"),
         ("HERALD_RETRY_SCHEDULE", retries.as_str()),
