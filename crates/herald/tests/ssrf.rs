@@ -59,6 +59,17 @@ fn section_a_urls(port: u16) -> Vec<String> {
     urls
 }
 
+/// How long a restarted node may take to deliver. On PostgreSQL (`HERALD_TEST_BACKEND=postgres`) it first
+/// takes its killed predecessor's partitions over: the lease (4 s in tests) plus the longest attempt
+/// (2 s) and a second, more when the whole suite loads the machine.
+const RESTARTED: Duration = Duration::from_secs(30);
+
+/// The tests below wait for a first attempt and its retry 100 ms later. The second, long delay only
+/// widens the deliveries' time window (the schedule's total, stretched, plus a timeout per attempt):
+/// with `100ms` alone it is about 4 s, which a PostgreSQL take-over after a restart can use up before the
+/// retry is due, and the retry then dies of old age unsent.
+const RETRIES: &str = "100ms,30s";
+
 #[tokio::test]
 async fn section_a_urls_are_refused_at_creation_and_never_contacted() {
     // http is allowed (so the refusal is about the address), no private range is.
@@ -97,7 +108,7 @@ async fn section_a_urls_stored_earlier_are_blocked_at_delivery_and_never_contact
     let listener = CountingListener::start().await;
     let mut herald = Herald::start(&[
         ("HERALD_ALLOW_PRIVATE_CIDRS", "127.0.0.0/8,::1/128"),
-        ("HERALD_RETRY_SCHEDULE", "100ms"),
+        ("HERALD_RETRY_SCHEDULE", RETRIES),
     ])
     .await;
     let app = herald.app("ssrf-later").await;
@@ -119,7 +130,7 @@ async fn section_a_urls_stored_earlier_are_blocked_at_delivery_and_never_contact
         .expect("id")
         .to_owned();
     let attempts = herald
-        .wait_attempts(&app, &msg, Duration::from_secs(20), |a| a.len() == 2 * urls.len())
+        .wait_attempts(&app, &msg, RESTARTED, |a| a.len() == 2 * urls.len())
         .await;
     for attempt in &attempts {
         assert_eq!(attempt["outcome"], "blocked", "{attempt}");
@@ -244,7 +255,7 @@ async fn a_port_outside_the_allowlist_is_blocked_at_delivery_and_not_contacted()
     // The endpoint is created while every port is allowed; the operator then narrows the port allowlist. The
     // delivery is refused before connecting, recorded as blocked with the rule, and the receiver sees nothing.
     let listener = CountingListener::start().await;
-    let mut herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "100ms")]).await;
+    let mut herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", RETRIES)]).await;
     let app = herald.app("ports").await;
     let url = format!("http://127.0.0.1:{}/hook", listener.port);
     herald.endpoint(&app, json!({ "url": url })).await;
@@ -257,9 +268,7 @@ async fn a_port_outside_the_allowlist_is_blocked_at_delivery_and_not_contacted()
         .as_str()
         .expect("id")
         .to_owned();
-    let attempts = herald
-        .wait_attempts(&app, &msg, Duration::from_secs(10), |a| a.len() == 2)
-        .await;
+    let attempts = herald.wait_attempts(&app, &msg, RESTARTED, |a| a.len() == 2).await;
     for attempt in &attempts {
         assert_eq!(attempt["outcome"], "blocked", "{attempt}");
         assert_eq!(attempt["responseStatusCode"], 0, "{attempt}");
@@ -499,9 +508,7 @@ async fn a_redirect_is_a_failed_attempt_and_its_target_is_never_contacted() {
     let location = format!("http://127.0.0.1:{}/hook", target.port);
     let receiver = common::Receiver::start(common::Reply::status(302).header("location", &location)).await;
     let (app, msg) = deliver_once(&herald, &receiver.url()).await;
-    let attempts = herald
-        .wait_attempts(&app, &msg, Duration::from_secs(10), |a| a.len() == 2)
-        .await;
+    let attempts = herald.wait_attempts(&app, &msg, RESTARTED, |a| a.len() == 2).await;
     for attempt in &attempts {
         assert_eq!(attempt["outcome"], "unexpected_status", "{attempt}");
         assert_eq!(attempt["responseStatusCode"], 302, "{attempt}");
@@ -519,7 +526,7 @@ async fn a_redirect_is_a_failed_attempt_and_its_target_is_never_contacted() {
 async fn a_blocked_attempt_records_the_rule_and_nothing_the_target_said() {
     // Created while loopback is allowed; the operator then narrows the allowlist. The receiver would answer
     // with a marker, but is never contacted, and the recorded text is Herald's reason, exactly.
-    let mut herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "100ms")]).await;
+    let mut herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", RETRIES)]).await;
     let receiver = common::Receiver::start(common::Reply::status(500).body("TARGET-MARKER")).await;
     let (app, _) = deliver_once(&herald, &receiver.url()).await;
     receiver.wait_for(1, Duration::from_secs(10)).await;
@@ -537,9 +544,7 @@ async fn a_blocked_attempt_records_the_rule_and_nothing_the_target_said() {
         .as_str()
         .expect("id")
         .to_owned();
-    let attempts = herald
-        .wait_attempts(&app, &msg, Duration::from_secs(10), |a| a.len() == 2)
-        .await;
+    let attempts = herald.wait_attempts(&app, &msg, RESTARTED, |a| a.len() == 2).await;
     for attempt in &attempts {
         assert_eq!(attempt["outcome"], "blocked", "{attempt}");
         assert_eq!(
