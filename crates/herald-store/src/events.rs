@@ -143,6 +143,17 @@ impl LastAttempt {
 /// wholly of re-queued, unexpired deliveries would hide expired ones behind it until those settle.)
 pub(crate) const EXPIRY_SCAN: i64 = 500;
 
+/// One expiry pass over an endpoint's pending head (both dialects): [`EXPIRING`] rows among its
+/// [`EXPIRY_SCAN`] oldest pending deliveries whose window started before the cutoff. The arguments are the
+/// placeholders, in the order they appear, of the endpoint id (twice), the scan size and the cutoff.
+pub(crate) fn expiring_head(endpoint: &str, endpoint_again: &str, scan: &str, cutoff: &str) -> String {
+    format!(
+        "{EXPIRING} AND d.endpoint_id = {endpoint} AND d.seq IN (SELECT seq FROM delivery \
+         WHERE endpoint_id = {endpoint_again} AND status = 0 ORDER BY seq LIMIT {scan}) \
+         AND COALESCE(d.window_start, m.created_at) < {cutoff}"
+    )
+}
+
 /// The SELECT (both dialects) that reads pending deliveries about to expire as [`Expired`] rows (decoded
 /// by `rows::expired`); the caller appends its conditions on `d` and `m`. The latest attempt comes from
 /// the `(message_id, id)` attempt index.

@@ -619,9 +619,8 @@ impl Store for PgStore {
         // The head of the pending index, one short transaction per pass (see `EXPIRY_SCAN`). A re-queued
         // delivery's window starts when it was re-queued, not when its message was created.
         let sql = format!(
-            "{} AND d.endpoint_id = $1 AND d.seq IN (SELECT seq FROM delivery WHERE endpoint_id = $1 AND status = 0 \
-             ORDER BY seq LIMIT $3) AND COALESCE(d.window_start, m.created_at) < $2 FOR UPDATE OF d",
-            crate::events::EXPIRING
+            "{} FOR UPDATE OF d",
+            crate::events::expiring_head("$1", "$1", "$3", "$2")
         );
         let mut total = 0;
         loop {

@@ -547,11 +547,7 @@ impl Store for SqliteStore {
     async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
         // The head of the pending index, one short transaction per pass (see `EXPIRY_SCAN`). A re-queued
         // delivery's window starts when it was re-queued, not when its message was created.
-        let sql = format!(
-            "{} AND d.endpoint_id = ? AND d.seq IN (SELECT seq FROM delivery WHERE endpoint_id = ? AND status = 0 \
-             ORDER BY seq LIMIT ?) AND COALESCE(d.window_start, m.created_at) < ?",
-            crate::events::EXPIRING
-        );
+        let sql = crate::events::expiring_head("?", "?", "?", "?");
         let mut total = 0;
         loop {
             let mut conn = self.write.acquire().await?;
