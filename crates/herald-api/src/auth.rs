@@ -4,12 +4,19 @@
 //! - the **admin token**, compared by its SHA-256 digest in constant time, so neither timing nor a memory
 //!   dump of the state reveals it; it may do everything;
 //! - **application-scoped tokens** (`POST /auth/app-portal-access/{app_id}`), stored only as their digest
-//!   with an expiry. One sees and changes only its own application.
+//!   with an expiry. One sees and changes only its own application; a *polling endpoint token*
+//!   (`POST /app/{app_id}/polling-endpoint/{sink_id}/token`, the same kind of record with its polling
+//!   endpoint named) only reads that polling endpoint's stream.
 //!
 //! What an application token may call is decided per operation by the `x-herald-access` key of the
 //! OpenAPI document compiled into the server, so the document and the enforcement cannot disagree:
 //! - `app`: the operation acts on the application named by `{app_id}` (its id or uid), or on the
 //!   background task `{task_id}`; allowed only when that is the token's own application;
+//! - `sink`: an `app` operation on one polling endpoint's stream (`{sink_id}`): its polls and its
+//!   consumers' offsets. Besides the tokens of the application, a **polling endpoint token**
+//!   (`POST /app/{app_id}/polling-endpoint/{sink_id}/token`) may call these, for its own polling endpoint
+//!   and nothing else — it is read-only in that it changes nothing of the application, and the only state it
+//!   moves is the offsets of that stream's consumers (a seek, a commit);
 //! - `shared`: global definitions every tenant needs to read (event types);
 //! - `admin`, or no key at all, or an operation missing from the document: the admin token only. A route
 //!   someone forgets to classify is therefore closed to tenants, never open.
@@ -47,6 +54,8 @@ pub enum Access {
     Admin,
     /// The admin token, or an application token for the application (or task) the path names.
     App,
+    /// As [`Access::App`], and also a polling endpoint token for the polling endpoint the path names.
+    Sink,
     /// Any valid token.
     Shared,
 }
@@ -72,6 +81,7 @@ fn policy_of(document: &str) -> HashMap<(Method, String), Access> {
             };
             let access = match operation["x-herald-access"].as_str() {
                 Some("app") => Access::App,
+                Some("sink") => Access::Sink,
                 Some("shared") => Access::Shared,
                 _ => Access::Admin,
             };
@@ -106,15 +116,36 @@ pub enum Principal {
     App(AppToken),
 }
 
-/// Authenticate the bearer token, then check that an application token may make this call.
-pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
-    let presented = request
-        .headers()
+/// The bearer token a request presents.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
         .map(str::trim)
-        .ok_or_else(ApiError::unauthorized)?;
+}
+
+/// For routes outside the OpenAPI document that only the admin may call (`/metrics`): the admin token,
+/// else `403` for a valid application token and `401` for anything else.
+pub(crate) async fn require_admin(state: &AppState, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let digest = token_digest(bearer(headers).ok_or_else(ApiError::unauthorized)?);
+    if bool::from(digest.ct_eq(&state.admin_token_sha256)) {
+        return Ok(());
+    }
+    match state.store.find_app_token(&hex::encode(digest), now_ms()).await {
+        Ok(Some(_)) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only the admin token may read the metrics",
+        )),
+        Ok(None) => Err(ApiError::unauthorized()),
+        Err(error) => Err(ApiError::from_store(error, "token")),
+    }
+}
+
+/// Authenticate the bearer token, then check that an application token may make this call.
+pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
+    let presented = bearer(request.headers()).ok_or_else(ApiError::unauthorized)?;
     let digest = token_digest(presented);
     if bool::from(digest.ct_eq(&state.admin_token_sha256)) {
         let mut request = request;
@@ -153,21 +184,20 @@ async fn authorize(
     template: &str,
     params: &[(String, String)],
 ) -> Result<(), ApiError> {
+    let access = access(method, template);
+    if let Some(sink_id) = &token.sink_id {
+        return authorize_sink(state, token, sink_id, access, params).await;
+    }
     if token.read_only && method != Method::GET && method != Method::HEAD {
         return Err(forbidden("this token is read-only"));
     }
-    match access(method, template) {
+    match access {
         Access::Admin => Err(forbidden("this operation needs the admin token")),
         Access::Shared => Ok(()),
-        Access::App => {
+        Access::App | Access::Sink => {
             let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-            let owner = if let Some(app) = param("app_id") {
-                // The same resolution the handlers use (id or uid, through the same cache).
-                match crate::routes::resolve_app_id(state, app).await {
-                    Ok(id) => Some(id),
-                    Err(error) if error.status == StatusCode::NOT_FOUND => None,
-                    Err(error) => return Err(error),
-                }
+            let owner = if param("app_id").is_some() {
+                app_of(state, params).await?
             } else if let Some(task) = param("task_id") {
                 match state.store.get_task(task, Some(&token.app_id)).await {
                     Ok(task) => Some(task.app_id),
@@ -187,6 +217,44 @@ async fn authorize(
     }
 }
 
+/// The application the path's `{app_id}` names (id or uid), resolved as the handlers resolve it; `None`
+/// when there is none (or no such application).
+async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<String>, ApiError> {
+    let Some((_, app)) = params.iter().find(|(k, _)| k == "app_id") else {
+        return Ok(None);
+    };
+    // The same resolution the handlers use (id or uid, through the same cache).
+    match crate::routes::resolve_app_id(state, app).await {
+        Ok(id) => Ok(Some(id)),
+        Err(error) if error.status == StatusCode::NOT_FOUND => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// May this polling endpoint token make this call: a `sink` operation whose `{app_id}` and `{sink_id}`
+/// (ids or uids) name its own application and polling endpoint? Anything else is the same `403`, whether
+/// or not what it names exists.
+async fn authorize_sink(
+    state: &AppState,
+    token: &AppToken,
+    sink_id: &str,
+    access: Access,
+    params: &[(String, String)],
+) -> Result<(), ApiError> {
+    let refused = || forbidden("this token may only read its own polling endpoint's stream");
+    if access != Access::Sink || app_of(state, params).await?.as_deref() != Some(token.app_id.as_str()) {
+        return Err(refused());
+    }
+    let Some((_, named)) = params.iter().find(|(k, _)| k == "sink_id") else {
+        return Err(refused());
+    };
+    match state.store.get_polling_endpoint(&token.app_id, named).await {
+        Ok(sink) if sink.id == sink_id => Ok(()),
+        Ok(_) | Err(StoreError::NotFound) => Err(refused()),
+        Err(error) => Err(ApiError::from_store(error, "polling endpoint")),
+    }
+}
+
 fn forbidden(detail: &str) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, "forbidden", detail)
 }
@@ -200,6 +268,10 @@ mod tests {
         assert_eq!(access(&Method::GET, "/api/v1/app/{app_id}"), Access::App);
         assert_eq!(access(&Method::HEAD, "/api/v1/app/{app_id}/msg"), Access::App);
         assert_eq!(access(&Method::GET, "/api/v1/event-type"), Access::Shared);
+        assert_eq!(
+            access(&Method::GET, "/api/v1/app/{app_id}/poller/{sink_id}"),
+            Access::Sink
+        );
         assert_eq!(access(&Method::POST, "/api/v1/event-type"), Access::Admin);
         assert_eq!(access(&Method::GET, "/api/v1/app"), Access::Admin);
         assert_eq!(access(&Method::GET, "/api/v1/not-documented/{app_id}"), Access::Admin);

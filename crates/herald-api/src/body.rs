@@ -1,13 +1,13 @@
 //! The JSON body extractor: size-capped, and every failure a JSON error with the right status.
 //!
 //! axum's own `Json` answers rejections in plain text; Herald's clients always get `{code, detail}`:
-//! 413 over the limit, 400 for bytes that are not JSON, 422 for JSON of the wrong shape (naming the field).
+//! 413 over the limit, 400 for bytes that are not JSON, 422 for JSON of the wrong shape (the field in `loc`).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem, Source};
 use crate::state::AppState;
 
 /// A JSON request body of type `T`, plus the raw bytes it came from.
@@ -18,13 +18,14 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let limit = state.limits.max_body_bytes;
-        let bytes = read_body(request, limit).await?;
+        let bytes = read(request.into_body(), limit).await?;
         parse_json(&bytes).map(JsonBody)
     }
 }
 
-async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(request.into_body(), limit).await.map_err(|error| {
+/// A whole request body, at most `limit` bytes (413 beyond, 400 if it cannot be read).
+pub(crate) async fn read(body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
         let too_large = std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |e| e.source())
             .any(|e| e.is::<http_body_util::LengthLimitError>());
         if too_large {
@@ -51,25 +52,48 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        json_error(&path, &error.into_inner())
+        let loc = body_location(error.path());
+        json_error(loc, &error.into_inner())
     })?;
-    deserializer.end().map_err(|error| json_error("", &error))?;
+    deserializer
+        .end()
+        .map_err(|error| json_error(vec![Source::Body.as_str().to_owned()], &error))?;
     Ok(value)
 }
 
-fn json_error(path: &str, error: &serde_json::Error) -> ApiError {
-    match error.classify() {
-        serde_json::error::Category::Data => {
-            let at = if path.is_empty() || path == "." {
-                String::new()
-            } else {
-                format!("{path}: ")
-            };
-            ApiError::validation(format!("{at}{}", strip_position(&error.to_string())))
-        }
-        _ => ApiError::bad_request(format!("malformed JSON: {error}")),
+/// `loc` of a body field: `body`, then each object key and list index on the way to it.
+fn body_location(path: &serde_path_to_error::Path) -> Vec<String> {
+    use serde_path_to_error::Segment;
+    let mut loc = vec![Source::Body.as_str().to_owned()];
+    loc.extend(path.iter().filter_map(|segment| match segment {
+        Segment::Seq { index } => Some(index.to_string()),
+        Segment::Map { key } => Some(key.clone()),
+        Segment::Enum { variant } => Some(variant.clone()),
+        Segment::Unknown => None,
+    }));
+    loc
+}
+
+/// A body that is JSON but of the wrong shape is a 422 at `loc`; anything else is unreadable (400).
+fn json_error(mut loc: Vec<String>, error: &serde_json::Error) -> ApiError {
+    if error.classify() != serde_json::error::Category::Data {
+        return ApiError::bad_request(format!("malformed JSON: {error}"));
     }
+    let message = strip_position(&error.to_string()).to_owned();
+    // serde reports a missing field at its parent; Svix (and the SDKs' users) expect it named in `loc`.
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    {
+        loc.push(field.to_owned());
+        return ApiError::located(loc, Problem::Missing, "field required");
+    }
+    let problem = if message.starts_with("invalid type:") {
+        Problem::Type
+    } else {
+        Problem::Value
+    };
+    ApiError::located(loc, problem, message)
 }
 
 /// serde_json appends " at line L column C" to data errors; the field path says more.

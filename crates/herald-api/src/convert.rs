@@ -81,7 +81,8 @@ pub fn endpoint(ep: Endpoint) -> EndpointOut {
         health: None,
         id: ep.id,
         uid: ep.uid,
-        url: ep.url,
+        // Endpoints stored before URL credentials were moved to the sealed headers show them masked.
+        url: herald_core::redact::userinfo(&ep.url),
         description: ep.description,
         disabled: ep.disabled,
         metadata: ep.metadata,
@@ -124,7 +125,7 @@ pub fn attempt(a: Attempt) -> MessageAttemptOut {
         id: a.id,
         msg_id: a.message_id,
         endpoint_id: a.endpoint_id,
-        url: a.url,
+        url: herald_core::redact::userinfo(&a.url),
         response: a.response,
         // Svix requires an integer; 0 says "no HTTP answer" (timeout, connection error, blocked).
         response_status_code: a.response_status.unwrap_or(0),

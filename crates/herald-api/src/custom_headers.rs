@@ -3,8 +3,9 @@
 //! Herald owns the headers receivers rely on for authenticity and framing, so a custom header may never
 //! replace them: the Standard Webhooks headers (the whole `webhook-` prefix), the content headers, `host`,
 //! `user-agent`, and the hop-by-hop headers (they describe one connection, and some — `transfer-encoding`,
-//! `connection` — would change how the body is framed). Names are HTTP tokens, stored lower-case; values
-//! are visible ASCII with inner spaces or tabs (no CR/LF, so no header injection).
+//! `connection` — would change how the body is framed), and the `svix-` signature headers Herald sends in
+//! Svix mode. Names are HTTP tokens, compared case-insensitively and stored as the client spelled them (Svix
+//! echoes them so); values are visible ASCII with inner spaces or tabs (no CR/LF, so no header injection).
 
 use std::collections::BTreeMap;
 
@@ -46,11 +47,16 @@ const RESERVED: [&str; 17] = [
 /// reserved as a whole so future ones are covered too.
 const RESERVED_PREFIX: &str = "webhook-";
 
+/// The signature headers Herald sends under their Svix names when an endpoint asks for them.
+const RESERVED_SVIX: [&str; 3] = ["svix-id", "svix-timestamp", "svix-signature"];
+
 /// Names whose values are credentials: `GET …/headers` lists them under `sensitive` without the value.
 const SENSITIVE: [&str; 5] = ["authorization", "cookie", "x-api-key", "x-auth-token", "api-key"];
 
-/// Whether a (lower-case) header name carries a credential.
+/// Whether a header name (in any case) carries a credential.
 pub fn is_sensitive(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    let name = name.as_str();
     SENSITIVE.contains(&name) || ["secret", "token", "password"].iter().any(|w| name.contains(w))
 }
 
@@ -58,52 +64,71 @@ pub fn is_sensitive(name: &str) -> bool {
 fn check(field: &str, name: &str, value: &str) -> Result<String, ApiError> {
     let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(is_tchar) {
-        return Err(ApiError::validation(format!(
-            "{field}: {name:?} is not a valid header name (1 to {MAX_NAME_LEN} token characters)"
-        )));
+        return Err(ApiError::body(
+            field,
+            format!("{name:?} is not a valid header name (1 to {MAX_NAME_LEN} token characters)"),
+        ));
     }
     let lower = name.to_ascii_lowercase();
-    if RESERVED.contains(&lower.as_str()) || lower.starts_with(RESERVED_PREFIX) {
-        return Err(ApiError::validation(format!(
-            "{field}.{lower}: this header is set by Herald and cannot be overridden"
-        )));
+    if RESERVED.contains(&lower.as_str())
+        || RESERVED_SVIX.contains(&lower.as_str())
+        || lower.starts_with(RESERVED_PREFIX)
+    {
+        return Err(ApiError::body(
+            &format!("{field}.{lower}"),
+            "this header is set by Herald and cannot be overridden",
+        ));
     }
     let visible = |b: u8| (0x21..=0x7e).contains(&b) || b == b' ' || b == b'\t';
     if value.len() > MAX_VALUE_LEN || !value.bytes().all(visible) || value.trim() != value {
-        return Err(ApiError::validation(format!(
-            "{field}.{lower}: the value must be at most {MAX_VALUE_LEN} visible ASCII characters (spaces and tabs \
+        return Err(ApiError::body(
+            &format!("{field}.{lower}"),
+            format!(
+                "the value must be at most {MAX_VALUE_LEN} visible ASCII characters (spaces and tabs \
              only inside)"
-        )));
+            ),
+        ));
     }
     Ok(lower)
 }
 
-/// Validate a whole set of headers (as given by a client) and return it with lower-case names.
+/// Validate a whole set of headers (as given by a client) and return it, names spelled as given.
 pub fn validate(field: &str, given: &BTreeMap<String, String>) -> Result<Headers, ApiError> {
     let mut headers = Headers::new();
     for (name, value) in given {
         let lower = check(field, name, value)?;
-        if headers.insert(lower.clone(), value.clone()).is_some() {
-            return Err(ApiError::validation(format!(
-                "{field}.{lower}: given more than once (header names are case-insensitive)"
-            )));
+        if remove(&mut headers, &lower) {
+            return Err(ApiError::body(
+                &format!("{field}.{lower}"),
+                "given more than once (header names are case-insensitive)",
+            ));
         }
+        headers.insert(name.clone(), value.clone());
     }
     limits(field, &headers)?;
     Ok(headers)
 }
 
 /// Apply a PATCH: a value sets a header, `null` removes it; the result is validated as a whole.
-pub fn merge(field: &str, current: &Headers, patch: &BTreeMap<String, Option<String>>) -> Result<Headers, ApiError> {
+pub fn merge(
+    field: &str,
+    current: &Headers,
+    patch: &BTreeMap<String, Option<String>>,
+    delete: &[String],
+) -> Result<Headers, ApiError> {
     let mut headers = current.clone();
+    for name in delete {
+        remove(&mut headers, name);
+    }
     for (name, value) in patch {
         match value {
             Some(value) => {
                 let lower = check(field, name, value)?;
-                headers.insert(lower, value.clone());
+                remove(&mut headers, &lower);
+                headers.insert(name.clone(), value.clone());
             }
             None => {
-                headers.remove(&name.to_ascii_lowercase());
+                remove(&mut headers, name);
             }
         }
     }
@@ -111,18 +136,26 @@ pub fn merge(field: &str, current: &Headers, patch: &BTreeMap<String, Option<Str
     Ok(headers)
 }
 
+/// Remove the header named `name` in any case; whether there was one.
+fn remove(headers: &mut Headers, name: &str) -> bool {
+    let before = headers.len();
+    headers.retain(|existing, _| !existing.eq_ignore_ascii_case(name));
+    headers.len() != before
+}
+
 fn limits(field: &str, headers: &Headers) -> Result<(), ApiError> {
     if headers.len() > MAX_HEADERS {
-        return Err(ApiError::validation(format!(
-            "{field}: at most {MAX_HEADERS} headers, got {}",
-            headers.len()
-        )));
+        return Err(ApiError::body(
+            field,
+            format!("at most {MAX_HEADERS} headers, got {}", headers.len()),
+        ));
     }
     let total: usize = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
     if total > MAX_TOTAL_BYTES {
-        return Err(ApiError::validation(format!(
-            "{field}: names and values may total {MAX_TOTAL_BYTES} bytes, got {total}"
-        )));
+        return Err(ApiError::body(
+            field,
+            format!("names and values may total {MAX_TOTAL_BYTES} bytes, got {total}"),
+        ));
     }
     Ok(())
 }
@@ -136,19 +169,19 @@ mod tests {
     }
 
     fn detail(error: ApiError) -> String {
-        format!("{error:?}")
+        error.detail_text()
     }
 
     #[test]
-    fn accepts_ordinary_headers_and_lowercases_names() {
+    fn accepts_ordinary_headers_keeping_the_spelling_of_names() {
         let headers = validate(
             "headers",
             &map(&[("X-Tenant", "acme"), ("Authorization", "Bearer a b")]),
         )
         .unwrap();
-        assert_eq!(headers.get("x-tenant").map(String::as_str), Some("acme"));
-        assert!(headers.contains_key("authorization"));
-        assert!(is_sensitive("authorization") && is_sensitive("x-service-token") && !is_sensitive("x-tenant"));
+        assert_eq!(headers.get("X-Tenant").map(String::as_str), Some("acme"));
+        assert!(headers.contains_key("Authorization"));
+        assert!(is_sensitive("Authorization") && is_sensitive("x-service-token") && !is_sensitive("x-tenant"));
     }
 
     #[test]
@@ -156,6 +189,8 @@ mod tests {
         for name in [
             "webhook-signature",
             "Webhook-Id",
+            "svix-signature",
+            "Svix-Id",
             "webhook-timestamp",
             "content-type",
             "Content-Length",
@@ -195,15 +230,16 @@ mod tests {
     }
 
     #[test]
-    fn merge_sets_and_removes() {
-        let current = validate("headers", &map(&[("x-a", "1"), ("x-b", "2")])).unwrap();
-        let patch = BTreeMap::from([("X-A".to_owned(), None), ("x-c".to_owned(), Some("3".to_owned()))]);
-        let merged = merge("headers", &current, &patch).unwrap();
-        assert_eq!(
-            merged,
-            validate("headers", &map(&[("x-b", "2"), ("x-c", "3")])).unwrap()
-        );
+    fn merge_sets_replaces_and_removes_in_any_case() {
+        let current = validate("headers", &map(&[("x-a", "1"), ("x-b", "2"), ("X-D", "4")])).unwrap();
+        let patch = BTreeMap::from([
+            ("X-A".to_owned(), None),
+            ("x-c".to_owned(), Some("3".to_owned())),
+            ("X-B".to_owned(), Some("5".to_owned())),
+        ]);
+        let merged = merge("headers", &current, &patch, &["x-d".to_owned()]).unwrap();
+        assert_eq!(merged, map(&[("X-B", "5"), ("x-c", "3")]));
         let bad = BTreeMap::from([("webhook-id".to_owned(), Some("forged".to_owned()))]);
-        assert!(merge("headers", &current, &bad).is_err());
+        assert!(merge("headers", &current, &bad, &[]).is_err());
     }
 }

@@ -1,10 +1,99 @@
-//! API errors: every failure is a JSON body `{"code": …, "detail": …}` with the matching status.
+//! API errors: every failure is a JSON body with a stable `code` and the matching status.
+//!
+//! Two shapes, as Svix answers them and as its SDKs parse them:
+//! - every status but 422: `{"code": "not_found", "detail": "application not found"}` (`HttpError`);
+//! - 422: `{"code": "validation", "detail": [{"loc": ["body", "name"], "msg": "…", "type": "value_error"}]}`
+//!   (`HTTPValidationError`): `detail` lists each invalid value, `loc` says where it was (`body`, `query`,
+//!   `header` or `path`, then the field's path). The SDKs raise their own validation exception from it;
+//!   `code` beside it is kept because both SDK generations ignore keys they do not know.
+//!
+//! Validation errors are built with [`ApiError::invalid`] (or its shorthands [`ApiError::body`],
+//! [`ApiError::query`], [`ApiError::header`]), never from free text, so every 422 names its field.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use herald_store::StoreError;
+use herald_store::custody::Fault;
+use serde::Serialize;
 
-use crate::model::HttpError;
+/// Where an invalid value was found: the first element of a validation error's `loc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A field of the JSON request body.
+    Body,
+    /// A query-string parameter.
+    Query,
+    /// A request header.
+    Header,
+    /// A segment of the path.
+    Path,
+}
+
+impl Source {
+    /// The name used in `loc`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Source::Body => "body",
+            Source::Query => "query",
+            Source::Header => "header",
+            Source::Path => "path",
+        }
+    }
+}
+
+/// What kind of invalid value: a validation error's `type` (the vocabulary Svix uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// The value has the right type but is not acceptable (too long, out of range, malformed, …).
+    Value,
+    /// The value has the wrong JSON type.
+    Type,
+    /// A required value is missing.
+    Missing,
+    /// A parameter or field this operation does not take.
+    Extra,
+}
+
+impl Problem {
+    /// The name used in `type`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Problem::Value => "value_error",
+            Problem::Type => "type_error",
+            Problem::Missing => "value_error.missing",
+            Problem::Extra => "value_error.extra",
+        }
+    }
+}
+
+/// One invalid value, as Svix's `ValidationError`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// Where: the source, then the field's path (object keys, and list indices as decimal strings).
+    pub loc: Vec<String>,
+    /// What is wrong with it, for a human.
+    pub msg: String,
+    /// The kind of problem (`value_error`, `type_error`, `value_error.missing`, `value_error.extra`).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+impl FieldError {
+    /// `field: msg`, as a log line or a summary shows it.
+    pub fn summary(&self) -> String {
+        format!("{}: {}", self.loc[1..].join("."), self.msg)
+    }
+}
+
+/// An error's `detail`: a sentence, or for 422 the list of invalid values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Detail {
+    /// Every status but 422.
+    Text(String),
+    /// 422: each invalid value with its location.
+    Fields(Vec<FieldError>),
+}
 
 /// An error answered to an API client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,23 +102,81 @@ pub struct ApiError {
     pub status: StatusCode,
     /// A stable machine-readable code.
     pub code: &'static str,
-    /// A human explanation; validation errors name the field.
-    pub detail: String,
+    /// A human explanation, or the invalid values of a 422.
+    pub detail: Detail,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    code: &'a str,
+    detail: &'a Detail,
 }
 
 impl ApiError {
-    /// Build an error.
+    /// Build an error whose detail is a sentence (any status but 422: see [`ApiError::invalid`]).
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             code,
-            detail: detail.into(),
+            detail: Detail::Text(detail.into()),
         }
     }
 
-    /// 422: a field's value is invalid. `detail` should name the field.
-    pub fn validation(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation", detail)
+    /// 422: the value at `field` (a name, or a dotted path such as `headers.X-Foo` or `channels.0`) of
+    /// `source` is invalid, because of `msg`.
+    pub fn invalid(source: Source, field: &str, problem: Problem, msg: impl Into<String>) -> Self {
+        let mut loc = vec![source.as_str().to_owned()];
+        loc.extend(field.split('.').filter(|part| !part.is_empty()).map(str::to_owned));
+        Self::located(loc, problem, msg)
+    }
+
+    /// 422: the value at `loc` (the source's name, then the path of keys and list indices) is invalid.
+    pub fn located(loc: Vec<String>, problem: Problem, msg: impl Into<String>) -> Self {
+        Self::fields(vec![FieldError {
+            loc,
+            msg: msg.into(),
+            kind: problem.as_str(),
+        }])
+    }
+
+    /// 422 listing several invalid values at once (at least one).
+    pub fn fields(errors: Vec<FieldError>) -> Self {
+        Self {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "validation",
+            detail: Detail::Fields(errors),
+        }
+    }
+
+    /// 422: the body field `field` has an unacceptable value.
+    pub fn body(field: &str, msg: impl Into<String>) -> Self {
+        Self::invalid(Source::Body, field, Problem::Value, msg)
+    }
+
+    /// 422: the query parameter `name` has an unacceptable value.
+    pub fn query(name: &str, msg: impl Into<String>) -> Self {
+        Self::invalid(Source::Query, name, Problem::Value, msg)
+    }
+
+    /// 422: the request header `name` has an unacceptable value.
+    pub fn header(name: &str, msg: impl Into<String>) -> Self {
+        Self::invalid(Source::Header, name, Problem::Value, msg)
+    }
+
+    /// The invalid values of a 422 (empty for other errors).
+    pub fn field_errors(&self) -> &[FieldError] {
+        match &self.detail {
+            Detail::Fields(errors) => errors,
+            Detail::Text(_) => &[],
+        }
+    }
+
+    /// The detail as one line of text (a 422's fields as `field: msg`, joined by `; `).
+    pub fn detail_text(&self) -> String {
+        match &self.detail {
+            Detail::Text(text) => text.clone(),
+            Detail::Fields(errors) => errors.iter().map(FieldError::summary).collect::<Vec<_>>().join("; "),
+        }
     }
 
     /// 400: the request could not be read at all (e.g. malformed JSON).
@@ -60,6 +207,16 @@ impl ApiError {
         )
     }
 
+    /// 503: nothing was stored because the storage failed (`storage_full` when it is full,
+    /// `store_unavailable` otherwise); the client should retry later.
+    pub fn store_fault(fault: Fault) -> Self {
+        let detail = match fault {
+            Fault::Full => "the store's disk is full; nothing was stored, retry later",
+            Fault::Unavailable => "the store is unavailable; retry later",
+        };
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, fault.code(), detail)
+    }
+
     /// Map a store error for an object of kind `what`.
     pub fn from_store(error: StoreError, what: &str) -> Self {
         match error {
@@ -69,14 +226,10 @@ impl ApiError {
                 "conflict",
                 format!("{what} with this {field} already exists"),
             ),
-            StoreError::BadIterator => Self::validation("iterator: not an iterator this server issued"),
+            StoreError::BadIterator => Self::query("iterator", "not an iterator this server issued"),
             other => {
                 tracing::error!(error = %other, "store failure");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    "the store is unavailable; retry later",
-                )
+                Self::store_fault(other.fault().unwrap_or(Fault::Unavailable))
             }
         }
     }
@@ -84,9 +237,42 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(HttpError::new(self.code, self.detail))).into_response()
+        let body = Body {
+            code: self.code,
+            detail: &self.detail,
+        };
+        (self.status, axum::Json(body)).into_response()
     }
 }
 
 /// Shorthand for handler results.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_422_is_svix_validation_shape_with_the_code_beside() {
+        let error = ApiError::invalid(Source::Body, "headers.X-Foo", Problem::Value, "too long");
+        let body = serde_json::to_value(Body {
+            code: error.code,
+            detail: &error.detail,
+        })
+        .expect("serialise");
+        assert_eq!(
+            body,
+            json!({"code": "validation", "detail": [{"loc": ["body", "headers", "X-Foo"], "msg": "too long", "type": "value_error"}]})
+        );
+        assert_eq!(error.detail_text(), "headers.X-Foo: too long");
+    }
+
+    #[test]
+    fn other_errors_keep_a_string_detail() {
+        let error = ApiError::not_found("application");
+        assert_eq!(error.detail, Detail::Text("application not found".into()));
+        assert!(error.field_errors().is_empty());
+    }
+}

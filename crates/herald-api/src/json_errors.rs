@@ -92,11 +92,11 @@ mod tests {
     async fn successes_and_json_errors_pass_untouched() {
         let router = Router::new()
             .route("/ok", get(|| async { "fine" }))
-            .route("/json", get(|| async { ApiError::validation("name: too long") }));
+            .route("/json", get(|| async { ApiError::body("name", "too long") }));
         assert_eq!(call(router.clone(), "/ok").await.0, StatusCode::OK);
         let (status, body) = call(router, "/json").await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(body["detail"], "name: too long");
+        assert_eq!(body["detail"][0]["loc"], serde_json::json!(["body", "name"]));
     }
 
     #[test]

@@ -6,14 +6,20 @@
 
 pub mod auth;
 pub mod body;
+mod contract;
 mod convert;
+mod credentials;
 mod custom_headers;
 mod dashboard;
 pub mod error;
 mod idempotency;
 mod json_errors;
+pub mod metrics;
 pub mod model;
+mod not_offered;
 mod openapi;
+mod openapi_import;
+pub mod polling_model;
 mod query;
 mod routes;
 pub mod state;
@@ -28,7 +34,7 @@ use tower_http::normalize_path::{NormalizePath, NormalizePathLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use error::{ApiError, ApiResult};
-pub use state::{AppState, Limits};
+pub use state::{AppState, Limits, Portal};
 
 /// The HTTP service [`service`] builds: a router behind Herald's path normalisation (see [`normalize`]).
 pub type Service = MapRequest<NormalizePath<axum::Router>, fn(Request) -> Request>;
@@ -46,11 +52,4 @@ pub fn service(state: AppState) -> Service {
 pub fn normalize(router: axum::Router) -> Service {
     let keep_root: fn(Request) -> Request = dashboard::keep_root;
     MapRequestLayer::new(keep_root).layer(NormalizePathLayer::trim_trailing_slash().layer(router))
-}
-
-/// Convert the service for `axum::serve`.
-pub fn make_service(
-    state: AppState,
-) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Service, std::net::SocketAddr> {
-    axum::ServiceExt::<Request>::into_make_service_with_connect_info::<std::net::SocketAddr>(service(state))
 }

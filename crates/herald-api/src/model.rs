@@ -78,14 +78,6 @@ impl<T> Patch<T> {
             Patch::Value(v) => *target = Some(v),
         }
     }
-
-    /// The new value, if one was given (neither absent nor `null`).
-    pub fn as_value(&self) -> Option<&T> {
-        match self {
-            Patch::Value(v) => Some(v),
-            _ => None,
-        }
-    }
 }
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
@@ -107,6 +99,27 @@ where
     T: Deserialize<'de>,
 {
     T::deserialize(deserializer).map(Some)
+}
+
+/// `deserialize_with` for a field with a natural default (`""`, `{}`, `false`): an explicit `null` means
+/// the default, as with Svix — the SDKs send `null` for an argument left `None` (e.g. Python's
+/// `metadata=None`). Pair it with `#[serde(default)]` for the missing key.
+pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
+}
+
+/// `deserialize_with` for a PATCH field with a natural default: absent keeps the stored value (pair it
+/// with `#[serde(default)]`), `null` resets it to the default (`""`, `{}`, `false`), a value sets it.
+pub fn null_resets<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    null_as_default(deserializer).map(Some)
 }
 
 /// Writes one value under two keys into a flattened map, or nothing when the value is `None`.
@@ -166,10 +179,10 @@ pub struct ApplicationIn {
     #[serde(default, alias = "rateLimit")]
     pub throttle_rate: Option<u16>,
     /// Free-form metadata; defaults to `{}`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: Metadata,
     /// New endpoints must echo a signed challenge before they receive anything (Herald extension).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub verify_endpoints: bool,
     /// Days the payload of each new message is kept when the message sets no retention of its own
     /// (Herald extension; `null` or absent: kept).
@@ -190,14 +203,14 @@ pub struct ApplicationPatch {
     /// New rate limit, or `null` to remove it (`throttleRate`, alias `rateLimit`).
     #[serde(default, alias = "rateLimit")]
     pub throttle_rate: Patch<u16>,
-    /// Require the ownership check for new endpoints (non-nullable; Herald extension).
-    #[serde(default, deserialize_with = "non_null")]
+    /// Require the ownership check for new endpoints (`null` resets it to false; Herald extension).
+    #[serde(default, deserialize_with = "null_resets")]
     pub verify_endpoints: Option<bool>,
     /// New default payload retention in days, or `null` to keep payloads (Herald extension).
     #[serde(default)]
     pub payload_retention_period: Patch<i64>,
-    /// New metadata, replacing the old map (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New metadata, replacing the old map (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub metadata: Option<Metadata>,
 }
 
@@ -243,10 +256,10 @@ pub struct EventTypeIn {
     /// Human-readable description (required).
     pub description: String,
     /// Whether the event type is archived (hidden); defaults to false.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub archived: bool,
     /// Whether the event type is deprecated; defaults to false.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub deprecated: bool,
     /// JSON Schemas of the payload keyed by version (`{"1": {…}}`).
     #[serde(default)]
@@ -269,10 +282,10 @@ pub struct EventTypeUpdate {
     /// Human-readable description (required).
     pub description: String,
     /// Whether the event type is archived; defaults to false.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub archived: bool,
     /// Whether the event type is deprecated; defaults to false.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub deprecated: bool,
     /// JSON Schemas of the payload keyed by version.
     #[serde(default)]
@@ -292,14 +305,14 @@ pub struct EventTypeUpdate {
 #[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventTypePatch {
-    /// New description (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New description (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub description: Option<String>,
-    /// New archived flag (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New archived flag (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub archived: Option<bool>,
-    /// New deprecated flag (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New deprecated flag (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub deprecated: Option<bool>,
     /// New schemas, or `null` to remove them.
     #[serde(default)]
@@ -313,6 +326,62 @@ pub struct EventTypePatch {
     /// New display group, or `null` to remove it.
     #[serde(default)]
     pub group_name: Patch<String>,
+}
+
+/// Body of `POST /api/v1/event-type/import/openapi` (Svix `EventTypeImportOpenApiIn`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeImportIn {
+    /// The OpenAPI document as a JSON object.
+    #[serde(default)]
+    pub spec: Option<serde_json::Value>,
+    /// The OpenAPI document as JSON text.
+    #[serde(default)]
+    pub spec_raw: Option<String>,
+    /// Archive the event types the document does not name.
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+    /// Answer what would change, change nothing.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+/// Answer of the import (Svix `EventTypeImportOpenApiOut`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EventTypeImportOut {
+    /// What was (or would be) changed.
+    pub data: EventTypeImportResult,
+}
+
+/// What an import changed (Svix `EventTypeImportOpenApiOutData`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EventTypeImportResult {
+    /// Names of the event types created, replaced or archived.
+    pub modified: Vec<String>,
+    /// On a dry run, the event types the document declares (Svix spells this key in snake case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_modify: Option<Vec<EventTypeFromOpenApiOut>>,
+}
+
+/// One event type as read from the document (Svix `EventTypeFromOpenApi`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeFromOpenApiOut {
+    /// Event type name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Payload schemas keyed by version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<JsonObject>,
+    /// Deprecated flag.
+    pub deprecated: bool,
+    /// Group name, if the document gives one (not stored by Herald).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_name: Option<String>,
+    /// Feature flags, if the document gives some (not stored by Herald).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_flags: Option<Vec<String>>,
 }
 
 /// An event type as returned by the API (SDK requires `deprecated`, `createdAt`, `updatedAt`).
@@ -358,13 +427,13 @@ pub struct EndpointIn {
     /// Destination URL (required; checked against the SSRF policy by the handler).
     pub url: String,
     /// Human-readable description; defaults to `""`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub description: String,
     /// Optional caller-chosen unique id within the application.
     #[serde(default)]
     pub uid: Option<String>,
     /// Whether the endpoint starts disabled; defaults to false.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub disabled: bool,
     /// Event types delivered to this endpoint (`filterTypes`, alias `eventTypes`); `None` = all.
     #[serde(default, alias = "eventTypes")]
@@ -395,7 +464,7 @@ pub struct EndpointIn {
     #[serde(default)]
     pub signature_type: Option<String>,
     /// Free-form metadata; defaults to `{}`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: Metadata,
     /// Custom headers added to every delivery (SDK 2.x sends them on create).
     #[serde(default)]
@@ -413,13 +482,13 @@ pub struct EndpointUpdate {
     /// Destination URL (required).
     pub url: String,
     /// Human-readable description; defaults to `""`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub description: String,
     /// Optional caller-chosen unique id within the application.
     #[serde(default)]
     pub uid: Option<String>,
     /// Whether the endpoint is disabled; defaults to false.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub disabled: bool,
     /// Event types delivered (`filterTypes`, alias `eventTypes`); `None` = all.
     #[serde(default, alias = "eventTypes")]
@@ -442,7 +511,7 @@ pub struct EndpointUpdate {
     #[serde(default)]
     pub request_timeout_ms: Option<u32>,
     /// Free-form metadata; defaults to `{}`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: Metadata,
     /// Deprecated endpoint version; accepted and ignored.
     #[serde(default)]
@@ -456,14 +525,14 @@ pub struct EndpointPatch {
     /// New destination URL (non-nullable).
     #[serde(default, deserialize_with = "non_null")]
     pub url: Option<String>,
-    /// New description (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New description (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub description: Option<String>,
     /// New uid, or `null` to remove it.
     #[serde(default)]
     pub uid: Patch<String>,
-    /// New disabled flag (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New disabled flag (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub disabled: Option<bool>,
     /// New event-type filter, or `null` for all types (`filterTypes`, alias `eventTypes`).
     #[serde(default, alias = "eventTypes")]
@@ -486,8 +555,8 @@ pub struct EndpointPatch {
     /// New signing secret, or `null` to have the server generate one.
     #[serde(default)]
     pub secret: Patch<String>,
-    /// New metadata, replacing the old map (non-nullable).
-    #[serde(default, deserialize_with = "non_null")]
+    /// New metadata, replacing the old map (`null` resets it to the default).
+    #[serde(default, deserialize_with = "null_resets")]
     pub metadata: Option<Metadata>,
     /// Deprecated endpoint version; accepted and ignored.
     #[serde(default)]
@@ -580,6 +649,8 @@ pub struct EndpointHealthOut {
     /// Creation time of the oldest waiting delivery's message.
     #[serde(with = "time::serde::rfc3339::option")]
     pub oldest_pending_at: Option<OffsetDateTime>,
+    /// The outcome classes of the endpoint's last attempts on the node that delivers for it, oldest first.
+    pub recent_outcomes: Vec<&'static str>,
 }
 
 /// Body of `GET …/endpoint/{endpoint_id}/secret`: the current signing secret.
@@ -615,11 +686,16 @@ pub struct EndpointHeadersIn {
 }
 
 /// Body of `PATCH …/endpoint/{endpoint_id}/headers` (Svix `EndpointHeadersPatchIn`): a value sets a
-/// header, `null` removes it, others are kept.
+/// header, `null` removes it, the names in `deleteHeaders` are removed (the 2.x SDKs' only way, their
+/// `headers` map holds strings), others are kept.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EndpointHeadersPatchIn {
     /// Header name to new value, or `null` to remove it.
     pub headers: BTreeMap<String, Option<String>>,
+    /// Names of headers to remove (any case).
+    #[serde(default)]
+    pub delete_headers: Option<Vec<String>>,
 }
 
 /// Body of `GET …/endpoint/{endpoint_id}/headers` (Svix `EndpointHeadersOut`).
@@ -997,8 +1073,88 @@ pub struct EndpointStatsOut {
     pub pending: u64,
     /// In flight (Herald counts them as pending).
     pub sending: u64,
-    /// Cancelled (Herald extension).
+    /// Canceled before delivery (Svix's spelling, which the SDKs require).
+    pub canceled: u64,
+    /// The same count under Herald's earlier spelling, kept for existing clients.
     pub cancelled: u64,
+}
+
+/// Body of `POST /app/{app_id}/msg/bulk-expunge` (Svix `BulkExpungeContentsIn`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct BulkExpungeIn {
+    /// The messages (ids or `eventId`s) whose payloads to remove.
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
+}
+
+/// Answer of the bulk expunge (Svix `BulkExpungeContentsOut`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BulkExpungeOut {
+    /// Per message named: `expunged` or `not-found`.
+    pub results: BTreeMap<String, &'static str>,
+}
+
+/// Answer of `GET …/endpoint/{endpoint_id}/attempt-stats` (Svix `EndpointAttemptStats`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EndpointAttemptStatsOut {
+    /// Attempts that succeeded in the window.
+    pub success: u64,
+    /// Attempts that failed in the window.
+    pub fail: u64,
+    /// Deliveries of the window's messages canceled before they were made.
+    pub canceled: u64,
+}
+
+/// Body of `POST /app/{app_id}/msg/precheck/active` (Svix `MessagePrecheckIn`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagePrecheckIn {
+    /// The event type the message would have.
+    pub event_type: String,
+    /// The channels it would be sent on, if any.
+    #[serde(default)]
+    pub channels: Option<BTreeSet<String>>,
+}
+
+/// Answer of the precheck (Svix `MessagePrecheckOut`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MessagePrecheckOut {
+    /// Whether any enabled endpoint would get such a message.
+    pub active: bool,
+}
+
+/// An endpoint's attempts per time bucket (Svix `AttemptStatisticsResponse`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptStatisticsResponse {
+    /// Start of the first bucket.
+    #[serde(with = "time::serde::rfc3339")]
+    pub start_date: OffsetDateTime,
+    /// End of the window.
+    #[serde(with = "time::serde::rfc3339")]
+    pub end_date: OffsetDateTime,
+    /// `FiveMinutes` or `OneDay`: the length of each bucket.
+    pub period: &'static str,
+    /// The series, one value per bucket.
+    pub data: AttemptStatisticsData,
+}
+
+/// The series of [`AttemptStatisticsResponse`], oldest bucket first (absent for an empty window).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptStatisticsData {
+    /// Successful attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub success_count: Option<Vec<u64>>,
+    /// Failed attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_count: Option<Vec<u64>>,
+    /// Average response time in milliseconds, `null` without attempts (Herald extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub average_duration_ms: Option<Vec<Option<i64>>>,
+    /// Slowest response time in milliseconds, `null` without attempts (Herald extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<Vec<Option<i64>>>,
 }
 
 /// The answer to a cancellation (Herald extension).
@@ -1037,10 +1193,27 @@ pub struct AppPortalAccessIn {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AppPortalAccessOut {
-    /// The application's API root with the token in the fragment (Herald has no portal UI).
+    /// The dashboard's absolute URL with the token in the fragment (`…/dashboard/#key=…`): opening it
+    /// logs in for this application.
     pub url: String,
     /// The bearer token; shown only here, Herald keeps only its digest.
     pub token: String,
+}
+
+/// Answer of `GET /api/v1/auth/token`: what the presented token is (Herald extension).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenInfoOut {
+    /// `admin` or `app`.
+    pub kind: &'static str,
+    /// The application of an application token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_id: Option<String>,
+    /// Whether the token may only read (`GET`).
+    pub read_only: bool,
+    /// When an application token stops working.
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
 }
 
 /// Body of `POST /api/v1/auth/app/{app_id}/expire-all`.

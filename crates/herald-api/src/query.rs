@@ -5,8 +5,6 @@
 
 use axum::http::Uri;
 use herald_store::PageRequest;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::error::ApiError;
 
@@ -45,11 +43,7 @@ impl Query {
             .map(str::to_owned)
             .collect();
         if items.len() > Self::MAX_LIST {
-            return Err(ApiError::validation(format!(
-                "{}: at most {} values",
-                keys[0],
-                Self::MAX_LIST
-            )));
+            return Err(ApiError::query(keys[0], format!("at most {} values", Self::MAX_LIST)));
         }
         Ok((!items.is_empty()).then_some(items))
     }
@@ -59,7 +53,7 @@ impl Query {
         let limit = match self.get(&["limit"]) {
             Some(text) => Some(
                 text.parse::<usize>()
-                    .map_err(|_| ApiError::validation("limit: expected an integer from 1 to 250"))?,
+                    .map_err(|_| ApiError::query("limit", "expected an integer from 1 to 250"))?,
             ),
             None => None,
         };
@@ -72,7 +66,7 @@ impl Query {
             None => Ok(default),
             Some("true") => Ok(true),
             Some("false") => Ok(false),
-            Some(_) => Err(ApiError::validation(format!("{key}: expected true or false"))),
+            Some(_) => Err(ApiError::query(key, "expected true or false")),
         }
     }
 
@@ -81,9 +75,8 @@ impl Query {
         let Some((key, text)) = keys.iter().find_map(|key| self.get(&[key]).map(|text| (*key, text))) else {
             return Ok(None);
         };
-        let parsed = OffsetDateTime::parse(text, &Rfc3339)
-            .or_else(|_| OffsetDateTime::parse(&format!("{text}Z"), &Rfc3339))
-            .map_err(|_| ApiError::validation(format!("{key}: expected an RFC 3339 date-time")))?;
+        let parsed = crate::contract::parse_date_time(text)
+            .ok_or_else(|| ApiError::query(key, "expected an RFC 3339 date-time"))?;
         Ok(Some(
             i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
         ))

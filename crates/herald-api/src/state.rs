@@ -43,6 +43,20 @@ impl Default for Limits {
     }
 }
 
+/// How the dashboard is reached from outside and who may embed it: the tenant portal's settings.
+#[derive(Debug, Clone, Default)]
+pub struct Portal {
+    /// The base URL users reach this server at (e.g. `https://webhooks.example.com`), without a trailing
+    /// slash; portal links (`POST /auth/app-portal-access/{app_id}`) are made absolute with it. When unset,
+    /// links are built from the request's `Host` header, over plain http.
+    pub public_url: Option<String>,
+    /// Origins (`scheme://host[:port]`) whose pages may show the dashboard in an `<iframe>`; none when empty.
+    pub frame_ancestors: Vec<String>,
+}
+
+/// How many endpoints with the oldest backlogs a scrape lists by default.
+pub const DEFAULT_METRICS_TOP_ENDPOINTS: usize = 100;
+
 /// Shared API state. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -56,8 +70,13 @@ pub struct AppState {
     pub admin_token_sha256: [u8; 32],
     /// Request limits.
     pub limits: Limits,
+    /// The tenant portal's settings (public URL, embedding origins).
+    pub portal: Arc<Portal>,
     /// Which application an id or uid names, for the message hot path.
     pub(crate) app_ids: Arc<AppIdCache>,
+    /// How many endpoints with the oldest backlogs a scrape lists one by one (besides every open
+    /// breaker); see `herald_delivery::metrics`.
+    pub metrics_top_endpoints: usize,
 }
 
 impl AppState {
@@ -75,7 +94,25 @@ impl AppState {
             policy,
             admin_token_sha256,
             limits,
+            portal: Arc::default(),
             app_ids: Arc::default(),
+            metrics_top_endpoints: DEFAULT_METRICS_TOP_ENDPOINTS,
+        }
+    }
+
+    /// The same state listing this many oldest backlogs per scrape.
+    pub fn with_metrics_top_endpoints(self, top: usize) -> Self {
+        Self {
+            metrics_top_endpoints: top,
+            ..self
+        }
+    }
+
+    /// The same state with these portal settings.
+    pub fn with_portal(self, portal: Portal) -> Self {
+        Self {
+            portal: Arc::new(portal),
+            ..self
         }
     }
 

@@ -66,6 +66,7 @@ pub async fn start(
         updated_at: now,
     };
     state.store.create_task(&task).await?;
+    crate::metrics::task(repair.kind(), "started");
     let state = state.clone();
     let running = task.clone();
     tokio::spawn(async move {
@@ -74,12 +75,14 @@ pub async fn start(
         task.updated_at = now_ms();
         match outcome {
             Ok(queued) => {
+                crate::metrics::task(repair.kind(), "finished");
                 task.state = "finished".to_owned();
                 task.data =
                     json!({ "endpointId": endpoint.id, "since": since, "until": until, "queued": queued }).to_string();
             }
             Err(error) => {
                 tracing::warn!(%error, task = %task.id, "background task failed");
+                crate::metrics::task(repair.kind(), "failed");
                 task.state = "failed".to_owned();
                 task.data = json!({ "endpointId": endpoint.id, "error": error.to_string() }).to_string();
             }

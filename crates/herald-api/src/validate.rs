@@ -1,18 +1,33 @@
 //! Field validation shared by the resources. Every error names its field.
+//!
+//! The caps are documented in the OpenAPI document (`maxLength`, `maxProperties`, …) and in the README;
+//! a value over one is a 422, never truncated, so what is stored is what was sent.
 
 use crate::error::ApiError;
+use crate::model::Metadata;
 
-/// The longest uid, name or channel accepted.
-const MAX_NAME_LEN: usize = 256;
+/// The longest uid, name (of an application or event type) or channel accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 256;
+/// The longest description (endpoints, event types), in bytes.
+pub const MAX_DESCRIPTION_LEN: usize = 4096;
+/// The longest endpoint URL, in bytes.
+pub const MAX_URL_LEN: usize = 4096;
+/// The most metadata entries an application or endpoint may carry.
+pub const MAX_METADATA_ENTRIES: usize = 64;
+/// The longest metadata key, in bytes.
+pub const MAX_METADATA_KEY_LEN: usize = 256;
+/// The longest metadata value, in bytes.
+pub const MAX_METADATA_VALUE_LEN: usize = 4096;
 
 /// A `uid`, event-type name or channel: 1–256 of `[A-Za-z0-9_.-]` (channels also allow `:`).
 pub fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), ApiError> {
     let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || (allow_colon && c == ':');
     if value.is_empty() || value.len() > MAX_NAME_LEN || !value.chars().all(valid_char) {
         let extra = if allow_colon { ", ':'" } else { "" };
-        return Err(ApiError::validation(format!(
-            "{field}: must be 1 to {MAX_NAME_LEN} characters of letters, digits, '-', '_', '.'{extra}"
-        )));
+        return Err(ApiError::body(
+            field,
+            format!("must be 1 to {MAX_NAME_LEN} characters of letters, digits, '-', '_', '.'{extra}"),
+        ));
     }
     Ok(())
 }
@@ -21,10 +36,10 @@ pub fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), ApiError>
 pub fn uid(value: &str, kind: herald_core::id::IdKind) -> Result<(), ApiError> {
     name("uid", value, false)?;
     if value.starts_with(kind.prefix()) {
-        return Err(ApiError::validation(format!(
-            "uid: must not start with {:?}, the prefix of ids",
-            kind.prefix()
-        )));
+        return Err(ApiError::body(
+            "uid",
+            format!("must not start with {:?}, the prefix of ids", kind.prefix()),
+        ));
     }
     Ok(())
 }
@@ -42,18 +57,68 @@ pub fn names<'a>(
         name(field, value, allow_colon)?;
     }
     if count > max {
-        return Err(ApiError::validation(format!("{field}: at most {max} items")));
+        return Err(ApiError::body(field, format!("at most {max} items")));
     }
     Ok(())
 }
 
-/// A non-empty human field of bounded length.
+/// A human field of bounded length (non-empty when `required`), without control characters other than
+/// tab and line breaks: a NUL in particular would be cut or refused by some receivers and databases.
 pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), ApiError> {
     if required && value.trim().is_empty() {
-        return Err(ApiError::validation(format!("{field}: must not be empty")));
+        return Err(ApiError::body(field, "must not be empty"));
     }
     if value.len() > max {
-        return Err(ApiError::validation(format!("{field}: at most {max} bytes")));
+        return Err(ApiError::body(
+            field,
+            format!("at most {max} bytes, got {}", value.len()),
+        ));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    {
+        return Err(ApiError::body(
+            field,
+            format!("must not contain control characters (found U+{:04X})", u32::from(c)),
+        ));
+    }
+    Ok(())
+}
+
+/// An endpoint URL's length, before it is parsed.
+pub fn url_length(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.len() > MAX_URL_LEN {
+        return Err(ApiError::body(
+            field,
+            format!("at most {MAX_URL_LEN} bytes, got {}", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Metadata: at most [`MAX_METADATA_ENTRIES`] entries, keys of 1 to [`MAX_METADATA_KEY_LEN`] bytes and
+/// values of at most [`MAX_METADATA_VALUE_LEN`], neither with control characters.
+pub fn metadata(metadata: &Metadata) -> Result<(), ApiError> {
+    if metadata.len() > MAX_METADATA_ENTRIES {
+        return Err(ApiError::body(
+            "metadata",
+            format!("at most {MAX_METADATA_ENTRIES} entries, got {}", metadata.len()),
+        ));
+    }
+    for (key, value) in metadata {
+        if key.is_empty() || key.len() > MAX_METADATA_KEY_LEN || key.chars().any(char::is_control) {
+            return Err(ApiError::body(
+                "metadata",
+                format!("keys must be 1 to {MAX_METADATA_KEY_LEN} bytes without control characters"),
+            ));
+        }
+        // The key is in `loc`; Svix's loc is a path of keys, and metadata keys are the client's own.
+        if let Err(error) = text("metadata", value, false, MAX_METADATA_VALUE_LEN) {
+            let msg = error.field_errors().first().map(|e| e.msg.clone()).unwrap_or_default();
+            let loc = vec!["body".to_owned(), "metadata".to_owned(), key.clone()];
+            return Err(ApiError::located(loc, crate::error::Problem::Value, msg));
+        }
     }
     Ok(())
 }
@@ -66,9 +131,10 @@ pub const MAX_RETENTION_DAYS: i64 = 3_650;
 pub fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
     match u32::try_from(days) {
         Ok(valid) if (1..=MAX_RETENTION_DAYS).contains(&days) => Ok(valid),
-        _ => Err(ApiError::validation(format!(
-            "{field}: must be between 1 and {MAX_RETENTION_DAYS} days, got {days}"
-        ))),
+        _ => Err(ApiError::body(
+            field,
+            format!("must be between 1 and {MAX_RETENTION_DAYS} days, got {days}"),
+        )),
     }
 }
 
@@ -87,8 +153,9 @@ pub fn uid_for_put(
     }
     uid(path_segment, kind)?;
     match body_uid {
-        Some(given) if given != path_segment => Err(ApiError::validation(
-            "uid: must equal the path segment when PUT creates the object",
+        Some(given) if given != path_segment => Err(ApiError::body(
+            "uid",
+            "must equal the path segment when PUT creates the object",
         )),
         _ => Ok(path_segment.to_owned()),
     }

@@ -170,7 +170,7 @@ fn the_document_is_openapi_3_1() {
             // 403 an application token outside its scope gets.
             let access = operation["x-herald-access"].as_str();
             assert!(
-                matches!(access, Some("admin" | "app" | "shared")),
+                matches!(access, Some("admin" | "app" | "sink" | "shared")),
                 "{method} {path}: x-herald-access is {access:?}"
             );
             assert!(statuses.iter().any(|s| *s == "403"), "{method} {path}: no 403");
@@ -512,7 +512,7 @@ async fn answers_have_the_documented_shapes() {
         &ed_secret.body,
     );
     let headers = send(&state, "get", &api("/app/acme/endpoint/ed/headers"), None, true).await;
-    assert_eq!(headers.body["sensitive"], json!(["authorization"]), "{headers:?}");
+    assert_eq!(headers.body["sensitive"], json!(["Authorization"]), "{headers:?}");
     conforms(
         &doc,
         "get",
@@ -528,7 +528,7 @@ async fn answers_have_the_documented_shapes() {
         true,
     )
     .await;
-    assert_eq!(rotated.status, StatusCode::NO_CONTENT, "{rotated:?}");
+    assert_eq!(rotated.status, StatusCode::OK, "{rotated:?}");
     let refused = send(
         &state,
         "put",
@@ -611,4 +611,105 @@ async fn the_dashboard_is_served_beside_the_api_but_not_part_of_it() {
     // …and not reachable under it.
     let answer = send(&state, "get", "/api/v1/dashboard/app.js", None, true).await;
     assert!(unrouted(&answer), "{answer:?}");
+}
+
+#[tokio::test]
+async fn polling_answers_have_the_documented_shapes() {
+    let doc = document();
+    let (_dir, state) = state().await;
+    let api = |p: &str| format!("/api/v1{p}");
+    let app = send(
+        &state,
+        "post",
+        &api("/app"),
+        Some(json!({"name": "Shop", "uid": "shop"})),
+        true,
+    )
+    .await;
+    assert_eq!(app.status, StatusCode::CREATED, "{app:?}");
+    let msg = send(
+        &state,
+        "post",
+        &api("/app/shop/msg"),
+        Some(json!({"eventType": "a.b", "payload": {"k": 1}, "channels": ["eu"], "eventId": "e1"})),
+        true,
+    )
+    .await;
+    assert_eq!(msg.status, StatusCode::ACCEPTED, "{msg:?}");
+
+    let sink = send(
+        &state,
+        "post",
+        &api("/app/shop/polling-endpoint"),
+        Some(json!({"uid": "laptop", "eventTypes": ["a.b"], "channels": ["eu"], "metadata": {"k": "v"}})),
+        true,
+    )
+    .await;
+    assert_eq!(sink.status, StatusCode::CREATED, "{sink:?}");
+    conforms(&doc, "post", "/api/v1/app/{app_id}/polling-endpoint", 201, &sink.body);
+    let sink_path = "/api/v1/app/{app_id}/polling-endpoint/{sink_id}";
+    for (method, body, path) in [
+        ("get", None, sink_path),
+        ("patch", Some(json!({"description": "d"})), sink_path),
+        ("get", None, "/api/v1/app/{app_id}/polling-endpoint/{sink_id}/secret"),
+    ] {
+        let concrete = path.replace("{app_id}", "shop").replace("{sink_id}", "laptop");
+        let answer = send(&state, method, &concrete, body, true).await;
+        assert_eq!(answer.status, StatusCode::OK, "{method} {path}: {answer:?}");
+        conforms(&doc, method, path, 200, &answer.body);
+    }
+    let list = send(&state, "get", &api("/app/shop/polling-endpoint"), None, true).await;
+    conforms(&doc, "get", "/api/v1/app/{app_id}/polling-endpoint", 200, &list.body);
+
+    let poll = send(&state, "get", &api("/app/shop/poller/laptop"), None, true).await;
+    assert_eq!(poll.body["data"].as_array().map(Vec::len), Some(1), "{poll:?}");
+    conforms(&doc, "get", "/api/v1/app/{app_id}/poller/{sink_id}", 200, &poll.body);
+    let consumer = send(&state, "get", &api("/app/shop/poller/laptop/consumer/c"), None, true).await;
+    conforms(
+        &doc,
+        "get",
+        "/api/v1/app/{app_id}/poller/{sink_id}/consumer/{consumer_id}",
+        200,
+        &consumer.body,
+    );
+    let seek = send(
+        &state,
+        "post",
+        &api("/app/shop/poller/laptop/consumer/c/seek"),
+        Some(json!({"after": "1970-01-01T00:00:00Z"})),
+        true,
+    )
+    .await;
+    conforms(
+        &doc,
+        "post",
+        "/api/v1/app/{app_id}/poller/{sink_id}/consumer/{consumer_id}/seek",
+        200,
+        &seek.body,
+    );
+    let v2 = send(
+        &state,
+        "get",
+        &api("/app/shop/polling-endpoint/laptop/consumer/c"),
+        None,
+        true,
+    )
+    .await;
+    assert!(v2.body["data"][0]["offset"].as_i64().is_some(), "{v2:?}");
+    conforms(
+        &doc,
+        "get",
+        "/api/v1/app/{app_id}/polling-endpoint/{sink_id}/consumer/{consumer_id}",
+        200,
+        &v2.body,
+    );
+    let commit = send(
+        &state,
+        "post",
+        &api("/app/shop/polling-endpoint/laptop/consumer/c/commit"),
+        Some(json!({"offset": v2.body["data"][0]["offset"]})),
+        true,
+    )
+    .await;
+    assert_eq!(commit.status, StatusCode::NO_CONTENT, "{commit:?}");
 }

@@ -136,6 +136,12 @@ pub struct Env {
     pub receiver_host: IpAddr,
     /// How the server was set up.
     pub setup: Setup,
+    /// The server's base URL (e.g. for a relay that publishes to it).
+    pub url: String,
+    /// Its admin token.
+    pub token: String,
+    /// The in-process node's store URL (`None` for a remote server).
+    pub database_url: Option<String>,
     node: Option<InProcessNode>,
 }
 
@@ -161,7 +167,7 @@ impl Env {
     /// Start the environment for one scenario.
     pub async fn start(options: &Options, tweaks: &NodeTweaks) -> anyhow::Result<Self> {
         let progress = Progress::new(options.progress);
-        let (url, token, node, setup) = match &options.target {
+        let (url, token, node, setup, database_url) = match &options.target {
             Target::InProcess {
                 database_url,
                 endpoint_concurrency,
@@ -174,7 +180,7 @@ impl Env {
                     settings: vec!["the server's own settings".to_owned()],
                     machine: Machine::detect(),
                 };
-                (url.clone(), token.clone(), None, setup)
+                (url.clone(), token.clone(), None, setup, None)
             }
         };
         let api = Api::new(&url, &token, CONNECTIONS)?;
@@ -185,6 +191,9 @@ impl Env {
             progress,
             receiver_host: options.receiver_host,
             setup,
+            url,
+            token,
+            database_url,
             node,
         })
     }
@@ -199,7 +208,7 @@ async fn start_node(
     database_url: Option<&str>,
     endpoint_concurrency: Option<u32>,
     tweaks: &NodeTweaks,
-) -> anyhow::Result<(String, String, Option<InProcessNode>, Setup)> {
+) -> anyhow::Result<(String, String, Option<InProcessNode>, Setup, Option<String>)> {
     let (dir, database_url) = match database_url {
         Some(url) => (None, url.to_owned()),
         None => {
@@ -287,7 +296,7 @@ async fn start_node(
         runtime: Some(runtime),
         _dir: dir,
     };
-    Ok((url, token, Some(node), setup))
+    Ok((url, token, Some(node), setup, Some(database_url)))
 }
 
 /// A duration as Herald's configuration writes it: `5s`, or `1500ms` when not whole seconds.

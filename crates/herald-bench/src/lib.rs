@@ -21,12 +21,14 @@ pub mod receiver;
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod table;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 pub use env::{Options, Target};
-pub use report::{Report, Table};
+pub use report::Report;
 pub use scenario::Scenario;
+pub use table::Table;
 
 /// Run one scenario and return its report.
 pub async fn run(options: &Options, scenario: &Scenario) -> anyhow::Result<Report> {
@@ -35,7 +37,7 @@ pub async fn run(options: &Options, scenario: &Scenario) -> anyhow::Result<Repor
 
 /// The wall clock in Unix microseconds (the unit of `sent_at_us` and of arrival times).
 pub fn unix_micros() -> u64 {
-    SystemTime::now()
+    herald_core::clock::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

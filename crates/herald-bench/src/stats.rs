@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::receiver::Arrival;
+
 /// Summary of a set of latency samples. All values are in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LatencyStats {
@@ -72,6 +74,39 @@ pub fn us_to_ms(us: u64) -> f64 {
 /// `count` events over `seconds`, per second (0 when no time passed).
 pub fn rate(count: u64, seconds: f64) -> f64 {
     if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+}
+
+/// The deliveries of one phase as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliverySummary {
+    /// Deliveries the phase should produce (accepted messages × subscribed endpoints).
+    pub expected: u64,
+    /// Deliveries received.
+    pub delivered: u64,
+    /// Whether all expected deliveries arrived before the wait timed out.
+    pub complete: bool,
+    /// From the start of the phase's load to the last arrival, in seconds.
+    pub seconds: f64,
+    /// Deliveries per second over that time.
+    pub deliveries_per_s: f64,
+    /// Lag from send (`sent_at_us`) to arrival.
+    pub lag: Option<LatencyStats>,
+}
+
+impl DeliverySummary {
+    /// Summarise `arrivals` of a phase whose load started at `started_at_us`.
+    pub fn of(expected: u64, delivered: u64, arrivals: &[Arrival], started_at_us: u64) -> Self {
+        let last = arrivals.iter().map(|a| a.arrived_at_us).max().unwrap_or(started_at_us);
+        let seconds = last.saturating_sub(started_at_us) as f64 / 1e6;
+        Self {
+            expected,
+            delivered,
+            complete: delivered >= expected,
+            seconds,
+            deliveries_per_s: rate(delivered, seconds),
+            lag: LatencyStats::from_samples(arrivals.iter().map(Arrival::lag_us).collect()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use herald_bench::scenario::fanout::FanoutParams;
 use herald_bench::scenario::hol::HolParams;
 use herald_bench::scenario::inbox::InboxParams;
 use herald_bench::scenario::ingest::IngestParams;
+use herald_bench::scenario::outbox::OutboxParams;
 use herald_bench::{Options, Report, Scenario};
 
 fn options() -> Options {
@@ -146,4 +147,21 @@ async fn inbox_acknowledges_and_forwards_every_signed_event() {
     assert!(report.forwarded.complete, "forwarded {:?}", report.forwarded);
     assert_eq!(report.forwarded.delivered, report.load.accepted);
     assert!(report.forwarded.lag.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outbox_through_the_relay() {
+    let Report::Outbox(report) = run(Scenario::Outbox(OutboxParams::smoke())).await else {
+        panic!("wrong report");
+    };
+    // A SQLite node: no herald_publish path; the relay path from a SQLite producer.
+    assert!(report.same_database.is_none());
+    let path = &report.separate_database;
+    assert!(path.relayed_per_s > 0.0);
+    assert!(path.throughput_deliveries.complete);
+    assert_eq!(path.throughput_deliveries.delivered, path.rows);
+    assert!(path.committed > 0);
+    assert!(path.lag_deliveries.complete);
+    assert_eq!(path.lag_deliveries.delivered, path.committed);
+    assert!(path.lag_deliveries.lag.is_some());
 }

@@ -18,10 +18,22 @@
 //! doubles the allowed concurrency every round trip (1, 2, 4, 8 …) until the cap is reached — the same
 //! idea as TCP slow start. A failure during the ramp counts toward opening the breaker again as usual.
 //!
-//! Every failed attempt counts (timeouts, refused connections, 5xx, 4xx, refused addresses): the
-//! breaker's job is to stop spending requests on an endpoint that is not taking them, whatever the reason.
+//! **What counts.** Only what says the endpoint is unwell counts as a failure: timeouts, refused or broken
+//! connections, 5xx, 408/425/429, 1xx/3xx and refused addresses (the last two fail every delivery alike,
+//! whatever its content). A content rejection — any other 4xx, 410 included — says the endpoint is up and
+//! answering: for the breaker it is a sign of life like a success ([`Breaker::on_rejected`]), so a receiver
+//! that refuses one malformed event type is not slowed down for every other delivery. (It still counts
+//! as a failed *delivery* for [`Breaker::failing_since`], which disables an endpoint whose attempts have
+//! all failed for days.)
+//!
+//! **How failures and successes mix.** A success ends a run of failures. A run opens the breaker once it
+//! has reached the threshold *and* the endpoint has gone a whole initial cool-down without a sign of life:
+//! an endpoint that keeps taking some requests — retries that succeed where first attempts fail, a
+//! flapping receiver — is never shut off by the failures in between, while one that takes nothing is
+//! shut off within a cool-down. (The scheduler also picks its probe among the deliveries tried most
+//! often, so such an endpoint's probe is a retry, not another first attempt.)
 
-use crate::scheduler::Millis;
+use crate::clock::Millis;
 
 /// Tunables of every endpoint's breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +90,8 @@ pub struct Breaker {
     ramp: Option<u32>,
     /// When the current run of failures began (cleared by a success).
     failing_since: Option<Millis>,
+    /// When the endpoint last showed it is alive (a success or a content rejection).
+    alive_at: Option<Millis>,
 }
 
 impl Breaker {
@@ -91,6 +105,7 @@ impl Breaker {
             cooldown: config.initial_cooldown,
             ramp: None,
             failing_since: None,
+            alive_at: None,
         }
     }
 
@@ -127,11 +142,16 @@ impl Breaker {
         self.ramp
     }
 
+    /// Whether the next request sent at `now` would be the probe of an open breaker.
+    pub fn probe_due(&self, now: Millis) -> bool {
+        self.state == BreakerState::Open && self.next_probe_at.is_some_and(|at| now >= at)
+    }
+
     /// How many requests may be in flight at `now`, given the endpoint's own cap.
     pub fn allowed_in_flight(&self, cap: u32, now: Millis) -> u32 {
         match self.state {
             BreakerState::Closed => self.ramp.map_or(cap, |ramp| ramp.min(cap)),
-            BreakerState::Open if self.next_probe_at.is_some_and(|at| now >= at) => 1,
+            BreakerState::Open if self.probe_due(now) => 1,
             BreakerState::Open | BreakerState::HalfOpen => 0,
         }
     }
@@ -151,10 +171,23 @@ impl Breaker {
         }
     }
 
-    /// An attempt succeeded.
-    pub fn on_success(&mut self, config: &BreakerConfig) {
-        self.consecutive_failures = 0;
+    /// An attempt succeeded at `now`.
+    pub fn on_success(&mut self, config: &BreakerConfig, now: Millis) {
         self.failing_since = None;
+        self.on_alive(config, now);
+    }
+
+    /// The endpoint answered at `now` but refused the delivery's content (a 4xx other than 408, 425 and
+    /// 429): alive for the breaker, yet a failed delivery for [`failing_since`](Self::failing_since).
+    pub fn on_rejected(&mut self, config: &BreakerConfig, now: Millis) {
+        self.failing_since.get_or_insert(now);
+        self.on_alive(config, now);
+    }
+
+    /// The endpoint showed it is up: the run of failures ends, an open breaker closes and ramps up.
+    fn on_alive(&mut self, config: &BreakerConfig, now: Millis) {
+        self.consecutive_failures = 0;
+        self.alive_at = Some(now);
         match self.state {
             BreakerState::Closed => {
                 // Each success while ramping lets one more request fly: the allowance doubles per round trip.
@@ -185,7 +218,10 @@ impl Breaker {
         self.failing_since.get_or_insert(now);
         match self.state {
             BreakerState::Closed => {
-                if self.consecutive_failures >= config.failure_threshold.max(1) {
+                let recently_alive = self
+                    .alive_at
+                    .is_some_and(|at| now.saturating_sub(at) < config.initial_cooldown);
+                if self.consecutive_failures >= config.failure_threshold.max(1) && !recently_alive {
                     self.open(config.initial_cooldown, now);
                 }
             }
@@ -265,13 +301,13 @@ mod tests {
             b.on_failure(&c, 0);
         }
         b.on_send();
-        b.on_success(&c);
+        b.on_success(&c, 0);
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.consecutive_failures(), 0);
         assert_eq!(b.failing_since(), None);
         let mut seen = vec![b.allowed_in_flight(10, 0)];
         while b.ramp().is_some() {
-            b.on_success(&c);
+            b.on_success(&c, 0);
             b.ramp_reached(10);
             seen.push(b.allowed_in_flight(10, 0));
         }
@@ -290,7 +326,7 @@ mod tests {
         for _ in 0..3 {
             b.on_failure(&c, 0);
         }
-        b.on_success(&c);
+        b.on_success(&c, 0);
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.allowed_in_flight(10, 0), 2);
     }
@@ -305,5 +341,70 @@ mod tests {
         b.on_failure(&c, 500);
         assert_eq!(b.next_probe_at(), Some(1_000));
         assert_eq!(b.consecutive_failures(), 4);
+    }
+
+    #[test]
+    fn content_rejections_are_signs_of_life_not_failures() {
+        let c = config();
+        let mut b = Breaker::new(&c);
+        for now in 0..20 {
+            b.on_rejected(&c, now * 10);
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.consecutive_failures(), 0);
+        assert_eq!(b.allowed_in_flight(10, 200), 10);
+        assert_eq!(
+            b.failing_since(),
+            Some(0),
+            "still failed deliveries, for the disable-after rule"
+        );
+        // A rejected probe closes an open breaker: the endpoint answered.
+        for _ in 0..3 {
+            b.on_failure(&c, 5_000);
+        }
+        assert_eq!(b.state(), BreakerState::Open);
+        b.on_send();
+        b.on_rejected(&c, 6_000);
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.ramp(), Some(2));
+        // A success clears the failing run; a rejection alone never does.
+        b.on_success(&c, 6_100);
+        assert_eq!(b.failing_since(), None);
+    }
+
+    #[test]
+    fn failures_between_recent_successes_never_open_it() {
+        // First attempts fail, retries succeed: a success every few failures keeps the breaker closed,
+        // however long each run of failures is, as long as the endpoint shows life within a cool-down.
+        let c = config();
+        let mut b = Breaker::new(&c);
+        let mut now = 0;
+        for _ in 0..50 {
+            b.on_success(&c, now);
+            for _ in 0..10 {
+                now += 50;
+                b.on_failure(&c, now);
+            }
+            assert_eq!(b.state(), BreakerState::Closed, "at {now}");
+        }
+        // Silence for a whole cool-down: the next failure opens it.
+        now += 1_000;
+        b.on_failure(&c, now);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.opened_at(), Some(now));
+    }
+
+    #[test]
+    fn the_threshold_still_opens_it_once_the_last_sign_of_life_is_a_cool_down_old() {
+        let c = config();
+        let mut b = Breaker::new(&c);
+        b.on_success(&c, 0);
+        for now in [100, 200, 300, 999] {
+            b.on_failure(&c, now);
+            assert_eq!(b.state(), BreakerState::Closed);
+        }
+        b.on_failure(&c, 1_000);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.consecutive_failures(), 5);
     }
 }

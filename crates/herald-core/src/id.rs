@@ -1,4 +1,4 @@
-//! Prefixed, time-ordered identifiers (`app_…`, `ep_…`, `msg_…`, `atmpt_…`, `evt_…`).
+//! Prefixed, time-ordered identifiers (`app_…`, `ep_…`, `msg_…`, `atmpt_…`, `evt_…`, `sink_…`).
 //!
 //! An id is a type prefix followed by 22 base62 characters encoding a UUIDv7. UUIDv7 starts with a
 //! millisecond timestamp and `uuid` keeps it monotonic within a process, and the encoding is fixed-width
@@ -20,6 +20,8 @@ pub enum IdKind {
     Task,
     /// An event received by `herald inbox`: `evt_`.
     InboxEvent,
+    /// A polling endpoint (a "sink" in the SDKs' paths): `sink_`.
+    PollingEndpoint,
 }
 
 impl IdKind {
@@ -32,6 +34,7 @@ impl IdKind {
             IdKind::Attempt => "atmpt_",
             IdKind::Task => "qtask_",
             IdKind::InboxEvent => "evt_",
+            IdKind::PollingEndpoint => "sink_",
         }
     }
 
@@ -57,6 +60,15 @@ pub fn new_id(kind: IdKind) -> String {
     out
 }
 
+/// The smallest id of this kind that can have been made at or after `unix_ms`: every id made from that
+/// millisecond on sorts at or after it, every id made before sorts before it. Lets a store bound a range
+/// of ids by time.
+pub fn lower_bound(kind: IdKind, unix_ms: i64) -> String {
+    // A UUIDv7 keeps its 48-bit millisecond timestamp in the top bits.
+    let ms = u128::try_from(unix_ms.max(0)).unwrap_or(0) & ((1 << 48) - 1);
+    format!("{}{}", kind.prefix(), encode_base62(ms << 80))
+}
+
 fn encode_base62(mut value: u128) -> String {
     let mut buf = [b'0'; ENCODED_LEN];
     for slot in buf.iter_mut().rev() {
@@ -70,6 +82,16 @@ fn encode_base62(mut value: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lower_bound_separates_ids_by_time() {
+        let before = crate::clock::now_ms();
+        let id = new_id(IdKind::Attempt);
+        let after = crate::clock::now_ms();
+        assert!(lower_bound(IdKind::Attempt, before) <= id, "{id}");
+        assert!(lower_bound(IdKind::Attempt, after + 1) > id, "{id}");
+        assert!(IdKind::Attempt.matches(&lower_bound(IdKind::Attempt, before)));
+    }
 
     #[test]
     fn ids_have_prefix_and_fixed_width() {

@@ -11,5 +11,6 @@ pub mod clock;
 pub mod id;
 pub mod model;
 pub mod outcome;
+pub mod redact;
 pub mod retry;
 pub mod scheduler;

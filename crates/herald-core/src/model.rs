@@ -142,18 +142,33 @@ impl Endpoint {
     /// An endpoint without filter types takes every type; one without channels takes every channel. An
     /// endpoint *with* channels takes only messages that name at least one of them.
     pub fn subscribes_to(&self, event_type: &str, channels: Option<&[String]>) -> bool {
-        let type_ok = match &self.filter_types {
-            Some(types) if !types.is_empty() => types.iter().any(|t| t == event_type),
-            _ => true,
-        };
-        let channel_ok = match &self.channels {
-            Some(wanted) if !wanted.is_empty() => {
-                channels.is_some_and(|given| given.iter().any(|c| wanted.contains(c)))
-            }
-            _ => true,
-        };
-        type_ok && channel_ok
+        filters_match(
+            self.filter_types.as_deref(),
+            self.channels.as_deref(),
+            event_type,
+            channels,
+        )
     }
+}
+
+/// The subscription rule of endpoints and polling endpoints: a message of `event_type` on `channels` passes
+/// `filter_types` (none or empty: every type) and `wanted_channels` (none or empty: every channel; else the
+/// message must name at least one of them).
+pub fn filters_match(
+    filter_types: Option<&[String]>,
+    wanted_channels: Option<&[String]>,
+    event_type: &str,
+    channels: Option<&[String]>,
+) -> bool {
+    let type_ok = match filter_types {
+        Some(types) if !types.is_empty() => types.iter().any(|t| t == event_type),
+        _ => true,
+    };
+    let channel_ok = match wanted_channels {
+        Some(wanted) if !wanted.is_empty() => channels.is_some_and(|given| given.iter().any(|c| wanted.contains(c))),
+        _ => true,
+    };
+    type_ok && channel_ok
 }
 
 /// How an endpoint orders its deliveries.

@@ -87,6 +87,16 @@ impl OutcomeClass {
         }
     }
 
+    /// Whether this outcome says the endpoint is unwell, for its circuit breaker: everything that fails
+    /// except a content rejection (a 4xx other than 408, 425 and 429), which shows the endpoint up and
+    /// answering. 1xx/3xx and refused addresses count: they fail every delivery alike.
+    pub const fn is_health_failure(self) -> bool {
+        !matches!(
+            self,
+            OutcomeClass::Success | OutcomeClass::Gone | OutcomeClass::ClientError
+        )
+    }
+
     /// Whether another attempt could succeed where this one failed.
     pub const fn is_retryable(self) -> bool {
         !matches!(

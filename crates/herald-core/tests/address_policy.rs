@@ -8,7 +8,7 @@ use herald_core::address::{AddressDenied, AddressPolicy, DenyRule, TargetHost, U
 use ipnet::IpNet;
 use proptest::prelude::*;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/ssrf-urls.txt");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/ssrf-urls.txt");
 
 /// The deny list exactly as STACK.md / the brief write it, plus the documented extras (`::/8` reserved,
 /// `3fff::/20` documentation), and the embedding forms that are denied as a whole (`::ffff:0:0/96`, `::/96`).

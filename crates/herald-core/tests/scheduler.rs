@@ -475,6 +475,75 @@ fn a_rate_limit_paces_requests_evenly() {
     assert_eq!(sent_at, [0, 250, 500, 750, 1_000, 1_250, 1_500, 1_750]);
 }
 
+/// A job that knows how often it was tried, for the probe choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tried(i64, u32);
+
+impl Queued for Tried {
+    fn attempts(&self) -> u32 {
+        self.1
+    }
+}
+
+#[test]
+fn an_open_breakers_probe_is_the_ready_delivery_tried_most_often() {
+    // First attempts fail, retries succeed. The burst's first attempts open the breaker; with the
+    // oldest ready delivery as probe, every probe would be another first attempt (one per cool-down)
+    // while the retries that would close it wait behind them.
+    let mut s: Scheduler<&str, Tried> = Scheduler::new(SchedulerConfig {
+        window: 1_000,
+        breaker: BreakerConfig {
+            failure_threshold: 3,
+            initial_cooldown: 1_000,
+            max_cooldown: 8_000,
+        },
+    });
+    s.configure("a", limits(3), 0);
+    for seq in 1..=20 {
+        s.offer("a", seq, 0, Tried(seq, 0), 0);
+    }
+    let first: Vec<Tried> = std::iter::from_fn(|| s.next(0).map(|(_, j)| j)).collect();
+    assert_eq!(first.len(), 3);
+    for job in first {
+        s.finish("a", FAIL, Finished::RetryAt(500, Tried(job.0, 1)), 10);
+    }
+    assert_eq!(
+        s.endpoint_snapshot(&"a", 10).unwrap().breaker.state(),
+        BreakerState::Open
+    );
+    // At the probe the retries are due, queued behind 17 first attempts.
+    let probe = s.next(1_010).map(|(_, j)| j).expect("a probe");
+    assert_eq!(probe.1, 1, "a retry goes as the probe, not a first attempt: {probe:?}");
+    assert_eq!(probe.0, 1, "the oldest of the most-tried");
+    s.finish("a", Verdict::Success, Finished::Done(probe), 1_020);
+    assert_eq!(
+        s.endpoint_snapshot(&"a", 1_020).unwrap().breaker.state(),
+        BreakerState::Closed
+    );
+    // Closed, the queue's order is back: the oldest first attempt goes next.
+    assert_eq!(s.next(1_020).map(|(_, j)| j), Some(Tried(4, 0)));
+}
+
+#[test]
+fn content_rejections_never_open_the_breaker() {
+    let mut s = sched_with_breaker(3, 1_000);
+    s.configure("a", limits(10), 0);
+    for seq in 1..=40 {
+        s.offer("a", seq, 0, seq, 0);
+    }
+    let mut sent = 0;
+    let mut now = 0;
+    while let Some((_, job)) = s.next(now) {
+        sent += 1;
+        s.finish("a", Verdict::Rejected, Finished::Done(job), now);
+        now += 1;
+    }
+    assert_eq!(sent, 40, "every delivery went out at once");
+    let snap = s.endpoint_snapshot(&"a", now).unwrap();
+    assert_eq!(snap.breaker.state(), BreakerState::Closed);
+    assert_eq!(snap.breaker.consecutive_failures(), 0);
+}
+
 /// A job with an ordering key, for ordered endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Keyed(i64, Option<&'static str>);
@@ -660,4 +729,77 @@ proptest! {
         prop_assert!(store.is_empty(), "left undelivered: {:?}", store);
         prop_assert_eq!(offered, finished, "per-key finish order differs from offer order");
     }
+}
+
+/// A job that knows when it became pending (its value), as the engine's jobs do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Since(i64);
+
+impl herald_core::scheduler::Queued for Since {
+    fn pending_since(&self) -> i64 {
+        self.0
+    }
+}
+
+#[test]
+fn pending_and_oldest_age_follow_offers_retries_refills_and_results() {
+    let mut s: Scheduler<&'static str, Since> = Scheduler::new(SchedulerConfig {
+        window: 2,
+        ..SchedulerConfig::default()
+    });
+    s.configure("a", limits(1), 0);
+    let gauges = |s: &Scheduler<&'static str, Since>| {
+        let snapshot = s.endpoint_snapshot(&"a", 0).unwrap();
+        (snapshot.pending, snapshot.oldest_pending_since)
+    };
+    assert_eq!(gauges(&s), (0, None));
+    s.offer("a", 1, 0, Since(100), 0);
+    s.offer("a", 2, 0, Since(200), 0);
+    // The window is full: the third waits in the store, and is counted.
+    assert_eq!(s.offer("a", 3, 0, Since(300), 0), Offer::Deferred);
+    assert_eq!(gauges(&s), (3, Some(100)));
+    // The oldest goes out and is retried: still pending, still the oldest.
+    let (_, job) = s.next(0).unwrap();
+    s.finish(
+        "a",
+        Verdict::Failure { hold_until: None },
+        Finished::RetryAt(10, job),
+        0,
+    );
+    assert_eq!(gauges(&s), (3, Some(100)));
+    // A younger one is delivered: the retried one is still the oldest.
+    let (_, job) = s.next(10).unwrap();
+    assert_eq!(job, Since(200));
+    s.finish("a", Verdict::Success, Finished::Done(job), 10);
+    assert_eq!(gauges(&s), (2, Some(100)));
+    // Delivered at last: the next oldest is the age now.
+    let (_, job) = s.next(10).unwrap();
+    assert_eq!(job, Since(100));
+    s.finish("a", Verdict::Success, Finished::Done(job), 10);
+    // Only the deferred one is left, in the store: counted, its age known once a refill reads it (the
+    // engine asks at once; with the default window a refill starts long before the resident set is empty).
+    assert_eq!(gauges(&s), (1, None));
+    // The refill reads the deferred one; the store has no more.
+    let refill = s.refills_wanted().pop().unwrap();
+    s.refilled(
+        "a",
+        vec![Loaded {
+            seq: 3,
+            due: 0,
+            job: Since(300),
+        }],
+        refill.limit > 1,
+        10,
+    );
+    assert_eq!(gauges(&s), (1, Some(300)));
+    for _ in 0..1 {
+        let (_, job) = s.next(10).unwrap();
+        s.finish("a", Verdict::Success, Finished::Done(job), 10);
+    }
+    assert_eq!(gauges(&s), (0, None));
+    // A backlog found at start counts what the store says until refills read it.
+    s.mark_backlog("a", limits(1));
+    s.set_store_backlog(&"a", 7);
+    let all: Vec<_> = s.endpoint_gauges(10).map(|(_, g)| g.pending).collect();
+    assert_eq!(all, vec![7]);
 }

@@ -10,11 +10,13 @@ use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Head
 use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, endpoint_hold, next_step};
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{Finished, Queued, Verdict};
-use herald_signature::{SecretError, SigningKey};
+use herald_signature::{HeaderNames, SecretError, SigningKey};
 use herald_store::AttemptRecord;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use tracing::Instrument as _;
 
 use crate::client::{DeliveryClient, Response};
+use crate::metrics::AttemptReport;
 
 /// One delivery as the scheduler holds it.
 #[derive(Debug, Clone)]
@@ -48,6 +50,14 @@ impl Queued for Job {
     fn ordering_key(&self) -> Option<&str> {
         self.message.ordering_key.as_deref()
     }
+
+    fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    fn pending_since(&self) -> i64 {
+        self.window_start
+    }
 }
 
 /// What an attempt tells the engine's loop.
@@ -58,6 +68,8 @@ pub(crate) struct Outcome {
     pub(crate) verdict: Verdict,
     /// The endpoint answered 410 Gone: pause it at once.
     pub(crate) disable_endpoint: bool,
+    /// What the attempt counts for in the endpoint's metrics.
+    pub(crate) report: AttemptReport,
 }
 
 /// An endpoint's signing keys: the current one, and those it rotated away from, each signing until it
@@ -113,6 +125,18 @@ impl AttemptTask {
     pub(crate) async fn run(self) -> (AttemptRecord, Outcome) {
         let message = &self.job.message;
         let started_at = now_ms();
+        let attempt_number = self.job.attempts + 1;
+        // One span per attempt: its log lines and its trace carry the message, the endpoint and, once
+        // known, the outcome, so they join the attempt log and the dashboard on `msg_…`.
+        let span = tracing::info_span!(
+            "attempt",
+            msg = %message.id,
+            endpoint = %self.endpoint.id,
+            app = %message.app_id,
+            attempt = attempt_number,
+            outcome = tracing::field::Empty,
+            status = tracing::field::Empty,
+        );
         let response = match &self.keys {
             Some(keys) => {
                 let headers = signed_headers(
@@ -121,6 +145,7 @@ impl AttemptTask {
                     &message.id,
                     &message.payload,
                     started_at / 1000,
+                    self.client.signature_headers(),
                 );
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
                 let timeout = self.endpoint.request_timeout_ms.map_or_else(
@@ -134,6 +159,7 @@ impl AttemptTask {
                         Bytes::from_owner(Arc::clone(&message.payload)),
                         timeout,
                     )
+                    .instrument(span.clone())
                     .await
             }
             None => Response {
@@ -142,7 +168,7 @@ impl AttemptTask {
                 duration: Duration::ZERO,
             },
         };
-        let attempt_number = self.job.attempts + 1;
+        let outcome = OutcomeClass::of(&response.result);
         let jitter = rand::random_range(-1.0..=1.0);
         let step = next_step(&response.result, attempt_number, &self.schedule, jitter);
         let finished_at = started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX / 2);
@@ -177,6 +203,8 @@ impl AttemptTask {
         };
         let verdict = if status == DeliveryStatus::Delivered {
             Verdict::Success
+        } else if !outcome.is_health_failure() {
+            Verdict::Rejected
         } else {
             let hold = endpoint_hold(&response.result)
                 .map(|wait| finished_at.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2)));
@@ -186,6 +214,33 @@ impl AttemptTask {
             AttemptResult::Response { status, .. } => Some(status),
             _ => None,
         };
+        let report = AttemptReport {
+            class: outcome,
+            duration_ms: finished_at - started_at,
+            delivered_lag_ms: (status == DeliveryStatus::Delivered).then(|| finished_at - self.job.window_start),
+            dead: status == DeliveryStatus::Dead,
+        };
+        report.record();
+        span.record("outcome", outcome.as_str());
+        if let Some(status) = response_status {
+            span.record("status", status);
+        }
+        span.in_scope(|| match status {
+            DeliveryStatus::Delivered => tracing::debug!(duration_ms = report.duration_ms, "delivered"),
+            // Named here too: under a `warn` filter the span itself is not recorded.
+            DeliveryStatus::Dead => tracing::warn!(
+                msg = %message.id,
+                endpoint = %self.endpoint.id,
+                duration_ms = report.duration_ms,
+                "attempt failed; the delivery is dead"
+            ),
+            DeliveryStatus::Failed => {
+                tracing::info!(duration_ms = report.duration_ms, "attempt refused; the delivery failed")
+            }
+            DeliveryStatus::Pending | DeliveryStatus::Cancelled => {
+                tracing::info!(duration_ms = report.duration_ms, "attempt failed; retrying");
+            }
+        });
         let record = AttemptRecord {
             delivery_seq: self.job.seq,
             app_id: message.app_id.clone(),
@@ -196,7 +251,7 @@ impl AttemptTask {
                 url: without_userinfo(&self.endpoint.url),
                 attempt_number,
                 success: status == DeliveryStatus::Delivered,
-                outcome: OutcomeClass::of(&response.result).as_str().to_owned(),
+                outcome: outcome.as_str().to_owned(),
                 response_status,
                 response: response.body,
                 duration_ms: finished_at - started_at,
@@ -212,24 +267,27 @@ impl AttemptTask {
                 finished,
                 verdict,
                 disable_endpoint,
+                report,
             },
         )
     }
 }
 
 /// The headers of one request: the endpoint's custom headers, then the Standard Webhooks headers signed
-/// by every key given, space-separated (the timestamp, hence the signature, is per attempt).
+/// by every key given, space-separated (the timestamp, hence the signature, is per attempt), under each
+/// set of names `names` asks for (`webhook-*`, `svix-*` or both, the same values in each).
 ///
 /// The API refuses custom headers that would clash with these; they are inserted last all the same, so a
 /// custom header can never replace the signature or the content type.
-pub(crate) fn signed_headers(
+pub fn signed_headers(
     keys: &[&SigningKey],
     custom: &Headers,
     id: &str,
     payload: &[u8],
     timestamp: i64,
+    names: HeaderNames,
 ) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(4 + custom.len());
+    let mut headers = HeaderMap::with_capacity(7 + custom.len());
     for (name, value) in custom {
         // Validated by the API; anything that does not parse (written by other means) is left out.
         if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
@@ -239,14 +297,13 @@ pub(crate) fn signed_headers(
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let signatures: Vec<String> = keys.iter().map(|key| key.sign(id, timestamp, payload)).collect();
     let signature = herald_signature::signature_header(&signatures);
-    // Ids are ASCII by construction, signatures are base64, timestamps digits: these never fail.
-    for (name, value) in [
-        (herald_signature::HEADER_ID, id.to_owned()),
-        (herald_signature::HEADER_TIMESTAMP, timestamp.to_string()),
-        (herald_signature::HEADER_SIGNATURE, signature),
-    ] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(name, value);
+    let values = [id.to_owned(), timestamp.to_string(), signature];
+    for set in names.sets() {
+        for (name, value) in set.iter().zip(&values) {
+            // Ids are ASCII by construction, signatures are base64, timestamps digits: these never fail.
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.insert(*name, value);
+            }
         }
     }
     headers
@@ -300,12 +357,31 @@ mod tests {
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
             b"{\"test\": 2432232314}",
             1614265330,
+            HeaderNames::Webhook,
         );
         let signature = headers["webhook-signature"].to_str().unwrap();
         assert!(signature.starts_with("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,"));
         assert_eq!(signature.split(' ').count(), 2);
         assert_eq!(headers["x-tenant"], "acme");
         assert_eq!(headers.get_all("webhook-signature").iter().count(), 1);
+        assert!(headers.get("svix-signature").is_none());
+    }
+
+    #[test]
+    fn svix_names_carry_the_same_values() {
+        let key = SigningKey::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let sign = |names| signed_headers(&[&key], &Headers::new(), "msg_1", b"{}", 1614265330, names);
+        let svix = sign(HeaderNames::Svix);
+        assert!(svix.get("webhook-signature").is_none());
+        let both = sign(HeaderNames::Both);
+        for (webhook, svix_name) in [
+            ("webhook-id", "svix-id"),
+            ("webhook-timestamp", "svix-timestamp"),
+            ("webhook-signature", "svix-signature"),
+        ] {
+            assert_eq!(both[webhook], both[svix_name]);
+            assert_eq!(svix[svix_name], both[svix_name]);
+        }
     }
 
     fn test_endpoint() -> Endpoint {

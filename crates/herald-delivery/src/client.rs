@@ -26,12 +26,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use bytes::Bytes;
 use herald_core::address::AddressPolicy;
 use herald_core::outcome::{AttemptResult, parse_retry_after};
+use herald_signature::HeaderNames;
 use http::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
@@ -491,6 +492,8 @@ pub struct ClientConfig {
     pub user_agent: String,
     /// An HTTP CONNECT egress proxy, `http://[user:password@]host:port`; `None` connects directly.
     pub proxy_url: Option<String>,
+    /// The names the signature headers go out under (`webhook-*`, `svix-*` or both).
+    pub signature_headers: HeaderNames,
 }
 
 impl Default for ClientConfig {
@@ -505,6 +508,7 @@ impl Default for ClientConfig {
             max_response_header_bytes: 16 * 1024,
             user_agent: format!("Herald-Webhooks/{}", env!("CARGO_PKG_VERSION")),
             proxy_url: None,
+            signature_headers: HeaderNames::Webhook,
         }
     }
 }
@@ -600,6 +604,11 @@ impl DeliveryClient {
         self.config.total_timeout
     }
 
+    /// The names every request's signature headers go out under.
+    pub fn signature_headers(&self) -> HeaderNames {
+        self.config.signature_headers
+    }
+
     /// POST `body` to `url` with `headers`, and classify what happened.
     pub async fn post(&self, url: &str, headers: HeaderMap, body: Bytes) -> Response {
         self.post_within(url, headers, body, self.config.total_timeout).await
@@ -640,7 +649,7 @@ impl DeliveryClient {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            .and_then(|v| parse_retry_after(v, herald_core::clock::now()));
         let body = read_capped(response.into_body(), self.config.max_response_bytes, deadline).await;
         finish(AttemptResult::Response { status, retry_after }, body)
     }

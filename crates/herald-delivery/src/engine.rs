@@ -33,6 +33,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
 use crate::client::DeliveryClient;
+use crate::feed_gate::FeedGate;
+use crate::metrics::{EndpointCounters, EndpointRow, EngineMetrics};
 use crate::ownership::{Changes, Owner};
 
 /// Settings of the delivery engine.
@@ -73,6 +75,16 @@ impl Default for EngineConfig {
 struct EndpointEntry {
     endpoint: Arc<Endpoint>,
     keys: Option<Arc<EndpointKeys>>,
+    /// The application's uid (else its id), for metric labels.
+    app_label: Arc<str>,
+}
+
+/// An endpoint's record as loaded: with the keys it rotated away from that still sign, and its
+/// application's label for metrics.
+struct LoadedEndpoint {
+    endpoint: Endpoint,
+    previous: Vec<PreviousSecret>,
+    app_label: String,
 }
 
 enum Event {
@@ -90,17 +102,31 @@ enum Event {
     },
     /// Boxed: an endpoint record is large and this event is rare. With the keys it rotated away from that
     /// still sign.
-    EndpointLoaded(Arc<str>, Box<(Endpoint, Vec<PreviousSecret>)>),
+    EndpointLoaded(Arc<str>, Box<LoadedEndpoint>),
     EndpointGone(Arc<str>),
     /// With a sender to answer once the engine uses the changed record (or holds nothing for it).
     EndpointChanged(String, Option<oneshot::Sender<()>>),
-    Health(String, oneshot::Sender<Option<EndpointSnapshot>>),
+    Health(String, oneshot::Sender<Option<EndpointHealth>>),
+    /// A scrape: the figures of the `top_n` oldest backlogs and every open breaker.
+    Metrics(usize, oneshot::Sender<EngineMetrics>),
+    /// The store counted an endpoint's pending deliveries (its backlog was not known).
+    BacklogCounted(Arc<str>, u64),
     /// Deliveries became pending in the store outside ingest (resend, recover, replay-missing).
     Backlog(String),
     /// Pending deliveries were cancelled in the store: (endpoint id, seq).
     Cancelled(Vec<(String, i64)>),
     /// Run an endpoint's ownership check.
     Verify(String),
+}
+
+/// What the engine knows about one endpoint, for its health block.
+#[derive(Debug, Clone)]
+pub struct EndpointHealth {
+    /// The scheduler's view: breaker, in flight, limits, queue.
+    pub snapshot: EndpointSnapshot,
+    /// The outcome classes of its last attempts on this node, oldest first (at most
+    /// [`crate::metrics::RECENT_OUTCOMES`]).
+    pub recent_outcomes: Vec<&'static str>,
 }
 
 /// A handle for telling the engine about changes made elsewhere (the API).
@@ -153,9 +179,20 @@ impl EngineHandle {
         self.default_concurrency
     }
 
+    /// The figures a scrape shows (see [`crate::metrics`]), or `None` if the engine has stopped or did
+    /// not answer in time.
+    pub async fn metrics(&self, top_n: usize) -> Option<EngineMetrics> {
+        let (reply, answer) = oneshot::channel();
+        self.events.send(Event::Metrics(top_n, reply)).ok()?;
+        tokio::time::timeout(crate::metrics::SCRAPE_TIMEOUT, answer)
+            .await
+            .ok()?
+            .ok()
+    }
+
     /// What the engine knows about an endpoint right now (breaker, in-flight requests), or `None` if it
     /// holds nothing for it (no delivery seen since start) or has stopped.
-    pub async fn endpoint_health(&self, endpoint_id: &str) -> Option<EndpointSnapshot> {
+    pub async fn endpoint_health(&self, endpoint_id: &str) -> Option<EndpointHealth> {
         let (reply, answer) = oneshot::channel();
         self.events.send(Event::Health(endpoint_id.to_owned(), reply)).ok()?;
         answer.await.ok().flatten()
@@ -182,6 +219,10 @@ pub struct Engine {
     results: mpsc::Sender<AttemptRecord>,
     /// The endpoints this node delivers for (all of them unless several nodes share the store).
     owner: Owner,
+    /// Which commit-feed batches may go straight to the queues.
+    feed_gate: FeedGate,
+    /// Attempt counters of the endpoints that had attempts, for their metrics.
+    counters: HashMap<Arc<str>, EndpointCounters>,
 }
 
 impl Engine {
@@ -194,6 +235,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<EngineHandle, StoreError> {
         let feed = store.take_commit_feed().ok_or(StoreError::Closed)?;
+        crate::metrics::register();
         let default_concurrency = config.endpoint_concurrency;
         let (events_tx, events) = mpsc::unbounded_channel();
         let (results, results_rx) = mpsc::channel(16_384);
@@ -214,16 +256,21 @@ impl Engine {
             events_tx: events_tx.clone(),
             events,
             results,
+            feed_gate: FeedGate::new(Owner::of(&store).is_shared()),
             owner: Owner::of(&store),
+            counters: HashMap::new(),
         };
+        let mut backlogs = Vec::new();
         for endpoint_id in store.endpoints_with_pending().await? {
             if !engine.owner.owns(&endpoint_id) {
                 continue;
             }
             let key: Arc<str> = Arc::from(endpoint_id.as_str());
             engine.scheduler.mark_backlog(key.clone(), engine.unloaded_limits());
-            engine.request_load(key);
+            engine.request_load(key.clone());
+            backlogs.push(key);
         }
+        engine.count_backlogs(backlogs);
         tokio::spawn(engine.run(feed));
         Ok(EngineHandle {
             events: events_tx,
@@ -404,7 +451,15 @@ impl Engine {
         }
     }
 
+    /// Deliveries this node just committed, straight from its commit feed: into the queues, unless a
+    /// lower `seq` of the same endpoints may still be on its way ([`FeedGate`]); then the endpoints read
+    /// the batch, and whatever came before it, from the store.
     fn accept_committed(&mut self, batch: Vec<PendingDelivery>) {
+        if !self.feed_gate.admits(batch.iter().map(|delivery| delivery.seq)) {
+            let endpoints: Vec<String> = batch.into_iter().map(|delivery| delivery.endpoint_id).collect();
+            self.work_arrived(endpoints);
+            return;
+        }
         let now = now_ms();
         for delivery in batch {
             if !self.owner.owns(&delivery.endpoint_id) {
@@ -449,10 +504,14 @@ impl Engine {
             let mut wait = Duration::from_millis(100);
             loop {
                 let loaded = match store.get_endpoint_by_id(&key).await {
-                    Ok(endpoint) => store
-                        .previous_secrets(&key, now_ms())
-                        .await
-                        .map(|previous| (endpoint, previous)),
+                    Ok(endpoint) => match store.previous_secrets(&key, now_ms()).await {
+                        Ok(previous) => store.get_app(&endpoint.app_id).await.map(|app| LoadedEndpoint {
+                            app_label: app.uid.unwrap_or(app.id),
+                            endpoint,
+                            previous,
+                        }),
+                        Err(error) => Err(error),
+                    },
                     Err(error) => Err(error),
                 };
                 match loaded {
@@ -490,6 +549,10 @@ impl Engine {
         let now = now_ms();
         match event {
             Event::Attempted { endpoint, outcome } => {
+                self.counters
+                    .entry(endpoint.clone())
+                    .or_default()
+                    .record(&outcome.report);
                 if let Finished::Done(job) = &outcome.finished {
                     self.cancelled.remove(&job.seq);
                 }
@@ -528,8 +591,13 @@ impl Engine {
             Event::Backlog(id) => {
                 if let Some(key) = self.key_for(&id) {
                     let limits = self.unloaded_limits();
-                    self.scheduler.mark_backlog(key, limits);
+                    self.scheduler.mark_backlog(key.clone(), limits);
+                    self.count_backlogs(vec![key]);
                 }
+            }
+            Event::BacklogCounted(key, pending) => self.scheduler.set_store_backlog(&key, pending),
+            Event::Metrics(top_n, reply) => {
+                let _ = reply.send(self.metrics(top_n, now));
             }
             Event::Cancelled(deliveries) => {
                 let mut by_endpoint: HashMap<String, HashSet<i64>> = HashMap::new();
@@ -556,7 +624,19 @@ impl Engine {
                 });
             }
             Event::Health(id, reply) => {
-                let _ = reply.send(self.scheduler.endpoint_snapshot(&Arc::from(id.as_str()), now));
+                let key: Arc<str> = Arc::from(id.as_str());
+                let health = self
+                    .scheduler
+                    .endpoint_snapshot(&key, now)
+                    .map(|snapshot| EndpointHealth {
+                        snapshot,
+                        recent_outcomes: self
+                            .counters
+                            .get(&key)
+                            .map(EndpointCounters::recent)
+                            .unwrap_or_default(),
+                    });
+                let _ = reply.send(health);
             }
             Event::EndpointLoaded(key, loaded) => {
                 if !self.load_finished(&key) {
@@ -568,7 +648,11 @@ impl Engine {
                     self.notify_applied(&key);
                     return;
                 }
-                let (endpoint, previous) = *loaded;
+                let LoadedEndpoint {
+                    endpoint,
+                    previous,
+                    app_label,
+                } = *loaded;
                 let keys = match EndpointKeys::parse(&endpoint, &previous) {
                     Ok(keys) => Some(Arc::new(keys)),
                     Err(error) => {
@@ -582,6 +666,7 @@ impl Engine {
                     EndpointEntry {
                         endpoint: Arc::new(endpoint),
                         keys,
+                        app_label: Arc::from(app_label),
                     },
                 );
                 self.scheduler.configure(key.clone(), limits, now);
@@ -592,6 +677,7 @@ impl Engine {
                 self.loading.remove(&key);
                 self.endpoints.remove(&key);
                 self.scheduler.remove_endpoint(&key);
+                self.counters.remove(&key);
                 self.removed.insert(key);
             }
             Event::EndpointChanged(id, applied) => {
@@ -626,16 +712,8 @@ impl Engine {
     /// ingest), or partitions went elsewhere.
     fn ownership_changed(&mut self, change: OwnershipEvent) {
         match change {
-            OwnershipEvent::Work(endpoints) => {
-                for id in endpoints {
-                    if !self.owner.owns(&id) {
-                        continue;
-                    }
-                    if let Some(key) = self.key_for(&id) {
-                        self.scheduler.mark_backlog(key, self.unloaded_limits());
-                    }
-                }
-            }
+            OwnershipEvent::Work(endpoints) => self.work_arrived(endpoints),
+            OwnershipEvent::Seen(seq) => self.feed_gate.watched_up_to(seq),
             OwnershipEvent::Released => {
                 // Stop scheduling them; attempts in flight finish and their results are fenced by the
                 // store. A later owner reads their deliveries back from the store.
@@ -649,9 +727,81 @@ impl Engine {
                 for key in gone {
                     self.scheduler.remove_endpoint(&key);
                     self.endpoints.remove(&key);
+                    self.counters.remove(&key);
                 }
             }
             OwnershipEvent::EndpointChanged(id) => self.handle(Event::EndpointChanged(id, None)),
+        }
+    }
+
+    /// These endpoints may have pending deliveries in the store that their queues do not hold: the ones
+    /// this node owns read their backlog from the store.
+    fn work_arrived(&mut self, endpoints: Vec<String>) {
+        let mut arrived = Vec::new();
+        let mut seen = HashSet::new();
+        for id in endpoints {
+            if !self.owner.owns(&id) || !seen.insert(id.clone()) {
+                continue;
+            }
+            if let Some(key) = self.key_for(&id) {
+                self.scheduler.mark_backlog(key.clone(), self.unloaded_limits());
+                arrived.push(key);
+            }
+        }
+        self.count_backlogs(arrived);
+    }
+
+    /// Count the pending deliveries of endpoints whose backlog in the store is unknown (one query per
+    /// endpoint, one after the other, once: the gauges are kept up to date incrementally from there).
+    fn count_backlogs(&self, keys: Vec<Arc<str>>) {
+        if keys.is_empty() {
+            return;
+        }
+        let (store, events) = (self.store.clone(), self.events_tx.clone());
+        tokio::spawn(async move {
+            for key in keys {
+                match store.endpoint_backlog(&key).await {
+                    Ok(backlog) => {
+                        let _ = events.send(Event::BacklogCounted(key, backlog.pending));
+                    }
+                    Err(error) => tracing::debug!(%error, endpoint = %key, "counting the backlog failed"),
+                }
+            }
+        });
+    }
+
+    /// The figures of a scrape: one pass over the scheduler's endpoints.
+    fn metrics(&self, top_n: usize, now: i64) -> EngineMetrics {
+        let (keys, gauges): (Vec<&Arc<str>>, Vec<_>) = self.scheduler.endpoint_gauges(now).unzip();
+        let (listed, unlisted) = crate::metrics::select(&gauges, top_n);
+        let listed = listed
+            .into_iter()
+            .map(|index| {
+                let key = keys[index];
+                let (app, endpoint) = match self.endpoints.get(key) {
+                    Some(entry) => (
+                        entry.app_label.to_string(),
+                        entry.endpoint.uid.clone().unwrap_or_else(|| key.to_string()),
+                    ),
+                    // Not loaded yet: the id is all there is.
+                    None => (String::new(), key.to_string()),
+                };
+                EndpointRow {
+                    app,
+                    endpoint,
+                    gauges: gauges[index],
+                    counters: self.counters.get(key).cloned().unwrap_or_default(),
+                }
+            })
+            .collect();
+        EngineMetrics {
+            now,
+            listed,
+            unlisted,
+            endpoints: gauges.len() as u64,
+            ready_endpoints: self.scheduler.ready_endpoints() as u64,
+            in_flight: self.scheduler.total_in_flight(),
+            pending: gauges.iter().map(|g| g.pending).sum(),
         }
     }
 

@@ -94,7 +94,14 @@ async fn deliver(
         // Signed per attempt: the timestamp is part of the signature and must be fresh.
         // Operational webhooks are signed like endpoints (HMAC), with no custom headers.
         let key = herald_signature::SigningKey::from(config.secret.clone());
-        let headers = signed_headers(&[&key], &Default::default(), &id, &body, now_ms() / 1000);
+        let headers = signed_headers(
+            &[&key],
+            &Default::default(),
+            &id,
+            &body,
+            now_ms() / 1000,
+            client.signature_headers(),
+        );
         let response = client.post(&config.url, headers, body.clone()).await;
         let class = OutcomeClass::of(&response.result);
         if class == OutcomeClass::Success {

@@ -18,6 +18,11 @@ impl Owner {
         Self(store.ownership())
     }
 
+    /// Whether several nodes share the store (so deliveries also arrive from other nodes' ingest).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.0.is_some()
+    }
+
     pub(crate) fn owns(&self, endpoint_id: &str) -> bool {
         self.0.as_ref().is_none_or(|ownership| ownership.owns(endpoint_id))
     }

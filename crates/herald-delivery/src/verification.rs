@@ -74,7 +74,14 @@ async fn challenge(client: &DeliveryClient, endpoint: &Endpoint) -> Result<(), S
     let payload = format!(r#"{{"type":"webhook.verification","challenge":"{token}"}}"#);
     let id = new_id(IdKind::Message);
     // Signed with the current key only: the challenge proves the receiver holds it.
-    let headers = signed_headers(&[&key], &endpoint.headers, &id, payload.as_bytes(), now_ms() / 1000);
+    let headers = signed_headers(
+        &[&key],
+        &endpoint.headers,
+        &id,
+        payload.as_bytes(),
+        now_ms() / 1000,
+        client.signature_headers(),
+    );
     let response = client.post(&endpoint.url, headers, bytes::Bytes::from(payload)).await;
     match response.result {
         AttemptResult::Response { status, .. } if (200..300).contains(&status) => {

@@ -2,7 +2,7 @@
 //! answers, a connection may only be offered addresses the policy allows, and an answer containing any denied
 //! address yields none at all. No sockets: this only resolves (with a scripted resolver) and checks.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

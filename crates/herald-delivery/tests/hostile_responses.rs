@@ -3,7 +3,7 @@
 //! "the client stopped reading" is observed at the other end of a real socket, not inferred from what the
 //! client kept.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::net::SocketAddr;

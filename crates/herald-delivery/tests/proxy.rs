@@ -4,7 +4,7 @@
 //! refuses anything else (a name, or a non-loopback address) without dialling, so even a broken client could
 //! not make it send traffic off the machine.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

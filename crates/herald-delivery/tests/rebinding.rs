@@ -11,11 +11,11 @@
 //! scripted resolver gives is a loopback address, so whatever the client does, it can only ever connect to this
 //! machine, and every mistake is counted by a listener.
 //!
-//! The section-B addresses of `shared/vectors/ssrf-urls.txt` (10.0.0.5, 169.254.169.254, …) are not loopback,
+//! The section-B addresses of `tests/vectors/ssrf-urls.txt` (10.0.0.5, 169.254.169.254, …) are not loopback,
 //! so they go through [`checked_addresses`] only: the very function the connector calls before connecting, which
 //! resolves and vets but opens no socket. A bug there fails an assertion and cannot reach the network.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -195,7 +195,7 @@ async fn a_blocked_reason_never_contains_what_the_target_said() {
 
 /// Section B of the shared vectors: each URL's host, as a resolver answer.
 fn section_b_addresses() -> Vec<(String, IpAddr)> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/ssrf-urls.txt");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/ssrf-urls.txt");
     let text = std::fs::read_to_string(path).expect("read ssrf-urls.txt");
     let mut section = "";
     let mut found = Vec::new();

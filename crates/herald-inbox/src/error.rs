@@ -73,14 +73,22 @@ impl HttpError {
         )
     }
 
-    /// 503: the store failed. The error is logged, not shown.
+    /// 503: the store failed (`storage_full` when it is full, `store_unavailable` otherwise). The error
+    /// is logged, not shown.
     pub fn store(error: &StoreError) -> Self {
         tracing::error!(%error, "inbox store failure");
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            "the store is unavailable; retry later",
-        )
+        match error.fault() {
+            Some(herald_store::custody::Fault::Full) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_full",
+                "the inbox's disk is full; nothing was stored, retry later",
+            ),
+            _ => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the store is unavailable; retry later",
+            ),
+        }
     }
 }
 

@@ -243,14 +243,14 @@ impl Forwarder {
             .await
         {
             Ok(true) => match &outcome {
-                Outcome::Forwarded { .. } => self.metrics.forwarded(),
-                Outcome::Stale { .. } => self.metrics.stale(),
+                Outcome::Forwarded { .. } => self.metrics.forwarded(&event.source),
+                Outcome::Stale { .. } => self.metrics.stale(&event.source),
                 Outcome::Retry { error, .. } => {
-                    self.metrics.forward_failed(false);
+                    self.metrics.forward_failed(&event.source, false);
                     tracing::debug!(id = %event.id, %error, attempts, "forward failed; will retry");
                 }
                 Outcome::Dead { error } => {
-                    self.metrics.forward_failed(true);
+                    self.metrics.forward_failed(&event.source, true);
                     tracing::warn!(id = %event.id, source = %event.source, %error, attempts, "event is dead: every attempt failed");
                 }
             },

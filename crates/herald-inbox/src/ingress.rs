@@ -60,13 +60,20 @@ pub(crate) async fn receive(
         .clone();
     let body = read_capped(body, state.max_body_bytes).await.inspect_err(|e| {
         if e.code == "payload_too_large" {
-            state.metrics.too_large();
+            state.metrics.too_large(&source.name);
         }
     })?;
 
     let now = herald_core::clock::now_ms() / 1000;
+    if let Some(timestamp) = headers
+        .get(herald_signature::HEADER_TIMESTAMP)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    {
+        state.metrics.clock_skew(&source.name, timestamp, now);
+    }
     if let Err(reason) = source.verifier.verify(&headers, &body, now) {
-        state.metrics.rejected(&reason);
+        state.metrics.rejected(&source.name, &reason);
         // Debug, not info: a flood of forgeries must not flood the logs too (the counters keep the tally).
         tracing::debug!(source = %source.name, %reason, "rejected an unverified request");
         return Err(HttpError::unverified());
@@ -78,7 +85,7 @@ pub(crate) async fn receive(
         tracing::warn!(source = %source.name, event_id = %event.event_id, %problem, "stored a verified event as bad_input");
     }
     let inserted = state.store.insert(event).await?;
-    state.metrics.stored(inserted.duplicate, bad_input);
+    state.metrics.stored(&source.name, inserted.duplicate, bad_input);
     if !inserted.duplicate && !bad_input {
         state.wake.notify_one();
     }

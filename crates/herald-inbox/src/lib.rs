@@ -122,6 +122,12 @@ impl Inbox {
             metrics: state.metrics.clone(),
         };
         let (stop, stopped) = watch::channel(false);
+        state.metrics.register(&config.sources);
+        tokio::spawn(metrics::watch_backlog(
+            state.store.clone(),
+            state.sources.clone(),
+            stopped.clone(),
+        ));
         let forwarder = tokio::spawn(forwarder.run(stopped));
         Ok(Self { state, stop, forwarder })
     }

@@ -1,8 +1,43 @@
-//! Counters of what the inbox did, for operators (`GET /api/v1/inbox/stats`) and the logs.
+//! Counters of what the inbox did, for operators: the process totals of `GET /api/v1/inbox/stats`
+//! (plain atomics), and the same per source as Prometheus series through the `metrics` facade (label
+//! `source`: only configured sources, so the set is bounded), with the backlog gauges and the clock skew.
 //!
-//! Plain atomics: the hot path adds one relaxed increment, and nothing here needs an exporter.
+//! The backlog gauges (`herald_inbox_pending`, `herald_inbox_oldest_pending_age_seconds`) are refreshed
+//! every [`BACKLOG_REFRESH`] by [`watch_backlog`] from the store — one capped count and one index probe per
+//! source, whatever the scrape rate — so every process sharing a PostgreSQL database reports the same
+//! backlog, whichever of them forwards.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::Source;
+use crate::store::SharedInboxStore;
+
+/// Requests to a source by `result` (`accepted`, `duplicate`, `rejected`, `too_large`).
+pub const REQUESTS: &str = "herald_inbox_requests_total";
+/// Requests refused by `reason` (`bad_signature`, `stale_timestamp`, `malformed_header`, `too_large`).
+pub const REJECTED: &str = "herald_inbox_rejected_total";
+/// Verified events stored as `bad_input`.
+pub const BAD_INPUT: &str = "herald_inbox_bad_input_total";
+/// Forward attempts by `outcome` (`forwarded`, `failed`).
+pub const FORWARDS: &str = "herald_inbox_forward_attempts_total";
+/// Events that exhausted the forwarding schedule.
+pub const DEAD: &str = "herald_inbox_dead_total";
+/// Events the version guard skipped as stale.
+pub const STALE: &str = "herald_inbox_stale_total";
+/// Pending events of a source (counted up to `Pending::COUNT_CAP`).
+pub const PENDING: &str = "herald_inbox_pending";
+/// Age of a source's oldest pending (unforwarded) event.
+pub const OLDEST_PENDING_AGE: &str = "herald_inbox_oldest_pending_age_seconds";
+/// `|receipt − webhook-timestamp|` by `direction` (`behind`: the timestamp is in the past, `ahead`).
+pub const CLOCK_SKEW: &str = "herald_inbox_clock_skew_seconds";
+
+/// How often the backlog gauges are refreshed from the store.
+pub const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
 
 use herald_signature::VerifyError;
 use serde::Serialize;
@@ -64,21 +99,61 @@ fn bump(counter: &AtomicU64) {
 }
 
 impl Metrics {
+    /// Start every source's series at zero, so that rates and increases see their first events.
+    pub fn register(&self, sources: &[Arc<Source>]) {
+        for source in sources {
+            let name = source.name.clone();
+            for result in ["accepted", "duplicate", "rejected", "too_large"] {
+                metrics::counter!(REQUESTS, "source" => name.clone(), "result" => result).absolute(0);
+            }
+            for reason in ["bad_signature", "stale_timestamp", "malformed_header", "too_large"] {
+                metrics::counter!(REJECTED, "source" => name.clone(), "reason" => reason).absolute(0);
+            }
+            for outcome in ["forwarded", "failed"] {
+                metrics::counter!(FORWARDS, "source" => name.clone(), "outcome" => outcome).absolute(0);
+            }
+            for name_of in [BAD_INPUT, DEAD, STALE] {
+                metrics::counter!(name_of, "source" => name.clone()).absolute(0);
+            }
+        }
+    }
+
     /// A verified request was stored (`duplicate`: it already was).
-    pub fn stored(&self, duplicate: bool, bad_input: bool) {
+    pub fn stored(&self, source: &str, duplicate: bool, bad_input: bool) {
         bump(if duplicate { &self.duplicates } else { &self.accepted });
+        let result = if duplicate { "duplicate" } else { "accepted" };
+        metrics::counter!(REQUESTS, "source" => source.to_owned(), "result" => result).increment(1);
         if bad_input && !duplicate {
             bump(&self.bad_input);
+            metrics::counter!(BAD_INPUT, "source" => source.to_owned()).increment(1);
         }
     }
 
     /// A request was refused with 413.
-    pub fn too_large(&self) {
+    pub fn too_large(&self, source: &str) {
         bump(&self.too_large);
+        metrics::counter!(REQUESTS, "source" => source.to_owned(), "result" => "too_large").increment(1);
+        metrics::counter!(REJECTED, "source" => source.to_owned(), "reason" => "too_large").increment(1);
+    }
+
+    /// How far a request's `webhook-timestamp` (Unix seconds) is from its receipt at `now` (Unix seconds).
+    pub fn clock_skew(&self, source: &str, timestamp: i64, now: i64) {
+        let direction = if timestamp <= now { "behind" } else { "ahead" };
+        metrics::histogram!(CLOCK_SKEW, "source" => source.to_owned(), "direction" => direction)
+            .record(now.abs_diff(timestamp) as f64);
     }
 
     /// A request failed verification.
-    pub fn rejected(&self, reason: &VerifyError) {
+    pub fn rejected(&self, source: &str, reason: &VerifyError) {
+        let label = match reason {
+            VerifyError::TooOld | VerifyError::TooNew => "stale_timestamp",
+            VerifyError::MissingHeader(_) | VerifyError::BadTimestamp | VerifyError::MalformedSignatureHeader => {
+                "malformed_header"
+            }
+            _ => "bad_signature",
+        };
+        metrics::counter!(REQUESTS, "source" => source.to_owned(), "result" => "rejected").increment(1);
+        metrics::counter!(REJECTED, "source" => source.to_owned(), "reason" => label).increment(1);
         bump(match reason {
             VerifyError::MissingHeader(_) => &self.rejected_missing_header,
             VerifyError::BadTimestamp => &self.rejected_bad_timestamp,
@@ -89,21 +164,25 @@ impl Metrics {
     }
 
     /// The handler accepted an event.
-    pub fn forwarded(&self) {
+    pub fn forwarded(&self, source: &str) {
         bump(&self.forwarded);
+        metrics::counter!(FORWARDS, "source" => source.to_owned(), "outcome" => "forwarded").increment(1);
     }
 
     /// A forwarding attempt failed (`dead`: it was the last).
-    pub fn forward_failed(&self, dead: bool) {
+    pub fn forward_failed(&self, source: &str, dead: bool) {
         bump(&self.forward_failures);
+        metrics::counter!(FORWARDS, "source" => source.to_owned(), "outcome" => "failed").increment(1);
         if dead {
             bump(&self.dead);
+            metrics::counter!(DEAD, "source" => source.to_owned()).increment(1);
         }
     }
 
     /// The version guard skipped an event.
-    pub fn stale(&self) {
+    pub fn stale(&self, source: &str) {
         bump(&self.stale);
+        metrics::counter!(STALE, "source" => source.to_owned()).increment(1);
     }
 
     /// The counters now.
@@ -134,6 +213,33 @@ impl Metrics {
             forward_failures: get(&self.forward_failures),
             stale: get(&self.stale),
             dead: get(&self.dead),
+        }
+    }
+}
+
+/// Refresh every source's backlog gauges every [`BACKLOG_REFRESH`] until `stopped` turns true.
+pub(crate) async fn watch_backlog(
+    store: SharedInboxStore,
+    sources: Arc<HashMap<String, Arc<Source>>>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let now = herald_core::clock::now_ms();
+        for name in sources.keys() {
+            match store.pending_of(name).await {
+                Ok(pending) => {
+                    metrics::gauge!(PENDING, "source" => name.clone()).set(pending.count as f64);
+                    let age = pending
+                        .oldest_received_at
+                        .map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
+                    metrics::gauge!(OLDEST_PENDING_AGE, "source" => name.clone()).set(age);
+                }
+                Err(error) => tracing::debug!(%error, source = %name, "reading the inbox backlog failed"),
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(BACKLOG_REFRESH) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
 }

@@ -28,21 +28,48 @@ pub(crate) fn routes(state: InboxState) -> Router {
         .with_state(state)
 }
 
-/// Everything, standalone: [`routes`] plus `GET /api/v1/health` and a JSON 404 for other paths.
+/// Everything, standalone: [`routes`] plus `GET /api/v1/health`, `GET /metrics` (the process's
+/// Prometheus series, admin token; inside `herald serve` the sender's `/metrics` shows them) and a JSON
+/// 404 for other paths.
 pub(crate) fn standalone(state: InboxState) -> Router {
+    let scrape = Router::new()
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admin::require_admin));
     routes(state.clone())
-        .merge(Router::new().route("/api/v1/health", get(health)).with_state(state))
+        .merge(
+            Router::new()
+                .route("/api/v1/health", get(health))
+                .merge(scrape)
+                .with_state(state),
+        )
         .fallback(not_found)
+}
+
+async fn metrics() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        herald_telemetry::registry::render(),
+    )
 }
 
 /// `GET /api/v1/health`: whether the inbox and its store answer (same shape as `herald serve`'s).
 async fn health(State(state): State<InboxState>) -> (StatusCode, axum::Json<Value>) {
     match state.store.ping().await {
         Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ok", "database": "ok"}))),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "unavailable", "database": "unreachable"})),
-        ),
+        Err(error) => {
+            // `full` while writes fail for lack of space, as on `herald serve`.
+            let database = match error.fault() {
+                Some(herald_store::custody::Fault::Full) => "full",
+                _ => "unreachable",
+            };
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({"status": "unavailable", "database": database})),
+            )
+        }
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use herald_store::custody::Fault;
 
 /// What became of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -219,9 +220,48 @@ pub enum StoreError {
     /// A group commit failed as a whole.
     #[error("commit failed: {0}")]
     Batch(String),
+    /// A group commit failed because the storage is full: nothing of it was stored.
+    #[error("storage full: {0}")]
+    StorageFull(String),
     /// The version guard's mark of this resource (`source/key`) kept changing under concurrent writers.
     #[error("the version mark of {0} kept changing; try again")]
     Contended(String),
+}
+
+impl StoreError {
+    /// The storage fault behind this error, if it is one (see [`herald_store::custody`]).
+    pub fn fault(&self) -> Option<Fault> {
+        match self {
+            StoreError::Database(error) => herald_store::custody::fault_of(error),
+            StoreError::StorageFull(_) => Some(Fault::Full),
+            StoreError::Batch(_) | StoreError::Closed => Some(Fault::Unavailable),
+            _ => None,
+        }
+    }
+
+    /// The error every request of a failed group commit gets.
+    pub(crate) fn shared_by_batch(&self) -> StoreError {
+        match self.fault() {
+            Some(Fault::Full) => StoreError::StorageFull(self.to_string()),
+            _ => StoreError::Batch(self.to_string()),
+        }
+    }
+}
+
+/// A source's pending events, for its metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pending {
+    /// How many, counted up to [`Pending::COUNT_CAP`].
+    pub count: u64,
+    /// More than the cap wait: `count` is a lower bound.
+    pub capped: bool,
+    /// When the oldest of them was received (Unix ms).
+    pub oldest_received_at: Option<i64>,
+}
+
+impl Pending {
+    /// The most pending events counted exactly (the count walks the source's pending index).
+    pub const COUNT_CAP: u64 = 100_000;
 }
 
 /// Shorthand.
@@ -262,6 +302,9 @@ pub trait InboxStore: Send + Sync {
     /// Make every event of `source` received in `[since, until)` (Unix ms) pending again, due now.
     /// Returns how many.
     async fn replay_window(&self, source: &str, since: i64, until: i64, now: i64) -> StoreResult<u64>;
+
+    /// A source's pending events: how many (capped) and when the oldest was received.
+    async fn pending_of(&self, source: &str) -> StoreResult<Pending>;
 
     /// Whether the store answers.
     async fn ping(&self) -> StoreResult<()>;

@@ -10,12 +10,16 @@ use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use herald_core::breaker::BreakerConfig;
 use herald_core::retry::{RetrySchedule, parse_duration};
+use herald_edge::{EdgeConfig, Limits};
+use herald_relay::RelaySection;
+use herald_signature::HeaderNames;
 use herald_store::SecretCipher;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// Every setting of `herald serve`, as read from the file and overrides (strings where humans write them).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `Debug` masks passwords and hides secrets (see `redacted_debug`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address to listen on.
@@ -56,12 +60,21 @@ pub struct Config {
     pub allow_ports: String,
     /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port`; empty connects directly.
     pub proxy_url: String,
+    /// Names of the signature headers on deliveries: `webhook` (Standard Webhooks, the default), `svix`
+    /// (`svix-id`, `svix-timestamp`, `svix-signature`, as Svix sends them) or `both`, with the same values.
+    pub signature_headers: String,
     /// The key endpoint secrets are encrypted with at rest: base64 of 32 bytes. When unset, one is
     /// generated at first start and kept in a file next to the SQLite database (`<database>.key`); required
     /// with PostgreSQL (every node must use the same key).
     pub secret_key: Option<String>,
     /// PostgreSQL: how long a node's partition leases last without renewal (the fail-over bound).
     pub lease_ttl: String,
+    /// PostgreSQL: the longest a request waits for a database connection before it is answered 503
+    /// (a message waits for its group commit at most this plus `database_statement_timeout`), e.g. `1s`.
+    pub database_timeout: String,
+    /// PostgreSQL: every session's `statement_timeout` and `lock_timeout`, and the client-side bound of a
+    /// write transaction (plus `database_timeout`), e.g. `5s`.
+    pub database_statement_timeout: String,
     /// Attempts older than this are deleted by the retention job, e.g. `30d`.
     pub retention: String,
     /// How often the retention job runs, e.g. `1h`.
@@ -70,10 +83,51 @@ pub struct Config {
     pub operational_webhook_url: String,
     /// The `whsec_…` key operational webhooks are signed with (required with the URL).
     pub operational_webhook_secret: Option<String>,
+    /// The base URL users reach Herald at (e.g. `https://webhooks.example.com`): portal links are built on
+    /// it. Empty: from each request's `Host`, over http.
+    pub public_url: String,
+    /// Origins allowed to embed the dashboard in an `<iframe>` (tenant portal), comma-separated
+    /// `scheme://host[:port]`; empty: none.
+    pub dashboard_frame_ancestors: String,
+    /// Also run the inbox in this process with this inbox configuration file (`herald serve --inbox`).
+    pub inbox: Option<String>,
+    /// The store of that inbox (default: see `herald serve --help`).
+    pub inbox_database_url: Option<String>,
+    /// The inbox's forwarding retry schedule, overriding its file's `retry_schedule`.
+    pub inbox_retry_schedule: Option<String>,
+    /// A second address serving only `GET /metrics`, without a token (e.g. `127.0.0.1:9040`); empty:
+    /// none (`/metrics` on the API port always answers, with the admin token).
+    pub metrics_listen: String,
+    /// How many endpoints with the oldest pending delivery a scrape lists one by one (besides every
+    /// endpoint whose breaker is open); the others are summed.
+    pub metrics_top_endpoints: usize,
+    /// `text` or `json` (one JSON object per line, with the ids of the enclosing span).
+    pub log_format: String,
+    /// An OpenTelemetry collector's OTLP/HTTP base URL (e.g. `http://127.0.0.1:4318`) to send traces to;
+    /// empty: no traces.
+    pub otlp_endpoint: String,
+    /// The HTTP edge (see [`EdgeConfig`] and docs/edge.md): time for a request's line and headers.
+    pub header_read_timeout: String,
+    /// Idle time allowed between requests on a connection.
+    pub keep_alive_timeout: String,
+    /// Time for a request body to arrive.
+    pub request_body_timeout: String,
+    /// Time for a client to read a response.
+    pub response_write_timeout: String,
+    /// Open client connections at most.
+    pub max_connections: usize,
+    /// Request bodies received at once at most.
+    pub max_request_bodies: usize,
+    /// Response bytes waiting for clients to read them at most.
+    pub max_unread_response_bytes: u64,
+    /// Transactional-outbox relays run inside this node (`[[relay]]` sections; see docs/outbox.md): each
+    /// publishes a producer's outbox table, by default to this node with the admin token.
+    pub relay: Vec<RelaySection>,
 }
 
 impl Default for Config {
     fn default() -> Self {
+        let edge = EdgeConfig::default();
         Self {
             listen: "127.0.0.1:8040".to_owned(),
             database_url: "sqlite://./herald.db".to_owned(),
@@ -94,12 +148,32 @@ impl Default for Config {
             max_request_timeout: "60s".to_owned(),
             allow_ports: String::new(),
             proxy_url: String::new(),
+            signature_headers: HeaderNames::default().to_string(),
             secret_key: None,
             lease_ttl: "10s".to_owned(),
+            database_timeout: "1s".to_owned(),
+            database_statement_timeout: "5s".to_owned(),
             retention: "30d".to_owned(),
             retention_interval: "1h".to_owned(),
             operational_webhook_url: String::new(),
             operational_webhook_secret: None,
+            public_url: String::new(),
+            dashboard_frame_ancestors: String::new(),
+            inbox: None,
+            inbox_database_url: None,
+            inbox_retry_schedule: None,
+            metrics_listen: String::new(),
+            metrics_top_endpoints: herald_api::state::DEFAULT_METRICS_TOP_ENDPOINTS,
+            log_format: "text".to_owned(),
+            otlp_endpoint: String::new(),
+            header_read_timeout: edge.header_read_timeout,
+            keep_alive_timeout: edge.keep_alive_timeout,
+            request_body_timeout: edge.request_body_timeout,
+            response_write_timeout: edge.response_write_timeout,
+            max_connections: edge.max_connections,
+            max_request_bodies: edge.max_request_bodies,
+            max_unread_response_bytes: edge.max_unread_response_bytes,
+            relay: Vec::new(),
         }
     }
 }
@@ -107,8 +181,8 @@ impl Default for Config {
 /// The loopback ranges `--dev` opens.
 const DEV_CIDRS: [&str; 2] = ["127.0.0.0/8", "::1/128"];
 
-/// Settings after parsing and checking.
-#[derive(Debug, Clone)]
+/// Settings after parsing and checking. `Debug` masks passwords and hides secrets.
+#[derive(Clone)]
 pub struct Settings {
     /// Address to listen on.
     pub listen: SocketAddr,
@@ -144,8 +218,12 @@ pub struct Settings {
     pub allow_ports: Vec<u16>,
     /// Egress proxy for deliveries, if any.
     pub proxy_url: Option<String>,
+    /// The names of the signature headers on deliveries.
+    pub signature_headers: HeaderNames,
     /// Partition lease time (PostgreSQL).
     pub lease_ttl: Duration,
+    /// How long PostgreSQL may keep a request waiting (see [`herald_store::custody::DatabaseTimeouts`]).
+    pub database_timeouts: herald_store::custody::DatabaseTimeouts,
     /// Attempts older than this are deleted.
     pub retention: Duration,
     /// How often the retention job runs.
@@ -154,10 +232,38 @@ pub struct Settings {
     pub operational_webhook: Option<OperationalWebhook>,
     /// Where the key encrypting endpoint secrets comes from.
     pub secret_key: SecretKeySource,
+    /// The tenant portal: the public URL of its links and who may embed the dashboard.
+    pub portal: herald_api::Portal,
+    /// The address serving `/metrics` without a token, if any.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Endpoints with the oldest backlogs listed per scrape.
+    pub metrics_top_endpoints: usize,
+    /// How logs are written.
+    pub log_format: herald_telemetry::LogFormat,
+    /// Where traces go, if anywhere.
+    pub trace_export: Option<herald_telemetry::TraceExport>,
+    /// The inbox to run in this process, if any.
+    pub inbox: Option<InboxFile>,
+    /// The HTTP edge's timeouts and caps.
+    pub edge: Limits,
+    /// The `[[relay]]` sections, checked (an empty `herald` or `token` is filled in at start: this node,
+    /// the admin token).
+    pub relays: Vec<RelaySection>,
+}
+
+/// `herald serve --inbox`: the inbox configuration to run beside the sender, as configured.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InboxFile {
+    /// The inbox's TOML file.
+    pub path: PathBuf,
+    /// Its store, when configured.
+    pub database_url: Option<String>,
+    /// Its forwarding schedule, when configured.
+    pub retry_schedule: Option<String>,
 }
 
 /// Where operational events are pushed.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OperationalWebhook {
     /// The receiver's URL (checked against the address policy like any endpoint).
     pub url: String,
@@ -227,7 +333,7 @@ impl Config {
         figment
             .merge(Serialized::defaults(overrides))
             .extract()
-            .context("invalid configuration")
+            .map_err(explain)
     }
 
     /// Parse and check every value.
@@ -244,10 +350,17 @@ impl Config {
         if !self.database_url.starts_with("sqlite:") && !herald_store::is_postgres_url(&self.database_url) {
             bail!(
                 "database_url: {:?} is not supported; use sqlite://PATH or postgres://USER@HOST/DATABASE",
-                self.database_url
+                crate::redact(&self.database_url)
             );
         }
         let lease_ttl = parse_duration(&self.lease_ttl).context("lease_ttl")?;
+        let database_timeouts = herald_store::custody::DatabaseTimeouts {
+            acquire: parse_duration(&self.database_timeout).context("database_timeout")?,
+            statement: parse_duration(&self.database_statement_timeout).context("database_statement_timeout")?,
+        };
+        if database_timeouts.acquire.is_zero() || database_timeouts.statement.is_zero() {
+            bail!("database_timeout and database_statement_timeout must be more than 0");
+        }
         if lease_ttl < Duration::from_secs(1) {
             bail!("lease_ttl must be at least 1s");
         }
@@ -301,7 +414,65 @@ impl Config {
                 })
             }
         };
+        let portal = herald_api::Portal {
+            public_url: parse_public_url(&self.public_url)?,
+            frame_ancestors: parse_origins(&self.dashboard_frame_ancestors)?,
+        };
+        let inbox = self.inbox.filter(|p| !p.trim().is_empty()).map(|path| InboxFile {
+            path: PathBuf::from(path),
+            database_url: self.inbox_database_url.filter(|u| !u.is_empty()),
+            retry_schedule: self.inbox_retry_schedule.filter(|s| !s.is_empty()),
+        });
+        let metrics_listen = match self.metrics_listen.trim() {
+            "" => None,
+            text => Some(
+                text.parse()
+                    .with_context(|| format!("metrics_listen: {text:?} is not an address:port"))?,
+            ),
+        };
+        let log_format = self.log_format.parse().context("log_format")?;
+        let trace_export = match self.otlp_endpoint.trim() {
+            "" => None,
+            text => {
+                let url = url::Url::parse(text)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+                    .with_context(|| {
+                        format!(
+                            "otlp_endpoint: {:?} is not an http(s) URL, e.g. http://127.0.0.1:4318",
+                            crate::redact(text)
+                        )
+                    })?;
+                Some(herald_telemetry::TraceExport::new(
+                    url.as_str().trim_end_matches('/'),
+                    "herald",
+                ))
+            }
+        };
+        let edge = EdgeConfig {
+            header_read_timeout: self.header_read_timeout,
+            keep_alive_timeout: self.keep_alive_timeout,
+            request_body_timeout: self.request_body_timeout,
+            response_write_timeout: self.response_write_timeout,
+            max_connections: self.max_connections,
+            max_request_bodies: self.max_request_bodies,
+            max_unread_response_bytes: self.max_unread_response_bytes,
+        }
+        .limits()?;
+        for section in &self.relay {
+            // Checked now with this node standing in for an empty `herald`/`token`, so that a typo fails
+            // the start rather than a relay later.
+            section
+                .for_node("http://127.0.0.1:8040", Some("-"))
+                .check()
+                .context("[[relay]]")?;
+        }
         Ok(Settings {
+            relays: self.relay,
+            metrics_listen,
+            metrics_top_endpoints: self.metrics_top_endpoints,
+            log_format,
+            trace_export,
             listen,
             database_url: self.database_url,
             admin_token: self.admin_token.filter(|t| !t.is_empty()),
@@ -319,13 +490,136 @@ impl Config {
             max_request_timeout: parse_duration(&self.max_request_timeout).context("max_request_timeout")?,
             allow_ports: parse_ports(&self.allow_ports)?,
             proxy_url: Some(self.proxy_url.trim().to_owned()).filter(|u| !u.is_empty()),
+            signature_headers: self.signature_headers.parse().context("signature_headers")?,
             secret_key,
             lease_ttl,
+            database_timeouts,
             retention,
             retention_interval,
             operational_webhook,
+            portal,
+            inbox,
+            edge,
         })
     }
+}
+
+/// The form each key takes, in words with an example, for errors about a value of the wrong type.
+fn expected_form(key: &str) -> String {
+    let example = match key {
+        "max_payload_bytes"
+        | "endpoint_concurrency"
+        | "max_in_flight"
+        | "breaker_threshold"
+        | "metrics_top_endpoints"
+        | "max_connections"
+        | "max_request_bodies"
+        | "max_unread_response_bytes" => {
+            return format!("a whole number, e.g. {key} = 10");
+        }
+        "allow_http" | "dev" => return format!("true or false, e.g. {key} = true"),
+        "retry_schedule" | "inbox_retry_schedule" => "\"5s,1m,5m\" (durations in ms, s, m, h or d, comma-separated)",
+        "breaker_cooldown"
+        | "breaker_max_cooldown"
+        | "disable_after"
+        | "connect_timeout"
+        | "request_timeout"
+        | "max_request_timeout"
+        | "lease_ttl"
+        | "database_timeout"
+        | "database_statement_timeout"
+        | "retention"
+        | "retention_interval"
+        | "header_read_timeout"
+        | "keep_alive_timeout"
+        | "request_body_timeout"
+        | "response_write_timeout" => "\"30s\" (a number and a unit: ms, s, m, h or d)",
+        "listen" => "\"127.0.0.1:8040\"",
+        "database_url" => "\"sqlite://./herald.db\" or \"postgres://user@host/db\"",
+        "allow_private_cidrs" => "\"10.0.0.0/8, 127.0.0.1\"",
+        "allow_ports" => "\"443,8443\"",
+        "public_url" => "\"https://webhooks.example.com\"",
+        "dashboard_frame_ancestors" => "\"https://portal.example.com\"",
+        "inbox" => "\"inbox.toml\"",
+        "metrics_listen" => "\"127.0.0.1:9040\"",
+        "log_format" => "\"json\" (or \"text\")",
+        "otlp_endpoint" => "\"http://127.0.0.1:4318\"",
+        _ => "\"…\"",
+    };
+    format!("a string in quotes, e.g. {key} = {example}")
+}
+
+/// A configuration error in plain words: which key (and where it was set), what form it takes, and what
+/// was found instead.
+fn explain(error: figment::Error) -> anyhow::Error {
+    use figment::error::Kind;
+    let lines: Vec<String> = error
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let from = e
+                .metadata
+                .as_ref()
+                .map(|m| match &m.source {
+                    Some(source) => format!(" (in {source})"),
+                    None => format!(" (from {})", m.name),
+                })
+                .unwrap_or_default();
+            match &e.kind {
+                Kind::UnknownField(field, _) => format!(
+                    "{field}{from}: not a setting of herald serve; the keys are the flags of `herald serve --help` in \
+                     snake_case, e.g. retry_schedule"
+                ),
+                Kind::InvalidType(found, _) => {
+                    format!("{key}{from}: expected {}, found {found}", expected_form(&key))
+                }
+                Kind::InvalidValue(found, _) => {
+                    format!("{key}{from}: expected {}, found {found}", expected_form(&key))
+                }
+                other => format!("{key}{from}: {other}"),
+            }
+        })
+        .collect();
+    anyhow::anyhow!("invalid configuration: {}", lines.join("; "))
+}
+
+/// The public base URL: absolute http(s), nothing after the host but an optional path prefix.
+fn parse_public_url(text: &str) -> anyhow::Result<Option<String>> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let form = "an absolute http(s) URL such as https://webhooks.example.com";
+    let url = url::Url::parse(text).with_context(|| format!("public_url: {:?} is not {form}", crate::redact(text)))?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.host().is_none()
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        bail!(
+            "public_url: {:?} is not {form} (no query or fragment)",
+            crate::redact(text)
+        );
+    }
+    Ok(Some(url.as_str().trim_end_matches('/').to_owned()))
+}
+
+/// Origins for `frame-ancestors`: each `scheme://host[:port]`, rewritten in canonical form so nothing else
+/// can reach the header.
+fn parse_origins(list: &str) -> anyhow::Result<Vec<String>> {
+    list.split([',', ' '])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            let form = "an origin such as https://portal.example.com (scheme, host and optional port, no path)";
+            let url = url::Url::parse(item)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.path() == "/")
+                .filter(|u| u.query().is_none() && u.fragment().is_none() && u.username().is_empty())
+                .with_context(|| format!("dashboard_frame_ancestors: {item:?} is not {form}"))?;
+            Ok(url.origin().ascii_serialization())
+        })
+        .collect()
 }
 
 fn parse_cidrs(list: &str) -> anyhow::Result<Vec<IpNet>> {
@@ -409,6 +703,33 @@ mod tests {
     }
 
     #[test]
+    fn the_edge_settings_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(
+            &path,
+            "header_read_timeout = \"3s\"\nmax_connections = 77\nmax_request_bodies = 5\n",
+        )
+        .unwrap();
+        let settings = Config::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .settings()
+            .unwrap();
+        assert_eq!(settings.edge.header_read_timeout, Duration::from_secs(3));
+        assert_eq!(settings.edge.max_connections, 77);
+        assert_eq!(settings.edge.max_request_bodies, 5);
+        assert_eq!(
+            settings.edge,
+            Limits {
+                header_read_timeout: Duration::from_secs(3),
+                max_connections: 77,
+                max_request_bodies: 5,
+                ..Limits::default()
+            }
+        );
+    }
+
+    #[test]
     fn rejects_bad_values() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.toml");
@@ -432,12 +753,97 @@ mod tests {
             "unknown_key = 1",
             "database_url = \"mysql://db\"",
             "lease_ttl = \"100ms\"",
+            "database_timeout = \"0s\"",
+            "database_statement_timeout = \"0ms\"",
+            "database_timeout = \"fast\"",
+            "public_url = \"webhooks.example.com\"",
+            "public_url = \"ftp://webhooks.example.com\"",
+            "dashboard_frame_ancestors = \"https://a.example/path\"",
+            "dashboard_frame_ancestors = \"'unsafe-inline'\"",
+            "dashboard_frame_ancestors = \"https://a.example; script-src *\"",
         ] {
             std::fs::write(&path, bad).unwrap();
             let result = Config::load(Some(&path), &Overrides::default()).and_then(Config::settings);
             assert!(result.is_err(), "{bad} accepted");
         }
         assert!(Config::load(Some(Path::new("/nonexistent/herald.toml")), &Overrides::default()).is_err());
+    }
+
+    #[test]
+    fn the_database_timeouts_are_read_and_default_to_one_and_five_seconds() {
+        let defaults = Config::default().settings().unwrap().database_timeouts;
+        assert_eq!(defaults, herald_store::custody::DatabaseTimeouts::default());
+        assert_eq!(
+            (defaults.acquire, defaults.statement),
+            (Duration::from_secs(1), Duration::from_secs(5))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(
+            &path,
+            "database_timeout = \"250ms\"\ndatabase_statement_timeout = \"2s\"\n",
+        )
+        .unwrap();
+        let settings = Config::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .settings()
+            .unwrap();
+        assert_eq!(
+            settings.database_timeouts,
+            herald_store::custody::DatabaseTimeouts {
+                acquire: Duration::from_millis(250),
+                statement: Duration::from_secs(2),
+            }
+        );
+    }
+
+    #[test]
+    fn every_documented_key_is_read_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(
+            &path,
+            "inbox = \"inbox.toml\"\ninbox_database_url = \"sqlite://./in.db\"\ninbox_retry_schedule = \"1s\"\n\
+             public_url = \"https://hooks.example.com/\"\ndashboard_frame_ancestors = \"https://a.example, https://b.example:8443\"\n",
+        )
+        .unwrap();
+        let settings = Config::load(Some(&path), &Overrides::default())
+            .unwrap()
+            .settings()
+            .unwrap();
+        let inbox = settings.inbox.expect("inbox");
+        assert_eq!(inbox.path, Path::new("inbox.toml"));
+        assert_eq!(inbox.database_url.as_deref(), Some("sqlite://./in.db"));
+        assert_eq!(inbox.retry_schedule.as_deref(), Some("1s"));
+        assert_eq!(settings.portal.public_url.as_deref(), Some("https://hooks.example.com"));
+        assert_eq!(
+            settings.portal.frame_ancestors,
+            ["https://a.example", "https://b.example:8443"]
+        );
+    }
+
+    #[test]
+    fn a_type_error_names_the_key_the_form_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        for (text, words) in [
+            (
+                "max_payload_bytes = \"big\"",
+                ["max_payload_bytes", "a whole number", "herald.toml"],
+            ),
+            ("dev = \"yes\"", ["dev", "true or false", "herald.toml"]),
+            ("retention = 30", ["retention", "\"30s\"", "herald.toml"]),
+            (
+                "retry_shedule = \"1s\"",
+                ["retry_shedule", "not a setting", "retry_schedule"],
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", Config::load(Some(&path), &Overrides::default()).unwrap_err());
+            for word in words {
+                assert!(error.contains(word), "{text}: {error:?} lacks {word:?}");
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! with it too. [`config`] reads the settings from defaults, a TOML file, the environment and flags.
 
 pub mod config;
+mod redacted_debug;
 pub mod retention;
 
 use std::net::SocketAddr;
@@ -20,7 +21,7 @@ use herald_store::{SecretCipher, SharedStore};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use config::{Config, SecretKeySource, Settings};
+pub use config::{Config, InboxFile, SecretKeySource, Settings};
 
 /// The store key holding the generated admin token's digest.
 const ADMIN_TOKEN_KEY: &str = "admin_token_sha256";
@@ -29,6 +30,8 @@ const ADMIN_TOKEN_KEY: &str = "admin_token_sha256";
 pub struct Node {
     /// The address the API listens on.
     pub addr: SocketAddr,
+    /// The address serving `/metrics` without a token, when `metrics_listen` is set.
+    pub metrics_addr: Option<SocketAddr>,
     /// The admin token, when this start generated it (it is shown once and never stored in clear).
     pub generated_admin_token: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -91,11 +94,15 @@ impl Node {
         settings: &Settings,
         extra_routes: impl FnOnce(&[u8; 32]) -> Option<axum::Router>,
     ) -> anyhow::Result<Self> {
+        // Before anything records: until then every metric is a no-op.
+        herald_telemetry::registry::install();
+        herald_api::metrics::register();
         let store_options = herald_store::StoreOptions {
             lease_ttl: settings.lease_ttl,
             // A node giving a partition up waits out its longest attempt before another node may start.
             release_drain: settings.request_timeout.max(settings.max_request_timeout) + Duration::from_secs(1),
             attempt_retention: settings.retention,
+            database: settings.database_timeouts,
         };
         let (cipher, generated_key) = secret_cipher(&settings.secret_key)?;
         let store = match herald_store::open_with(&settings.database_url, cipher, &store_options).await {
@@ -135,10 +142,11 @@ impl Node {
             connect_timeout: settings.connect_timeout,
             total_timeout: settings.request_timeout,
             proxy_url: settings.proxy_url.clone(),
+            signature_headers: settings.signature_headers,
             ..ClientConfig::default()
         };
         let client = DeliveryClient::new(client_config, policy.clone(), resolver).context("delivery client")?;
-        let background = start_background(&store, &client, settings)?;
+        let mut background = start_background(&store, &client, settings)?;
         let engine_config = EngineConfig {
             schedule: settings.retry_schedule.clone(),
             max_in_flight: settings.max_in_flight,
@@ -158,7 +166,17 @@ impl Node {
             policy,
             admin_token_sha256,
             Limits::for_payload(settings.max_payload_bytes).with_max_request_timeout(settings.max_request_timeout),
-        );
+        )
+        .with_portal(settings.portal.clone())
+        .with_metrics_top_endpoints(settings.metrics_top_endpoints);
+        let metrics_addr = match settings.metrics_listen {
+            Some(listen) => {
+                let (addr, task) = serve_metrics(listen, state.clone()).await?;
+                background.0.push(task);
+                Some(addr)
+            }
+            None => None,
+        };
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("listening on {}", settings.listen))?;
@@ -167,13 +185,17 @@ impl Node {
             None => herald_api::service(state),
             Some(routes) => herald_api::normalize(routes.fallback_service(herald_api::service(state))),
         };
+        start_relays(settings, addr, generated_admin_token.as_deref(), &mut background)?;
         let (shutdown, stop) = oneshot::channel::<()>();
+        // The delivery engine's outbound connections need descriptors too: keep them out of the
+        // connection cap's reach (plus room for the database pool).
+        let edge = herald_edge::Edge::new(settings.edge).reserve_fds(
+            usize::try_from(settings.max_in_flight)
+                .unwrap_or(usize::MAX)
+                .saturating_add(64),
+        );
         let task = tokio::spawn(async move {
-            axum::serve(
-                listener,
-                axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<SocketAddr>(service),
-            )
-            .with_graceful_shutdown(async move {
+            edge.serve(listener, service, async move {
                 let _ = stop.await;
             })
             .await
@@ -181,6 +203,7 @@ impl Node {
         });
         Ok(Self {
             addr,
+            metrics_addr,
             generated_admin_token,
             shutdown: Some(shutdown),
             task,
@@ -204,6 +227,53 @@ impl Node {
         self.store.shutdown().await;
         result?
     }
+}
+
+/// Start the `[[relay]]` sections, publishing to this node (at `addr`) unless they name another server.
+fn start_relays(
+    settings: &Settings,
+    addr: SocketAddr,
+    generated_admin_token: Option<&str>,
+    background: &mut Background,
+) -> anyhow::Result<()> {
+    if settings.relays.is_empty() {
+        return Ok(());
+    }
+    herald_relay::metrics::register();
+    let token = settings.admin_token.as_deref().or(generated_admin_token);
+    for section in &settings.relays {
+        let config = section
+            .for_node(&format!("http://{addr}"), token)
+            .check()
+            .context("[[relay]]")?;
+        let relay = herald_relay::Relay::new(config).context("[[relay]]")?;
+        // Ends with the node: the task is aborted with the other background tasks (a batch cut short
+        // leaves its rows in the outbox, published again by the next start with the same eventIds).
+        background.0.push(tokio::spawn(relay.run(std::future::pending())));
+    }
+    Ok(())
+}
+
+/// Serve `GET /metrics` without a token on an address of its own (`metrics_listen`): for a Prometheus
+/// that reaches the node on a private network and should hold no admin token.
+async fn serve_metrics(listen: SocketAddr, state: AppState) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("metrics_listen: listening on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let router = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let state = state.clone();
+            async move { herald_api::metrics::scrape(&state).await }
+        }),
+    );
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!(%error, "the metrics listener stopped");
+        }
+    });
+    Ok((addr, task))
 }
 
 /// The cipher for endpoint secrets at rest, and the key file if this start generated it.
@@ -265,13 +335,7 @@ async fn admin_token(store: &SharedStore, configured: Option<&str>) -> anyhow::R
     Ok((digest, Some(token)))
 }
 
-/// A database URL without its password, for messages and logs.
+/// A database URL without its password, for messages and logs (see [`herald_core::redact::url`]).
 pub fn redact(database_url: &str) -> String {
-    match url::Url::parse(database_url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => database_url.to_owned(),
-    }
+    herald_core::redact::url(database_url)
 }

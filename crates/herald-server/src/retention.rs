@@ -23,7 +23,9 @@ pub fn spawn(store: SharedStore, retention: Duration, interval: Duration) -> Joi
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match run_once(&store, retention).await {
+            let run = run_once(&store, retention).await;
+            record(&run);
+            match run {
                 Ok(done) if done != RetentionStep::default() => tracing::info!(
                     attempts_deleted = done.attempts_deleted,
                     payloads_expunged = done.payloads_expunged,
@@ -36,6 +38,30 @@ pub fn spawn(store: SharedStore, retention: Duration, interval: Duration) -> Joi
             }
         }
     })
+}
+
+/// Retention runs by `result` (`ok`, `error`).
+pub const RUNS: &str = "herald_retention_runs_total";
+/// Rows the retention job removed, by `what` (`attempts`, `payloads`, `operational_events`).
+pub const REMOVED: &str = "herald_retention_removed_total";
+/// When the last retention run ended well (Unix seconds).
+pub const LAST_SUCCESS: &str = "herald_retention_last_success_timestamp_seconds";
+
+fn record(run: &StoreResult<RetentionStep>) {
+    match run {
+        Ok(done) => {
+            metrics::counter!(RUNS, "result" => "ok").increment(1);
+            for (what, count) in [
+                ("attempts", done.attempts_deleted),
+                ("payloads", done.payloads_expunged),
+                ("operational_events", done.events_deleted),
+            ] {
+                metrics::counter!(REMOVED, "what" => what).increment(count);
+            }
+            metrics::gauge!(LAST_SUCCESS).set(now_ms() as f64 / 1000.0);
+        }
+        Err(_) => metrics::counter!(RUNS, "result" => "error").increment(1),
+    }
 }
 
 /// One run: batches until nothing old is left; returns the totals.

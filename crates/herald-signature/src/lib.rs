@@ -91,6 +91,7 @@ pub mod body_hmac;
 mod ed25519;
 mod error;
 pub mod github;
+mod header_names;
 mod hmac_secret;
 mod signing_key;
 pub mod stripe;
@@ -99,6 +100,9 @@ mod verify;
 
 pub use crate::ed25519::{Ed25519PublicKey, Ed25519SigningKey};
 pub use crate::error::{SecretError, VerifyError};
+pub use crate::header_names::{
+    HeaderNames, HeaderSet, SVIX_HEADER_ID, SVIX_HEADER_SIGNATURE, SVIX_HEADER_TIMESTAMP, UnknownHeaderNames,
+};
 pub use crate::hmac_secret::HmacSecret;
 pub use crate::signing_key::SigningKey;
 pub use crate::verify::{

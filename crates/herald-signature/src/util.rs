@@ -134,6 +134,9 @@ pub(crate) fn check_tolerance(timestamp: i64, now_unix: i64, tolerance_secs: i64
 
 /// The current time in whole seconds since the Unix epoch (negative before
 /// 1970, saturating at the `i64` range).
+// This crate is embedded by receivers and depends on no other Herald crate: its one wall-clock read (the
+// default `now` of verification, which callers may pass in instead) is here.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn unix_now() -> i64 {
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => duration_secs(d),

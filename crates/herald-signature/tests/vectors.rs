@@ -1,4 +1,4 @@
-//! Every vector of `shared/vectors/signatures.json`.
+//! Every vector of `tests/vectors/signatures.json`.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use herald_signature::{
 };
 use serde_json::Value;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/signatures.json");
 
 fn vectors() -> Value {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("cannot read {VECTORS}: {e}"));

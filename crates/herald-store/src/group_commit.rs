@@ -12,6 +12,7 @@
 //! per savepoint, so one failing message fails alone and never half-stores.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sqlx::{Connection, Database, Pool};
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use herald_core::model::AttemptTrigger;
 
+use crate::custody::WriteHealth;
 use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 
 /// The most messages committed in one transaction.
@@ -28,6 +30,9 @@ pub(crate) const MAX_BATCH: usize = 512;
 pub(crate) struct IngestJob {
     pub(crate) new: NewMessage,
     pub(crate) reply: oneshot::Sender<StoreResult<Ingested>>,
+    /// PostgreSQL: the `herald_outbox` row this message comes from, deleted (or marked) in the batch's
+    /// own transaction (see `postgres::outbox`); `None` for API requests.
+    pub(crate) outbox: Option<i64>,
 }
 
 /// The outcome of each job of a batch, in order.
@@ -49,22 +54,34 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
     ) -> BoxFuture<'c, StoreResult<Outcomes>>;
 }
 
-/// Run the writer until every sender is gone.
+/// Run the writer until every sender is gone, reporting each commit's outcome to `health`; `deadline`
+/// bounds each batch's transaction (see [`write_batch`]).
 pub(crate) async fn run<W: BatchWriter>(
     pool: Pool<W::Db>,
     writer: W,
     mut jobs: mpsc::Receiver<IngestJob>,
     feed: mpsc::UnboundedSender<Vec<PendingDelivery>>,
+    health: Arc<WriteHealth>,
+    deadline: Option<Duration>,
+    stream: tokio::sync::watch::Sender<u64>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match write_batch(&pool, &writer, &batch).await {
+        let started = std::time::Instant::now();
+        let written = write_batch(&pool, &writer, &batch, deadline).await;
+        crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
+        match written {
             Ok(outcomes) => {
+                health.succeeded();
                 let committed: Vec<PendingDelivery> = outcomes
                     .iter()
                     .filter_map(|o| o.as_ref().ok())
                     .flat_map(pending_of)
                     .collect();
+                if outcomes.iter().any(|o| matches!(o, Ok(Ingested::Created { .. }))) {
+                    // Wakes long polls (see `Store::stream_signal`); nobody listening is fine.
+                    stream.send_modify(|version| *version = version.wrapping_add(1));
+                }
                 if !committed.is_empty() {
                     // The receiver is gone only when the node is shutting down; the rows are durable and
                     // are picked up from the store at the next start.
@@ -75,10 +92,13 @@ pub(crate) async fn run<W: BatchWriter>(
                 }
             }
             Err(error) => {
-                tracing::error!(%error, "ingest batch failed");
-                let text = error.to_string();
+                // Nothing of the batch committed: every request of it fails, none is acknowledged.
+                tracing::error!(%error, messages = batch.len(), "ingest batch failed");
+                if let Some(fault) = error.fault() {
+                    health.failed(fault, error.to_string());
+                }
                 for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(StoreError::Batch(text.clone())));
+                    let _ = job.reply.send(Err(StoreError::shared_by_batch(&error)));
                 }
             }
         }
@@ -108,24 +128,50 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 
 /// Write a batch; the outer error means the transaction itself failed (nothing was committed).
 ///
-/// The fast path writes the whole batch with a few multi-row statements; if anything in it fails, the
-/// batch is rolled back and written again message by message, each in its own savepoint, so that one
-/// bad message fails alone.
-async fn write_batch<W: BatchWriter>(pool: &Pool<W::Db>, writer: &W, batch: &[IngestJob]) -> StoreResult<Outcomes> {
+/// The fast path writes the whole batch with a few multi-row statements; if one of them fails on an
+/// error of a message (a constraint, a value), the batch is rolled back and written again message by
+/// message, each in its own savepoint, so that one bad message fails alone. A storage fault (disk full,
+/// I/O error, database gone; see [`crate::custody`]) fails the whole batch instead: SQLite may already
+/// have rolled the transaction back, so there is nothing left to replay into. After any failure of the
+/// transaction the connection is closed, never reused in a state nobody can vouch for.
+///
+/// `deadline` bounds the whole transaction on the client's side (PostgreSQL): a server that went silent
+/// mid-statement fails the batch then, instead of when TCP gives up. Whether it committed is then
+/// unknown, so nobody is acknowledged (a retry may store a message twice; one with an `eventId` or an
+/// `idempotency-key` is deduplicated).
+async fn write_batch<W: BatchWriter>(
+    pool: &Pool<W::Db>,
+    writer: &W,
+    batch: &[IngestJob],
+    deadline: Option<Duration>,
+) -> StoreResult<Outcomes> {
     let mut conn = pool.acquire().await?;
-    let mut tx = (*conn).begin().await?;
+    let written = crate::custody::within(deadline, write_on(&mut *conn, writer, batch)).await;
+    if written.is_err() {
+        conn.close_on_drop();
+    }
+    written
+}
+
+async fn write_on<W: BatchWriter>(
+    conn: &mut <W::Db as Database>::Connection,
+    writer: &W,
+    batch: &[IngestJob],
+) -> StoreResult<Outcomes> {
+    let mut tx = conn.begin().await?;
     writer.prepare(&mut tx).await?;
     match writer.write(&mut tx, batch).await {
         Ok(outcomes) => {
             tx.commit().await?;
             return Ok(outcomes);
         }
+        Err(error) if error.fault().is_some() => return Err(error),
         Err(error) => {
             tracing::warn!(%error, messages = batch.len(), "bulk ingest failed; writing the batch message by message");
             tx.rollback().await?;
         }
     }
-    let mut tx = (*conn).begin().await?;
+    let mut tx = conn.begin().await?;
     writer.prepare(&mut tx).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for job in batch {
@@ -135,6 +181,7 @@ async fn write_batch<W: BatchWriter>(pool: &Pool<W::Db>, writer: &W, batch: &[In
                 savepoint.commit().await?;
                 outcomes.push(single.pop().unwrap_or(Err(StoreError::Closed)));
             }
+            Err(error) if error.fault().is_some() => return Err(error),
             Err(error) => {
                 savepoint.rollback().await?;
                 outcomes.push(Err(error));

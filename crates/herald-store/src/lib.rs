@@ -1,21 +1,30 @@
 //! Herald's durable store.
 //!
-//! [`Store`] is everything the API and the delivery engine need from storage; [`sqlite::SqliteStore`]
-//! implements it on an embedded SQLite file, [`postgres::PgStore`] on PostgreSQL, where any number of
-//! nodes can share one database (see [`Ownership`]). The store owns *custody*: [`Store::ingest`] returns only after
-//! the message and its whole fan-out are on disk, and it commits many concurrent requests per fsync
-//! (group commit) so durability does not cost throughput.
+//! [`Store`] is everything the API and the delivery engine need from storage. [`SqlStore`] implements it
+//! once, each statement one SQL text for both dialects, on an embedded SQLite file
+//! ([`sqlite::SqliteStore`]) or on PostgreSQL ([`postgres::PgStore`]), where any number of nodes can share
+//! one database (see [`Ownership`]); only what the dialects truly do differently (bulk inserts, leases
+//! and fencing, retention, notifications) is written per dialect. The store owns *custody*:
+//! [`Store::ingest`] returns only after the message and its whole fan-out are on disk, and it commits many
+//! concurrent requests per fsync (group commit) so durability does not cost throughput.
 
 pub mod crypto;
+pub mod custody;
+mod dialect;
 mod events;
 mod group_commit;
+pub mod metrics;
 mod page;
 mod plan;
+pub mod polling;
+mod portable;
 pub mod postgres;
 mod rows;
 mod sealing;
 mod sql;
 pub mod sqlite;
+mod statement;
+#[cfg(feature = "testdb")]
 pub mod testdb;
 
 use std::sync::Arc;
@@ -27,7 +36,9 @@ use herald_core::model::{
 };
 
 pub use crypto::{CryptoError, SecretCipher};
+pub use dialect::SqlStore;
 pub use page::{Page, PageRequest};
+pub use polling::{ConsumerOffset, PollingEndpoint, PollingStore, StreamEntry, StreamPage, scan as scan_stream};
 
 /// Errors from the store.
 #[derive(Debug, thiserror::Error)]
@@ -53,17 +64,57 @@ pub enum StoreError {
     /// The store is shutting down.
     #[error("the store is shutting down")]
     Closed,
+    /// The database did not answer within the bound of [`custody::DatabaseTimeouts`].
+    #[error("the database did not answer within {0:?}")]
+    TimedOut(Duration),
     /// A failure shared by every request of a group commit (the underlying error, as text).
     #[error("database error: {0}")]
     Batch(String),
+    /// The storage is full (the disk, or the database's quota): nothing was written; retry once space
+    /// is freed.
+    #[error("storage full: {0}")]
+    StorageFull(String),
     /// The secret key given to the store does not open the secrets stored with it (refused at open, so a
     /// wrong key never signs with garbage), or a stored secret does not decrypt.
     #[error("secret key: {0}")]
     SecretKey(String),
 }
 
+impl StoreError {
+    /// The storage fault behind this error, if it is one (see [`custody::fault_of`]).
+    pub fn fault(&self) -> Option<custody::Fault> {
+        match self {
+            StoreError::Database(error) => custody::fault_of(error),
+            StoreError::StorageFull(_) => Some(custody::Fault::Full),
+            StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(custody::Fault::Unavailable),
+            _ => None,
+        }
+    }
+
+    /// The error every request of a failed group commit gets: [`StoreError::StorageFull`] when the
+    /// storage is full, [`StoreError::Batch`] otherwise.
+    pub(crate) fn shared_by_batch(error: &StoreError) -> StoreError {
+        match error.fault() {
+            Some(custody::Fault::Full) => StoreError::StorageFull(error.to_string()),
+            _ => StoreError::Batch(error.to_string()),
+        }
+    }
+}
+
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A response remembered for an idempotency key, and the request it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remembered {
+    /// The HTTP status answered.
+    pub status: u16,
+    /// The body answered.
+    pub body: Vec<u8>,
+    /// A digest of the request (method, path, query and body), to refuse the key's reuse for another
+    /// request; `None` for responses remembered before digests were kept.
+    pub request_digest: Option<String>,
+}
 
 /// A message to ingest. The store assigns its id and creation time when it commits it, so ids follow
 /// commit order (a reader paging by id never skips a message that committed late), and it fans the
@@ -235,6 +286,21 @@ pub struct DeliveryStats {
     pub cancelled: u64,
 }
 
+/// An endpoint's attempts in one time bucket (see [`Store::attempt_buckets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AttemptBucket {
+    /// Which bucket: it starts `index × bucket_ms` after the window's start.
+    pub index: i64,
+    /// Attempts that succeeded.
+    pub succeeded: u64,
+    /// Attempts that failed.
+    pub failed: u64,
+    /// The sum of their response times, in milliseconds.
+    pub total_duration_ms: i64,
+    /// The slowest response time, in milliseconds.
+    pub max_duration_ms: i64,
+}
+
 /// Filters for listing attempts.
 #[derive(Debug, Clone, Default)]
 pub struct AttemptFilter {
@@ -259,6 +325,9 @@ pub struct AppToken {
     pub app_id: String,
     /// Whether it may only read (GET).
     pub read_only: bool,
+    /// The one polling endpoint of the application it may read (its stream and its consumers' offsets,
+    /// nothing else); `None` for a token of the whole application.
+    pub sink_id: Option<String>,
     /// When it was issued.
     pub created_at: i64,
     /// When it stops working.
@@ -301,7 +370,7 @@ pub struct MessageFilter {
 
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently.
 #[async_trait::async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: PollingStore + Send + Sync + 'static {
     /// Read a value from the store's own key-value table (e.g. the admin token's hash).
     async fn meta_get(&self, key: &str) -> StoreResult<Option<String>>;
     /// Write a value to the key-value table.
@@ -412,6 +481,21 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
     async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
+    /// Operational events, newest first, with `seq < before` (from the newest when `None`).
+    async fn list_operational_events_newest(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+    ) -> StoreResult<Vec<OperationalEvent>>;
+    /// An endpoint's attempts made in `[since, until)`, counted in buckets of `bucket_ms` from `since`,
+    /// oldest bucket first; buckets without an attempt are left out.
+    async fn attempt_buckets(
+        &self,
+        endpoint_id: &str,
+        since: i64,
+        until: i64,
+        bucket_ms: i64,
+    ) -> StoreResult<Vec<AttemptBucket>>;
     /// Operational events not yet sent to the operational webhook, oldest first, with `seq > after`.
     ///
     /// Every backend records operational events in the same transaction as what they report:
@@ -474,15 +558,14 @@ pub trait Store: Send + Sync + 'static {
     fn take_commit_feed(&self) -> Option<CommitFeed>;
 
     /// The response remembered for an idempotency key in `scope`, if it was stored at or after `since`.
-    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<(u16, Vec<u8>)>>;
+    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>>;
     /// Remember a response for an idempotency key (the first one stored wins), and forget responses
     /// stored before `expire_before`.
     async fn remember_response(
         &self,
         scope: &str,
         key: &str,
-        status: u16,
-        body: &[u8],
+        remembered: &Remembered,
         now: i64,
         expire_before: i64,
     ) -> StoreResult<()>;
@@ -603,6 +686,15 @@ pub enum OwnershipEvent {
     Released,
     /// An endpoint was changed or deleted, possibly through another node's API: reload it.
     EndpointChanged(String),
+    /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have
+    /// been announced (by [`OwnershipEvent::Work`] before this event, or by this node's own commit feed).
+    ///
+    /// Sent after each look for new work. The engine needs it because deliveries reach it by two roads —
+    /// its own commit feed at once, other nodes' through the store a little later — and an endpoint's
+    /// queue reads the store only past the highest `seq` it holds: a delivery committed by another node
+    /// just before one of this node's must be announced before this node's is taken straight from the
+    /// feed, or the queue would move past it (see the engine's `accept_committed`).
+    Seen(i64),
 }
 
 /// Settings of the store beyond its URL.
@@ -615,6 +707,8 @@ pub struct StoreOptions {
     pub release_drain: Duration,
     /// PostgreSQL: attempts older than this are dropped, a day partition at a time.
     pub attempt_retention: Duration,
+    /// PostgreSQL: how long the database may keep a request waiting before it is answered 503.
+    pub database: custody::DatabaseTimeouts,
 }
 
 impl Default for StoreOptions {
@@ -623,6 +717,7 @@ impl Default for StoreOptions {
             lease_ttl: Duration::from_secs(10),
             release_drain: Duration::from_secs(16),
             attempt_retention: Duration::from_secs(30 * 24 * 3600),
+            database: custody::DatabaseTimeouts::default(),
         }
     }
 }

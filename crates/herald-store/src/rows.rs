@@ -77,7 +77,7 @@ pub(crate) fn decode_list(text: Option<String>) -> StoreResult<Option<Vec<String
         .transpose()
 }
 
-fn decode_metadata(text: &str) -> StoreResult<Metadata> {
+pub(crate) fn decode_metadata(text: &str) -> StoreResult<Metadata> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("metadata column: {e}")))
 }
 
@@ -237,11 +237,21 @@ pub(crate) fn background_task(row: &impl Columns) -> StoreResult<BackgroundTask>
     })
 }
 
+pub(crate) fn remembered(row: &impl Columns) -> StoreResult<crate::Remembered> {
+    let status = row.int("status")?;
+    Ok(crate::Remembered {
+        status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("stored status {status}")))?,
+        body: row.bytes("body")?,
+        request_digest: row.opt_text("request_digest")?,
+    })
+}
+
 pub(crate) fn app_token(row: &impl Columns) -> StoreResult<AppToken> {
     Ok(AppToken {
         token_sha256: row.text("token_sha256")?,
         app_id: row.text("app_id")?,
         read_only: row.flag("read_only")?,
+        sink_id: row.opt_text("sink_id")?,
         created_at: row.int("created_at")?,
         expires_at: row.int("expires_at")?,
     })

@@ -1,33 +1,39 @@
-//! SQL helpers shared by the backends: keyset pagination and the meaning of constraint violations.
+//! SQL helpers shared by the dialects: keyset pagination, limits and the meaning of constraint violations.
 
+use crate::statement::{Arg, Sql};
 use crate::{PageRequest, StoreError};
 
-/// The keyset condition and order for a page over `column`; `mark` is the placeholder of the anchor's
-/// bind parameter in the backend's dialect (`?` or `$n`).
-///
-/// Listings are either oldest-first (`newest_first = false`) or newest-first; a reverse page walks the
-/// other way from its anchor.
-pub(crate) fn keyset(column: &str, page: &PageRequest, newest_first: bool, mark: &str) -> (String, String) {
-    let descending = newest_first != page.reverse;
-    let order = format!("ORDER BY {column} {}", if descending { "DESC" } else { "ASC" });
-    let condition = match page.after {
-        Some(_) => format!("{column} {} {mark}", if descending { "<" } else { ">" }),
-        None => "1 = 1".to_owned(),
-    };
-    (condition, order)
+/// Keyset pagination over one column: listings are either oldest-first (`newest_first = false`) or
+/// newest-first, and a reverse page walks the other way from its anchor.
+pub(crate) struct Keyset {
+    column: &'static str,
+    descending: bool,
 }
 
-/// An endpoint's backlog: a count bounded at [`crate::Backlog::COUNT_CAP`] + 1 and the oldest pending
-/// delivery's creation time, the head of the `(endpoint_id, seq)` pending index (seq follows creation
-/// order). `first` and `second` are the endpoint id's placeholders in the two subqueries (`?` and `?` on
-/// SQLite, `$1` twice on PostgreSQL).
-pub(crate) fn backlog_query(first: &str, second: &str) -> String {
-    format!(
-        "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM delivery WHERE endpoint_id = {first} AND status = 0 LIMIT {cap}) \
-         AS counted) AS pending, (SELECT m.created_at FROM delivery d JOIN message m ON m.id = d.message_id \
-         WHERE d.endpoint_id = {second} AND d.status = 0 ORDER BY d.seq LIMIT 1) AS oldest",
-        cap = crate::Backlog::COUNT_CAP + 1
-    )
+impl Keyset {
+    /// The keyset of `page` over `column`.
+    pub(crate) fn new(column: &'static str, page: &PageRequest, newest_first: bool) -> Self {
+        Self {
+            column,
+            descending: newest_first != page.reverse,
+        }
+    }
+
+    /// Append ` AND column > anchor` (or `<`), binding the anchor, when the page has one.
+    pub(crate) fn condition<'a>(&self, sql: &mut Sql<'a>, anchor: Option<Arg<'a>>) {
+        if let Some(anchor) = anchor {
+            let mark = sql.mark(anchor);
+            let op = if self.descending { "<" } else { ">" };
+            sql.push(&format!(" AND {} {op} {mark}", self.column));
+        }
+    }
+
+    /// Append the page's order and its row limit (one more than the page, to tell whether more exist).
+    pub(crate) fn order_and_limit(&self, sql: &mut Sql<'_>, page: &PageRequest) {
+        let direction = if self.descending { "DESC" } else { "ASC" };
+        sql.push(&format!(" ORDER BY {} {direction} LIMIT ", self.column));
+        sql.push_bind(limit_plus_one(page));
+    }
 }
 
 /// The row limit that fetches one row more than the page, to tell whether more exist.

@@ -15,6 +15,7 @@ use herald_bench::scenario::fanout::FanoutParams;
 use herald_bench::scenario::hol::HolParams;
 use herald_bench::scenario::inbox::InboxParams;
 use herald_bench::scenario::ingest::IngestParams;
+use herald_bench::scenario::outbox::OutboxParams;
 use herald_bench::{Options, Scenario, Target};
 
 /// Options of `herald bench`.
@@ -22,9 +23,6 @@ use herald_bench::{Options, Scenario, Target};
 pub struct BenchArgs {
     #[command(subcommand)]
     scenario: ScenarioArgs,
-    /// Print the report as JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
     /// Shrink the scenario to a few seconds (for CI); explicit sizes still win.
     #[arg(long, global = true)]
     smoke: bool,
@@ -131,6 +129,23 @@ enum ScenarioArgs {
         #[arg(short, long, value_parser = duration)]
         duration: Option<Duration>,
     },
+    /// The transactional outbox (docs/outbox.md): rows relayed/s and commit → receiver lag, through
+    /// `herald_publish` (when --database-url is PostgreSQL) and through `herald relay` from --source.
+    Outbox {
+        /// Rows committed at once for the throughput phase [default: 20000; smoke: 300].
+        #[arg(short = 'n', long)]
+        rows: Option<u64>,
+        /// Rows per second (one per transaction) in the lag phase [default: 1000; smoke: 100].
+        #[arg(short, long)]
+        rate: Option<f64>,
+        /// Length of the lag phase [default: 10s; smoke: 2s].
+        #[arg(short, long, value_parser = duration)]
+        duration: Option<Duration>,
+        /// The producer's own database for `herald relay` (postgres://, mysql://, sqlite://) [default: a
+        /// fresh SQLite file]; its `herald_outbox` table is created if missing and emptied.
+        #[arg(long)]
+        source: Option<String>,
+    },
 }
 
 /// A duration with a unit (`ms`, `s`, `m`, `h`) or plain seconds.
@@ -233,12 +248,31 @@ impl ScenarioArgs {
                     duration: duration.unwrap_or(base.duration),
                 })
             }
+            ScenarioArgs::Outbox {
+                rows,
+                rate,
+                duration,
+                source,
+            } => {
+                let base = if smoke {
+                    OutboxParams::smoke()
+                } else {
+                    OutboxParams::default()
+                };
+                Scenario::Outbox(OutboxParams {
+                    rows: rows.unwrap_or(base.rows),
+                    rate: rate.unwrap_or(base.rate),
+                    duration: duration.unwrap_or(base.duration),
+                    source,
+                })
+            }
         }
     }
 }
 
 /// Run `herald bench`.
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// Run a scenario; `json` prints the report as JSON instead of a table (`herald --json bench …`).
+pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_some() {
         let filter = tracing_subscriber::EnvFilter::from_default_env();
         let _ = tracing_subscriber::fmt()
@@ -267,7 +301,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let scenario = args.scenario.scenario(args.smoke);
     let report = herald_bench::run(&options, &scenario).await?;
-    let text = if args.json {
+    let text = if json {
         report.to_json()?
     } else {
         report.table().render()

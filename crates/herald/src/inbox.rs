@@ -9,6 +9,8 @@ use anyhow::Context;
 use clap::Args;
 use herald_inbox::{Inbox, InboxConfig};
 
+use crate::edge::EdgeArgs;
+
 /// Options of `herald inbox`.
 #[derive(Debug, Args)]
 pub struct InboxArgs {
@@ -29,24 +31,34 @@ pub struct InboxArgs {
     /// [default: 5s,1m,5m,30m,2h,6h,12h,1d].
     #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
     retry_schedule: Option<String>,
+    /// Log lines as `text` or `json` (like --json) [default: text].
+    #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
+    log_format: herald_telemetry::LogFormat,
+    /// The HTTP listener's timeouts and caps.
+    #[command(flatten)]
+    edge: EdgeArgs,
 }
 
 /// `herald inbox`'s settings, checked.
 pub struct InboxSettings {
+    log_format: herald_telemetry::LogFormat,
     config: InboxConfig,
     listen: SocketAddr,
     database_url: String,
     admin_token: Option<String>,
+    edge: herald_edge::Limits,
 }
 
 impl InboxArgs {
     /// Load the configuration file and apply the overrides.
     pub fn settings(self) -> anyhow::Result<InboxSettings> {
         Ok(InboxSettings {
+            log_format: self.log_format,
             config: load(&self.config, self.retry_schedule.as_deref())?,
             listen: self.listen,
             database_url: self.database_url,
             admin_token: self.admin_token.filter(|t| !t.is_empty()),
+            edge: self.edge.limits()?,
         })
     }
 }
@@ -60,12 +72,21 @@ fn load(path: &std::path::Path, retry_schedule: Option<&str>) -> anyhow::Result<
 }
 
 /// Run `herald inbox` until SIGINT or SIGTERM.
-pub async fn run(settings: InboxSettings) -> anyhow::Result<()> {
-    crate::serve::init_tracing();
+pub async fn run(settings: InboxSettings, json: bool) -> anyhow::Result<()> {
+    let format = if json {
+        herald_telemetry::LogFormat::Json
+    } else {
+        settings.log_format
+    };
+    let _logs = crate::process::init_logs(format)?;
+    herald_telemetry::registry::install();
     let admin = settings.admin_token.as_deref().map(herald_inbox::token_digest);
     if admin.is_none() {
         tracing::warn!("HERALD_ADMIN_TOKEN is not set: the inbox admin API (/api/v1/inbox/…) is disabled");
     }
+    // The forwarder's outbound connections need descriptors too: keep them out of the connection cap's reach.
+    let edge =
+        herald_edge::Edge::new(settings.edge).reserve_fds(settings.config.forward_concurrency.saturating_add(64));
     let inbox = Inbox::start(settings.config, &settings.database_url)
         .await
         .with_context(|| {
@@ -82,32 +103,32 @@ pub async fn run(settings: InboxSettings) -> anyhow::Result<()> {
     let database = herald_server::redact(&settings.database_url);
     tracing::info!(address = %addr, %database, "herald inbox is serving");
     println!("herald inbox listening on http://{addr}");
-    let service = inbox.service(admin);
-    let served = axum::serve(
-        listener,
-        axum::ServiceExt::<axum::extract::Request>::into_make_service(service),
-    )
-    .with_graceful_shutdown(crate::serve::shutdown_signal())
-    .await
-    .context("serving");
+    let served = edge
+        .serve(listener, inbox.service(admin), crate::process::shutdown_signal())
+        .await
+        .context("serving");
     inbox.shutdown().await;
     served
 }
 
-/// `herald serve`'s options for running the inbox in the same process.
-#[derive(Debug, Args, Default)]
+/// `herald serve`'s options for running the inbox in the same process; they are keys of the serve
+/// configuration file too (`inbox`, `inbox_database_url`, `inbox_retry_schedule`).
+#[derive(Debug, Args, Default, serde::Serialize)]
 pub struct EmbeddedInboxArgs {
     /// Also run the inbox (see `herald inbox`) with this configuration, on the same listener and admin
     /// token as the API.
     #[arg(long, env = "HERALD_SERVE_INBOX")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     inbox: Option<PathBuf>,
     /// The inbox's store when run with --inbox [default: the sender's database when it is PostgreSQL;
     /// with SQLite its own file, sqlite://./herald-inbox.db, because SQLite allows one writer per file and
     /// the inbox's commits should not queue behind the sender's].
     #[arg(long, env = "HERALD_INBOX_DATABASE_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     inbox_database_url: Option<String>,
     /// Delays between the inbox's forwarding attempts; overrides the file's `retry_schedule`.
     #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     inbox_retry_schedule: Option<String>,
 }
 
@@ -117,13 +138,17 @@ pub struct EmbeddedInbox {
     database_url: String,
 }
 
-impl EmbeddedInboxArgs {
-    /// The inbox to run, if `--inbox` was given, next to a sender on `sender_database_url`.
-    pub fn load(&self, sender_database_url: &str) -> anyhow::Result<Option<EmbeddedInbox>> {
-        let Some(path) = &self.inbox else {
+impl EmbeddedInbox {
+    /// The inbox to run, if one is configured (`--inbox`, `HERALD_SERVE_INBOX` or the file's `inbox`),
+    /// next to a sender on `sender_database_url`.
+    pub fn load(
+        file: Option<&herald_server::InboxFile>,
+        sender_database_url: &str,
+    ) -> anyhow::Result<Option<EmbeddedInbox>> {
+        let Some(file) = file else {
             return Ok(None);
         };
-        let database_url = match &self.inbox_database_url {
+        let database_url = match &file.database_url {
             Some(url) => url.clone(),
             // PostgreSQL takes many writers, and every node of a cluster reaches the database: the inbox
             // lives beside the sender's tables (see docs/inbox.md, "Configuration").
@@ -131,13 +156,11 @@ impl EmbeddedInboxArgs {
             None => herald_inbox::DEFAULT_DATABASE_URL.to_owned(),
         };
         Ok(Some(EmbeddedInbox {
-            config: load(path, self.inbox_retry_schedule.as_deref())?,
+            config: load(&file.path, file.retry_schedule.as_deref())?,
             database_url,
         }))
     }
-}
 
-impl EmbeddedInbox {
     /// Open its store and start its forwarder.
     pub async fn start(self) -> anyhow::Result<Inbox> {
         Inbox::start(self.config, &self.database_url)

@@ -2,30 +2,51 @@
 //!
 //! - `herald serve`: the sender-side service (API + delivery engine) on the embedded SQLite store.
 //! - `herald inbox`: the receiver-side service (verify → persist → acknowledge → forward).
+//! - `herald relay`: publish a producer's transactional outbox table through the API (docs/outbox.md).
+//! - `herald listen`: pull an application's new messages and post them, signed, to a local handler.
 //! - `herald verify`: check a webhook's Standard Webhooks signature from the command line.
 //! - `herald events`, `dead`, `resend`, `recover`, `replay-missing`, `task`: operators' repairs against a
 //!   running server (see [`ops`]).
 //! - `herald migrate`: create or upgrade the database schema alone.
+//!
+//! `--json` (any command) makes the output machine-readable: JSON answers and reports, JSON log lines
+//! for the services, and errors as `{"error": …}` on standard error.
 
 mod bench;
+mod edge;
 mod inbox;
+mod listen;
 mod ops;
+mod process;
+mod relay;
 mod serve;
 mod verify;
+mod when;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
 /// Herald: webhooks that are never lost, never forged, and never let one endpoint hurt another.
 #[derive(Debug, Parser)]
-#[command(name = "herald", version, about, long_about = None)]
+#[command(
+    name = "herald",
+    version,
+    about = "Herald, a webhook delivery system: the sender (serve), the receiver (inbox), signature checks \
+             (verify), a local listener (listen), benchmarks (bench) and the operators' repairs (events, dead, resend, recover, \
+             replay-missing, task).",
+    after_help = "Run `herald <COMMAND> --help` for a command's options. Times are RFC 3339 \
+                  (2026-12-01T14:00:00Z), a date (2026-12-01) or a time ago (30m, 1h, 2d)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Machine-readable output: JSON answers and reports, JSON log lines, errors as {"error": …}.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,6 +58,10 @@ enum Command {
     Inbox(inbox::InboxArgs),
     /// Verify a Standard Webhooks signature over a payload file.
     Verify(verify::VerifyArgs),
+    /// Pull an application's new messages and post each, signed as a delivery, to a local URL.
+    Listen(listen::ListenArgs),
+    /// Publish a producer's transactional outbox (a table in its own database) through Herald's API.
+    Relay(Box<relay::RelayArgs>),
     /// Run a benchmark scenario and print its figures (see docs/performance.md).
     Bench(bench::BenchArgs),
     #[command(flatten)]
@@ -143,6 +168,11 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
+    /// Names of the signature headers on deliveries: webhook (webhook-id/-timestamp/-signature), svix
+    /// (svix-id/-timestamp/-signature, as Svix sends them) or both, with the same values [default: webhook].
+    #[arg(long, env = "HERALD_SIGNATURE_HEADERS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature_headers: Option<String>,
     /// Key that encrypts endpoint secrets at rest: base64 of 32 bytes [default: generated at first start and
     /// kept next to the SQLite database, in <database file>.key; required with PostgreSQL].
     #[arg(long, env = "HERALD_SECRET_KEY", hide_env_values = true)]
@@ -164,19 +194,76 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_SECRET", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     operational_webhook_secret: Option<String>,
+    /// The base URL users reach Herald at, e.g. https://webhooks.example.com: portal links
+    /// (POST /api/v1/auth/app-portal-access/{app_id}) are built on it [default: each request's Host, over http].
+    #[arg(long, env = "HERALD_PUBLIC_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    public_url: Option<String>,
+    /// Origins whose pages may embed the dashboard in an iframe (tenant portal), comma-separated, e.g.
+    /// https://portal.example.com [default: none].
+    #[arg(long, env = "HERALD_DASHBOARD_FRAME_ANCESTORS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dashboard_frame_ancestors: Option<String>,
     /// Also run `herald inbox` in this process, on the same listener, with this inbox configuration.
     #[command(flatten)]
-    #[serde(skip)]
+    #[serde(flatten)]
     inbox: inbox::EmbeddedInboxArgs,
+    /// The HTTP listener's timeouts and caps.
+    #[command(flatten)]
+    #[serde(flatten)]
+    edge: edge::EdgeArgs,
     /// PostgreSQL: how long a node's partition leases last without renewal; a dead node's deliveries
     /// are taken over within about this long [default: 10s].
     #[arg(long, env = "HERALD_LEASE_TTL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_ttl: Option<String>,
+    /// PostgreSQL: the longest a request waits for a database connection before it is answered 503
+    /// `store_unavailable`; a message waits for its group commit at most this plus the statement
+    /// timeout [default: 1s].
+    #[arg(long, env = "HERALD_DATABASE_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database_timeout: Option<String>,
+    /// PostgreSQL: every session's statement_timeout and lock_timeout, and the client-side bound of a
+    /// write transaction [default: 5s].
+    #[arg(long, env = "HERALD_DATABASE_STATEMENT_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database_statement_timeout: Option<String>,
+    /// Also serve GET /metrics, without a token, on this address (e.g. 127.0.0.1:9040) [default: none;
+    /// /metrics on the API port always answers, with the admin token].
+    #[arg(long, env = "HERALD_METRICS_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics_listen: Option<String>,
+    /// Endpoints with the oldest pending delivery that a scrape lists one by one, besides every endpoint
+    /// whose breaker is open; the rest are summed [default: 100].
+    #[arg(long, env = "HERALD_METRICS_TOP_ENDPOINTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics_top_endpoints: Option<usize>,
+    /// Log lines as `text` or `json` (like --json) [default: text].
+    #[arg(long, env = "HERALD_LOG_FORMAT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_format: Option<String>,
+    /// Send traces to this OpenTelemetry collector over OTLP/HTTP, e.g. http://127.0.0.1:4318 (spans go
+    /// to /v1/traces) [default: none, no traces].
+    #[arg(long, env = "HERALD_OTLP_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    otlp_endpoint: Option<String>,
+}
+
+/// The command line, parsed. No help text ever shows a value taken from the environment: settings such
+/// as `HERALD_DATABASE_URL` may hold passwords, and `--help` is often pasted into tickets and chats.
+fn parse_command_line() -> Cli {
+    fn hide_env_values(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|arg| arg.hide_env_values(true))
+            .mut_subcommands(hide_env_values)
+    }
+    let matches = hide_env_values(Cli::command()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
+    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -189,28 +276,39 @@ fn main() -> ExitCode {
             Command::Serve(args) => {
                 let config = herald_server::Config::load(args.config.as_deref(), &*args)?;
                 let settings = config.settings()?;
-                let inbox = args.inbox.load(&settings.database_url)?;
-                serve::run(settings, inbox).await
+                let inbox = inbox::EmbeddedInbox::load(settings.inbox.as_ref(), &settings.database_url)?;
+                serve::run(settings, inbox, json).await
             }
             Command::Inbox(args) => {
                 let settings = args.settings()?;
-                inbox::run(settings).await
+                inbox::run(settings, json).await
             }
-            Command::Verify(args) => verify::run(args),
-            Command::Bench(args) => bench::run(args).await,
-            Command::Ops(command) => ops::run(command).await,
+            Command::Verify(args) => verify::run(args, json),
+            Command::Listen(args) => listen::run(args, json).await,
+            Command::Relay(args) => relay::run(*args, json).await,
+            Command::Bench(args) => bench::run(args, json).await,
+            Command::Ops(command) => ops::run(command, json).await,
             Command::Migrate(args) => {
                 let config = herald_server::Config::load(args.config.as_deref(), &args)?;
+                let database = herald_server::redact(&config.database_url);
                 herald_store::migrate(&config.database_url)
                     .await
-                    .with_context(|| format!("migrating {}", herald_server::redact(&config.database_url)))?;
-                println!("migrated {}", herald_server::redact(&config.database_url));
+                    .with_context(|| format!("migrating {database}"))?;
+                if json {
+                    println!("{}", serde_json::json!({ "migrated": database }));
+                } else {
+                    println!("migrated {database}");
+                }
                 Ok(())
             }
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if json => {
+            eprintln!("{}", serde_json::json!({ "error": format!("{error:#}") }));
+            ExitCode::FAILURE
+        }
         Err(error) => {
             eprintln!("herald: {error:#}");
             ExitCode::FAILURE

@@ -1,40 +1,49 @@
 //! Operators' commands against a running Herald: find what went missing and repair it from a shell.
 //!
-//! - `herald events`: the reconciliation listing (every message of a window, oldest first), as JSON lines;
+//! - `herald events`: the reconciliation listing (every message of a window, oldest first), one JSON object
+//!   per line, byte for byte as the server sent it (so each payload is the producer's bytes);
 //!   `--follow` keeps polling from where it stopped.
 //! - `herald dead`: dead letters of an application or endpoint, with their last outcome.
 //! - `herald resend`: send one message to one endpoint again.
 //! - `herald recover` / `herald replay-missing`: start the bulk repair, show its progress, print a summary.
 //! - `herald task`: a background task's state.
 //!
-//! Each is a thin client of the REST API (`--server`, `--token`), so it works against any node.
+//! Each is a thin client of the REST API (`--server`, `--token`), so it works against any node. Times are
+//! RFC 3339, a date or a time ago (see [`crate::when`]); `--json` prints the server's JSON instead of text.
 
+use std::collections::HashMap;
+use std::io::Write as _;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use reqwest::Method;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
+
+use crate::when;
 
 /// Where the API is and how to authenticate.
 #[derive(Debug, Args)]
 pub struct Connection {
     /// The Herald server.
     #[arg(long, env = "HERALD_SERVER", default_value = "http://127.0.0.1:8040")]
-    server: String,
+    pub(crate) server: String,
     /// A bearer token (the admin token, or an application's token).
     #[arg(long, env = "HERALD_TOKEN", hide_env_values = true)]
-    token: String,
+    pub(crate) token: String,
 }
 
-/// A window of message creation times (RFC 3339).
+/// A window of message creation times.
 #[derive(Debug, Args)]
 pub struct Window {
-    /// Messages created at or after this time, e.g. 2026-11-29T14:00:00Z.
-    #[arg(long)]
+    /// Messages created at or after this time: RFC 3339 (2026-11-29T14:00:00Z), a date (2026-11-29) or a
+    /// time ago (30m, 1h, 2d).
+    #[arg(long, value_parser = when::parse)]
     since: String,
-    /// Messages created before this time [default: now].
-    #[arg(long)]
+    /// Messages created before this time, in the same forms [default: now].
+    #[arg(long, value_parser = when::parse)]
     until: Option<String>,
 }
 
@@ -48,11 +57,11 @@ pub enum OpsCommand {
         /// Application id or uid.
         #[arg(long)]
         app: String,
-        /// Messages created at or after this time (RFC 3339).
-        #[arg(long)]
+        /// Messages created at or after this time: RFC 3339, a date (2026-11-29) or a time ago (1h).
+        #[arg(long, value_parser = when::parse)]
         since: Option<String>,
-        /// Messages created before this time (RFC 3339).
-        #[arg(long)]
+        /// Messages created before this time, in the same forms.
+        #[arg(long, value_parser = when::parse)]
         until: Option<String>,
         /// Only these event types (repeatable).
         #[arg(long = "event-type")]
@@ -71,7 +80,7 @@ pub enum OpsCommand {
         /// Application id or uid.
         #[arg(long)]
         app: String,
-        /// Only this endpoint.
+        /// Only this endpoint (id or uid).
         #[arg(long)]
         endpoint: Option<String>,
     },
@@ -125,14 +134,23 @@ pub enum OpsCommand {
 }
 
 /// A minimal API client.
-struct Api {
+pub(crate) struct Api {
     http: reqwest::Client,
     base: String,
     token: String,
 }
 
+/// One page of a listing, each item kept as the server's bytes.
+#[derive(Deserialize)]
+struct RawPage {
+    data: Vec<Box<RawValue>>,
+    iterator: Option<String>,
+    #[serde(default)]
+    done: bool,
+}
+
 impl Api {
-    fn new(connection: &Connection) -> anyhow::Result<Self> {
+    pub(crate) fn new(connection: &Connection) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -144,8 +162,9 @@ impl Api {
         })
     }
 
-    /// Call the API; a non-2xx answer becomes an error carrying the server's `detail`.
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    /// Call the API and return the answer's bytes; a non-2xx answer becomes an error carrying the server's
+    /// `detail` (a string, or the validation list of `{loc, msg}`).
+    pub(crate) async fn raw(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Vec<u8>> {
         let mut request = self
             .http
             .request(method.clone(), format!("{}{path}", self.base))
@@ -158,27 +177,117 @@ impl Api {
             .await
             .with_context(|| format!("{method} {path}: the server did not answer"))?;
         let status = response.status();
-        let bytes = response.bytes().await.context("reading the answer")?;
-        let json: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({ "detail": String::from_utf8_lossy(&bytes) }))
-        };
+        let bytes = response.bytes().await.context("reading the answer")?.to_vec();
         if !status.is_success() {
-            let detail = json["detail"].as_str().unwrap_or("no detail");
+            let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let detail = match &json["detail"] {
+                Value::String(text) => text.clone(),
+                Value::Array(items) => items
+                    .iter()
+                    .map(|item| {
+                        let loc: Vec<&str> = item["loc"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .collect();
+                        format!("{}: {}", loc.join("."), item["msg"].as_str().unwrap_or("invalid"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                _ => String::from_utf8_lossy(&bytes).into_owned(),
+            };
             bail!("{method} {path}: {status}: {detail}");
         }
-        Ok(json)
+        Ok(bytes)
+    }
+
+    /// Call the API; the answer as JSON (Null when empty).
+    pub(crate) async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let bytes = self.raw(method.clone(), path, body).await?;
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).with_context(|| format!("{method} {path}: the answer is not JSON"))
+    }
+
+    /// One page of a listing.
+    async fn page(&self, path: &str) -> anyhow::Result<RawPage> {
+        let bytes = self.raw(Method::GET, path, None).await?;
+        serde_json::from_slice(&bytes).with_context(|| format!("GET {path}: not a listing"))
+    }
+
+    /// The uid (else the id) of each endpoint of an application.
+    async fn endpoint_names(&self, app: &str) -> anyhow::Result<HashMap<String, String>> {
+        let mut names = HashMap::new();
+        let mut iterator: Option<String> = None;
+        loop {
+            let mut path = format!("/app/{}/endpoint?limit=250", q(app));
+            if let Some(it) = &iterator {
+                path.push_str(&format!("&iterator={}", q(it)));
+            }
+            let page = self.page(&path).await?;
+            for raw in &page.data {
+                let endpoint: Value = serde_json::from_str(raw.get())?;
+                if let Some(id) = endpoint["id"].as_str() {
+                    let name = endpoint["uid"].as_str().unwrap_or(id);
+                    names.insert(id.to_owned(), name.to_owned());
+                }
+            }
+            if page.done || page.iterator.is_none() {
+                return Ok(names);
+            }
+            iterator = page.iterator;
+        }
     }
 }
 
 /// Percent-encode a query value.
-fn q(value: &str) -> String {
+pub(crate) fn q(value: &str) -> String {
     url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
-/// Run an operator's command.
-pub async fn run(command: OpsCommand) -> anyhow::Result<()> {
+/// Write a line to standard output; a closed pipe (`| head`) ends the command quietly.
+pub(crate) fn out(line: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{line}") {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other.context("writing to standard output"),
+    }
+}
+
+/// Rows as aligned columns under a header line.
+fn columns(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    std::iter::once(line(header.iter().map(|h| (*h).to_owned()).collect()))
+        .chain(rows.iter().map(|row| line(row.clone())))
+        .collect()
+}
+
+/// A JSON value as text for a column (`-` when absent).
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Run an operator's command; `json` prints the server's JSON instead of text.
+pub async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
     // reqwest is built without a default TLS provider: https servers need one installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     match command {
@@ -198,40 +307,7 @@ pub async fn run(command: OpsCommand) -> anyhow::Result<()> {
             connection,
             app,
             endpoint,
-        } => {
-            let api = Api::new(&connection)?;
-            let mut iterator: Option<String> = None;
-            loop {
-                let mut path = format!(
-                    "/app/{}/delivery?deliveryStatus=dead&with_content=false&limit=250",
-                    q(&app)
-                );
-                if let Some(endpoint) = &endpoint {
-                    path.push_str(&format!("&endpointId={}", q(endpoint)));
-                }
-                if let Some(it) = &iterator {
-                    path.push_str(&format!("&iterator={}", q(it)));
-                }
-                let page = api.call(Method::GET, &path, None).await?;
-                for d in page["data"].as_array().into_iter().flatten() {
-                    let last = &d["lastAttempt"];
-                    println!(
-                        "{}\t{}\t{}\t{} attempts\tlast: {} {} at {}",
-                        d["id"].as_str().unwrap_or("?"),
-                        d["endpointId"].as_str().unwrap_or("?"),
-                        d["eventType"].as_str().unwrap_or("?"),
-                        d["attempts"],
-                        last["outcome"].as_str().unwrap_or("-"),
-                        last["responseStatusCode"],
-                        last["timestamp"].as_str().unwrap_or("-"),
-                    );
-                }
-                if page["done"] == true {
-                    return Ok(());
-                }
-                iterator = page["iterator"].as_str().map(str::to_owned);
-            }
-        }
+        } => dead(&Api::new(&connection)?, &app, endpoint.as_deref(), json).await,
         OpsCommand::Resend {
             connection,
             app,
@@ -241,30 +317,177 @@ pub async fn run(command: OpsCommand) -> anyhow::Result<()> {
             let api = Api::new(&connection)?;
             let path = format!("/app/{}/msg/{}/endpoint/{}/resend", q(&app), q(&msg), q(&endpoint));
             api.call(Method::POST, &path, None).await?;
-            println!("queued: {msg} will be sent to {endpoint} again");
-            Ok(())
+            let message = api
+                .call(
+                    Method::GET,
+                    &format!("/app/{}/msg/{}?with_content=false", q(&app), q(&msg)),
+                    None,
+                )
+                .await?;
+            let target = api
+                .call(
+                    Method::GET,
+                    &format!("/app/{}/endpoint/{}", q(&app), q(&endpoint)),
+                    None,
+                )
+                .await?;
+            if json {
+                return out(
+                    &json!({"queued": true, "msgId": message["id"], "eventId": message["eventId"],
+                    "endpointId": target["id"], "endpointUid": target["uid"]})
+                    .to_string(),
+                );
+            }
+            let event_id = message["eventId"]
+                .as_str()
+                .map(|e| format!(" (eventId {e})"))
+                .unwrap_or_default();
+            let name = target["uid"].as_str().or(target["id"].as_str()).unwrap_or(&endpoint);
+            out(&format!(
+                "queued: {}{event_id} will be sent to endpoint {name} ({}) again",
+                text(&message["id"]),
+                text(&target["id"])
+            ))
         }
         OpsCommand::Recover {
             connection,
             app,
             endpoint,
             window,
-        } => repair(&Api::new(&connection)?, &app, &endpoint, "recover", &window).await,
+        } => repair(&Api::new(&connection)?, &app, &endpoint, "recover", &window, json).await,
         OpsCommand::ReplayMissing {
             connection,
             app,
             endpoint,
             window,
-        } => repair(&Api::new(&connection)?, &app, &endpoint, "replay-missing", &window).await,
+        } => {
+            repair(
+                &Api::new(&connection)?,
+                &app,
+                &endpoint,
+                "replay-missing",
+                &window,
+                json,
+            )
+            .await
+        }
         OpsCommand::Task { connection, id } => {
             let api = Api::new(&connection)?;
-            let task = api
-                .call(Method::GET, &format!("/background-task/{}", q(&id)), None)
-                .await?;
-            println!("{}", serde_json::to_string_pretty(&task)?);
+            let path = format!("/background-task/{}", q(&id));
+            if json {
+                return out(String::from_utf8_lossy(&api.raw(Method::GET, &path, None).await?).trim_end());
+            }
+            let task = api.call(Method::GET, &path, None).await?;
+            for line in describe_task(&task) {
+                out(&line)?;
+            }
             Ok(())
         }
     }
+}
+
+/// A task in `key  value` lines, every time as RFC 3339 (the task's data keeps times as Unix ms).
+fn describe_task(task: &Value) -> Vec<String> {
+    let data = &task["data"];
+    let time_of = |value: &Value| value.as_i64().map_or_else(|| text(value), when::from_millis);
+    let mut rows = vec![
+        vec!["task".to_owned(), text(&task["id"])],
+        vec!["kind".to_owned(), text(&task["task"])],
+        vec!["status".to_owned(), text(&task["status"])],
+        vec![
+            "progress".to_owned(),
+            format!("{} of {} processed", task["processed"], task["total"]),
+        ],
+    ];
+    if let Some(endpoint) = data["endpointId"].as_str() {
+        rows.push(vec!["endpoint".to_owned(), endpoint.to_owned()]);
+    }
+    for key in ["since", "until"] {
+        if !data[key].is_null() {
+            rows.push(vec![key.to_owned(), time_of(&data[key])]);
+        }
+    }
+    if !data["queued"].is_null() {
+        rows.push(vec!["queued".to_owned(), text(&data["queued"])]);
+    }
+    if let Some(error) = data["error"].as_str() {
+        rows.push(vec!["error".to_owned(), error.to_owned()]);
+    }
+    rows.push(vec!["started".to_owned(), text(&task["createdAt"])]);
+    rows.push(vec!["updated".to_owned(), text(&task["updatedAt"])]);
+    let width = rows.iter().map(|r| r[0].len()).max().unwrap_or(0);
+    rows.iter().map(|r| format!("{:<width$}  {}", r[0], r[1])).collect()
+}
+
+/// Dead letters as a table (uids, eventIds, last outcome), or JSON lines; says so when there are none.
+async fn dead(api: &Api, app: &str, endpoint: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let names = if json {
+        HashMap::new()
+    } else {
+        api.endpoint_names(app).await?
+    };
+    let mut rows = Vec::new();
+    let mut iterator: Option<String> = None;
+    loop {
+        let mut path = format!(
+            "/app/{}/delivery?deliveryStatus=dead&with_content=false&limit=250",
+            q(app)
+        );
+        if let Some(endpoint) = endpoint {
+            path.push_str(&format!("&endpointId={}", q(endpoint)));
+        }
+        if let Some(it) = &iterator {
+            path.push_str(&format!("&iterator={}", q(it)));
+        }
+        let page = api.page(&path).await?;
+        for raw in &page.data {
+            if json {
+                out(raw.get())?;
+                continue;
+            }
+            let d: Value = serde_json::from_str(raw.get())?;
+            let last = &d["lastAttempt"];
+            let endpoint_id = text(&d["endpointId"]);
+            let outcome = match (last["responseStatusCode"].as_u64(), last["outcome"].as_str()) {
+                (Some(code), Some(outcome)) if code > 0 => format!("{code} {outcome}"),
+                (_, Some(outcome)) => outcome.to_owned(),
+                _ => "no attempt (expired while waiting)".to_owned(),
+            };
+            rows.push(vec![
+                text(&d["id"]),
+                text(&d["eventId"]),
+                names.get(&endpoint_id).cloned().unwrap_or(endpoint_id),
+                text(&d["eventType"]),
+                text(&d["attempts"]),
+                outcome,
+                text(&last["timestamp"]),
+            ]);
+        }
+        if page.done || page.iterator.is_none() {
+            break;
+        }
+        iterator = page.iterator;
+    }
+    if json {
+        return Ok(());
+    }
+    if rows.is_empty() {
+        let scope = endpoint.map(|e| format!(" to endpoint {e}")).unwrap_or_default();
+        return out(&format!("no dead deliveries in application {app}{scope}"));
+    }
+    let header = [
+        "MESSAGE",
+        "EVENT ID",
+        "ENDPOINT",
+        "EVENT TYPE",
+        "ATTEMPTS",
+        "LAST OUTCOME",
+        "LAST ATTEMPT",
+    ];
+    for line in columns(&header, &rows) {
+        out(&line)?;
+    }
+    Ok(())
 }
 
 async fn events(
@@ -290,15 +513,16 @@ async fn events(
         if let Some(it) = &iterator {
             path.push_str(&format!("&iterator={}", q(it)));
         }
-        let page = api.call(Method::GET, &path, None).await?;
-        for message in page["data"].as_array().into_iter().flatten() {
-            println!("{message}");
+        let page = api.page(&path).await?;
+        // Each message as the server wrote it: re-serialising would reorder the payload's keys.
+        for message in &page.data {
+            out(message.get())?;
         }
-        if let Some(it) = page["iterator"].as_str() {
-            iterator = Some(it.to_owned());
+        if let Some(it) = page.iterator {
             eprintln!("iterator: {it}");
+            iterator = Some(it);
         }
-        if page["done"] == true {
+        if page.done {
             if !follow {
                 return Ok(());
             }
@@ -307,8 +531,9 @@ async fn events(
     }
 }
 
-/// Start a bulk repair and follow its background task to the end, with a progress bar.
-async fn repair(api: &Api, app: &str, endpoint: &str, action: &str, window: &Window) -> anyhow::Result<()> {
+/// Start a bulk repair and follow its background task to the end, with a progress bar while there is
+/// work (and standard error is a terminal), then a summary (or the task's JSON).
+async fn repair(api: &Api, app: &str, endpoint: &str, action: &str, window: &Window, json: bool) -> anyhow::Result<()> {
     let mut body = json!({ "since": window.since });
     if let Some(until) = &window.until {
         body["until"] = json!(until);
@@ -319,35 +544,77 @@ async fn repair(api: &Api, app: &str, endpoint: &str, action: &str, window: &Win
         .as_str()
         .context("the server returned no task id")?
         .to_owned();
-    let bar = indicatif::ProgressBar::new(started["total"].as_u64().unwrap_or(0));
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({elapsed})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_message(format!("{action} {id}"));
+    let total = started["total"].as_u64().unwrap_or(0);
+    let bar = (!json && total > 0).then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({elapsed})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("{action} {id}"));
+        bar
+    });
+    let task_path = format!("/background-task/{}", q(&id));
     let task = loop {
-        let task = api
-            .call(Method::GET, &format!("/background-task/{}", q(&id)), None)
-            .await?;
-        bar.set_length(task["total"].as_u64().unwrap_or(0));
-        bar.set_position(task["processed"].as_u64().unwrap_or(0));
+        let task = api.call(Method::GET, &task_path, None).await?;
+        if let Some(bar) = &bar {
+            bar.set_length(task["total"].as_u64().unwrap_or(0));
+            bar.set_position(task["processed"].as_u64().unwrap_or(0));
+        }
         if task["status"] != "running" {
             break task;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    bar.finish_and_clear();
-    match task["status"].as_str() {
-        Some("finished") => {
-            println!(
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let finished = task["status"] == "finished";
+    if json {
+        out(&task.to_string())?;
+    } else if finished {
+        let summary = if task["processed"] == 0 {
+            format!("{action} {id} finished: nothing to do in this window (0 processed)")
+        } else {
+            format!(
                 "{action} {id} finished: {} processed, {} queued for delivery",
                 task["processed"], task["data"]["queued"]
-            );
-            Ok(())
-        }
-        _ => {
-            let error = task["data"]["error"].as_str().unwrap_or("no detail");
-            bail!("{action} {id} failed: {error}");
-        }
+            )
+        };
+        out(&summary)?;
+    }
+    if !finished {
+        let error = task["data"]["error"].as_str().unwrap_or("no detail");
+        bail!("{action} {id} failed: {error}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align_under_their_header() {
+        let lines = columns(&["A", "LONG HEADER"], &[vec!["wide cell".into(), "x".into()]]);
+        assert_eq!(lines, ["A          LONG HEADER", "wide cell  x"]);
+    }
+
+    #[test]
+    fn a_task_reads_with_rfc3339_times() {
+        let task = json!({"id": "qtask_1", "task": "endpoint.recover", "status": "finished", "processed": 2,
+            "total": 2, "data": {"endpointId": "ep_1", "since": 1_764_590_400_000_i64, "queued": 2},
+            "createdAt": "2025-12-01T12:00:01Z", "updatedAt": "2025-12-01T12:00:02Z"});
+        let lines = describe_task(&task);
+        assert!(
+            lines.contains(&"since     2025-12-01T12:00:00Z".to_owned()),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("progress") && l.ends_with("2 of 2 processed")),
+            "{lines:?}"
+        );
     }
 }

@@ -1,11 +1,22 @@
 //! `herald serve`: run a node until SIGINT or SIGTERM.
 
 use herald_server::{Node, Settings};
+use herald_telemetry::{LogFormat, Telemetry};
 
 use crate::inbox::EmbeddedInbox;
+use crate::process::shutdown_signal;
 
-pub async fn run(settings: Settings, inbox: Option<EmbeddedInbox>) -> anyhow::Result<()> {
-    init_tracing();
+pub async fn run(settings: Settings, inbox: Option<EmbeddedInbox>, json: bool) -> anyhow::Result<()> {
+    // First: the embedded inbox registers its series before the node starts.
+    herald_telemetry::registry::install();
+    // The OTLP exporter's client (reqwest, built without a TLS provider of its own) needs one even for an
+    // http:// collector.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let format = if json { LogFormat::Json } else { settings.log_format };
+    let telemetry = Telemetry::init(format, settings.trace_export.as_ref())?;
+    if let Some(export) = &settings.trace_export {
+        tracing::info!(endpoint = %export.endpoint, "sending traces over OTLP/HTTP");
+    }
     if settings.dev {
         // Printed as well as logged: a log filter (RUST_LOG=error) must not be able to hide that the SSRF
         // protection is relaxed.
@@ -27,38 +38,13 @@ pub async fn run(settings: Settings, inbox: Option<EmbeddedInbox>) -> anyhow::Re
     }
     tracing::info!(address = %node.addr, database = %herald_server::redact(&settings.database_url), "herald is serving");
     println!("herald listening on http://{}", node.addr);
+    if let Some(addr) = node.metrics_addr {
+        println!("herald metrics on http://{addr}/metrics");
+    }
     let served = node.run_until(shutdown_signal()).await;
     if let Some(inbox) = inbox {
         inbox.shutdown().await;
     }
+    telemetry.shutdown().await;
     served
-}
-
-pub(crate) fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-pub(crate) async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down");
 }

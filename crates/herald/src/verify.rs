@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use herald_signature::{HmacSecret, Verifier, VerifyKey};
 
@@ -29,8 +29,26 @@ pub struct VerifyArgs {
     ignore_timestamp: bool,
 }
 
-pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
-    let secret = HmacSecret::parse(&args.secret).map_err(|e| anyhow!("--secret: {e}"))?;
+/// The key sizes Standard Webhooks secrets have.
+const KEY_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
+
+/// The endpoint secret, or a plain error saying what is wrong with it and what it should look like.
+fn secret(text: &str) -> anyhow::Result<HmacSecret> {
+    const FORM: &str = "expected whsec_ followed by the base64 of 24 to 64 bytes, as \
+                        GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret shows it";
+    let text = text.trim();
+    if !text.starts_with("whsec_") && text.contains('_') {
+        bail!("--secret is malformed (an unknown prefix): {FORM}");
+    }
+    let secret = HmacSecret::parse(text).map_err(|e| anyhow!("--secret is malformed ({e}): {FORM}"))?;
+    if !KEY_BYTES.contains(&secret.len()) {
+        bail!("--secret is malformed (its key is {} bytes): {FORM}", secret.len());
+    }
+    Ok(secret)
+}
+
+pub fn run(args: VerifyArgs, json: bool) -> anyhow::Result<()> {
+    let secret = secret(&args.secret)?;
     let body = if args.body.as_os_str() == "-" {
         let mut buffer = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut buffer).context("reading standard input")?;
@@ -45,6 +63,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         verifier.verify_now(&args.id, &args.timestamp, &args.signature, &body)
     };
     result.map_err(|e| anyhow!("signature rejected: {e}"))?;
-    println!("signature valid");
+    if json {
+        println!("{}", serde_json::json!({ "valid": true }));
+    } else {
+        println!("signature valid");
+    }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! right status and a stable code, validation errors name their field, and nothing a client sends can
 //! crash the server or leave half-stored state behind.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -122,7 +122,8 @@ async fn post_message_keyed(herald: &Herald, app: &str, body: &Value, key: &str)
 }
 
 /// The error contract: the expected status, `application/json`, a string `code` equal to `code` and a
-/// non-empty string `detail`. `what` says which request this was.
+/// non-empty `detail`: a string, or for 422 Svix's list of `{loc, msg, type}`. `what` says which request
+/// this was.
 fn assert_error(answer: &Answer, status: u16, code: &str, what: &str) {
     assert_eq!(
         answer.status, status,
@@ -137,17 +138,24 @@ fn assert_error(answer: &Answer, status: u16, code: &str, what: &str) {
         Some(code),
         "{what}: wrong code in {answer:?}"
     );
-    let detail = answer.body["detail"].as_str().unwrap_or_default();
-    assert!(!detail.is_empty(), "{what}: missing string detail in {answer:?}");
+    if status == 422 {
+        let fields = common::validation_summary(&answer.body);
+        assert!(
+            !fields.is_empty() && fields.len() == answer.body["detail"].as_array().map_or(0, Vec::len),
+            "{what}: a 422 must list {{loc, msg, type}} in detail: {answer:?}"
+        );
+    } else {
+        let detail = answer.body["detail"].as_str().unwrap_or_default();
+        assert!(!detail.is_empty(), "{what}: missing string detail in {answer:?}");
+    }
 }
 
 /// A 422 `validation` error whose detail names `field`.
 fn assert_validation(answer: &Answer, field: &str, what: &str) {
     assert_error(answer, 422, "validation", what);
-    let detail = answer.body["detail"].as_str().unwrap_or_default();
     assert!(
-        detail.contains(field),
-        "{what}: the detail should name `{field}`: {answer:?}"
+        common::names_field(&answer.body, field),
+        "{what}: the detail should name `{field}` in a loc: {answer:?}"
     );
 }
 
@@ -996,10 +1004,6 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
             message_with("transformationsParams", json!({ "rawPayload": "x" })),
             "transformationsParams",
         ),
-        (
-            message_with("application", json!({ "name": "implicit" })),
-            "application",
-        ),
         (message_with("eventId", json!("")), "eventId"),
         (message_with("eventId", json!("e".repeat(300))), "eventId"),
     ];
@@ -1047,12 +1051,17 @@ async fn bad_query_parameters_are_422_naming_the_parameter() {
             let answer = admin(&fx.herald, "GET", &path, None).await;
             assert_validation(&answer, "limit", &format!("GET {path}"));
         }
-        // Too large clamps rather than failing; zero clamps up to one.
-        let answer = admin(&fx.herald, "GET", &format!("{list}?limit=100000"), None).await;
-        assert_eq!(answer.status, 200, "GET {list}?limit=100000: {answer:?}");
-        assert!(!answer.body["data"].as_array().expect("data").is_empty(), "{answer:?}");
-        let answer = admin(&fx.herald, "GET", &format!("{list}?limit=0"), None).await;
-        assert_eq!(answer.status, 200, "GET {list}?limit=0: {answer:?}");
+        // The documented range is 1 to 250: outside it is refused, not clamped.
+        for bad in ["0", "251", "100000", "9223372036854775807"] {
+            let path = format!("{list}?limit={bad}");
+            let answer = admin(&fx.herald, "GET", &path, None).await;
+            assert_validation(&answer, "limit", &format!("GET {path}"));
+        }
+        for good in ["1", "250"] {
+            let answer = admin(&fx.herald, "GET", &format!("{list}?limit={good}"), None).await;
+            assert_eq!(answer.status, 200, "GET {list}?limit={good}: {answer:?}");
+            assert!(!answer.body["data"].as_array().expect("data").is_empty(), "{answer:?}");
+        }
     }
     let before = snapshot(&fx.herald, app).await;
     let maybe_app = json!({ "name": "x", "uid": "maybe-app" });
@@ -1101,11 +1110,106 @@ async fn bad_query_parameters_are_422_naming_the_parameter() {
     }
     // None of those created, archived or deleted anything.
     assert_eq!(snapshot(&fx.herald, app).await, before);
-    // A garbage iterator is a client error (or an empty page), never a server error.
+    // A garbage iterator is a 422 naming it, on every listing (an event type's name is its listing's
+    // iterator, so only the first is garbage there).
     for list in &lists {
-        let answer = admin(&fx.herald, "GET", &format!("{list}?iterator=%00%FF'--garbage"), None).await;
-        assert_not_5xx(&answer, list);
-        assert!(answer.is_json(), "{list}: {answer:?}");
+        let garbage: &[&str] = if list == "/event-type" {
+            &["%00%FF'--garbage"]
+        } else {
+            &["%00%FF'--garbage", "garbage", "app_", "-"]
+        };
+        for garbage in garbage {
+            let path = format!("{list}?iterator={garbage}");
+            let answer = admin(&fx.herald, "GET", &path, None).await;
+            assert_validation(&answer, "iterator", &format!("GET {path}"));
+        }
+    }
+}
+
+/// Every documented listing (a `GET` that takes `limit`), read from the served OpenAPI document, with
+/// its path filled in from the fixture, and the query parameters it documents (resolved).
+async fn documented_listings(fx: &Fixture) -> Vec<(String, Vec<Value>)> {
+    let doc = send(&fx.herald, "GET", "/api/v1/openapi.json", None, &[]).await.body;
+    // The poller's listings read a polling endpoint's stream, by a consumer the client names.
+    let sink = fx
+        .herald
+        .post(&format!("/app/{}/polling-endpoint", fx.app), json!({}))
+        .await["id"]
+        .as_str()
+        .expect("polling endpoint id")
+        .to_owned();
+    let resolve = |p: &Value| match p["$ref"].as_str().and_then(|r| r.strip_prefix('#')) {
+        Some(pointer) => doc.pointer(pointer).cloned().expect("$ref resolves"),
+        None => p.clone(),
+    };
+    let mut out = Vec::new();
+    for (template, operations) in doc["paths"].as_object().expect("paths") {
+        let Some(params) = operations["get"]["parameters"].as_array() else {
+            continue;
+        };
+        let params: Vec<Value> = params.iter().map(resolve).filter(|p| p["in"] == "query").collect();
+        if !params.iter().any(|p| p["name"] == "limit") {
+            continue;
+        }
+        let path = template
+            .strip_prefix("/api/v1")
+            .expect("under /api/v1")
+            .replace("{app_id}", &fx.app)
+            .replace("{endpoint_id}", &fx.endpoint)
+            .replace("{msg_id}", &fx.msg)
+            .replace("{sink_id}", &sink)
+            .replace("{consumer_id}", "consumer-1");
+        assert!(
+            !path.contains('{'),
+            "{template}: a path parameter this test cannot fill in"
+        );
+        out.push((path, params));
+    }
+    out
+}
+
+/// A value the schema of a documented query parameter refuses, if the test knows one for its type.
+fn refused_value(schema: &Value) -> Option<&'static str> {
+    match schema["type"].as_str()? {
+        "boolean" => Some("maybe"),
+        "integer" if schema["enum"].is_array() => Some("99"),
+        "integer" => Some("1.5"),
+        "string" if schema["format"] == "date-time" => Some("xyz"),
+        "string" if schema["enum"].is_array() || schema["pattern"].is_string() => Some("garbage%00"),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn every_documented_listing_validates_its_query_the_same_way() {
+    let fx = Fixture::start(&[]).await;
+    let listings = documented_listings(&fx).await;
+    assert!(
+        listings.len() >= 10,
+        "too few listings found in the document: {listings:?}"
+    );
+    for (path, params) in &listings {
+        let answer = admin(&fx.herald, "GET", path, None).await;
+        assert_eq!(answer.status, 200, "GET {path}: {answer:?}");
+        // A parameter the operation does not take, and a parameter given twice.
+        let answer = admin(&fx.herald, "GET", &format!("{path}?sinec=2024-01-01T00:00:00Z"), None).await;
+        assert_validation(&answer, "sinec", &format!("GET {path}?sinec"));
+        assert_eq!(answer.body["detail"][0]["type"], "value_error.extra", "{answer:?}");
+        let answer = admin(&fx.herald, "GET", &format!("{path}?limit=1&limit=2"), None).await;
+        assert_validation(&answer, "limit", &format!("GET {path} with limit twice"));
+        for limit in ["0", "251", "9223372036854775807", "x"] {
+            let answer = admin(&fx.herald, "GET", &format!("{path}?limit={limit}"), None).await;
+            assert_validation(&answer, "limit", &format!("GET {path}?limit={limit}"));
+        }
+        // Every documented parameter refuses a value outside its schema, naming itself.
+        for param in params {
+            let name = param["name"].as_str().expect("name");
+            let Some(bad) = refused_value(&param["schema"]) else {
+                continue;
+            };
+            let answer = admin(&fx.herald, "GET", &format!("{path}?{name}={bad}"), None).await;
+            assert_validation(&answer, name, &format!("GET {path}?{name}={bad}"));
+        }
     }
 }
 
@@ -1273,8 +1377,8 @@ async fn a_flood_of_odd_inputs_does_not_crash_the_server() {
 #[tokio::test]
 async fn values_with_odd_characters_round_trip_exactly() {
     let herald = Herald::start(&[]).await;
+    // (A NUL is refused: see lengths_are_capped_and_nul_is_refused_naming_the_field.)
     for name in [
-        "nul\u{0}byte",
         "emoji 🦀",
         "quote \" and backslash \\",
         "\u{202e}rtl override",
@@ -1442,8 +1546,13 @@ async fn errors_are_always_json() {
         let answer = send(herald, method, &path, body.map(<[u8]>::to_vec), &headers).await;
         assert!(answer.is_json(), "{method} {path}: not a JSON error: {answer:?}");
         assert_eq!(answer.status, status, "{method} {path}: {answer:?}");
+        let detail_ok = if status == 422 {
+            !common::validation_summary(&answer.body).is_empty()
+        } else {
+            answer.body["detail"].is_string()
+        };
         assert!(
-            answer.body["code"].is_string() && answer.body["detail"].is_string(),
+            answer.body["code"].is_string() && detail_ok,
             "{method} {path}: {answer:?}"
         );
     }
@@ -1564,4 +1673,111 @@ async fn extreme_nesting_does_not_crash_the_server() {
     }
     let answer = admin(herald, "POST", &msg_path(&fx.app), Some(valid_message())).await;
     assert_eq!(answer.status, 202, "{answer:?}");
+}
+
+#[tokio::test]
+async fn the_svix_python_sdk_raises_its_own_validation_error_naming_the_field() {
+    let herald = Herald::start(&[]).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/compat/validation_errors.py");
+    let base = format!("http://{}", herald.addr);
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(common::test_python())
+            .arg(script)
+            .env("HERALD_URL", base)
+            .env("HERALD_TOKEN", TOKEN)
+            .output()
+            .expect("run python (scripts/test installs the svix SDK)")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the SDK did not raise HTTPValidationError as expected:\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.lines().filter(|l| l.starts_with("ok: ")).count() >= 6,
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn lengths_are_capped_and_nul_is_refused_naming_the_field() {
+    let fx = Fixture::start(&[]).await;
+    let (app, ep) = (&fx.app, &fx.endpoint);
+    let before = snapshot(&fx.herald, app).await;
+    let long_url = format!("https://example.com/{}", "a".repeat(100_000));
+    let many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let cases: Vec<(&str, String, Value, &str)> = vec![
+        ("POST", "/app".into(), json!({ "name": "nul\u{0}name" }), "name"),
+        ("POST", "/app".into(), json!({ "name": "x".repeat(257) }), "name"),
+        (
+            "POST",
+            "/app".into(),
+            json!({ "name": "x", "metadata": { "k": "v".repeat(100_000) } }),
+            "metadata.k",
+        ),
+        (
+            "POST",
+            "/app".into(),
+            json!({ "name": "x", "metadata": many }),
+            "metadata",
+        ),
+        (
+            "POST",
+            "/app".into(),
+            json!({ "name": "x", "metadata": { "k".repeat(257): "v" } }),
+            "metadata",
+        ),
+        (
+            "PATCH",
+            format!("/app/{app}"),
+            json!({ "metadata": { "k": "nul\u{0}" } }),
+            "metadata.k",
+        ),
+        (
+            "POST",
+            format!("/app/{app}/endpoint"),
+            json!({ "url": long_url }),
+            "url",
+        ),
+        (
+            "POST",
+            format!("/app/{app}/endpoint"),
+            json!({ "url": "https://example.com/", "description": "d".repeat(4097) }),
+            "description",
+        ),
+        (
+            "PATCH",
+            format!("/app/{app}/endpoint/{ep}"),
+            json!({ "description": "nul\u{0}" }),
+            "description",
+        ),
+        (
+            "POST",
+            "/event-type".into(),
+            json!({ "name": "nul.desc", "description": "a\u{0}b" }),
+            "description",
+        ),
+        (
+            "POST",
+            msg_path(app),
+            json!({ "eventType": "a.b", "payload": {}, "eventId": "e\u{0}" }),
+            "eventId",
+        ),
+    ];
+    for (method, path, body, field) in cases {
+        let answer = admin(&fx.herald, method, &path, Some(body)).await;
+        assert_validation(&answer, field, &format!("{method} {path}"));
+    }
+    assert_eq!(
+        snapshot(&fx.herald, app).await,
+        before,
+        "a refused write stored something"
+    );
+    // At the caps, accepted.
+    let at_caps = json!({ "name": "x".repeat(256), "metadata": { "k".repeat(256): "v".repeat(4096) } });
+    let answer = admin(&fx.herald, "POST", "/app", Some(at_caps)).await;
+    assert_eq!(answer.status, 201, "{answer:?}");
 }

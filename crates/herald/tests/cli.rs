@@ -1,7 +1,7 @@
 //! The command line: the generated admin token, the TOML configuration file, `--help`, `verify` and
 //! `migrate`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -72,6 +72,8 @@ fn help_documents_every_setting() {
         "HERALD_DISABLE_AFTER",
         "HERALD_MAX_REQUEST_TIMEOUT",
         "HERALD_LEASE_TTL",
+        "HERALD_DATABASE_TIMEOUT",
+        "HERALD_DATABASE_STATEMENT_TIMEOUT",
         "HERALD_RETENTION",
         "HERALD_CONFIG",
     ] {
@@ -190,4 +192,183 @@ async fn migrate_creates_the_schema_and_nothing_else() {
         .output()
         .unwrap();
     assert!(!output.status.success(), "an unsupported URL is refused");
+}
+
+#[test]
+fn help_lists_every_command() {
+    let output = herald().arg("--help").output().expect("run");
+    let help = String::from_utf8_lossy(&output.stdout);
+    for command in [
+        "serve",
+        "inbox",
+        "verify",
+        "bench",
+        "events",
+        "dead",
+        "resend",
+        "recover",
+        "replay-missing",
+        "task",
+        "migrate",
+    ] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(&format!("{command} "))),
+            "{command} missing from herald --help:\n{help}"
+        );
+    }
+    assert!(help.contains("--json"), "{help}");
+}
+
+#[test]
+fn verify_says_when_the_secret_is_malformed() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, b"{}").unwrap();
+    for (secret, why) in [
+        ("whsec_not base64!", "malformed"),
+        ("whsec_c2hvcnQ=", "5 bytes"),
+        ("sk_live_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "prefix"),
+    ] {
+        let output = herald()
+            .args([
+                "verify",
+                "--secret",
+                secret,
+                "--id",
+                "msg_1",
+                "--timestamp",
+                "1614265330",
+            ])
+            .args(["--signature", "v1,AAAA", "--ignore-timestamp", "--body"])
+            .arg(&body)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{secret} accepted");
+        assert!(
+            stderr.contains("--secret is malformed") && stderr.contains(why) && stderr.contains("whsec_"),
+            "{secret}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("signature rejected"),
+            "the secret is checked first: {stderr}"
+        );
+    }
+}
+
+/// Logs written to a pipe or a file carry no terminal colour codes; with `--json` they are JSON lines.
+#[test]
+fn logs_have_no_colours_off_a_terminal_and_are_json_with_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("herald.toml");
+    std::fs::write(&file, "retry_schedule = \"soon\"\n").unwrap();
+    for json in [false, true] {
+        let mut command = herald();
+        if json {
+            command.arg("--json");
+        }
+        let output = command
+            .args(["migrate", "--database-url", "mysql://nowhere/db"])
+            .env_clear()
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(!stderr.contains('\u{1b}'), "escape codes on a pipe: {stderr:?}");
+        if json {
+            let error: serde_json::Value = serde_json::from_str(stderr.trim()).expect("a JSON error");
+            assert!(error["error"].as_str().is_some_and(|e| e.contains("mysql")), "{stderr}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_served_nodes_logs_are_plain_text_on_a_pipe() {
+    // The harness pipes the node's standard error to the test; the warning about the generated key is
+    // logged at start.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("herald.db");
+    let mut child = herald()
+        .args(["serve", "--listen", "127.0.0.1:0", "--database-url"])
+        .arg(format!("sqlite://{}", db.display()))
+        .env_clear()
+        .env("HERALD_ADMIN_TOKEN", "t")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("listening on"))),
+        "the node started"
+    );
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("generated the key"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "escape codes on a pipe: {stderr:?}");
+}
+
+/// The subcommands `herald --help` lists.
+fn listed_commands() -> Vec<String> {
+    let output = herald().arg("--help").output().expect("run");
+    let help = String::from_utf8_lossy(&output.stdout).into_owned();
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|command| *command != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn no_help_text_shows_a_password_from_the_environment() {
+    let password = "Hunter2-in-env";
+    let commands = listed_commands();
+    assert!(commands.len() >= 10, "{commands:?}");
+    // Every setting that may hold a URL with credentials, and every secret, set at once.
+    let url = format!("postgres://herald:{password}@db.example/herald");
+    let env = [
+        ("HERALD_DATABASE_URL", url.clone()),
+        ("HERALD_INBOX_DATABASE_URL", url.clone()),
+        (
+            "HERALD_OPERATIONAL_WEBHOOK_URL",
+            format!("https://ops:{password}@ops.example/hook"),
+        ),
+        ("HERALD_PROXY_URL", format!("http://proxy:{password}@10.0.0.1:3128")),
+        (
+            "HERALD_OTLP_ENDPOINT",
+            format!("https://otel:{password}@otel.example/v1/traces"),
+        ),
+        ("HERALD_PUBLIC_URL", format!("https://p:{password}@webhooks.example")),
+        ("HERALD_SERVER", format!("http://admin:{password}@127.0.0.1:8080")),
+        ("HERALD_TOKEN", password.to_owned()),
+        ("HERALD_ADMIN_TOKEN", password.to_owned()),
+        ("HERALD_SECRET_KEY", password.to_owned()),
+        ("HERALD_VERIFY_SECRET", password.to_owned()),
+        ("HERALD_BENCH_TOKEN", password.to_owned()),
+        ("HERALD_BENCH_TARGET", format!("http://b:{password}@127.0.0.1:1")),
+    ];
+    for command in std::iter::once(None).chain(commands.iter().map(Some)) {
+        let mut run = herald();
+        run.envs(env.iter().map(|(k, v)| (k, v)));
+        if let Some(command) = command {
+            run.arg(command);
+        }
+        let output = run.arg("--help").output().expect("run");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "herald {command:?} --help failed");
+        assert!(
+            help.contains("HERALD_") || command.is_none(),
+            "herald {command:?} --help: no settings?\n{help}"
+        );
+        assert!(
+            !help.contains(password),
+            "herald {command:?} --help shows a secret:\n{help}"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! owned again within the lease bound. Skipped with a visible message when PostgreSQL is unreachable
 //! (fatal with `HERALD_REQUIRE_POSTGRES=1`).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

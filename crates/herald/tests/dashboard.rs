@@ -8,7 +8,7 @@
 //!   when the API changes;
 //! * what the login relies on to tell an admin token from an application token holds.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -79,6 +79,7 @@ fn content_type_of(name: &str) -> &'static str {
         Some("html") => "text/html; charset=utf-8",
         Some("js") => "text/javascript; charset=utf-8",
         Some("css") => "text/css; charset=utf-8",
+        Some("svg") => "image/svg+xml",
         other => panic!("{name}: no content type expected for {other:?}"),
     }
 }
@@ -267,19 +268,37 @@ async fn every_file_the_page_loads_is_served_and_nothing_is_inline() {
     }
 }
 
-/// The login tells the tokens apart by what they may call: the admin token lists applications, an
-/// application token is refused that (403) but reads its own application and nothing else's.
+/// The login asks the server what a token is (`GET /auth/token`): the admin token, or an application token
+/// with its application and whether it is read-only — and an application token reads its own application
+/// and nothing else's.
 #[tokio::test]
 async fn the_login_can_tell_admin_and_application_tokens_apart() {
     let herald = Herald::start(&[]).await;
-    let (status, _) = herald.call("GET", "/app?limit=1", None).await;
-    assert_eq!(status, 200);
+    let admin = herald.get("/auth/token").await;
+    assert_eq!(admin, json!({"kind": "admin", "readOnly": false}));
     let own = herald.app("own").await;
     let other = herald.app("other").await;
     let access = herald.post(&format!("/auth/app-portal-access/{own}"), json!({})).await;
     let token = access["token"].as_str().expect("token");
     let bearer = format!("Bearer {token}");
     let auth = [("authorization", bearer.as_str())];
+    let (status, info) = herald.call_with("GET", "/auth/token", None, &auth).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(
+        (info["kind"].as_str(), info["appId"].as_str()),
+        (Some("app"), Some(own.as_str()))
+    );
+    assert_eq!(info["readOnly"], false);
+    assert!(info["expiresAt"].as_str().is_some_and(|t| t.ends_with('Z')), "{info}");
+    let read_only = herald
+        .post(&format!("/auth/app-portal-access/{own}"), json!({"readOnly": true}))
+        .await;
+    let read_only = format!("Bearer {}", read_only["token"].as_str().expect("token"));
+    let (_, info) = herald
+        .call_with("GET", "/auth/token", None, &[("authorization", read_only.as_str())])
+        .await;
+    assert_eq!(info["readOnly"], true, "{info}");
+    assert_eq!(herald.call_with("GET", "/auth/token", None, &[]).await.0, 401);
     assert_eq!(herald.call_with("GET", "/app?limit=1", None, &auth).await.0, 403);
     assert_eq!(
         herald.call_with("GET", &format!("/app/{own}"), None, &auth).await.0,
@@ -297,5 +316,149 @@ async fn the_login_can_tell_admin_and_application_tokens_apart() {
             .await
             .0,
         401
+    );
+}
+
+/// A portal link is absolute (the configured public URL, else this request's host), opens the dashboard and
+/// carries the token in the fragment only; framing follows HERALD_DASHBOARD_FRAME_ANCESTORS.
+#[tokio::test]
+async fn portal_links_open_the_dashboard_and_framing_follows_the_setting() {
+    let herald = Herald::start(&[]).await;
+    let app = herald.app("portal").await;
+    let access = herald.post(&format!("/auth/app-portal-access/{app}"), json!({})).await;
+    let link = access["url"].as_str().expect("url");
+    let token = access["token"].as_str().expect("token");
+    assert_eq!(link, format!("http://{}/dashboard/#key={token}", herald.addr));
+
+    let public = Herald::start(&[
+        ("HERALD_PUBLIC_URL", "https://hooks.example.com/"),
+        (
+            "HERALD_DASHBOARD_FRAME_ANCESTORS",
+            "https://portal.example.com, https://b.example.com:8443",
+        ),
+    ])
+    .await;
+    let app = public.app("portal").await;
+    let access = public
+        .post(&format!("/auth/app-portal-access/{app}"), json!({"readOnly": true}))
+        .await;
+    let link = access["url"].as_str().expect("url");
+    assert!(
+        link.starts_with("https://hooks.example.com/dashboard/#key=herald_app_"),
+        "{link}"
+    );
+    assert!(!link.contains('?'), "no token in a query: {link}");
+    let answer = fetch(&public, "/dashboard/", &[]).await;
+    let csp = answer.header("content-security-policy");
+    assert!(
+        csp.contains("frame-ancestors https://portal.example.com https://b.example.com:8443"),
+        "{csp}"
+    );
+    assert_eq!(
+        answer.header("x-frame-options"),
+        "",
+        "X-Frame-Options would forbid every embedding"
+    );
+}
+
+/// The charts' source: an endpoint's attempts per bucket by outcome with their latency (Svix's
+/// `v1.stats.endpoint-attempts` shape), and the operational events newest first a page at a time.
+#[tokio::test]
+async fn attempt_statistics_and_newest_first_operational_events() {
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "50ms")]).await;
+    let receiver = common::Receiver::start(common::Reply::status(200)).await;
+    let app = herald.app("stats").await;
+    herald
+        .endpoint(&app, json!({"url": receiver.url(), "uid": "charted"}))
+        .await;
+    receiver.script([common::Reply::status(500)]);
+    for n in 0..3 {
+        herald
+            .post(
+                &format!("/app/{app}/msg"),
+                json!({"eventType": "a.b", "payload": {"n": n}}),
+            )
+            .await;
+    }
+    receiver.wait_for(4, std::time::Duration::from_secs(15)).await;
+    let path = format!("/stats/app/{app}/ep/charted/attempt");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let stats = loop {
+        let stats = herald.get(&path).await;
+        let sum = |key: &str| {
+            stats["data"][key]
+                .as_array()
+                .map_or(0, |v| v.iter().filter_map(Value::as_u64).sum::<u64>())
+        };
+        if sum("successCount") == 3 && sum("failureCount") == 1 {
+            break stats;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(stats["period"], "FiveMinutes", "{stats}");
+    let buckets = stats["data"]["successCount"].as_array().expect("series").len();
+    assert!((72..=73).contains(&buckets), "six hours of 5-minute buckets: {buckets}");
+    let last = buckets - 1;
+    assert!(stats["data"]["maxDurationMs"][last].as_i64().is_some(), "{stats}");
+    assert!(
+        stats["data"]["averageDurationMs"][0].is_null(),
+        "no attempt, no latency: {stats}"
+    );
+    let week = herald
+        .get(&format!(
+            "{path}?startDate=2026-01-01T00:00:00Z&endDate=2026-01-08T00:00:00Z"
+        ))
+        .await;
+    assert_eq!(
+        (
+            week["period"].as_str(),
+            week["data"]["successCount"].as_array().map(Vec::len)
+        ),
+        (Some("OneDay"), Some(7))
+    );
+    for (query, named) in [
+        ("?startDate=2026-01-01T00:00:00Z", "endDate"),
+        (
+            "?startDate=2026-01-01T00:00:00Z&endDate=2026-03-01T00:00:00Z",
+            "endDate",
+        ),
+        ("?startDate=soon&endDate=2026-03-01T00:00:00Z", "startDate"),
+    ] {
+        let (status, body) = herald.call("GET", &format!("{path}{query}"), None).await;
+        assert_eq!(status, 422, "{query}: {body}");
+        assert!(body.to_string().contains(named), "{query}: {body}");
+    }
+    assert_eq!(
+        herald
+            .call("GET", &format!("/stats/app/{app}/ep/nope/attempt"), None)
+            .await
+            .0,
+        404
+    );
+
+    let all = herald.get("/operational-event?limit=250").await["data"]
+        .as_array()
+        .cloned()
+        .expect("events");
+    let newest = herald.get("/operational-event?order=descending&limit=1").await;
+    assert_eq!(newest["data"][0]["id"], all.last().expect("an event")["id"], "{newest}");
+    let iterator = newest["iterator"].as_str().expect("iterator");
+    let older = herald
+        .get(&format!(
+            "/operational-event?order=descending&limit=250&iterator={iterator}"
+        ))
+        .await;
+    let ids: Vec<&Value> = older["data"]
+        .as_array()
+        .expect("page")
+        .iter()
+        .map(|e| &e["id"])
+        .collect();
+    let expected: Vec<&Value> = all.iter().rev().skip(1).map(|e| &e["id"]).collect();
+    assert_eq!(ids, expected);
+    assert_eq!(
+        herald.call("GET", "/operational-event?order=sideways", None).await.0,
+        422
     );
 }

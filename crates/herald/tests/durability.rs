@@ -1,7 +1,7 @@
 //! Custody: every message that got a 202 is delivered, with its original `webhook-id`, even when the
 //! server is killed with SIGKILL while the receiver is down — on SQLite and on PostgreSQL.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! (SQLite, or PostgreSQL under `HERALD_TEST_BACKEND=postgres`) and `NAME::postgres` (always PostgreSQL;
 //! skipped with a visible message when it is unreachable, unless `HERALD_REQUIRE_POSTGRES=1`).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 const SECRET_A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const SECRET_B: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const SECRET_C: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX";
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/signatures.json");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/signatures.json");
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A request header, name and value.

@@ -2,13 +2,14 @@
 //! outage, replay-missing for a late endpoint, resend, cancel, expunge, dead-letter and delivery listings,
 //! attempt filters, stats, and the reconciliation listing while messages keep arriving.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::{Herald, Receiver, Reply};
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -269,8 +270,51 @@ async fn cancelled_deliveries_are_never_sent() {
     assert!(receiver.received().is_empty(), "a cancelled delivery went out");
     assert_eq!(deliveries(&herald, &app, &ep, "cancelled").await.len(), 3);
     let stats = herald.get(&format!("/app/{app}/endpoint/{ep}/stats")).await;
+    assert_eq!(stats["canceled"], 3, "{stats}");
     assert_eq!(stats["cancelled"], 3, "{stats}");
     assert_eq!(stats["pending"], 0, "{stats}");
+}
+
+/// A resend commits its delivery outside the ingest path and announces it to the engine afterwards; a
+/// message posted to the same endpoint meanwhile may reach the engine first. The resend must still be
+/// sent (it was once left in the store until the next restart: the endpoint's queue had moved past it).
+#[tokio::test]
+async fn resends_racing_new_messages_to_the_same_endpoint_are_all_sent() {
+    const RESENT: usize = 40;
+    const NEW: usize = 200;
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("shop").await;
+    let (ep, _) = herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let mut first = Vec::new();
+    for n in 0..RESENT {
+        first.push(send(&herald, &app, "a.b", n).await);
+    }
+    receiver.wait_for(RESENT, WAIT).await;
+    wait_for_state(&herald, &app, &ep, "delivered", RESENT).await;
+
+    let resends = async {
+        for msg in &first {
+            let (status, body) = herald
+                .call("POST", &format!("/app/{app}/msg/{msg}/endpoint/{ep}/resend"), None)
+                .await;
+            assert_eq!(status, 202, "{body}");
+        }
+    };
+    let news = futures::stream::iter(0..NEW).for_each_concurrent(8, |n| {
+        let (herald, app) = (&herald, &app);
+        async move {
+            send(herald, app, "a.b", RESENT + n).await;
+        }
+    });
+    futures::join!(resends, news);
+
+    receiver.wait_for(2 * RESENT + NEW, Duration::from_secs(60)).await;
+    let got = ids_of(&receiver);
+    for msg in &first {
+        let times = got.iter().filter(|id| *id == msg).count();
+        assert_eq!(times, 2, "{msg} was sent {times} times, not once and once resent");
+    }
 }
 
 #[tokio::test]

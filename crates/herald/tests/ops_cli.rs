@@ -1,6 +1,6 @@
 //! The operators' commands (`herald events`, `dead`, `resend`, `recover`, `task`) against a real server.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -82,4 +82,186 @@ async fn an_operator_finds_dead_letters_recovers_them_and_reconciles_from_the_sh
     let (ok, _, err) = herald_cli(&herald, &["task", "qtask_nope"]);
     assert!(!ok);
     assert!(err.contains("404"), "{err}");
+}
+
+/// Run the CLI against a server with extra arguments; returns (success, stdout, stderr).
+fn herald_at(server: &Herald, args: &[&str]) -> (bool, String, String) {
+    herald_cli(server, args)
+}
+
+#[tokio::test]
+async fn times_take_three_forms_and_a_bad_one_is_explained_with_examples() {
+    let herald = Herald::start(&[]).await;
+    let app = herald.app("times").await;
+    let id = herald
+        .post(&format!("/app/{app}/msg"), json!({"eventType": "a.b", "payload": {}}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let today = time::OffsetDateTime::now_utc().date().to_string();
+    for since in ["1h", "30m ago", today.as_str(), "2020-01-01T00:00:00Z"] {
+        let (ok, out, err) = herald_at(&herald, &["events", "--app", &app, "--since", since]);
+        assert!(ok, "--since {since}: {err}");
+        assert!(out.contains(&id), "--since {since} finds the message: {out}");
+    }
+    let (ok, out, _) = herald_at(&herald, &["events", "--app", &app, "--since", "2099-01-01"]);
+    assert!(ok && out.is_empty(), "a window in the future is empty: {out}");
+    for bad in ["yesterday", "2026-13-01", "5x"] {
+        let (ok, _, err) = herald_at(&herald, &["events", "--app", &app, "--since", bad]);
+        assert!(!ok, "{bad} accepted");
+        for example in ["--since", "2026-12-01T14:00:00Z", "2026-12-01", "1h"] {
+            assert!(err.contains(example), "{bad}: the error lacks {example}: {err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn empty_results_say_so_and_json_is_the_servers_bytes() {
+    let herald = Herald::start(&[]).await;
+    let app = herald.app("quiet").await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let (ep, _) = herald
+        .endpoint(&app, json!({"url": receiver.url(), "uid": "billing"}))
+        .await;
+    let (ok, out, err) = herald_at(&herald, &["dead", "--app", &app]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("no dead deliveries in application {app}"));
+    let (ok, out, _) = herald_at(&herald, &["dead", "--app", &app, "--endpoint", "billing"]);
+    assert!(
+        ok && out.contains("no dead deliveries") && out.contains("billing"),
+        "{out}"
+    );
+    let (ok, out, _) = herald_at(&herald, &["--json", "dead", "--app", &app]);
+    assert!(ok && out.is_empty(), "--json prints no rows, not a sentence: {out:?}");
+
+    // The producer's payload bytes, key order and spacing included, come out unchanged.
+    let payload = r#"{"zeta": 1,  "alpha": [3, 2, 1], "nested": {"b": true, "a": null}}"#;
+    let body = format!(r#"{{"eventType": "a.b", "eventId": "evt-raw", "payload": {payload}}}"#);
+    let (status, _) = herald
+        .call_with(
+            "POST",
+            &format!("/app/{app}/msg"),
+            Some(body.into_bytes()),
+            &[("authorization", &format!("Bearer {TOKEN}"))],
+        )
+        .await;
+    assert_eq!(status, 202);
+    let (ok, out, err) = herald_at(&herald, &["events", "--app", &app]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(r#""payload":{payload}"#)),
+        "payload bytes changed: {out}"
+    );
+    receiver.wait_for(1, Duration::from_secs(10)).await;
+
+    // --json everywhere: the task as the server's JSON, an empty repair, verify, migrate, errors.
+    let since = "2020-01-01";
+    let (ok, out, err) = herald_at(
+        &herald,
+        &["--json", "recover", "--app", &app, "--endpoint", &ep, "--since", since],
+    );
+    assert!(ok, "{err}");
+    let task: Value = serde_json::from_str(out.trim()).expect("a JSON task");
+    assert_eq!(task["status"], "finished", "{task}");
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    let (ok, out, _) = herald_at(
+        &herald,
+        &["recover", "--app", &app, "--endpoint", &ep, "--since", since],
+    );
+    assert!(ok && out.contains("nothing to do in this window"), "{out}");
+    let (ok, out, _) = herald_at(&herald, &["--json", "task", &task_id]);
+    let shown: Value = serde_json::from_str(out.trim()).expect("task JSON");
+    assert!(ok && shown["id"] == task_id.as_str(), "{out}");
+    let (ok, out, _) = herald_at(&herald, &["task", &task_id]);
+    assert!(ok, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("since") && l.ends_with("2020-01-01T00:00:00Z")),
+        "task times as RFC 3339: {out}"
+    );
+    let (ok, out, err) = herald_at(
+        &herald,
+        &["resend", "--app", &app, "--msg", "evt-raw", "--endpoint", "billing"],
+    );
+    assert!(
+        ok && out.contains("eventId evt-raw") && out.contains("endpoint billing"),
+        "{out}{err}"
+    );
+    receiver.wait_for(2, Duration::from_secs(10)).await;
+    let (ok, out, err) = herald_at(
+        &herald,
+        &[
+            "--json",
+            "resend",
+            "--app",
+            &app,
+            "--msg",
+            "evt-raw",
+            "--endpoint",
+            "billing",
+        ],
+    );
+    let resent: Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("resend JSON: {out}{err}"));
+    assert!(
+        ok && resent["eventId"] == "evt-raw" && resent["endpointUid"] == "billing",
+        "{out}"
+    );
+    let (ok, _, err) = herald_at(&herald, &["--json", "task", "qtask_nope"]);
+    let error: Value = serde_json::from_str(err.trim()).expect("a JSON error");
+    assert!(
+        !ok && error["error"].as_str().is_some_and(|e| e.contains("404")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn dead_letters_read_as_a_table_with_uids_and_event_ids() {
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "50ms"), ("HERALD_BREAKER_THRESHOLD", "1000")]).await;
+    let receiver = Receiver::start(Reply::status(503)).await;
+    let app = herald.app("table").await;
+    herald
+        .endpoint(&app, json!({"url": receiver.url(), "uid": "warehouse"}))
+        .await;
+    let msg = herald
+        .post(
+            &format!("/app/{app}/msg"),
+            json!({"eventType": "order.created", "eventId": "evt-42", "payload": {}}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let dead = herald.get(&format!("/app/{app}/delivery?deliveryStatus=dead")).await;
+        if dead["data"].as_array().is_some_and(|d| !d.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the delivery never died");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (ok, out, err) = herald_at(&herald, &["dead", "--app", &app]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("MESSAGE") && lines[0].contains("EVENT ID"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains(&msg)
+            && lines[1].contains("evt-42")
+            && lines[1].contains("warehouse")
+            && lines[1].contains("503 server_error"),
+        "{out}"
+    );
+    // Columns line up: every field of the row starts where its header does.
+    let at = lines[0].find("ENDPOINT").unwrap();
+    assert_eq!(lines[1].find("warehouse"), Some(at), "{out}");
+    let (ok, out, _) = herald_at(&herald, &["--json", "dead", "--app", &app]);
+    let row: Value = serde_json::from_str(out.lines().next().unwrap()).expect("JSON line");
+    assert!(
+        ok && row["id"] == msg.as_str() && row["lastAttempt"]["responseStatusCode"] == 503,
+        "{out}"
+    );
 }

@@ -2,7 +2,7 @@
 //! disabled until it echoes a signed `webhook.verification` challenge; a receiver that does not echo is
 //! never sent anything else; `…/verify` runs the check again.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,14 +2,12 @@
 //! deduplicates as it does on SQLite, and survives losing its database. Skipped with a visible message
 //! when PostgreSQL is unreachable (fatal with `HERALD_REQUIRE_POSTGRES=1`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Herald, Receiver, Reply, TcpProxy};
-use herald_store::testdb;
+use common::{Herald, ProxiedNode, Receiver, Reply};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -101,19 +99,15 @@ async fn delivers_signed_retries_and_deduplicates_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_database_answers_503_and_recovers_without_losing_acknowledged_messages() {
     let test = "losing_the_database_answers_503_and_recovers_without_losing_acknowledged_messages";
-    let Some(database) = testdb::fresh(test).await else {
+    let Some(ProxiedNode {
+        mut herald,
+        proxy,
+        receiver,
+        app,
+    }) = ProxiedNode::start(test, "outage", &[]).await
+    else {
         return;
     };
-    let database = Arc::new(database);
-    let proxy = TcpProxy::start(database.server_addr().expect("server address")).await;
-    let url = database
-        .url_via(format!("127.0.0.1:{}", proxy.port).parse().unwrap())
-        .expect("proxied URL");
-    let schedule = vec!["500ms"; 50].join(",");
-    let mut herald = Herald::start_at(database.clone(), &url, &[("HERALD_RETRY_SCHEDULE", schedule.as_str())]).await;
-    let receiver = Receiver::start(Reply::status(200)).await;
-    let app = herald.app("outage").await;
-    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
 
     let mut acknowledged = BTreeSet::new();
     let publish = async |herald: &Herald, n: usize| {

@@ -1,7 +1,7 @@
 //! The REST resources behave as Svix clients expect: CRUD by id or uid, PUT as upsert, PATCH semantics,
 //! event-type archiving, secret handling.
 
-mod common;
+use crate::common;
 
 use common::Herald;
 use serde_json::json;
@@ -191,19 +191,7 @@ async fn messages_follow_a_uid_that_moves_to_another_application() {
 #[tokio::test]
 async fn a_repeated_idempotency_key_replays_the_first_create() {
     let herald = Herald::start(&[]).await;
-    let post = |path: &'static str, body: serde_json::Value, key: &'static str| {
-        let herald = &herald;
-        async move {
-            herald
-                .call_with(
-                    "POST",
-                    path,
-                    Some(body.to_string().into_bytes()),
-                    &[("authorization", "Bearer test-admin-token"), ("idempotency-key", key)],
-                )
-                .await
-        }
-    };
+    let post = |path: &'static str, body: serde_json::Value, key: &'static str| herald.post_keyed(path, body, key);
     let (s1, first) = post("/app", json!({"name": "Retried"}), "auto_1").await;
     let (s2, again) = post("/app", json!({"name": "Retried"}), "auto_1").await;
     assert_eq!((s1, s2), (201, 201));
@@ -217,4 +205,86 @@ async fn a_repeated_idempotency_key_replays_the_first_create() {
     assert_eq!(status, 422);
     let (status, created) = post("/event-type", json!({"name": "good.name", "description": ""}), "auto_3").await;
     assert_eq!(status, 201, "{created}");
+}
+
+#[tokio::test]
+async fn an_idempotency_key_reused_for_another_request_is_refused_even_after_a_delete() {
+    let herald = Herald::start(&[]).await;
+    let post = |path: String, body: serde_json::Value, key: String| {
+        let herald = &herald;
+        async move { herald.post_keyed(&path, body, &key).await }
+    };
+    let refused = |answer: &(u16, serde_json::Value), what: &str| {
+        assert_eq!(answer.0, 422, "{what}: {}", answer.1);
+        assert!(
+            common::names_field(&answer.1, "idempotency-key"),
+            "{what}: {}",
+            answer.1
+        );
+    };
+    let key = || "reuse-1".to_owned();
+    let (status, first) = post("/app".into(), json!({"name": "First"}), key()).await;
+    assert_eq!(status, 201, "{first}");
+    refused(
+        &post("/app".into(), json!({"name": "Second"}), key()).await,
+        "another body",
+    );
+    refused(
+        &post("/app?get_if_exists=true".into(), json!({"name": "First"}), key()).await,
+        "another query",
+    );
+    refused(
+        &post("/event-type".into(), json!({"name": "a.b", "description": ""}), key()).await,
+        "another path",
+    );
+    // Deleted since: the same request still gets its answer, another one is still refused.
+    let id = first["id"].as_str().unwrap();
+    assert_eq!(herald.call("DELETE", &format!("/app/{id}"), None).await.0, 204);
+    let (status, again) = post("/app".into(), json!({"name": "First"}), key()).await;
+    assert_eq!(
+        (status, &again),
+        (201, &first),
+        "a retry after the delete gets the first answer"
+    );
+    refused(
+        &post("/app".into(), json!({"name": "Second"}), key()).await,
+        "another body after the delete",
+    );
+    assert_eq!(
+        herald.get("/app").await["data"].as_array().unwrap().len(),
+        0,
+        "nothing was created"
+    );
+
+    // Messages keep their key with the message: the same message is answered, another one refused.
+    let app = herald.app("keyed").await;
+    let msg = |n: u32| json!({"eventType": "a.b", "payload": {"n": n}});
+    let (status, sent) = post(format!("/app/{app}/msg"), msg(1), "msg-key".into()).await;
+    assert_eq!(status, 202, "{sent}");
+    let (status, retried) = post(format!("/app/{app}/msg"), msg(1), "msg-key".into()).await;
+    assert_eq!((status, &retried["id"]), (202, &sent["id"]), "{retried}");
+    refused(
+        &post(format!("/app/{app}/msg"), msg(2), "msg-key".into()).await,
+        "another message",
+    );
+    let messages = herald.get(&format!("/app/{app}/msg")).await;
+    assert_eq!(messages["data"].as_array().unwrap().len(), 1, "{messages}");
+    // The key's length is 1 to 256, on every POST.
+    for path in ["/app".to_owned(), format!("/app/{app}/msg")] {
+        refused(
+            &post(path.clone(), msg(3), "k".repeat(257)).await,
+            "a 257-character key",
+        );
+        refused(&post(path.clone(), msg(3), String::new()).await, "an empty key");
+        let (status, body) = post(
+            path.clone(),
+            json!({"name": "x", "eventType": "a.b", "payload": {}}),
+            "k".repeat(256),
+        )
+        .await;
+        assert!(
+            status == 201 || status == 202,
+            "{path} with a 256-character key: {status} {body}"
+        );
+    }
 }

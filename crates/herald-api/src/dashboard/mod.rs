@@ -6,9 +6,10 @@
 //! that application. There is no build step: the files in `assets/` are what the browser runs.
 //!
 //! Every answer carries a strict `Content-Security-Policy` (scripts and styles only from this origin, no
-//! inline code, no framing): the pages render data the API returns — endpoint URLs, response bodies, event
-//! types, all chosen by tenants or their receivers — and the policy is the second line of defence behind
-//! the scripts' rule of rendering data only as text.
+//! inline code): the pages render data the API returns — endpoint URLs, response bodies, event types, all
+//! chosen by tenants or their receivers — and the policy is the second line of defence behind the scripts'
+//! rule of rendering data only as text. No page may frame the dashboard, unless the operator lists the
+//! origins that embed it as a tenant portal ([`Portal::frame_ancestors`]).
 //!
 //! These routes are not part of the REST API: they live outside `/api/v1` and outside `src/routes`, and are
 //! not in the OpenAPI document.
@@ -24,6 +25,7 @@ use sha2::{Digest, Sha256};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::error::ApiError;
+use crate::state::Portal;
 
 /// Where the dashboard lives.
 pub const ROOT: &str = "/dashboard/";
@@ -32,9 +34,19 @@ pub const ROOT: &str = "/dashboard/";
 const INDEX: &str = "index.html";
 
 /// No script, style, image or connection from anywhere but this origin; no inline code; no plugins, no
-/// `<base>` rewriting, no form posting elsewhere, no framing (clickjacking).
+/// `<base>` rewriting, no form posting elsewhere. `frame-ancestors` follows (see [`content_security_policy`]).
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
-     connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+     connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'";
+
+/// The policy with its `frame-ancestors`: `'none'` (no framing: clickjacking) unless origins are listed.
+fn content_security_policy(portal: &Portal) -> String {
+    let ancestors = if portal.frame_ancestors.is_empty() {
+        "'none'".to_owned()
+    } else {
+        portal.frame_ancestors.join(" ")
+    };
+    format!("{CONTENT_SECURITY_POLICY}; frame-ancestors {ancestors}")
+}
 
 /// One embedded file.
 struct Asset {
@@ -46,6 +58,7 @@ struct Asset {
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
+const SVG: &str = "image/svg+xml";
 
 /// Every file of `assets/`; `tests/dashboard.rs` in the `herald` crate checks that each one is served.
 const ASSETS: &[Asset] = &[
@@ -59,6 +72,9 @@ const ASSETS: &[Asset] = &[
     asset("view-deliveries.js", JS, include_bytes!("assets/view-deliveries.js")),
     asset("view-endpoint.js", JS, include_bytes!("assets/view-endpoint.js")),
     asset("view-ops.js", JS, include_bytes!("assets/view-ops.js")),
+    asset("search.js", JS, include_bytes!("assets/search.js")),
+    asset("chart.js", JS, include_bytes!("assets/chart.js")),
+    asset("favicon.svg", SVG, include_bytes!("assets/favicon.svg")),
 ];
 
 const fn asset(name: &'static str, content_type: &'static str, body: &'static [u8]) -> Asset {
@@ -82,23 +98,27 @@ static ETAGS: LazyLock<Vec<HeaderValue>> = LazyLock::new(|| {
 });
 
 /// The dashboard's routes, for merging next to the API router. Generic over the state: they use none.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    let headers = [
-        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+pub fn routes<S: Clone + Send + Sync + 'static>(portal: &Portal) -> Router<S> {
+    // The origins were checked when the configuration was read (scheme://host[:port] only); one that
+    // still is no header value leaves framing closed.
+    let policy = HeaderValue::from_str(&content_security_policy(portal))
+        .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"));
+    let mut headers = vec![
+        (header::CONTENT_SECURITY_POLICY, policy),
+        (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+        (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
         // Revalidate every time (with the ETag): an upgraded server must never run yesterday's scripts.
-        (header::CACHE_CONTROL, "no-cache"),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
     ];
+    // For browsers that predate `frame-ancestors`; it cannot list origins, so it goes when some are allowed.
+    if portal.frame_ancestors.is_empty() {
+        headers.push((header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")));
+    }
     let mut router = Router::new()
         .route("/dashboard", get(|| async { Redirect::permanent(ROOT) }))
         .route("/dashboard/{name}", get(serve));
     for (name, value) in headers {
-        router = router.layer(SetResponseHeaderLayer::overriding(
-            name,
-            HeaderValue::from_static(value),
-        ));
+        router = router.layer(SetResponseHeaderLayer::overriding(name, value));
     }
     router
 }
@@ -159,6 +179,21 @@ mod tests {
         assert_eq!(names.len(), ASSETS.len());
         assert!(ASSETS.iter().all(|a| !a.body.is_empty()));
         assert_eq!(ETAGS.len(), ASSETS.len());
+    }
+
+    #[test]
+    fn framing_is_closed_unless_origins_are_listed() {
+        let closed = content_security_policy(&Portal::default());
+        assert!(closed.ends_with("frame-ancestors 'none'"), "{closed}");
+        let open = content_security_policy(&Portal {
+            frame_ancestors: vec!["https://portal.example".into(), "https://b.example:8443".into()],
+            ..Portal::default()
+        });
+        assert!(
+            open.ends_with("frame-ancestors https://portal.example https://b.example:8443"),
+            "{open}"
+        );
+        assert!(open.contains("script-src 'self'"), "{open}");
     }
 
     #[test]

@@ -23,8 +23,9 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/app/{app_id}", get(read).put(replace).patch(patch).delete(remove))
 }
 
-fn check(name: &str, uid: Option<&str>) -> ApiResult<()> {
-    validate::text("name", name, true, 256)?;
+fn check(name: &str, uid: Option<&str>, metadata: &crate::model::Metadata) -> ApiResult<()> {
+    validate::text("name", name, true, validate::MAX_NAME_LEN)?;
+    validate::metadata(metadata)?;
     if let Some(uid) = uid {
         validate::uid(uid, IdKind::Application)?;
     }
@@ -57,6 +58,33 @@ pub(crate) async fn resolve_id(state: &AppState, id_or_uid: &str) -> ApiResult<S
     Ok(app.id)
 }
 
+/// The id of the app `id_or_uid` names, creating it from `input` when there is none (a message's inline
+/// `application`, as Svix: ignored when the app exists). The new app takes `id_or_uid` as its uid; a
+/// different `uid` in `input` is refused, as is a missing app named by an `app_…` id (ids are Herald's to
+/// give).
+pub(crate) async fn resolve_or_create(
+    state: &AppState,
+    id_or_uid: &str,
+    mut input: ApplicationIn,
+) -> ApiResult<String> {
+    match resolve_id(state, id_or_uid).await {
+        Err(error) if error.status == StatusCode::NOT_FOUND => {}
+        found => return found,
+    }
+    input.uid = Some(validate::uid_for_put(
+        id_or_uid,
+        input.uid.as_deref(),
+        IdKind::Application,
+        "application",
+    )?);
+    match create_new(state, input).await {
+        Ok(app) => Ok(app.id),
+        // Another request created it meanwhile: use that one.
+        Err(error) if error.status == StatusCode::CONFLICT => resolve_id(state, id_or_uid).await,
+        Err(error) => Err(error),
+    }
+}
+
 async fn list(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
@@ -75,7 +103,7 @@ async fn create(
     OriginalUri(uri): OriginalUri,
     JsonBody(input): JsonBody<ApplicationIn>,
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
-    check(&input.name, input.uid.as_deref())?;
+    check(&input.name, input.uid.as_deref(), &input.metadata)?;
     if Query::of(&uri).flag("get_if_exists", false)?
         && let Some(uid) = &input.uid
     {
@@ -96,7 +124,7 @@ async fn insert(state: &AppState, input: ApplicationIn) -> ApiResult<(StatusCode
 
 /// Validate and store a new app.
 pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiResult<Application> {
-    check(&input.name, input.uid.as_deref())?;
+    check(&input.name, input.uid.as_deref(), &input.metadata)?;
     let app = new_app(input)?;
     state
         .store
@@ -132,7 +160,7 @@ async fn replace(
     Path(app_id): Path<String>,
     JsonBody(input): JsonBody<ApplicationIn>,
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
-    check(&input.name, input.uid.as_deref())?;
+    check(&input.name, input.uid.as_deref(), &input.metadata)?;
     let payload_retention_days = retention(input.payload_retention_period)?;
     match state.store.get_app(&app_id).await {
         Ok(mut app) => {
@@ -181,7 +209,7 @@ async fn patch(
     if let Some(metadata) = input.metadata {
         app.metadata = metadata;
     }
-    check(&app.name, app.uid.as_deref())?;
+    check(&app.name, app.uid.as_deref(), &app.metadata)?;
     save(&state, &mut app).await?;
     Ok(Json(convert::application(app)))
 }

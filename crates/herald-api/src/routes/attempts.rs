@@ -1,10 +1,15 @@
-//! The attempt log: `/app/{app_id}/attempt/msg/{msg_id}` and `/app/{app_id}/attempt/endpoint/{endpoint_id}`,
-//! filtered by `status` (0 success, 2 failure, as Svix's message status), `status_code_class` (0 for "no
-//! response", 100 … 500), `event_types`, `before` and `after`.
+//! The attempt log: `/app/{app_id}/attempt/msg/{msg_id}` (also filtered by `endpoint_id`) and
+//! `/app/{app_id}/attempt/endpoint/{endpoint_id}` (which expands each attempt's message with
+//! `with_msg=true`), filtered by `status` (0 success, 2 failure, as Svix's message status),
+//! `status_code_class` (0 for "no response", 100 … 500), `event_types`, `before` and `after`; and one
+//! attempt, `/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}`.
+
+use std::collections::HashMap;
 
 use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use herald_core::model::{Attempt, Message};
 
 use super::{apps, endpoints};
 use crate::convert;
@@ -12,7 +17,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::{ListResponse, MessageAttemptOut};
 use crate::query::Query;
 use crate::state::AppState;
-use herald_store::AttemptFilter;
+use herald_store::{AttemptFilter, Page, PageRequest};
+
+/// A message has few attempts (its retry schedule, times its endpoints): a filter the store does not
+/// know is applied while walking them, this many at a time.
+const SCAN_PAGE: usize = PageRequest::MAX_LIMIT;
 
 /// The attempt filters of a listing's query string.
 fn filter(query: &Query) -> ApiResult<AttemptFilter> {
@@ -21,9 +30,10 @@ fn filter(query: &Query) -> ApiResult<AttemptFilter> {
         Some("0") => Some(true),
         Some("2") => Some(false),
         Some(other) => {
-            return Err(ApiError::validation(format!(
-                "status: expected 0 (success) or 2 (failure), got {other:?}"
-            )));
+            return Err(ApiError::query(
+                "status",
+                format!("expected 0 (success) or 2 (failure), got {other:?}"),
+            ));
         }
     };
     let status_code_class = match query.get(&["status_code_class", "statusCodeClass"]) {
@@ -31,9 +41,10 @@ fn filter(query: &Query) -> ApiResult<AttemptFilter> {
         Some(text) => match text.parse::<u16>() {
             Ok(class @ (0 | 100 | 200 | 300 | 400 | 500)) => Some(class),
             _ => {
-                return Err(ApiError::validation(format!(
-                    "status_code_class: expected 0, 100, 200, 300, 400 or 500, got {text:?}"
-                )));
+                return Err(ApiError::query(
+                    "status_code_class",
+                    format!("expected 0, 100, 200, 300, 400 or 500, got {text:?}"),
+                ));
             }
         },
     };
@@ -50,6 +61,58 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/app/{app_id}/attempt/msg/{msg_id}", get(by_message))
         .route("/app/{app_id}/attempt/endpoint/{endpoint_id}", get(by_endpoint))
+        .route("/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", get(one))
+}
+
+async fn message(state: &AppState, app_id: &str, msg_id: &str) -> ApiResult<Message> {
+    let app = apps::find(state, app_id).await?;
+    state
+        .store
+        .get_message(&app.id, msg_id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "message"))
+}
+
+/// One page of a message's attempts that pass `keep`, walking the store's pages: the iterator stays the
+/// store's (the id of the last attempt returned), so the next page resumes right after it.
+async fn scan_message(
+    state: &AppState,
+    message: &Message,
+    filter: &AttemptFilter,
+    page: &PageRequest,
+    keep: impl Fn(&Attempt) -> bool,
+) -> ApiResult<Page<Attempt>> {
+    let mut request = PageRequest {
+        limit: SCAN_PAGE,
+        ..page.clone()
+    };
+    let mut kept = Vec::new();
+    loop {
+        let found = state
+            .store
+            .list_attempts_by_message(&message.app_id, &message.id, filter, &request)
+            .await
+            .map_err(|e| ApiError::from_store(e, "attempt"))?;
+        let mut items = found.items;
+        // A reverse page comes in listing order: walk it from its far end.
+        if page.reverse {
+            items.reverse();
+        }
+        kept.extend(items.into_iter().filter(|a| keep(a)));
+        let next = if page.reverse {
+            found.prev_iterator
+        } else {
+            found.iterator
+        };
+        match next {
+            Some(next) if kept.len() <= page.limit && !found.done => {
+                request = PageRequest::new(Some(SCAN_PAGE), Some(next));
+            }
+            _ => break,
+        }
+    }
+    // Up to one more than asked was kept: it only tells whether more exist.
+    Ok(Page::assemble(kept, page, |a| a.id.clone()))
 }
 
 async fn by_message(
@@ -59,18 +122,42 @@ async fn by_message(
 ) -> ApiResult<Json<ListResponse<MessageAttemptOut>>> {
     let query = Query::of(&uri);
     let (page, filter) = (query.page()?, filter(&query)?);
-    let app = apps::find(&state, &app_id).await?;
-    let message = state
-        .store
-        .get_message(&app.id, &msg_id)
-        .await
-        .map_err(|e| ApiError::from_store(e, "message"))?;
-    let found = state
-        .store
-        .list_attempts_by_message(&app.id, &message.id, &filter, &page)
-        .await
-        .map_err(|e| ApiError::from_store(e, "attempt"))?;
+    let message = message(&state, &app_id, &msg_id).await?;
+    let found = match query.get(&["endpoint_id", "endpointId"]) {
+        None => state
+            .store
+            .list_attempts_by_message(&message.app_id, &message.id, &filter, &page)
+            .await
+            .map_err(|e| ApiError::from_store(e, "attempt"))?,
+        Some(endpoint) => {
+            // An endpoint's uid names it as well as its id.
+            let endpoint = endpoints::find(&state, &message.app_id, endpoint).await?;
+            scan_message(&state, &message, &filter, &page, |a| a.endpoint_id == endpoint.id).await?
+        }
+    };
     Ok(Json(convert::list(found, convert::attempt)))
+}
+
+/// `GET /app/{app_id}/msg/{msg_id}/attempt/{attempt_id}`: one attempt of the message.
+async fn one(
+    State(state): State<AppState>,
+    Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
+) -> ApiResult<Json<MessageAttemptOut>> {
+    let message = message(&state, &app_id, &msg_id).await?;
+    let found = scan_message(
+        &state,
+        &message,
+        &AttemptFilter::default(),
+        &PageRequest::first(1),
+        |a| a.id == attempt_id,
+    )
+    .await?;
+    let attempt = found
+        .items
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::not_found("attempt"))?;
+    Ok(Json(convert::attempt(attempt)))
 }
 
 async fn by_endpoint(
@@ -87,5 +174,29 @@ async fn by_endpoint(
         .list_attempts_by_endpoint(&app.id, &endpoint.id, &filter, &page)
         .await
         .map_err(|e| ApiError::from_store(e, "attempt"))?;
-    Ok(Json(convert::list(found, convert::attempt)))
+    if !query.flag("with_msg", false)? {
+        return Ok(Json(convert::list(found, convert::attempt)));
+    }
+    // `with_msg=true`: each attempt carries its message (with its payload, as Svix's expansion does).
+    let with_content = query.flag("with_content", true)?;
+    let mut messages: HashMap<String, Message> = HashMap::new();
+    for attempt in &found.items {
+        if !messages.contains_key(&attempt.message_id) {
+            let message = state
+                .store
+                .get_message(&app.id, &attempt.message_id)
+                .await
+                .map_err(|e| ApiError::from_store(e, "message"))?;
+            messages.insert(attempt.message_id.clone(), message);
+        }
+    }
+    Ok(Json(convert::list(found, |attempt| {
+        let msg = messages
+            .get(&attempt.message_id)
+            .map(|m| convert::message(m, with_content));
+        MessageAttemptOut {
+            msg,
+            ..convert::attempt(attempt)
+        }
+    })))
 }

@@ -55,9 +55,10 @@ impl KeyKind {
         match name {
             "hmac" => Ok(Self::Hmac),
             "ed25519" => Ok(Self::Ed25519),
-            other => Err(ApiError::validation(format!(
-                "signatureType: must be \"hmac\" or \"ed25519\", got {other:?}"
-            ))),
+            other => Err(ApiError::body(
+                "signatureType",
+                format!("must be \"hmac\" or \"ed25519\", got {other:?}"),
+            )),
         }
     }
 
@@ -80,16 +81,19 @@ pub(crate) fn signature_type(key: Option<&SigningKey>) -> &'static str {
 
 /// A client-supplied key, validated, in canonical text form; `field` names it in errors.
 pub(crate) fn parse_key(field: &str, text: &str) -> ApiResult<String> {
-    let key = SigningKey::parse(text).map_err(|e| ApiError::validation(format!("{field}: {e}")))?;
+    let key = SigningKey::parse(text).map_err(|e| ApiError::body(field, format!("{e}")))?;
     if let SigningKey::Hmac(secret) = &key
         && !SECRET_BYTES.contains(&secret.len())
     {
-        return Err(ApiError::validation(format!(
-            "{field}: the key must be {} to {} bytes long, got {}",
-            SECRET_BYTES.start(),
-            SECRET_BYTES.end(),
-            secret.len()
-        )));
+        return Err(ApiError::body(
+            field,
+            format!(
+                "the key must be {} to {} bytes long, got {}",
+                SECRET_BYTES.start(),
+                SECRET_BYTES.end(),
+                secret.len()
+            ),
+        ));
     }
     Ok(key.to_text())
 }
@@ -122,8 +126,9 @@ pub(crate) fn initial_key(given: Option<&str>, signature_type: Option<&str>) -> 
             if let Some(kind) = kind
                 && SigningKey::parse(&key).map(|k| KeyKind::of(&k)).ok() != Some(kind)
             {
-                return Err(ApiError::validation(
-                    "signatureType: does not match the kind of the given secret (whsec_ is hmac, whsk_ is ed25519)",
+                return Err(ApiError::body(
+                    "signatureType",
+                    "does not match the kind of the given secret (whsec_ is hmac, whsk_ is ed25519)",
                 ));
             }
             Ok(key)
@@ -142,23 +147,26 @@ async fn secret(
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let endpoint = find(&state, &app_id, &endpoint_id).await?;
-    let public_key = SigningKey::parse(&endpoint.secret)
+    Ok(Json(secret_out(endpoint.secret)))
+}
+
+/// The answer naming a signing key, with its public key for Ed25519 keys.
+pub(crate) fn secret_out(key: String) -> EndpointSecretOut {
+    let public_key = SigningKey::parse(&key)
         .ok()
         .and_then(|k| k.public_key())
         .map(|k| k.to_whpk());
-    Ok(Json(EndpointSecretOut {
-        key: endpoint.secret,
-        public_key,
-    }))
+    EndpointSecretOut { key, public_key }
 }
 
 /// Rotate the signing key. The body is optional (`{}` and no body both generate a key of the current
-/// kind and keep the old one for the default grace period).
+/// kind and keep the old one for the default grace period). Answers 200 with the new key
+/// (`EndpointSecretOut`, which the 2.x SDKs parse; the 1.x SDKs ignore the body).
 async fn rotate(
     State(state): State<AppState>,
     Path((app_id, endpoint_id)): Path<(String, String)>,
     body: Bytes,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<Json<EndpointSecretOut>> {
     let input: EndpointSecretRotateIn = if body.iter().all(u8::is_ascii_whitespace) {
         EndpointSecretRotateIn::default()
     } else {
@@ -166,9 +174,10 @@ async fn rotate(
     };
     let grace = input.grace_period_seconds.unwrap_or(DEFAULT_GRACE_SECONDS);
     if grace > MAX_GRACE_SECONDS {
-        return Err(ApiError::validation(format!(
-            "gracePeriodSeconds: at most {MAX_GRACE_SECONDS} (7 days), got {grace}"
-        )));
+        return Err(ApiError::body(
+            "gracePeriodSeconds",
+            format!("at most {MAX_GRACE_SECONDS} (7 days), got {grace}"),
+        ));
     }
     let endpoint = find(&state, &app_id, &endpoint_id).await?;
     let new_key = match input.key.as_deref() {
@@ -187,7 +196,7 @@ async fn rotate(
         .await
         .map_err(|e| ApiError::from_store(e, "endpoint"))?;
     state.endpoint_applied(&endpoint.id).await;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(Json(secret_out(new_key)))
 }
 
 async fn headers(
@@ -234,7 +243,12 @@ async fn patch_headers(
     JsonBody(input): JsonBody<EndpointHeadersPatchIn>,
 ) -> ApiResult<StatusCode> {
     let endpoint = find(&state, &app_id, &endpoint_id).await?;
-    let headers = custom_headers::merge("headers", &endpoint.headers, &input.headers)?;
+    let headers = custom_headers::merge(
+        "headers",
+        &endpoint.headers,
+        &input.headers,
+        input.delete_headers.as_deref().unwrap_or_default(),
+    )?;
     save_headers(&state, endpoint, headers).await?;
     Ok(StatusCode::NO_CONTENT)
 }

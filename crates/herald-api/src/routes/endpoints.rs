@@ -27,6 +27,9 @@ use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
 
+/// The header URL credentials become (custom header names are kept in lower case).
+const AUTHORIZATION: &str = "authorization";
+
 /// Most filter types an endpoint may list.
 const MAX_FILTER_TYPES: usize = 256;
 /// Most channels an endpoint may list.
@@ -65,6 +68,9 @@ struct EndpointFields {
     ordering: Option<String>,
     request_timeout_ms: Option<u32>,
     metadata: Metadata,
+    /// Basic-auth credentials taken out of the URL by `validate`, as an `Authorization` value: they are
+    /// kept with the custom headers, which are sealed at rest, never in the URL column.
+    url_credentials: Option<String>,
 }
 
 /// The shortest attempt timeout a client may set.
@@ -76,12 +82,16 @@ const MAX_ENDPOINT_CONCURRENCY: u32 = 1_000;
 impl EndpointFields {
     /// Validate, and canonicalise the URL the way the delivery client will read it.
     fn validate(mut self, state: &AppState) -> ApiResult<Self> {
+        validate::url_length("url", &self.url)?;
         let target = state
             .policy
             .check_url(&self.url)
-            .map_err(|e| ApiError::validation(format!("url: {e}")))?;
-        self.url = target.url.to_string();
-        validate::text("description", &self.description, false, 4096)?;
+            .map_err(|e| ApiError::body("url", format!("{e}")))?;
+        let mut url = target.url;
+        self.url_credentials = crate::credentials::take_basic_auth(&mut url);
+        self.url = url.to_string();
+        validate::text("description", &self.description, false, validate::MAX_DESCRIPTION_LEN)?;
+        validate::metadata(&self.metadata)?;
         if let Some(uid) = &self.uid {
             validate::uid(uid, IdKind::Endpoint)?;
         }
@@ -92,30 +102,35 @@ impl EndpointFields {
             validate::names("channels", channels, MAX_CHANNELS, true)?;
         }
         if self.throttle_rate == Some(0) {
-            return Err(ApiError::validation("throttleRate: must be at least 1"));
+            return Err(ApiError::body("throttleRate", "must be at least 1"));
         }
         if let Some(cap) = self.max_concurrency
             && !(1..=MAX_ENDPOINT_CONCURRENCY).contains(&cap)
         {
-            return Err(ApiError::validation(format!(
-                "maxConcurrency: must be between 1 and {MAX_ENDPOINT_CONCURRENCY}, got {cap}"
-            )));
+            return Err(ApiError::body(
+                "maxConcurrency",
+                format!("must be between 1 and {MAX_ENDPOINT_CONCURRENCY}, got {cap}"),
+            ));
         }
         let max_timeout = state.limits.max_request_timeout_ms;
         if let Some(ms) = self.request_timeout_ms
             && !(MIN_REQUEST_TIMEOUT_MS..=max_timeout).contains(&ms)
         {
-            return Err(ApiError::validation(format!(
-                "requestTimeoutMs: must be between {MIN_REQUEST_TIMEOUT_MS} and {max_timeout} (the operator's bound), \
+            return Err(ApiError::body(
+                "requestTimeoutMs",
+                format!(
+                    "must be between {MIN_REQUEST_TIMEOUT_MS} and {max_timeout} (the operator's bound), \
                  got {ms}"
-            )));
+                ),
+            ));
         }
         if let Some(mode) = &self.ordering
             && Ordering::parse(mode).is_none()
         {
-            return Err(ApiError::validation(format!(
-                "ordering: must be \"none\" or \"key\", got {mode:?}"
-            )));
+            return Err(ApiError::body(
+                "ordering",
+                format!("must be \"none\" or \"key\", got {mode:?}"),
+            ));
         }
         Ok(self)
     }
@@ -136,6 +151,13 @@ impl EndpointFields {
         endpoint.request_timeout_ms = self.request_timeout_ms;
         endpoint.ordering = self.ordering.as_deref().and_then(Ordering::parse).unwrap_or_default();
         endpoint.metadata = self.metadata;
+        if let Some(authorization) = self.url_credentials {
+            // Header names are kept as spelled: replace any spelling of the old one.
+            endpoint
+                .headers
+                .retain(|name, _| !name.eq_ignore_ascii_case(AUTHORIZATION));
+            endpoint.headers.insert("Authorization".to_owned(), authorization);
+        }
     }
 
     fn of_patch(endpoint: &Endpoint, patch: EndpointPatch) -> Self {
@@ -164,6 +186,7 @@ impl EndpointFields {
             request_timeout_ms,
             ordering: Some(patch.ordering.unwrap_or_else(|| endpoint.ordering.as_str().to_owned())),
             metadata: patch.metadata.unwrap_or_else(|| endpoint.metadata.clone()),
+            url_credentials: None,
         }
     }
 }
@@ -182,6 +205,7 @@ impl From<EndpointUpdate> for EndpointFields {
             ordering: u.ordering,
             request_timeout_ms: u.request_timeout_ms,
             metadata: u.metadata,
+            url_credentials: None,
         }
     }
 }
@@ -207,6 +231,13 @@ async fn create(
         Some(given) => custom_headers::validate("headers", given)?,
         None => Headers::new(),
     };
+    let has_authorization = headers.keys().any(|name| name.eq_ignore_ascii_case(AUTHORIZATION));
+    if has_authorization && crate::credentials::has_userinfo(&input.url) {
+        return Err(ApiError::body(
+            "url",
+            "holds credentials and headers sets Authorization too; give the credentials one way",
+        ));
+    }
     let secret = initial_key(input.secret.as_deref(), input.signature_type.as_deref())?;
     let endpoint = insert(&state, &app, new_endpoint_id(), secret, headers, input.into_fields()).await?;
     Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
@@ -279,6 +310,7 @@ impl EndpointIn {
             ordering: self.ordering,
             request_timeout_ms: self.request_timeout_ms,
             metadata: self.metadata,
+            url_credentials: None,
         }
     }
 }
@@ -306,19 +338,23 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
     let cap = endpoint.max_concurrency.unwrap_or(default_cap);
     let time = |ms: Option<i64>| ms.map(convert::datetime);
     Ok(match snapshot {
-        Some(s) => EndpointHealthOut {
-            state: s.breaker.state().as_str(),
-            consecutive_failures: s.breaker.consecutive_failures(),
-            failing_since: time(s.breaker.failing_since()),
-            opened_at: time(s.breaker.opened_at()),
-            next_probe_at: time(s.breaker.next_probe_at()),
-            held_until: time(s.held_until),
-            in_flight: s.in_flight,
-            concurrency_limit: s.concurrency_limit,
-            queue_depth: backlog.pending,
-            queue_depth_capped: backlog.capped,
-            oldest_pending_at: time(backlog.oldest_created_at),
-        },
+        Some(health) => {
+            let s = health.snapshot;
+            EndpointHealthOut {
+                state: s.breaker.state().as_str(),
+                consecutive_failures: s.breaker.consecutive_failures(),
+                failing_since: time(s.breaker.failing_since()),
+                opened_at: time(s.breaker.opened_at()),
+                next_probe_at: time(s.breaker.next_probe_at()),
+                held_until: time(s.held_until),
+                in_flight: s.in_flight,
+                concurrency_limit: s.concurrency_limit,
+                queue_depth: backlog.pending,
+                queue_depth_capped: backlog.capped,
+                oldest_pending_at: time(backlog.oldest_created_at),
+                recent_outcomes: health.recent_outcomes,
+            }
+        }
         // The engine holds nothing for it: nothing was attempted since start.
         None => EndpointHealthOut {
             state: BreakerState::Closed.as_str(),
@@ -332,6 +368,7 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
             queue_depth: backlog.pending,
             queue_depth_capped: backlog.capped,
             oldest_pending_at: time(backlog.oldest_created_at),
+            recent_outcomes: Vec::new(),
         },
     })
 }
@@ -345,6 +382,7 @@ async fn save(
     let fields = fields.validate(state)?;
     let held = verification::held_by_verification(endpoint.disabled_reason.as_deref());
     let url_changed = fields.url != endpoint.url;
+    let credentials_changed = fields.url_credentials.is_some();
     fields.apply(&mut endpoint);
     // Only a passed ownership check enables an endpoint of an application that requires it (a write
     // that asks for `disabled: false` leaves it held); a new URL is a new destination and must prove
@@ -355,7 +393,13 @@ async fn save(
     }
     endpoint.updated_at = now_ms();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
-    state.endpoint_changed(&endpoint.id);
+    if credentials_changed {
+        // New credentials are a header change: like `PUT …/headers`, answer once no later attempt can
+        // carry the old ones.
+        state.endpoint_applied(&endpoint.id).await;
+    } else {
+        state.endpoint_changed(&endpoint.id);
+    }
     if reverify {
         state.engine_verify(&endpoint.id);
     }

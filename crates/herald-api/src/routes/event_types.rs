@@ -22,7 +22,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/event-type/{name}", get(read).put(replace).patch(patch).delete(remove))
 }
 
-fn store_error(error: StoreError) -> ApiError {
+pub(super) fn store_error(error: StoreError) -> ApiError {
     ApiError::from_store(error, "event type")
 }
 
@@ -50,7 +50,7 @@ async fn create(
     JsonBody(input): JsonBody<EventTypeIn>,
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
     validate::name("name", &input.name, false)?;
-    validate::text("description", &input.description, false, 4096)?;
+    validate::text("description", &input.description, false, validate::MAX_DESCRIPTION_LEN)?;
     let now = now_ms();
     let et = EventType {
         name: input.name,
@@ -78,23 +78,47 @@ async fn replace(
     Path(name): Path<String>,
     JsonBody(input): JsonBody<EventTypeUpdate>,
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
-    validate::text("description", &input.description, false, 4096)?;
+    validate::text("description", &input.description, false, validate::MAX_DESCRIPTION_LEN)?;
+    let fields = Replacement {
+        description: input.description,
+        archived: input.archived,
+        deprecated: input.deprecated,
+        feature_flag: input.feature_flag,
+        schemas: input.schemas,
+    };
+    let (et, created) = upsert(&state, name, fields).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(convert::event_type(et))))
+}
+
+/// What a replacement sets on an event type.
+pub(super) struct Replacement {
+    pub(super) description: String,
+    pub(super) archived: bool,
+    pub(super) deprecated: bool,
+    pub(super) feature_flag: Option<String>,
+    pub(super) schemas: Option<JsonObject>,
+}
+
+/// Replace the event type `name` with `fields`, creating it when missing; the stored event type, and
+/// whether it was created.
+pub(super) async fn upsert(state: &AppState, name: String, fields: Replacement) -> ApiResult<(EventType, bool)> {
     let now = now_ms();
-    let (existing, status) = match state.store.get_event_type(&name).await {
-        Ok(et) => (Some(et), StatusCode::OK),
+    let existing = match state.store.get_event_type(&name).await {
+        Ok(et) => Some(et),
         Err(StoreError::NotFound) => {
             validate::name("name", &name, false)?;
-            (None, StatusCode::CREATED)
+            None
         }
         Err(other) => return Err(store_error(other)),
     };
     let et = EventType {
         name,
-        description: input.description,
-        archived: input.archived,
-        deprecated: input.deprecated,
-        feature_flag: input.feature_flag,
-        schemas: schemas_text(input.schemas),
+        description: fields.description,
+        archived: fields.archived,
+        deprecated: fields.deprecated,
+        feature_flag: fields.feature_flag,
+        schemas: schemas_text(fields.schemas),
         created_at: existing.as_ref().map_or(now, |e| e.created_at),
         updated_at: now,
     };
@@ -103,7 +127,7 @@ async fn replace(
     } else {
         state.store.create_event_type(&et).await.map_err(store_error)?;
     }
-    Ok((status, Json(convert::event_type(et))))
+    Ok((et, existing.is_none()))
 }
 
 async fn patch(
@@ -113,7 +137,7 @@ async fn patch(
 ) -> ApiResult<Json<EventTypeOut>> {
     let mut et = state.store.get_event_type(&name).await.map_err(store_error)?;
     if let Some(description) = input.description {
-        validate::text("description", &description, false, 4096)?;
+        validate::text("description", &description, false, validate::MAX_DESCRIPTION_LEN)?;
         et.description = description;
     }
     if let Some(archived) = input.archived {

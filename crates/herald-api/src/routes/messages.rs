@@ -23,7 +23,7 @@ use crate::validate;
 
 /// Most channels a message may name.
 const MAX_CHANNELS: usize = 5;
-/// Longest `eventId` and `idempotency-key`.
+/// Longest `eventId` and `orderingKey`.
 const MAX_KEY_LEN: usize = 256;
 
 pub(super) fn routes() -> Router<AppState> {
@@ -37,31 +37,9 @@ fn store_error(error: StoreError) -> ApiError {
     ApiError::from_store(error, "message")
 }
 
-fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value
-        .to_str()
-        .map_err(|_| ApiError::validation("idempotency-key: must be visible ASCII"))?;
-    if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(ApiError::validation(format!(
-            "idempotency-key: must be 1 to {MAX_KEY_LEN} characters"
-        )));
-    }
-    Ok(Some(key.to_owned()))
-}
-
 fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     if let Some(field) = input.unsupported_fields().first() {
-        return Err(ApiError::validation(format!(
-            "{field}: not supported by this server yet"
-        )));
-    }
-    if input.application.is_some() {
-        return Err(ApiError::validation(
-            "application: creating an application with a message is not supported yet",
-        ));
+        return Err(ApiError::body(field, "not supported by this server yet"));
     }
     validate::name("eventType", &input.event_type, false)?;
     if let Some(event_id) = &input.event_id {
@@ -74,13 +52,13 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
         validate::text("orderingKey", key, true, MAX_KEY_LEN)?;
     }
     if !input.payload_is_object() {
-        return Err(ApiError::validation("payload: must be a JSON object"));
+        return Err(ApiError::body("payload", "must be a JSON object"));
     }
     // The payload is kept byte for byte, but it must be JSON that every receiver's parser can read:
     // serde_json's defaults refuse nesting deeper than 128, lone surrogates and numbers out of range,
     // which a raw pass-through would otherwise store and echo into every listing.
     if let Err(error) = serde_json::from_str::<serde_json::Value>(input.payload.get()) {
-        return Err(ApiError::validation(format!("payload: not portable JSON: {error}")));
+        return Err(ApiError::body("payload", format!("not portable JSON: {error}")));
     }
     let size = input.payload.get().len();
     if size > state.limits.max_payload_bytes {
@@ -95,32 +73,40 @@ fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
     const HOUR_MS: i64 = 3_600_000;
     let max_hours = validate::MAX_RETENTION_DAYS * 24;
     match (input.payload_retention_period, input.payload_retention_hours) {
-        (Some(_), Some(_)) => Err(ApiError::validation(
-            "payloadRetentionHours: give either payloadRetentionPeriod or payloadRetentionHours, not both",
+        (Some(_), Some(_)) => Err(ApiError::body(
+            "payloadRetentionHours",
+            "give either payloadRetentionPeriod or payloadRetentionHours, not both",
         )),
         (Some(days), None) => {
             let days = validate::retention_days("payloadRetentionPeriod", days)?;
             Ok(Some(i64::from(days) * 24 * HOUR_MS))
         }
         (None, Some(hours)) if (1..=max_hours).contains(&hours) => Ok(Some(hours * HOUR_MS)),
-        (None, Some(hours)) => Err(ApiError::validation(format!(
-            "payloadRetentionHours: must be between 1 and {max_hours} hours, got {hours}"
-        ))),
+        (None, Some(hours)) => Err(ApiError::body(
+            "payloadRetentionHours",
+            format!("must be between 1 and {max_hours} hours, got {hours}"),
+        )),
         (None, None) => Ok(None),
     }
 }
 
+/// One span per ingest request (`ingest`): the application as given, then the message id and whether it
+/// was new, so the request's log lines and its trace carry the `msg_…` that the dashboard shows.
+#[tracing::instrument(name = "ingest", skip_all, fields(app = %app_id, msg = tracing::field::Empty, duplicate = tracing::field::Empty))]
 async fn create(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
-    JsonBody(input): JsonBody<MessageIn>,
+    JsonBody(mut input): JsonBody<MessageIn>,
 ) -> ApiResult<(StatusCode, Json<MessageOut>)> {
     check(&input, &state)?;
-    let idempotency_key = idempotency_key(&headers)?;
+    let idempotency_key = crate::idempotency::key_of(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app_id = apps::resolve_id(&state, &app_id).await?;
+    let app_id = match input.application.take() {
+        Some(application) => apps::resolve_or_create(&state, &app_id, application).await?,
+        None => apps::resolve_id(&state, &app_id).await?,
+    };
     let payload_retention_ms = payload_retention_ms(&input)?;
     let new = NewMessage {
         app_id,
@@ -132,14 +118,25 @@ async fn create(
         ordering_key: input.ordering_key,
         payload_retention_ms,
     };
+    // Kept to compare with the stored message should the key turn out to be taken.
+    let asked = new.idempotency_key.is_some().then(|| new.clone());
     let ingested = state
         .store
         .ingest(new)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
-    let stored = match &ingested {
-        Ingested::Created { message, .. } | Ingested::Duplicate(message) => message,
+    let (stored, duplicate) = match &ingested {
+        Ingested::Created { message, .. } => (message, false),
+        Ingested::Duplicate(message) => (message, true),
     };
+    if duplicate && let Some(asked) = &asked {
+        crate::idempotency::check_same_message(asked, stored)?;
+    }
+    crate::metrics::ingested(duplicate);
+    let span = tracing::Span::current();
+    span.record("msg", stored.id.as_str());
+    span.record("duplicate", duplicate);
+    tracing::debug!(event_type = %stored.event_type, "message accepted");
     Ok((StatusCode::ACCEPTED, Json(convert::message(stored, with_content))))
 }
 

@@ -1,21 +1,28 @@
 //! The REST resources, one module each, and the router that composes them.
 
 mod apps;
+mod attempt_stats;
 mod attempts;
 mod endpoint_secrets;
 mod endpoints;
 
 pub(crate) use endpoint_secrets::signature_type;
+mod event_type_import;
 mod event_types;
 mod health;
 mod messages;
 mod operational_events;
 mod operations;
+mod poller;
+mod polling_endpoints;
+mod precheck;
+mod stats;
 mod tenancy;
 
 pub(crate) use apps::resolve_id as resolve_app_id;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::http::{StatusCode, Uri};
 use axum::middleware;
 use axum::routing::get;
@@ -27,6 +34,9 @@ use crate::state::AppState;
 /// authentication: they hold no data). Paths carry no trailing slash; the service wrapper in
 /// [`crate::service`] trims one from requests, so both spellings work.
 pub fn router(state: AppState) -> Router {
+    // A document the query contract cannot read fails here, at start-up, not on a first request.
+    crate::contract::load();
+    let dashboard = crate::dashboard::routes(&state.portal);
     let authenticated = Router::new()
         .merge(apps::routes())
         .merge(event_types::routes())
@@ -37,6 +47,14 @@ pub fn router(state: AppState) -> Router {
         .merge(operational_events::routes())
         .merge(operations::routes())
         .merge(tenancy::routes())
+        .merge(stats::routes())
+        .merge(attempt_stats::routes())
+        .merge(precheck::routes())
+        .merge(event_type_import::routes())
+        .merge(polling_endpoints::routes())
+        .merge(poller::routes())
+        // Innermost: only an authenticated request learns which query parameters an operation takes.
+        .route_layer(middleware::from_fn(crate::contract::enforce))
         // Inside authentication: only authenticated requests are remembered or replayed.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -50,14 +68,36 @@ pub fn router(state: AppState) -> Router {
                 .route("/health", get(health::health))
                 .route("/openapi.json", get(crate::openapi::document)),
         )
-        .merge(crate::dashboard::routes())
+        .merge(crate::metrics::routes())
+        .merge(dashboard)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(crate::json_errors::ensure_json_errors))
+        .layer(middleware::from_fn(crate::metrics::track))
         .with_state(state)
 }
 
-async fn not_found(uri: Uri) -> ApiError {
+/// `501 not_implemented` naming the product, when the path belongs to one Herald does not offer (an SDK
+/// user must not mistake it for a wrong base URL or a wrong method).
+fn not_offered(uri: &Uri) -> Option<ApiError> {
+    crate::not_offered::feature(uri.path()).map(|product| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            format!("{product}: not offered by this server"),
+        )
+    })
+}
+
+/// No route matched: 501 for a product Herald does not offer, else 404.
+///
+/// The body is read (and dropped) first: a response sent while the request body is still unread makes
+/// the connection close after it without a `connection: close`, and a client reusing it (the SDKs do)
+/// sees its next request fail.
+async fn not_found(uri: Uri, _body: Bytes) -> ApiError {
+    if let Some(error) = not_offered(&uri) {
+        return error;
+    }
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
@@ -65,7 +105,13 @@ async fn not_found(uri: Uri) -> ApiError {
     )
 }
 
-async fn method_not_allowed() -> ApiError {
+/// The path is routed, not for this method: 501 when the path names a product Herald does not offer
+/// (`POST …/msg/bulk-expunge` looks like a message's path), else 405.
+/// The body is read first, as in [`not_found`].
+async fn method_not_allowed(uri: Uri, _body: Bytes) -> ApiError {
+    if let Some(error) = not_offered(&uri) {
+        return error;
+    }
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",

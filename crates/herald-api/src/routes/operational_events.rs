@@ -1,6 +1,6 @@
 //! `GET /operational-event`: what Herald did on its own that operators must know about (e.g. an endpoint
-//! disabled because it answered 410 Gone), oldest first. A Herald extension; the operational webhook that
-//! pushes these events comes with the operations issue, and reads this same record.
+//! disabled because it answered 410 Gone), oldest first, or newest first with `order=descending` (the
+//! dashboard's view). A Herald extension; the operational webhook pushes these same events.
 
 use axum::extract::{OriginalUri, State};
 use axum::routing::get;
@@ -20,21 +20,37 @@ async fn list(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<OperationalEventOut>>> {
-    let page = Query::of(&uri).page()?;
+    let query = Query::of(&uri);
+    let page = query.page()?;
     if page.reverse {
-        return Err(ApiError::validation("iterator: this listing only pages forward"));
+        return Err(ApiError::query("iterator", "this listing only pages in its own order"));
     }
-    let after = match &page.after {
-        Some(text) => text
-            .parse::<i64>()
-            .map_err(|_| ApiError::validation("iterator: not an iterator of this listing"))?,
-        None => 0,
+    let newest_first = match query.get(&["order"]) {
+        None | Some("ascending") => false,
+        Some("descending") => true,
+        Some(other) => {
+            return Err(ApiError::query(
+                "order",
+                format!("expected ascending or descending, got {other:?}"),
+            ));
+        }
     };
-    let mut found = state
-        .store
-        .list_operational_events(after, page.limit + 1)
-        .await
-        .map_err(|e| ApiError::from_store(e, "operational event"))?;
+    let anchor = match &page.after {
+        Some(text) => Some(
+            text.parse::<i64>()
+                .map_err(|_| ApiError::query("iterator", "not an iterator of this listing"))?,
+        ),
+        None => None,
+    };
+    let found = if newest_first {
+        state.store.list_operational_events_newest(anchor, page.limit + 1).await
+    } else {
+        state
+            .store
+            .list_operational_events(anchor.unwrap_or(0), page.limit + 1)
+            .await
+    };
+    let mut found = found.map_err(|e| ApiError::from_store(e, "operational event"))?;
     let done = found.len() <= page.limit;
     found.truncate(page.limit);
     let iterator = found.last().map(|e| e.seq.to_string()).or(page.after.clone());

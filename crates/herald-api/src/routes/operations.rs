@@ -6,7 +6,8 @@
 //! - `POST /app/{app_id}/endpoint/{endpoint_id}/recover` and `…/replay-missing`: bulk repairs, run as
 //!   background tasks (`GET /background-task/{task_id}`).
 //! - `POST /app/{app_id}/msg/{msg_id}/cancel`, `POST /app/{app_id}/endpoint/{endpoint_id}/cancel`: cancel
-//!   pending deliveries; `DELETE /app/{app_id}/msg/{msg_id}/content`: expunge a payload.
+//!   pending deliveries; `DELETE /app/{app_id}/msg/{msg_id}/content`: expunge a payload, and
+//!   `POST /app/{app_id}/msg/bulk-expunge` several.
 //! - `GET /app/{app_id}/endpoint/{endpoint_id}/msg` and `GET /app/{app_id}/delivery`: deliveries with their
 //!   latest attempt, filterable by status (dead letters: `deliveryStatus=dead`);
 //!   `GET /app/{app_id}/endpoint/{endpoint_id}/stats`.
@@ -24,11 +25,15 @@ use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
-    BackgroundTaskOut, CancelledOut, EndpointMessageOut, EndpointStatsOut, ListResponse, MessageOut, RepairIn,
+    BackgroundTaskOut, BulkExpungeIn, BulkExpungeOut, CancelledOut, EndpointMessageOut, EndpointStatsOut, ListResponse,
+    MessageOut, RepairIn,
 };
 use crate::query::Query;
 use crate::state::AppState;
 use crate::tasks::{self, Repair};
+
+/// The most messages one bulk expunge names.
+const MAX_BULK_EXPUNGE: usize = 1_000;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -43,6 +48,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/app/{app_id}/msg/{msg_id}/cancel", post(cancel_message))
         .route("/app/{app_id}/endpoint/{endpoint_id}/cancel", post(cancel_endpoint))
         .route("/app/{app_id}/msg/{msg_id}/content", delete(expunge))
+        .route("/app/{app_id}/msg/bulk-expunge", post(bulk_expunge))
         .route("/app/{app_id}/endpoint/{endpoint_id}/msg", get(endpoint_messages))
         .route("/app/{app_id}/delivery", get(app_deliveries))
         .route("/app/{app_id}/endpoint/{endpoint_id}/stats", get(stats))
@@ -60,7 +66,7 @@ async fn events(
     let query = Query::of(&uri);
     let page = query.page()?;
     if page.reverse {
-        return Err(ApiError::validation("iterator: the event listing only pages forward"));
+        return Err(ApiError::query("iterator", "the event listing only pages forward"));
     }
     let with_content = query.flag("with_content", true)?;
     let filter = MessageFilter {
@@ -87,10 +93,12 @@ async fn events(
     Ok(Json(out))
 }
 
+/// Queue the message for the endpoint again; answers 202 with `{}` (Svix's `EmptyResponse`, which the SDKs
+/// parse).
 async fn resend(
     State(state): State<AppState>,
     Path((app_id, msg_id, endpoint_id)): Path<(String, String, String)>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     let app = apps::find(&state, &app_id).await?;
     let message = state
         .store
@@ -109,7 +117,7 @@ async fn resend(
     match outcome {
         Requeue::Queued(_) => {
             state.engine_backlog(&endpoint.id);
-            Ok(StatusCode::ACCEPTED)
+            Ok((StatusCode::ACCEPTED, Json(serde_json::json!({}))))
         }
         Requeue::AlreadyPending => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -128,8 +136,9 @@ async fn resend(
 fn window(input: &RepairIn) -> ApiResult<(i64, i64)> {
     let since = convert::millis(input.since);
     let until = input.until.map_or_else(now_ms, convert::millis);
-    if until <= since {
-        return Err(ApiError::validation("until: must be later than since"));
+    // An empty window (until = since) is valid: the task finds nothing to do.
+    if until < since {
+        return Err(ApiError::body("until", "must not be before since"));
     }
     Ok((since, until))
 }
@@ -216,27 +225,60 @@ async fn expunge(
     Path((app_id, msg_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let app = apps::find(&state, &app_id).await?;
+    expunge_one(&state, &app.id, &msg_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Cancel the pending deliveries of the message (by id or `eventId`) and remove its payload.
+async fn expunge_one(state: &AppState, app_id: &str, msg_id: &str) -> ApiResult<()> {
     let message = state
         .store
-        .get_message(&app.id, &msg_id)
+        .get_message(app_id, msg_id)
         .await
         .map_err(store_error("message"))?;
-    cancel(&state, &app.id, Some(&message.id), None).await?;
+    cancel(state, app_id, Some(&message.id), None).await?;
     state
         .store
-        .expunge_payload(&app.id, &message.id)
+        .expunge_payload(app_id, &message.id)
         .await
-        .map_err(store_error("message"))?;
-    Ok(StatusCode::NO_CONTENT)
+        .map_err(store_error("message"))
+}
+
+/// `POST /app/{app_id}/msg/bulk-expunge`: [`expunge`] for each message named (by id or `eventId`),
+/// answering per name `expunged` or `not-found`.
+async fn bulk_expunge(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    JsonBody(input): JsonBody<BulkExpungeIn>,
+) -> ApiResult<Json<BulkExpungeOut>> {
+    let ids = input.ids.unwrap_or_default();
+    if ids.len() > MAX_BULK_EXPUNGE {
+        return Err(ApiError::body(
+            "ids",
+            format!("at most {MAX_BULK_EXPUNGE} messages at a time, got {}", ids.len()),
+        ));
+    }
+    let app = apps::find(&state, &app_id).await?;
+    let mut results = std::collections::BTreeMap::new();
+    for id in ids {
+        let outcome = match expunge_one(&state, &app.id, &id).await {
+            Ok(()) => "expunged",
+            Err(error) if error.status == StatusCode::NOT_FOUND => "not-found",
+            Err(error) => return Err(error),
+        };
+        results.insert(id, outcome);
+    }
+    Ok(Json(BulkExpungeOut { results }))
 }
 
 /// The `deliveryStatus` filter (Herald's names) or Svix's integer `status`.
 fn status_filter(query: &Query) -> ApiResult<Option<DeliveryStatus>> {
     if let Some(name) = query.get(&["deliveryStatus", "delivery_status"]) {
         return convert::delivery_status_named(name).map(Some).ok_or_else(|| {
-            ApiError::validation(format!(
-                "deliveryStatus: expected pending, delivered, failed, dead or cancelled, got {name:?}"
-            ))
+            ApiError::query(
+                "deliveryStatus",
+                format!("expected pending, delivered, failed, dead or cancelled, got {name:?}"),
+            )
         });
     }
     match query.get(&["status"]) {
@@ -244,10 +286,13 @@ fn status_filter(query: &Query) -> ApiResult<Option<DeliveryStatus>> {
         Some("0") => Ok(Some(DeliveryStatus::Delivered)),
         Some("1") => Ok(Some(DeliveryStatus::Pending)),
         Some("4") => Ok(Some(DeliveryStatus::Cancelled)),
-        Some(other) => Err(ApiError::validation(format!(
-            "status: expected 0 (success), 1 (pending) or 4 (canceled), got {other:?}; \
+        Some(other) => Err(ApiError::query(
+            "status",
+            format!(
+                "expected 0 (success), 1 (pending) or 4 (canceled), got {other:?}; \
              use deliveryStatus=failed or deliveryStatus=dead for failures"
-        ))),
+            ),
+        )),
     }
 }
 
@@ -313,6 +358,7 @@ async fn stats(
         fail: s.failed,
         pending: s.pending,
         sending: 0,
+        canceled: s.cancelled,
         cancelled: s.cancelled,
     }))
 }

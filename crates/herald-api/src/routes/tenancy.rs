@@ -2,21 +2,25 @@
 //! - `POST /auth/app-portal-access/{app_id}` issues a token that sees and changes only that application
 //!   (see [`crate::auth`] for what it may call); Herald stores only its SHA-256 and its expiry;
 //! - `POST /auth/app/{app_id}/expire-all` revokes every token of the application, at once or after a grace
-//!   period.
+//!   period;
+//! - `GET /auth/token` (any valid token, a Herald extension) tells what the presented token is, so the
+//!   dashboard shows an application token only its application and a read-only one no button it may not
+//!   press.
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use herald_core::clock::now_ms;
 use herald_core::id::IdKind;
 use herald_store::AppToken;
 
 use super::apps;
+use crate::auth::Principal;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{AppPortalAccessIn, AppPortalAccessOut, ApplicationTokenExpireIn};
+use crate::model::{AppPortalAccessIn, AppPortalAccessOut, ApplicationTokenExpireIn, TokenInfoOut};
 use crate::state::AppState;
 use crate::validate;
 
@@ -30,62 +34,144 @@ const TOKEN_PREFIX: &str = "herald_app_";
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/auth/app-portal-access/{app_id}", post(portal_access))
+        .route("/auth/dashboard-access/{app_id}", post(dashboard_access))
         .route("/auth/app/{app_id}/expire-all", post(expire_all))
+        .route("/auth/token", get(token_info))
+}
+
+/// Where the dashboard is for someone outside, always an absolute URL (the SDKs' schema says so): the
+/// configured public URL, else this request's `Host` (or HTTP/2 authority), else `localhost`.
+fn dashboard_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
+    let base = match &state.portal.public_url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| uri.authority().map(|a| a.as_str()))
+            // Only a plain authority (host and port) becomes part of the link.
+            .filter(|host| url::Url::parse(&format!("http://{host}/")).is_ok_and(|u| u.path() == "/"))
+            .map_or_else(|| "http://localhost".to_owned(), |host| format!("http://{host}")),
+    };
+    format!("{base}{}", crate::dashboard::ROOT)
 }
 
 async fn portal_access(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
     JsonBody(input): JsonBody<AppPortalAccessIn>,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
-    if input.capabilities.is_some() {
-        return Err(ApiError::validation(
-            "capabilities: not supported by this server; use readOnly",
+    issue(&state, &app_id, &uri, &headers, input).await.map(Json)
+}
+
+/// `POST /auth/dashboard-access/{app_id}`, the deprecated form the 1.x SDKs still offer: the same token
+/// as `app-portal-access` with no options (seven days, read and write), without a body.
+async fn dashboard_access(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> ApiResult<Json<AppPortalAccessOut>> {
+    issue(&state, &app_id, &uri, &headers, AppPortalAccessIn::default())
+        .await
+        .map(Json)
+}
+
+/// Seconds a token lives: `expiry` (1 s to seven days), seven days when absent.
+pub(crate) fn expiry_of(expiry: Option<u64>) -> ApiResult<u64> {
+    let expiry = expiry.unwrap_or(MAX_EXPIRY_SECONDS);
+    if !(1..=MAX_EXPIRY_SECONDS).contains(&expiry) {
+        return Err(ApiError::body(
+            "expiry",
+            format!("must be between 1 and {MAX_EXPIRY_SECONDS} seconds, got {expiry}"),
         ));
     }
-    let expiry = input.expiry.unwrap_or(MAX_EXPIRY_SECONDS);
-    if !(1..=MAX_EXPIRY_SECONDS).contains(&expiry) {
-        return Err(ApiError::validation(format!(
-            "expiry: must be between 1 and {MAX_EXPIRY_SECONDS} seconds, got {expiry}"
-        )));
+    Ok(expiry)
+}
+
+/// Make a new token (`prefix` and random bytes) for the application `app_id` — for one of its polling
+/// endpoints only when `sink_id` is given —, store its digest with its expiry, and return it (it is
+/// shown once, never stored).
+pub(crate) async fn mint(
+    state: &AppState,
+    prefix: &str,
+    app_id: &str,
+    sink_id: Option<&str>,
+    read_only: bool,
+    expiry_seconds: u64,
+) -> ApiResult<String> {
+    let random: [u8; TOKEN_BYTES] = rand::random();
+    let token = format!(
+        "{prefix}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
+    );
+    let now = now_ms();
+    let expires_ms = i64::try_from(expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let stored = AppToken {
+        token_sha256: hex::encode(crate::auth::token_digest(&token)),
+        app_id: app_id.to_owned(),
+        read_only,
+        sink_id: sink_id.map(str::to_owned),
+        created_at: now,
+        expires_at: now.saturating_add(expires_ms),
+    };
+    state.store.create_app_token(&stored).await.map_err(|e| {
+        ApiError::from_store(
+            e,
+            if sink_id.is_some() {
+                "polling endpoint"
+            } else {
+                "application"
+            },
+        )
+    })?;
+    Ok(token)
+}
+
+/// Issue an application token for the application `app_id` names (creating it when `input` says so).
+async fn issue(
+    state: &AppState,
+    app_id: &str,
+    uri: &Uri,
+    headers: &HeaderMap,
+    input: AppPortalAccessIn,
+) -> ApiResult<AppPortalAccessOut> {
+    if input.capabilities.is_some() {
+        return Err(ApiError::body(
+            "capabilities",
+            "not supported by this server; use readOnly",
+        ));
     }
-    let app = match (apps::find(&state, &app_id).await, input.application) {
+    let expiry = expiry_of(input.expiry)?;
+    let app = match (apps::find(state, app_id).await, input.application) {
         (Ok(app), _) => app,
         // As Svix: `application` creates the application when the path names none.
         (Err(error), Some(mut application)) if error.status == StatusCode::NOT_FOUND => {
             application.uid = Some(validate::uid_for_put(
-                &app_id,
+                app_id,
                 application.uid.as_deref(),
                 IdKind::Application,
                 "application",
             )?);
-            apps::create_new(&state, application).await?
+            apps::create_new(state, application).await?
         }
         (Err(error), _) => return Err(error),
     };
-    let random: [u8; TOKEN_BYTES] = rand::random();
-    let token = format!(
-        "{TOKEN_PREFIX}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
-    );
-    let now = now_ms();
-    let expires_ms = i64::try_from(expiry * 1000).unwrap_or(i64::MAX);
-    let stored = AppToken {
-        token_sha256: hex::encode(crate::auth::token_digest(&token)),
-        app_id: app.id.clone(),
-        read_only: input.read_only.unwrap_or(false),
-        created_at: now,
-        expires_at: now.saturating_add(expires_ms),
-    };
-    state
-        .store
-        .create_app_token(&stored)
-        .await
-        .map_err(|e| ApiError::from_store(e, "application"))?;
-    Ok(Json(AppPortalAccessOut {
-        url: format!("/api/v1/app/{}#key={token}", app.id),
+    let token = mint(
+        state,
+        TOKEN_PREFIX,
+        &app.id,
+        None,
+        input.read_only.unwrap_or(false),
+        expiry,
+    )
+    .await?;
+    // The token goes in the fragment, which browsers never send to a server (nor in a Referer).
+    Ok(AppPortalAccessOut {
+        url: format!("{}#key={token}", dashboard_url(state, headers, uri)),
         token,
-    }))
+    })
 }
 
 async fn expire_all(
@@ -94,8 +180,9 @@ async fn expire_all(
     JsonBody(input): JsonBody<ApplicationTokenExpireIn>,
 ) -> ApiResult<StatusCode> {
     if input.session_ids.as_ref().is_some_and(|ids| !ids.is_empty()) {
-        return Err(ApiError::validation(
-            "sessionIds: expiring single sessions is not supported; omit it to expire every token",
+        return Err(ApiError::body(
+            "sessionIds",
+            "expiring single sessions is not supported; omit it to expire every token",
         ));
     }
     let grace = input.expiry.unwrap_or(0).min(MAX_EXPIRY_SECONDS);
@@ -107,4 +194,21 @@ async fn expire_all(
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInfoOut> {
+    Json(match principal {
+        Principal::Admin => TokenInfoOut {
+            kind: "admin",
+            app_id: None,
+            read_only: false,
+            expires_at: None,
+        },
+        Principal::App(token) => TokenInfoOut {
+            kind: "app",
+            app_id: Some(token.app_id),
+            read_only: token.read_only,
+            expires_at: Some(crate::convert::datetime(token.expires_at)),
+        },
+    })
 }

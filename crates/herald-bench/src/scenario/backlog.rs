@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{DeliverySummary, app_with_endpoints, await_deliveries, delivery_timeout, warm_up};
+use super::common::{DeliverySummary, app_with_endpoints, await_deliveries, delivery_timeout, warm_up};
 use crate::api::EndpointSpec;
 use crate::cpu::{self, CpuSplit};
 use crate::env::{Env, NodeTweaks, Options, Setup};
 use crate::load::{LoadSummary, Mix, Stop};
 use crate::receiver::{Receiver, unused_address};
-use crate::report::{Table, count, mib, millis, per_second};
 use crate::stats::rate;
+use crate::table::{Table, count, mib, millis, per_second};
 
 const HEALTHY_TYPE: &str = "bench.backlog.healthy";
 const DOWN_TYPE: &str = "bench.backlog.down";
@@ -310,7 +310,7 @@ impl BacklogReport {
             table.row("healthy ingest (closed loop)", per_second(sample.ingest.accepted_per_s));
             table.row(
                 "healthy ingest API p50 / p99 / max",
-                crate::report::latency(sample.ingest.api_latency.as_ref()),
+                crate::table::latency(sample.ingest.api_latency.as_ref()),
             );
             table.row(
                 "its deliveries/s",
@@ -319,7 +319,7 @@ impl BacklogReport {
             table.cpu("the ingest", sample.ingest_cpu.as_ref());
             table.row(
                 format!("healthy lag at {} msg/s p50 / p99 / max", p.rate),
-                crate::report::latency(sample.steady_deliveries.lag.as_ref()),
+                crate::table::latency(sample.steady_deliveries.lag.as_ref()),
             );
             let errors = sample.ingest.errors + sample.steady.errors;
             if errors > 0 {

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{DeliverySummary, app_with_endpoints, await_deliveries, warm_up};
+use super::common::{DeliverySummary, app_with_endpoints, await_deliveries, warm_up};
 use crate::api::EndpointSpec;
 use crate::cpu::{self, CpuSplit};
 use crate::env::{Env, NodeTweaks, Options, Setup};
 use crate::load::{LoadOutcome, LoadSummary, Mix, Stop};
 use crate::receiver::Receiver;
-use crate::report::{Table, count};
+use crate::table::{Table, count};
 use indicatif::ProgressBar;
 
 const EVENT_TYPE: &str = "bench.e2e";

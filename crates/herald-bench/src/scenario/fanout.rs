@@ -4,14 +4,14 @@
 
 use serde::Serialize;
 
-use super::{app_with_endpoints, delivery_timeout};
+use super::common::{app_with_endpoints, delivery_timeout};
 use crate::api::EndpointSpec;
 use crate::cpu::{self, CpuSplit};
 use crate::env::{Env, NodeTweaks, Options, Setup};
 use crate::load::Mix;
 use crate::receiver::Receiver;
-use crate::report::{Table, count, millis, per_second};
 use crate::stats::rate;
+use crate::table::{Table, count, millis, per_second};
 
 const EVENT_TYPE: &str = "bench.fanout";
 

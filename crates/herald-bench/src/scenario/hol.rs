@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{DeliverySummary, app_with_endpoints, await_deliveries, warm_up};
+use super::common::{DeliverySummary, app_with_endpoints, await_deliveries, warm_up};
 use crate::api::EndpointSpec;
 use crate::cpu::{self, CpuSplit, RssTrace};
 use crate::env::{Env, NodeTweaks, Options, Setup};
 use crate::load::{LoadSummary, Mix};
 use crate::receiver::{BlackHole, Receiver};
-use crate::report::{Table, count};
+use crate::table::{Table, count};
 
 /// Healthy endpoints.
 const HEALTHY: usize = 9;

@@ -15,14 +15,14 @@ use herald_signature::HmacSecret;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use super::DeliverySummary;
+use super::common::DeliverySummary;
 use crate::cpu::{self, CpuSplit};
 use crate::env::{Machine, Options, Setup, Target};
 use crate::load::LoadSummary;
 use crate::progress::Progress;
 use crate::receiver::Receiver;
-use crate::report::{Table, count, latency, per_second};
 use crate::stats::{LatencyStats, rate};
+use crate::table::{Table, count, latency, per_second};
 use crate::unix_micros;
 
 /// Parameters of `inbox`.
@@ -114,9 +114,11 @@ pub async fn run(options: &Options, params: &InboxParams) -> anyhow::Result<Inbo
             let inbox = Inbox::start(config, &url).await?;
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let addr = listener.local_addr()?;
-            let service = axum::ServiceExt::<axum::extract::Request>::into_make_service(inbox.service(None));
+            let service = inbox.service(None);
             tokio::spawn(async move {
-                let _ = axum::serve(listener, service).await;
+                // The same serving loop as `herald inbox`.
+                let edge = herald_edge::Edge::new(herald_edge::Limits::default());
+                let _ = edge.serve(listener, service, std::future::pending()).await;
                 drop(inbox);
             });
             anyhow::Ok(addr)
@@ -136,7 +138,7 @@ pub async fn run(options: &Options, params: &InboxParams) -> anyhow::Result<Inbo
     let expected = outcome.summary.accepted;
     let wait = progress.counter("forwarded", expected);
     handler
-        .wait_for(expected, super::delivery_timeout(expected), &wait)
+        .wait_for(expected, super::common::delivery_timeout(expected), &wait)
         .await;
     wait.finish();
     let forwarded = DeliverySummary::of(

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{DeliverySummary, app_with_endpoints, await_deliveries};
+use super::common::{DeliverySummary, app_with_endpoints, await_deliveries};
 use crate::api::EndpointSpec;
 use crate::cpu::{self, CpuSplit};
 use crate::env::{Env, NodeTweaks, Options, Setup};
 use crate::load::{LoadSummary, Mix, Stop};
 use crate::receiver::Receiver;
-use crate::report::Table;
+use crate::table::Table;
 
 const EVENT_TYPE: &str = "bench.ingest";
 
@@ -133,7 +133,7 @@ impl IngestReport {
             if let Some(behind) = self.behind_at_end_of_load {
                 table.row(
                     "deliveries outstanding when the load stopped",
-                    crate::report::count(behind),
+                    crate::table::count(behind),
                 );
             }
             table.deliveries(deliveries, "≥ 9,000/s", "");

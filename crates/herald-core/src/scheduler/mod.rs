@@ -32,14 +32,24 @@ use std::hash::Hash;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use queue::{EndpointQueue, Gate};
 
-/// A point in time in milliseconds, on whichever clock the caller uses consistently.
-pub type Millis = i64;
+pub use crate::clock::Millis;
 
 /// What the scheduler needs to know about a job.
 pub trait Queued {
     /// The key deliveries are ordered by on an endpoint in ordered mode; `None` means "no order".
     fn ordering_key(&self) -> Option<&str> {
         None
+    }
+
+    /// Attempts made so far: an open breaker's probe is the ready job tried most often.
+    fn attempts(&self) -> u32 {
+        0
+    }
+
+    /// When the delivery became pending (its message's creation, or when it was queued again): the
+    /// oldest of these is the endpoint's backlog age.
+    fn pending_since(&self) -> Millis {
+        0
     }
 }
 
@@ -113,6 +123,9 @@ pub enum Finished<J> {
 pub enum Verdict {
     /// The endpoint took the delivery.
     Success,
+    /// The endpoint answered but refused the content (a 4xx other than 408, 425 and 429): alive, so the
+    /// breaker treats it like a success (see [`crate::breaker`]).
+    Rejected,
     /// The attempt failed; `hold_until` when the endpoint asked for a pause (`Retry-After` on 429/503),
     /// which then applies to the whole endpoint.
     Failure {
@@ -167,6 +180,31 @@ pub struct EndpointSnapshot {
     pub overflowing: bool,
     /// The highest store `seq` made resident: pending deliveries above it are only in the store.
     pub cursor: i64,
+    /// Pending deliveries: the resident ones and those known to wait in the store beyond them.
+    pub pending: u64,
+    /// When the oldest pending delivery became pending (see [`Queued::pending_since`]). Deliveries are
+    /// made resident in store order, so the oldest pending one is resident — except for the moment
+    /// between a resident set running dry and the refill that reads the store's next deliveries.
+    pub oldest_pending_since: Option<Millis>,
+}
+
+/// The figures of one endpoint that operators watch, cheap to read for every endpoint at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointGauges {
+    /// Pending deliveries (resident and known to be only in the store).
+    pub pending: u64,
+    /// When the oldest pending delivery became pending.
+    pub oldest_pending_since: Option<Millis>,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Requests allowed in flight now (see [`EndpointSnapshot::concurrency_limit`]).
+    pub concurrency_limit: u32,
+    /// The breaker's state.
+    pub breaker: BreakerState,
+    /// When the endpoint's current run of failures began (see [`Breaker::failing_since`]).
+    pub failing_since: Option<Millis>,
+    /// Paused (disabled, or not yet loaded).
+    pub paused: bool,
 }
 
 #[derive(Debug)]
@@ -284,6 +322,7 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
         }
         if queue.overflow || queue.resident >= window {
             queue.overflow = true;
+            queue.stored_only += 1;
             if queue.refilling {
                 queue.deferred_while_refilling = true;
             }
@@ -330,12 +369,19 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             self.overflowing.remove(&endpoint);
         }
         let mut placed = Vec::with_capacity(loaded.len());
+        let mut admitted = 0;
         for item in loaded {
             if item.seq > queue.cursor {
                 queue.cursor = item.seq;
+                admitted += 1;
                 placed.extend(queue.admit(item.due, item.job));
             }
         }
+        queue.stored_only = if queue.overflow {
+            queue.stored_only.saturating_sub(admitted)
+        } else {
+            0
+        };
         for (due, job) in placed {
             self.place(endpoint.clone(), due, job, now);
         }
@@ -361,7 +407,7 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
                     continue;
                 }
             }
-            let Some(job) = queue.ready.pop_front() else {
+            let Some(job) = queue.take_next(now) else {
                 queue.in_ring = false;
                 continue;
             };
@@ -471,7 +517,49 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             held_until: (q.hold_until > now).then_some(q.hold_until),
             overflowing: q.overflow,
             cursor: q.cursor,
+            pending: q.resident as u64 + q.stored_only,
+            oldest_pending_since: q.oldest_pending_since(),
         })
+    }
+
+    /// How many deliveries of an endpoint wait in the store beyond its resident ones, as counted there
+    /// (`pending_in_store`: every pending delivery of the endpoint). Used when that is unknown: at start,
+    /// after deliveries became pending outside ingest, when an endpoint's partition arrives.
+    pub fn set_store_backlog(&mut self, endpoint: &K, pending_in_store: u64) {
+        if let Some(queue) = self.endpoints.get_mut(endpoint) {
+            queue.stored_only = if queue.overflow {
+                pending_in_store.saturating_sub(queue.resident as u64)
+            } else {
+                0
+            };
+        }
+    }
+
+    /// The watched figures of every endpoint the scheduler holds (one pass, no allocation per endpoint).
+    pub fn endpoint_gauges(&self, now: Millis) -> impl Iterator<Item = (&K, EndpointGauges)> {
+        self.endpoints.iter().map(move |(key, q)| {
+            (
+                key,
+                EndpointGauges {
+                    pending: q.resident as u64 + q.stored_only,
+                    oldest_pending_since: q.oldest_pending_since(),
+                    in_flight: q.in_flight,
+                    concurrency_limit: if q.limits.paused {
+                        0
+                    } else {
+                        q.breaker.allowed_in_flight(q.limits.max_concurrency.max(1), now)
+                    },
+                    breaker: q.breaker.state(),
+                    failing_since: q.breaker.failing_since(),
+                    paused: q.limits.paused,
+                },
+            )
+        })
+    }
+
+    /// Endpoints in the ring: with ready work and leave to send (some entries may be stale).
+    pub fn ready_endpoints(&self) -> usize {
+        self.ring.len()
     }
 
     /// An endpoint's circuit breaker, without building a whole snapshot (read after every attempt).

@@ -1,7 +1,7 @@
 //! One endpoint's queue: ready work, per-key ordering, and the gates that decide whether it may send now
 //! (pause, concurrency cap, circuit breaker, `Retry-After` hold, rate pacing).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::{EndpointLimits, Millis, Queued};
 use crate::breaker::{Breaker, BreakerConfig};
@@ -47,6 +47,12 @@ pub(super) struct EndpointQueue<J> {
     pub(super) wake_at: Option<Millis>,
     /// Ordered endpoints: the keys with a resident head, and who waits behind each.
     keys: HashMap<String, KeyLine<J>>,
+    /// When each resident delivery became pending (a multiset: time → count), so the oldest is the first
+    /// key: the age operators alert on, kept up to date as deliveries come and go instead of searched.
+    since: BTreeMap<Millis, u32>,
+    /// Pending deliveries known to be in the store only (beyond `cursor`): counted as offers are
+    /// deferred and refills read them, set by [`super::Scheduler::set_store_backlog`] when unknown.
+    pub(super) stored_only: u64,
 }
 
 impl<J: Queued> EndpointQueue<J> {
@@ -66,6 +72,29 @@ impl<J: Queued> EndpointQueue<J> {
             next_slot_us: 0,
             wake_at: None,
             keys: HashMap::new(),
+            since: BTreeMap::new(),
+            stored_only: 0,
+        }
+    }
+
+    /// When the oldest resident delivery became pending.
+    pub(super) fn oldest_pending_since(&self) -> Option<Millis> {
+        self.since.keys().next().copied()
+    }
+
+    fn track(&mut self, job: &J) {
+        self.resident += 1;
+        *self.since.entry(job.pending_since()).or_insert(0) += 1;
+    }
+
+    fn untrack(&mut self, job: &J) {
+        self.resident = self.resident.saturating_sub(1);
+        let since = job.pending_since();
+        if let Some(count) = self.since.get_mut(&since) {
+            *count -= 1;
+            if *count == 0 {
+                self.since.remove(&since);
+            }
         }
     }
 
@@ -87,6 +116,23 @@ impl<J: Queued> EndpointQueue<J> {
         if until > now { Gate::Until(until) } else { Gate::Open }
     }
 
+    /// The delivery to send next. Normally the oldest ready one; the probe of an open breaker is instead
+    /// the ready delivery tried most often (the oldest of those): an endpoint that refuses first
+    /// attempts but takes retries would otherwise be probed with first attempts, one per cool-down, while
+    /// the retries that would close it wait behind them.
+    pub(super) fn take_next(&mut self, now: Millis) -> Option<J> {
+        if !self.breaker.probe_due(now) {
+            return self.ready.pop_front();
+        }
+        let most_tried = self
+            .ready
+            .iter()
+            .enumerate()
+            .max_by_key(|(index, job)| (job.attempts(), std::cmp::Reverse(*index)))
+            .map(|(index, _)| index)?;
+        self.ready.remove(most_tried)
+    }
+
     /// A request leaves now: count it, tell the breaker, advance the pacing slot.
     pub(super) fn on_send(&mut self, now: Millis) {
         self.in_flight += 1;
@@ -101,7 +147,11 @@ impl<J: Queued> EndpointQueue<J> {
     pub(super) fn on_verdict(&mut self, verdict: super::Verdict, config: &BreakerConfig, now: Millis) {
         match verdict {
             super::Verdict::Success => {
-                self.breaker.on_success(config);
+                self.breaker.on_success(config, now);
+                self.breaker.ramp_reached(self.limits.max_concurrency.max(1));
+            }
+            super::Verdict::Rejected => {
+                self.breaker.on_rejected(config, now);
                 self.breaker.ramp_reached(self.limits.max_concurrency.max(1));
             }
             super::Verdict::Failure { hold_until } => {
@@ -117,7 +167,7 @@ impl<J: Queued> EndpointQueue<J> {
     /// A delivery becomes resident. On an ordered endpoint, one whose key already has a resident head
     /// waits behind it (returns `None`); otherwise it is handed back to be placed.
     pub(super) fn admit(&mut self, due: Millis, job: J) -> Option<(Millis, J)> {
-        self.resident += 1;
+        self.track(&job);
         let Some(key) = self.ordering_key_of(&job) else {
             return Some((due, job));
         };
@@ -141,7 +191,7 @@ impl<J: Queued> EndpointQueue<J> {
     /// A delivery left the queue for good (done, expired, cancelled). Returns the next delivery of its
     /// key, now the key's head, to be placed.
     pub(super) fn release(&mut self, job: &J) -> Option<(Millis, J)> {
-        self.resident = self.resident.saturating_sub(1);
+        self.untrack(job);
         let key = job.ordering_key()?;
         let line = self.keys.get_mut(key)?;
         match line.waiting.pop_front() {
@@ -175,7 +225,9 @@ impl<J: Queued> EndpointQueue<J> {
             line.waiting = kept;
         }
         // Parked deliveries are not heads: removing them frees nobody.
-        self.resident = self.resident.saturating_sub(taken.len());
+        for job in &taken {
+            self.untrack(job);
+        }
         let mut promoted = Vec::new();
         let mut kept = VecDeque::with_capacity(self.ready.len());
         for job in std::mem::take(&mut self.ready) {

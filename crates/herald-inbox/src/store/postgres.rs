@@ -25,8 +25,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use herald_store::custody::DatabaseTimeouts;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection, PgPool};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -36,9 +37,6 @@ use super::{Forwarding, Inserted, NewEvent, StoreResult};
 
 /// Connections: ingress inserts, the forwarder's outcomes and reads, admin reads.
 const POOL_SIZE: u32 = 16;
-/// How long a request waits for a connection before it fails (503): short, so that while the database
-/// is unreachable providers hear so quickly and retry later instead of piling up.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The session advisory lock held by the one process that forwards ("hinbox" in ASCII; the sender's
 /// locks are "herald" and "heralE").
@@ -74,10 +72,14 @@ impl PgInbox {
         let options = PgConnectOptions::from_str(url)?
             .application_name("herald-inbox")
             .options([("synchronous_commit", "on")]);
-        let pool = PgPoolOptions::new()
+        // While the database refuses or stops answering, providers hear 503 within the acquire timeout
+        // and retry later instead of piling up; the server cancels a statement or lock wait that runs
+        // longer than the statement timeout.
+        let timeouts = DatabaseTimeouts::default();
+        let pool = timeouts
+            .pool()
             .max_connections(POOL_SIZE)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.clone())
+            .connect_with(timeouts.session(options.clone()))
             .await?;
         // sqlx's migrator takes an advisory lock, so processes starting together migrate once.
         sql::migrator(sqlx::migrate!("./migrations/postgres"))

@@ -121,6 +121,14 @@ mod statement {
         WHERE source = $1 AND resource_key = $2 AND version = $6";
     pub(super) const REPLAY: &str = "UPDATE inbox_event SET status = 'pending', attempts = 0, next_attempt_at = $1, \
         last_error = NULL, replays = replays + 1, updated_at = $1 WHERE id = $2";
+    /// Counted up to a cap (see `PENDING_COUNT_CAP`): the walk of a huge backlog stays bounded.
+    pub(super) const PENDING_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM inbox_event \
+        WHERE status = 'pending' AND source = $1 LIMIT $2) AS capped";
+    pub(super) const OLDEST_PENDING: &str =
+        "SELECT MIN(received_at) FROM inbox_event WHERE status = 'pending' AND source = $1";
+    /// The health check's write while writes fail (see `write_health`).
+    pub(super) const PROBE: &str = "INSERT INTO inbox_health_probe (id, probed_at) VALUES (1, $1) \
+        ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at";
     pub(super) const REPLAY_WINDOW: &str = "UPDATE inbox_event SET status = 'pending', attempts = 0, \
         next_attempt_at = $1, last_error = NULL, replays = replays + 1, updated_at = $1 \
         WHERE source = $2 AND received_at >= $3 AND received_at < $4";
@@ -402,6 +410,11 @@ pub(super) trait Backend: Send + Sync + 'static {
     async fn record_outcome(&self, record: Record) -> StoreResult<bool>;
     /// [`InboxStore::forwarding`].
     fn forwarding(&self) -> Forwarding;
+    /// The outcome of the last group commit, for backends that commit in groups (SQLite); its health
+    /// check probes with a write while it failed.
+    fn write_health(&self) -> Option<&herald_store::custody::WriteHealth> {
+        None
+    }
 }
 
 #[async_trait]
@@ -479,10 +492,35 @@ impl<B: Backend> InboxStore for B {
             .await
     }
 
+    async fn pending_of(&self, source: &str) -> StoreResult<super::Pending> {
+        let mut conn = self.read().await?;
+        let cap = i64::try_from(super::Pending::COUNT_CAP).unwrap_or(i64::MAX);
+        let count = conn
+            .int(fixed(statement::PENDING_COUNT), params![source, cap.saturating_add(1)])
+            .await?
+            .unwrap_or(0);
+        let oldest_received_at = conn.int(fixed(statement::OLDEST_PENDING), params![source]).await?;
+        let count = u64::try_from(count).unwrap_or(0);
+        Ok(super::Pending {
+            count: count.min(super::Pending::COUNT_CAP),
+            capped: count > super::Pending::COUNT_CAP,
+            oldest_received_at,
+        })
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.read().await?;
         conn.execute(fixed("SELECT 1"), Vec::new()).await?;
-        Ok(())
+        drop(conn);
+        let Some(health) = self.write_health() else {
+            return Ok(());
+        };
+        let probe = async {
+            let mut conn = self.write().await?;
+            let now = herald_core::clock::now_ms();
+            conn.execute(fixed(statement::PROBE), params![now]).await.map(drop)
+        };
+        health.recheck(probe, StoreError::fault).await
     }
 
     fn forwarding(&self) -> Forwarding {

@@ -3,8 +3,10 @@
 //! group-commit writer) and a small pool of readers.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use herald_store::custody::{self, WriteHealth};
 use sqlx::SqlitePool;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -16,6 +18,8 @@ use super::{Forwarding, Inserted, NewEvent, StoreError, StoreResult};
 
 /// Inserts that may wait for the writer before callers queue on the channel itself.
 const INSERT_QUEUE: usize = 1_024;
+/// How long a write waits for the write connection before it fails with 503.
+const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The SQLite implementation of [`InboxStore`](super::InboxStore).
 #[derive(Debug)]
@@ -26,6 +30,8 @@ pub struct SqliteInbox {
     records: mpsc::Sender<RecordJob>,
     /// Always true: one inbox process per file. Kept so that its receivers never see it closed.
     forwarding: watch::Sender<bool>,
+    /// Whether the last commit failed on a storage fault (see [`custody::WriteHealth`]).
+    health: Arc<WriteHealth>,
 }
 
 impl SqliteInbox {
@@ -40,8 +46,7 @@ impl SqliteInbox {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10));
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
+        let write = custody::sqlite_writer_pool(WRITE_ACQUIRE_TIMEOUT)
             .connect_with(base.clone().create_if_missing(true))
             .await?;
         sql::migrator(sqlx::migrate!("./migrations/sqlite")).run(&write).await?;
@@ -49,16 +54,18 @@ impl SqliteInbox {
             .max_connections(4)
             .connect_with(base.read_only(true))
             .await?;
+        let health = Arc::new(WriteHealth::default());
         let (inserts, jobs) = mpsc::channel(INSERT_QUEUE);
-        tokio::spawn(writer::run(write.clone(), jobs));
+        tokio::spawn(writer::run(write.clone(), jobs, health.clone()));
         let (records, outcomes) = mpsc::channel(INSERT_QUEUE);
-        tokio::spawn(writer::run_records(write.clone(), outcomes));
+        tokio::spawn(writer::run_records(write.clone(), outcomes, health.clone()));
         Ok(Self {
             read,
             write,
             inserts,
             records,
             forwarding: watch::Sender::new(true),
+            health,
         })
     }
 }
@@ -94,6 +101,10 @@ impl Backend for SqliteInbox {
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    fn write_health(&self) -> Option<&WriteHealth> {
+        Some(&self.health)
     }
 
     fn forwarding(&self) -> Forwarding {

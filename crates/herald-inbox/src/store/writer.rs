@@ -8,7 +8,11 @@
 //! with `synchronous=FULL` a commit costs an fsync, and one per forwarded event would cap forwarding at
 //! the disk's fsync rate.
 
-use sqlx::SqlitePool;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use herald_store::custody::WriteHealth;
+use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::sql::{self, Record};
@@ -23,10 +27,11 @@ pub(super) struct InsertJob {
     pub(super) reply: oneshot::Sender<StoreResult<Inserted>>,
 }
 
-pub(super) async fn run(pool: SqlitePool, mut jobs: mpsc::Receiver<InsertJob>) {
+/// Insert events until every sender is gone, reporting each commit's outcome to `health`.
+pub(super) async fn run(pool: SqlitePool, mut jobs: mpsc::Receiver<InsertJob>, health: Arc<WriteHealth>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match write_batch(&pool, &batch).await {
+        match health.watch(write_batch(&pool, &batch).await, StoreError::fault) {
             Ok(answers) => {
                 for (job, answer) in batch.drain(..).zip(answers) {
                     // A handler that gave up (client went away) no longer listens; its row is stored all
@@ -37,9 +42,8 @@ pub(super) async fn run(pool: SqlitePool, mut jobs: mpsc::Receiver<InsertJob>) {
             Err(error) => {
                 // Nothing of the batch was committed, so nobody gets a 2xx: each sender retries.
                 tracing::error!(%error, events = batch.len(), "inbox commit failed");
-                let text = error.to_string();
                 for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(StoreError::Batch(text.clone())));
+                    let _ = job.reply.send(Err(error.shared_by_batch()));
                 }
             }
         }
@@ -47,13 +51,10 @@ pub(super) async fn run(pool: SqlitePool, mut jobs: mpsc::Receiver<InsertJob>) {
 }
 
 async fn write_batch(pool: &SqlitePool, batch: &[InsertJob]) -> StoreResult<Vec<Inserted>> {
-    let mut tx = pool.begin().await?;
-    let mut answers = Vec::with_capacity(batch.len());
-    for job in batch {
-        answers.push(sql::insert_one(&mut *tx, &job.event, job.received_at).await?);
-    }
-    tx.commit().await?;
-    Ok(answers)
+    commit_each(pool, batch, |tx, job| {
+        Box::pin(sql::insert_one(tx, &job.event, job.received_at))
+    })
+    .await
 }
 
 pub(super) struct RecordJob {
@@ -61,10 +62,11 @@ pub(super) struct RecordJob {
     pub(super) reply: oneshot::Sender<StoreResult<bool>>,
 }
 
-pub(super) async fn run_records(pool: SqlitePool, mut jobs: mpsc::Receiver<RecordJob>) {
+/// Record outcomes until every sender is gone, reporting each commit's outcome to `health`.
+pub(super) async fn run_records(pool: SqlitePool, mut jobs: mpsc::Receiver<RecordJob>, health: Arc<WriteHealth>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match record_batch(&pool, &batch).await {
+        match health.watch(record_batch(&pool, &batch).await, StoreError::fault) {
             Ok(answers) => {
                 for (job, answer) in batch.drain(..).zip(answers) {
                     let _ = job.reply.send(Ok(answer));
@@ -73,9 +75,8 @@ pub(super) async fn run_records(pool: SqlitePool, mut jobs: mpsc::Receiver<Recor
             Err(error) => {
                 // Nothing was recorded: the events stay pending and are forwarded again (at least once).
                 tracing::error!(%error, outcomes = batch.len(), "recording forwarding outcomes failed");
-                let text = error.to_string();
                 for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(StoreError::Batch(text.clone())));
+                    let _ = job.reply.send(Err(error.shared_by_batch()));
                 }
             }
         }
@@ -83,11 +84,31 @@ pub(super) async fn run_records(pool: SqlitePool, mut jobs: mpsc::Receiver<Recor
 }
 
 async fn record_batch(pool: &SqlitePool, batch: &[RecordJob]) -> StoreResult<Vec<bool>> {
-    let mut tx = pool.begin().await?;
-    let mut answers = Vec::with_capacity(batch.len());
-    for job in batch {
-        answers.push(sql::record_one(&mut *tx, &job.record).await?);
+    commit_each(pool, batch, |tx, job| Box::pin(sql::record_one(tx, &job.record))).await
+}
+
+/// Run `one` for every job in one transaction and commit it; the answers in order. After a failure the
+/// connection is closed, never reused: SQLite may have rolled the transaction back on its own (disk
+/// full, I/O error), and a connection whose transaction state nobody can vouch for would run the next
+/// batch inside a transaction that is never committed (see [`herald_store::custody`]).
+async fn commit_each<J, A>(
+    pool: &SqlitePool,
+    batch: &[J],
+    one: impl for<'c> Fn(&'c mut SqliteConnection, &'c J) -> BoxFuture<'c, StoreResult<A>>,
+) -> StoreResult<Vec<A>> {
+    let mut conn = pool.acquire().await?;
+    let committed = async {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let mut answers = Vec::with_capacity(batch.len());
+        for job in batch {
+            answers.push(one(&mut tx, job).await?);
+        }
+        tx.commit().await?;
+        Ok(answers)
     }
-    tx.commit().await?;
-    Ok(answers)
+    .await;
+    if committed.is_err() {
+        conn.close_on_drop();
+    }
+    committed
 }

@@ -3,11 +3,9 @@
 
 use std::collections::HashSet;
 
-use herald_core::model::OperationalEvent;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, Row};
 
 use crate::events::{self, ATTEMPT_EXHAUSTED, ATTEMPT_FAILING, ATTEMPT_RECOVERED, NewEvent};
-use crate::sql::limit;
 use crate::{AttemptRecord, StoreResult};
 
 /// Append events (in order) on a connection inside the caller's transaction.
@@ -58,25 +56,4 @@ pub(crate) async fn record_attempt_events(conn: &mut PgConnection, records: &[At
         }
     }
     record(conn, &events::attempt_events(records, troubled)).await
-}
-
-pub(super) async fn unsent(pool: &PgPool, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
-    let found = sqlx::query(
-        "SELECT seq, event_type, app_id, data, created_at FROM operational_event \
-         WHERE sent_at IS NULL AND seq > $1 ORDER BY seq LIMIT $2",
-    )
-    .bind(after)
-    .bind(limit(limit_n))
-    .fetch_all(pool)
-    .await?;
-    found.iter().map(crate::rows::operational_event).collect()
-}
-
-pub(super) async fn mark_sent(pool: &PgPool, seq: i64, now: i64) -> StoreResult<()> {
-    sqlx::query("UPDATE operational_event SET sent_at = $1 WHERE seq = $2 AND sent_at IS NULL")
-        .bind(now)
-        .bind(seq)
-        .execute(pool)
-        .await?;
-    Ok(())
 }

@@ -31,8 +31,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
-use super::ENDPOINT_CHANNEL;
-use super::bulk::WORK_CHANNEL;
+use super::channels::{ENDPOINT_CHANNEL, WORK_CHANNEL};
 use crate::{Ownership, OwnershipEvent, PARTITIONS, StoreOptions, StoreResult, partition_of};
 
 /// Dead nodes' rows are deleted after this long without a heartbeat.
@@ -226,12 +225,20 @@ impl Keeper {
             // the last renewal, so timing out after half the lease time lands exactly where the leases
             // must be given up (a heartbeat before they can expire). Shorter, a busy database or machine
             // would make the node drop its partitions for nothing.
-            match tokio::time::timeout(self.timing.ttl / 2, self.round()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::warn!(%error, "partition lease round failed"),
-                Err(_) => tracing::warn!("partition lease round timed out"),
-            }
+            let result = match tokio::time::timeout(self.timing.ttl / 2, self.round()).await {
+                Ok(Ok(())) => "ok",
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "partition lease round failed");
+                    "error"
+                }
+                Err(_) => {
+                    tracing::warn!("partition lease round timed out");
+                    "timeout"
+                }
+            };
             self.give_up_if_stale();
+            let (active, draining) = self.leases.counts();
+            crate::metrics::lease_round(result, active, draining);
         }
     }
 
@@ -512,6 +519,8 @@ async fn watch(pool: PgPool, leases: Arc<Leases>, mut cursor: i64, wake: Arc<Not
                 if !endpoints.is_empty() {
                     leases.emit(OwnershipEvent::Work(endpoints));
                 }
+                // After the work it covers, on the same channel: the engine reads them in this order.
+                leases.emit(OwnershipEvent::Seen(top));
             }
             Err(error) => tracing::debug!(%error, "looking for new work failed; retrying at the next poll"),
         }

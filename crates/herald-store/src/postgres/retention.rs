@@ -6,7 +6,8 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, PgPool};
 use time::{Date, Month, OffsetDateTime};
 
-use crate::StoreResult;
+use crate::sql::limit;
+use crate::{RetentionStep, StoreResult};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 /// Partitions are created this many days ahead, so a node that stops maintaining still writes into
@@ -101,6 +102,47 @@ pub(crate) async fn run(pool: PgPool, retention: Duration) {
             tracing::warn!(%error, "attempt partition maintenance failed; retrying later");
         }
     }
+}
+
+/// One retention batch (see [`crate::Store::retention_step`]): beside the day partitions dropped whole,
+/// rows of the partitions kept are deleted in small batches.
+pub(super) async fn step(pool: &PgPool, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
+    let attempts = sqlx::query(
+        "DELETE FROM attempt WHERE (id, created_at) IN \
+         (SELECT id, created_at FROM attempt WHERE created_at < $1 ORDER BY created_at LIMIT $2)",
+    )
+    .bind(attempts_before)
+    .bind(limit(limit_n))
+    .execute(pool)
+    .await?;
+    // A payload a pending delivery still has to send is kept until that delivery ends.
+    let payloads = sqlx::query(
+        "UPDATE message SET payload = $1, expunged = true WHERE id IN \
+         (SELECT m.id FROM message m WHERE m.payload_expires_at IS NOT NULL AND NOT m.expunged \
+          AND m.payload_expires_at <= $2 \
+          AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.message_id = m.id AND d.status = 0) \
+          ORDER BY m.payload_expires_at LIMIT $3)",
+    )
+    .bind(&b"{}"[..])
+    .bind(now)
+    .bind(limit(limit_n))
+    .execute(pool)
+    .await?;
+    // Sent or not: without an operational webhook nothing is ever sent, and the log must stay bounded.
+    let events = sqlx::query(
+        "DELETE FROM operational_event WHERE seq IN \
+         (SELECT seq FROM operational_event WHERE created_at < $1 \
+          ORDER BY created_at LIMIT $2)",
+    )
+    .bind(attempts_before)
+    .bind(limit(limit_n))
+    .execute(pool)
+    .await?;
+    Ok(RetentionStep {
+        attempts_deleted: attempts.rows_affected(),
+        payloads_expunged: payloads.rows_affected(),
+        events_deleted: events.rows_affected(),
+    })
 }
 
 #[cfg(test)]

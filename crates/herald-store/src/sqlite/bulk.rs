@@ -15,17 +15,10 @@ use futures::future::BoxFuture;
 use herald_core::model::Endpoint;
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
+use super::chunk::{ROWS_PER_INSERT, marks};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, rows};
-
-/// Rows per multi-row `INSERT` (SQLite allows 32,766 bound values per statement).
-pub(crate) const ROWS_PER_INSERT: usize = 256;
-
-/// `?, ?, …` with `n` marks.
-pub(crate) fn marks(n: usize) -> String {
-    vec!["?"; n].join(", ")
-}
 
 /// SQLite's [`BatchWriter`].
 pub(crate) struct SqliteBatches;

@@ -4,12 +4,11 @@
 
 use std::collections::HashSet;
 
-use herald_core::model::OperationalEvent;
-use sqlx::{AssertSqlSafe, Row, SqliteConnection, SqlitePool};
+use sqlx::{AssertSqlSafe, Row, SqliteConnection};
 
-use super::bulk::ROWS_PER_INSERT;
+use super::chunk::ROWS_PER_INSERT;
+use crate::events::NewEvent;
 use crate::events::{self, ATTEMPT_EXHAUSTED, ATTEMPT_FAILING, ATTEMPT_RECOVERED};
-pub(crate) use crate::events::{ENDPOINT_CREATED, ENDPOINT_DELETED, ENDPOINT_DISABLED, ENDPOINT_UPDATED, NewEvent};
 use crate::{AttemptRecord, StoreResult};
 
 /// Append events (in order) on a connection that is inside the caller's transaction.
@@ -73,22 +72,4 @@ async fn troubled_deliveries(
         }
     }
     Ok(troubled)
-}
-
-pub(super) async fn unsent(read: &SqlitePool, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>> {
-    let found = sqlx::query("SELECT * FROM operational_event WHERE sent_at IS NULL AND seq > ? ORDER BY seq LIMIT ?")
-        .bind(after)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(read)
-        .await?;
-    found.iter().map(crate::rows::operational_event).collect()
-}
-
-pub(super) async fn mark_sent(write: &SqlitePool, seq: i64, now: i64) -> StoreResult<()> {
-    sqlx::query("UPDATE operational_event SET sent_at = ? WHERE seq = ? AND sent_at IS NULL")
-        .bind(now)
-        .bind(seq)
-        .execute(write)
-        .await?;
-    Ok(())
 }

@@ -7,6 +7,9 @@
 //! the same database. Each test file uses only part of this module.
 #![allow(dead_code)]
 
+pub mod faults;
+pub mod producer;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +26,23 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 pub const TOKEN: &str = "test-admin-token";
+
+/// The Python interpreter of the virtual environment `scripts/test` installs the pinned `svix` 2.x SDK
+/// into (tests/compat/python-v2; under `HERALD_TEST_SDK_DIR`, by default this workspace's target/); panics
+/// with what to do when it is missing.
+pub fn python_with_svix() -> PathBuf {
+    let python = test_python();
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/test (it installs the pinned SDKs under target/)",
+        python.display()
+    );
+    python
+}
+
+/// A setting of the harness, not of Herald: a command (words separated by spaces) that `herald` is
+/// started through and that `exec`s it, e.g. `prlimit --nofile=1024`; the process keeps Herald's pid.
+pub const LAUNCHER: &str = "HERALD_TEST_LAUNCHER";
 
 /// A running `herald serve` process.
 pub struct Herald {
@@ -57,6 +77,9 @@ fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
         ("HERALD_MAX_REQUEST_TIMEOUT".into(), "2s".into()),
         // A restarted node takes its predecessor's partitions over after at most this long.
         ("HERALD_LEASE_TTL".into(), "4s".into()),
+        // PostgreSQL on a loaded CI machine may take longer than the 1 s default to commit a batch; the
+        // fault tests set the default back and assert its bound.
+        ("HERALD_DATABASE_TIMEOUT".into(), "5s".into()),
     ];
     for (k, v) in extra_env {
         env.retain(|(key, _)| key != k);
@@ -153,6 +176,22 @@ impl Herald {
         Self::spawn(dir, test_env(&env), None, vec!["serve".into()], Some(database)).await
     }
 
+    /// Start on a fresh PostgreSQL database reached through a [`TcpProxy`] of the test's own, so that the
+    /// test can cut, hold or slow this node's database, or cut a connection at its `COMMIT`; `None` when
+    /// PostgreSQL is unreachable (and not required). Call it from a multi-threaded runtime: the proxy
+    /// must serve while the node starts.
+    pub async fn start_behind_proxy(test: &str, extra_env: &[(&str, &str)]) -> Option<(Self, TcpProxy)> {
+        let database = Arc::new(testdb::fresh(test).await?);
+        let proxy = TcpProxy::start(database.server_addr().expect("server address")).await;
+        let url = database
+            .url_via(format!("127.0.0.1:{}", proxy.port).parse().expect("address"))
+            .expect("proxied URL");
+        // Without TLS, so that the proxy sees the protocol (a commit cut looks for the `COMMIT`).
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{separator}sslmode=disable");
+        Some((Self::start_at(database, &url, extra_env).await, proxy))
+    }
+
     /// Start again on the same database (after [`Herald::kill9`] or [`Herald::stop`]).
     pub async fn restart(&mut self) {
         let again = Self::spawn(
@@ -173,6 +212,11 @@ impl Herald {
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
+    /// The process id (of `herald` itself, also when started through a [`LAUNCHER`]).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("the process is running")
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.dir.path().join("herald.db")
     }
@@ -185,7 +229,20 @@ impl Herald {
         database: Option<Arc<TestDatabase>>,
     ) -> Self {
         let listen = addr.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        // [`LAUNCHER`] in the settings: the binary is started through that command (e.g. `prlimit`).
+        let launcher: Vec<&str> = env
+            .iter()
+            .find(|(k, _)| k == LAUNCHER)
+            .map(|(_, v)| v.split_whitespace().collect())
+            .unwrap_or_default();
+        let mut command = match launcher.split_first() {
+            Some((program, launcher_args)) => {
+                let mut command = Command::new(program);
+                command.args(launcher_args).arg(env!("CARGO_BIN_EXE_herald"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_herald")),
+        };
         command
             .args(&args)
             .current_dir(dir.path())
@@ -199,7 +256,7 @@ impl Herald {
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        for (k, v) in &env {
+        for (k, v) in env.iter().filter(|(k, _)| k != LAUNCHER) {
             command.env(k, v);
         }
         let mut child = command.spawn().expect("spawn herald");
@@ -305,6 +362,17 @@ impl Herald {
         (status, json)
     }
 
+    /// POST `body` with the admin token and an `idempotency-key`; returns the status and the JSON body.
+    pub async fn post_keyed(&self, path: &str, body: Value, key: &str) -> (u16, Value) {
+        self.call_with(
+            "POST",
+            path,
+            Some(body.to_string().into_bytes()),
+            &[("authorization", &format!("Bearer {TOKEN}")), ("idempotency-key", key)],
+        )
+        .await
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> Value {
         let (status, json) = self.call("POST", path, Some(body)).await;
         assert!((200..300).contains(&status), "POST {path}: {status} {json}");
@@ -334,6 +402,26 @@ impl Herald {
             .expect("key")
             .to_owned();
         (id, secret)
+    }
+
+    /// Every message of an app, through the API (all pages, newest first).
+    pub async fn messages(&self, app: &str) -> Vec<Value> {
+        let mut messages = Vec::new();
+        let mut iterator: Option<String> = None;
+        loop {
+            let path = match &iterator {
+                Some(it) => format!("/app/{app}/msg?limit=250&iterator={it}"),
+                None => format!("/app/{app}/msg?limit=250"),
+            };
+            let mut page = self.get(&path).await;
+            if let Some(data) = page["data"].as_array_mut() {
+                messages.append(data);
+            }
+            if page["done"].as_bool().unwrap_or(true) {
+                return messages;
+            }
+            iterator = page["iterator"].as_str().map(str::to_owned);
+        }
     }
 
     /// Attempts of a message, oldest first.
@@ -451,6 +539,8 @@ struct ReceiverState {
     fallback: Mutex<Option<Reply>>,
     /// Replies chosen by the request body: the first rule whose pattern the body contains wins.
     rules: Mutex<Vec<(String, Reply)>>,
+    /// The reply to the first request of each `webhook-id` (after the rules, before the script).
+    first_of_each: Mutex<Option<Reply>>,
     notify: Notify,
     in_flight: std::sync::atomic::AtomicUsize,
     peak: std::sync::atomic::AtomicUsize,
@@ -519,6 +609,12 @@ impl Receiver {
         self.state.rules.lock().unwrap().push((pattern.to_owned(), reply));
     }
 
+    /// Answer the first request carrying each `webhook-id` with `reply` (a receiver that refuses first
+    /// attempts and takes retries).
+    pub fn first_of_each(&self, reply: Reply) {
+        *self.state.first_of_each.lock().unwrap() = Some(reply);
+    }
+
     /// Requests being handled right now.
     pub fn in_flight(&self) -> usize {
         self.state.in_flight.load(std::sync::atomic::Ordering::SeqCst)
@@ -575,7 +671,19 @@ async fn handle(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, bod
         .iter()
         .find(|(pattern, _)| text.contains(pattern.as_str()))
         .map(|(_, reply)| reply.clone());
+    let id = headers.get("webhook-id").cloned();
+    let first_sight = || {
+        let reply = state.first_of_each.lock().unwrap().clone()?;
+        let seen = state
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.headers.get("webhook-id") == id.as_ref());
+        (!seen).then_some(reply)
+    };
     let reply = by_rule
+        .or_else(first_sight)
         .or_else(|| state.script.lock().unwrap().pop_front())
         .or_else(|| state.fallback.lock().unwrap().clone());
     let reply = reply.unwrap_or_else(|| Reply::status(200));
@@ -610,12 +718,108 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A TCP proxy on loopback in front of another address, that a test can cut and restore: a database
+/// The set-up of the database fault tests: a node behind a [`TcpProxy`] (see
+/// [`Herald::start_behind_proxy`]) that retries every 500 ms, with one app and one endpoint on a
+/// receiver that accepts everything.
+pub struct ProxiedNode {
+    pub herald: Herald,
+    pub proxy: TcpProxy,
+    pub receiver: Receiver,
+    /// The app's id.
+    pub app: String,
+}
+
+impl ProxiedNode {
+    /// Start it, with the app named `app`; `None` when PostgreSQL is unreachable (and not required).
+    pub async fn start(test: &str, app: &str, extra_env: &[(&str, &str)]) -> Option<Self> {
+        let schedule = vec!["500ms"; 50].join(",");
+        let mut env = vec![("HERALD_RETRY_SCHEDULE", schedule.as_str())];
+        env.extend_from_slice(extra_env);
+        let (herald, proxy) = Herald::start_behind_proxy(test, &env).await?;
+        let receiver = Receiver::start(Reply::status(200)).await;
+        let app = herald.app(app).await;
+        herald
+            .endpoint(&app, serde_json::json!({ "url": receiver.url() }))
+            .await;
+        Some(Self {
+            herald,
+            proxy,
+            receiver,
+            app,
+        })
+    }
+}
+
+/// What a [`TcpProxy`] does with the bytes it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Pass them on at once.
+    Forward,
+    /// Keep every connection open (and accept new ones) but pass nothing on, either way: a black hole,
+    /// as when a network path or the database host stops answering without closing anything.
+    Hold,
+    /// Pass each chunk on after this long: a slow database or link.
+    Delay(Duration),
+}
+
+/// Where a [`TcpProxy`] armed with [`TcpProxy::cut_at_next_commit`] cuts the next connection that
+/// sends PostgreSQL a `COMMIT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitCut {
+    /// Before the `COMMIT` reaches the server: the transaction is rolled back.
+    Before,
+    /// After the server has received the `COMMIT` *and answered it*: the transaction is committed, but
+    /// the client never hears so. The reply is read and dropped before the connection is closed, so the
+    /// outcome is certain, not a race with the server.
+    After,
+    /// As [`CommitCut::Before`], but the connection goes silent instead of closing: nothing passes
+    /// either way any more, and the client's side stays open (even once the server gives the session
+    /// up) until the client closes it — a network path that died mid-transaction.
+    SilentBefore,
+    /// As [`CommitCut::After`] (committed), but the connection goes silent instead of closing.
+    SilentAfter,
+}
+
+impl CommitCut {
+    /// Whether the server gets the `COMMIT` (and so commits).
+    pub fn commits(self) -> bool {
+        matches!(self, CommitCut::After | CommitCut::SilentAfter)
+    }
+
+    /// Whether the connection goes silent rather than closing.
+    pub fn silent(self) -> bool {
+        matches!(self, CommitCut::SilentBefore | CommitCut::SilentAfter)
+    }
+}
+
+/// The simple-protocol message sqlx sends to commit a transaction: `Q`, its length (4 + 7), `COMMIT\0`.
+const COMMIT_MESSAGE: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+
+/// The proxy's commit cut, shared by its connections: armed for one cut at a time.
+#[derive(Default)]
+struct CommitCuts {
+    armed: Mutex<Option<CommitCut>>,
+    fired: std::sync::atomic::AtomicUsize,
+}
+
+/// What a commit cut did to one proxied connection.
+#[derive(Default)]
+struct Fate {
+    /// Its `COMMIT` was let through to be answered into the void: the reply ends the connection.
+    drop_reply: std::sync::atomic::AtomicBool,
+    /// Nothing passes any more, either way.
+    silent: std::sync::atomic::AtomicBool,
+}
+
+/// A TCP proxy on loopback in front of another address, that a test can cut and restore (refused
+/// connections), hold (a black hole), slow down, or make cut one connection at its `COMMIT`: a database
 /// outage for one node without touching the shared server.
 pub struct TcpProxy {
     pub port: u16,
     target: SocketAddr,
     running: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    mode: tokio::sync::watch::Sender<ProxyMode>,
+    cuts: Arc<CommitCuts>,
 }
 
 impl TcpProxy {
@@ -626,6 +830,8 @@ impl TcpProxy {
             port,
             target,
             running: Mutex::new(None),
+            mode: tokio::sync::watch::Sender::new(ProxyMode::Forward),
+            cuts: Arc::default(),
         };
         proxy.serve(listener);
         proxy
@@ -633,16 +839,37 @@ impl TcpProxy {
 
     fn serve(&self, listener: tokio::net::TcpListener) {
         let target = self.target;
+        let mode = self.mode.clone();
+        let cuts = self.cuts.clone();
         let task = tokio::spawn(async move {
             // Connections live in this set: aborting the task drops it, which aborts (and closes) them.
             let mut connections = tokio::task::JoinSet::new();
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
+                let Ok((inbound, _)) = listener.accept().await else {
                     continue;
                 };
+                let mode = mode.subscribe();
+                let cuts = cuts.clone();
                 connections.spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if let Ok(outbound) = tokio::net::TcpStream::connect(target).await {
+                        let (in_read, in_write) = inbound.into_split();
+                        let (out_read, out_write) = outbound.into_split();
+                        let fate = Arc::new(Fate::default());
+                        let up = Pump {
+                            mode: mode.clone(),
+                            side: Side::Client(cuts),
+                            fate: fate.clone(),
+                        };
+                        let down = Pump {
+                            mode,
+                            side: Side::Server,
+                            fate,
+                        };
+                        // Whichever direction ends first (a close, or a commit cut) ends the connection.
+                        tokio::select! {
+                            _ = up.run(in_read, out_write) => {}
+                            _ = down.run(out_read, in_write) => {}
+                        }
                     }
                 });
                 while connections.try_join_next().is_some() {}
@@ -673,10 +900,160 @@ impl TcpProxy {
         };
         self.serve(listener);
     }
+
+    /// Forward, hold or delay from now on (held bytes flow again once the mode is no longer `Hold`).
+    pub fn set_mode(&self, mode: ProxyMode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// Cut the next connection, whichever it is, that sends a `COMMIT`, at `cut`; once.
+    pub fn cut_at_next_commit(&self, cut: CommitCut) {
+        *self.cuts.armed.lock().unwrap() = Some(cut);
+    }
+
+    /// Whether an armed cut is still waiting for its `COMMIT`.
+    pub fn commit_cut_armed(&self) -> bool {
+        self.cuts.armed.lock().unwrap().is_some()
+    }
+
+    /// How many commit cuts have fired.
+    pub fn commit_cuts_fired(&self) -> usize {
+        self.cuts.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Which direction a [`Pump`] carries.
+enum Side {
+    /// Client to server: looks for the `COMMIT` while a cut is armed.
+    Client(Arc<CommitCuts>),
+    /// Server to client.
+    Server,
+}
+
+/// One direction of a proxied connection, obeying the proxy's mode for every chunk and its connection's
+/// [`Fate`].
+struct Pump {
+    mode: tokio::sync::watch::Receiver<ProxyMode>,
+    side: Side,
+    fate: Arc<Fate>,
+}
+
+impl Pump {
+    /// Copy until either side closes or a commit cut ends the connection.
+    async fn run(mut self, mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf) {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buffer).await {
+                Ok(n) if n > 0 => n,
+                // A silent connection stays open towards the client even after the server closed it.
+                _ if matches!(self.side, Side::Server) && self.fate.silent.load(Ordering::SeqCst) => {
+                    return std::future::pending().await;
+                }
+                _ => return,
+            };
+            if self.fate.silent.load(Ordering::SeqCst) {
+                continue;
+            }
+            if !self.obey_mode().await {
+                return;
+            }
+            match &self.side {
+                Side::Client(cuts) if buffer[..n].windows(COMMIT_MESSAGE.len()).any(|w| w == COMMIT_MESSAGE) => {
+                    let armed = cuts.armed.lock().unwrap().take();
+                    if let Some(cut) = armed {
+                        cuts.fired.fetch_add(1, Ordering::SeqCst);
+                        // Set before the COMMIT goes on, so that its reply is already dropped.
+                        let fate = if cut.silent() {
+                            &self.fate.silent
+                        } else {
+                            &self.fate.drop_reply
+                        };
+                        fate.store(true, Ordering::SeqCst);
+                        match (cut.commits(), cut.silent()) {
+                            (false, false) => return,
+                            (false, true) => continue,
+                            (true, _) => {}
+                        }
+                    }
+                }
+                Side::Server if self.fate.drop_reply.load(Ordering::SeqCst) => return,
+                _ => {}
+            }
+            if to.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Wait as the mode says before passing a chunk on; `false` when the proxy is gone.
+    async fn obey_mode(&mut self) -> bool {
+        loop {
+            let current = *self.mode.borrow_and_update();
+            match current {
+                ProxyMode::Forward => return true,
+                ProxyMode::Delay(delay) => {
+                    tokio::time::sleep(delay).await;
+                    return true;
+                }
+                ProxyMode::Hold => {
+                    if self.mode.changed().await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.cut();
     }
+}
+
+/// A 422 body's invalid values (Svix's `HTTPValidationError`: `detail` a list of `{loc, msg, type}`), each
+/// as `field: msg` with the field's path after its source dotted (`["body", "headers", "x-a"]` is
+/// `headers.x-a`). Empty when `body` is not in that shape.
+pub fn validation_summary(body: &serde_json::Value) -> Vec<String> {
+    let items = body["detail"].as_array().map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|item| {
+            let loc: Vec<&str> = item["loc"]
+                .as_array()?
+                .iter()
+                .map(|part| part.as_str())
+                .collect::<Option<_>>()?;
+            let (source, path) = loc.split_first()?;
+            let known = ["body", "query", "header", "path"].contains(source);
+            let msg = item["msg"].as_str()?;
+            (known && item["type"].is_string() && !path.is_empty()).then(|| format!("{}: {msg}", path.join(".")))
+        })
+        .collect()
+}
+
+/// Whether a 422 body names `field` (or a field under it, `headers` for `headers.x-a`) in one of its
+/// invalid values' `loc`.
+pub fn names_field(body: &serde_json::Value, field: &str) -> bool {
+    validation_summary(body).iter().any(|line| {
+        let path = line.split(": ").next().unwrap_or_default();
+        path == field || path.starts_with(&format!("{field}."))
+    })
+}
+
+/// The Python interpreter of the newest pinned 2.x `svix` SDK, as `scripts/test` installs it (under
+/// `HERALD_TEST_SDK_DIR`, by default this workspace's `target/`).
+pub fn test_python() -> std::path::PathBuf {
+    let sdks = std::env::var_os("HERALD_TEST_SDK_DIR").map_or_else(
+        // The workspace root, then its target/ (which a fresh clone has only once built).
+        || {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join("target")
+        },
+        std::path::PathBuf::from,
+    );
+    sdks.join("svix-python-v2/bin/python")
 }

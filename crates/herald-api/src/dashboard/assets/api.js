@@ -3,12 +3,14 @@
 // from the served file and checks each entry against the OpenAPI document, so keep that format.
 
 export const ROUTES = {
+  tokenInfo: ['GET', '/api/v1/auth/token'],
   listApps: ['GET', '/api/v1/app'],
   getApp: ['GET', '/api/v1/app/{app_id}'],
   listEndpoints: ['GET', '/api/v1/app/{app_id}/endpoint'],
   getEndpoint: ['GET', '/api/v1/app/{app_id}/endpoint/{endpoint_id}'],
   patchEndpoint: ['PATCH', '/api/v1/app/{app_id}/endpoint/{endpoint_id}'],
   endpointStats: ['GET', '/api/v1/app/{app_id}/endpoint/{endpoint_id}/stats'],
+  attemptStats: ['GET', '/api/v1/stats/app/{app_id}/ep/{endpoint_id}/attempt'],
   endpointDeliveries: ['GET', '/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg'],
   appDeliveries: ['GET', '/api/v1/app/{app_id}/delivery'],
   listMessages: ['GET', '/api/v1/app/{app_id}/msg'],
@@ -35,12 +37,19 @@ export class ApiError extends Error {
 /** The login of this tab, kept in sessionStorage: it goes when the tab closes. */
 export const session = {
   get token() { return sessionStorage.getItem('herald.token') || ''; },
+  /** The application of an application token (its id), '' for the admin token. */
   get app() { return sessionStorage.getItem('herald.app') || ''; },
+  /** The application's uid or name, to show. */
+  get appLabel() { return sessionStorage.getItem('herald.appLabel') || this.app; },
   get admin() { return sessionStorage.getItem('herald.role') === 'admin'; },
-  save(token, app, admin) {
+  /** A read-only token may only read: the dashboard shows it no button that changes anything. */
+  get readOnly() { return sessionStorage.getItem('herald.readOnly') === 'true'; },
+  save(token, info, appLabel) {
     sessionStorage.setItem('herald.token', token);
-    sessionStorage.setItem('herald.app', app);
-    sessionStorage.setItem('herald.role', admin ? 'admin' : 'app');
+    sessionStorage.setItem('herald.role', info.kind);
+    sessionStorage.setItem('herald.app', info.appId || '');
+    sessionStorage.setItem('herald.appLabel', appLabel || info.appId || '');
+    sessionStorage.setItem('herald.readOnly', String(Boolean(info.readOnly)));
   },
   clear() { sessionStorage.clear(); },
 };
@@ -63,9 +72,26 @@ export function url(name, params = {}, query = {}) {
   return text ? `${path}?${text}` : path;
 }
 
+/**
+ * The human detail of an error answer: Herald's `{code, detail: "…"}`, or the validation shape the Svix
+ * SDKs expect, `{detail: [{loc, msg, type}]}` (each item as `field: message`).
+ */
+export function detailOf(json, status) {
+  const detail = json && json.detail;
+  if (typeof detail === 'string' && detail) return detail;
+  if (Array.isArray(detail) && detail.length) {
+    return detail.map((item) => {
+      const loc = Array.isArray(item && item.loc) ? item.loc.filter((part) => part !== 'body').join('.') : '';
+      const msg = item && item.msg ? String(item.msg) : 'invalid';
+      return loc ? `${loc}: ${msg}` : msg;
+    }).join('; ');
+  }
+  return `HTTP ${status}`;
+}
+
 /** Call a route with the session's token; resolves to the JSON answer (null when empty), or throws ApiError. */
-export async function call(name, params = {}, { query = {}, body } = {}) {
-  const headers = { Authorization: `Bearer ${session.token}` };
+export async function call(name, params = {}, { query = {}, body, token } = {}) {
+  const headers = { Authorization: `Bearer ${token || session.token}` };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   let response;
   try {
@@ -83,10 +109,30 @@ export async function call(name, params = {}, { query = {}, body } = {}) {
   let json = null;
   try { json = text ? JSON.parse(text) : null; } catch { json = null; }
   if (!response.ok) {
-    const detail = json && typeof json.detail === 'string' ? json.detail : `HTTP ${response.status}`;
-    const error = new ApiError(response.status, json && json.code ? String(json.code) : 'error', detail);
-    if (response.status === 401) window.dispatchEvent(new CustomEvent('herald:unauthorized'));
+    const error = new ApiError(response.status, json && json.code ? String(json.code) : 'error', detailOf(json, response.status));
+    if (response.status === 401 && !token) window.dispatchEvent(new CustomEvent('herald:unauthorized'));
     throw error;
   }
   return json;
+}
+
+/** Names to show for ids: an application's or endpoint's uid (else its id), read once per page view. */
+export function labels() {
+  const apps = new Map();
+  const endpoints = new Map();
+  return {
+    /** Remember what a listing already told us. */
+    know(endpoint) { if (endpoint && endpoint.id) endpoints.set(endpoint.id, Promise.resolve(endpoint.uid || endpoint.id)); },
+    app(appId) {
+      if (!apps.has(appId)) apps.set(appId, call('getApp', { app_id: appId }).then((a) => a.uid || a.name || a.id, () => appId));
+      return apps.get(appId);
+    },
+    endpoint(appId, endpointId) {
+      if (!endpoints.has(endpointId)) {
+        endpoints.set(endpointId, call('getEndpoint', { app_id: appId, endpoint_id: endpointId })
+          .then((e) => e.uid || e.id, () => endpointId));
+      }
+      return endpoints.get(endpointId);
+    },
+  };
 }

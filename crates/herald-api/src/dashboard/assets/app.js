@@ -1,11 +1,13 @@
-// Entry point: login, navigation (hash routes, so every view can be bookmarked) and each view's lifecycle.
-import { call, session } from './api.js';
-import { describe, flash, h, link, replace } from './dom.js';
+// Entry point: login (typed, or from a portal link's fragment), navigation (hash routes, so every view can
+// be bookmarked), the search box, and each view's lifecycle.
+import { ApiError, call, session } from './api.js';
+import { describe, flash, h, hrefOf, later, link, replace } from './dom.js';
 import { appsView, appView } from './view-apps.js';
 import { messagesView } from './view-messages.js';
 import { deadView, timelineView } from './view-deliveries.js';
 import { endpointView } from './view-endpoint.js';
 import { opsView } from './view-ops.js';
+import { searchForm } from './search.js';
 
 const main = document.getElementById('main');
 
@@ -35,7 +37,7 @@ function context(query) {
   return {
     root,
     query,
-    /** Run `fn` now and every `ms` while this view is shown. */
+    /** Run `fn` every `ms` while this view is shown. */
     every(ms, fn) {
       const id = setInterval(fn, ms);
       cleanups.push(() => clearInterval(id));
@@ -47,28 +49,37 @@ function context(query) {
 
 function home(ctx) {
   if (session.admin) return appsView(ctx);
-  go(`#/app/${encodeURIComponent(session.app)}`);
+  go(hrefOf(['app', session.app]));
   return undefined;
 }
 
 function nav(appId) {
   const items = [];
   if (session.admin) items.push(link('Applications', []), link('Operational events', ['ops']));
-  if (appId) {
-    items.push(
-      link('Endpoints', ['app', appId]),
-      link('Messages', ['app', appId, 'messages']),
-      link('Failing deliveries', ['app', appId, 'failing']),
-    );
-  }
   replace(document.getElementById('nav'), items);
-  document.getElementById('who').textContent = session.admin ? 'admin token' : `application token · ${session.app}`;
+  const sub = document.getElementById('subnav');
+  sub.hidden = !appId;
+  replace(sub, appId ? [
+    h('span', { class: 'app-name' }, session.admin
+      ? later(call('getApp', { app_id: appId }).then((a) => a.name), appId)
+      : session.appLabel),
+    link('Endpoints', ['app', appId]),
+    link('Messages', ['app', appId, 'messages']),
+    link('Failing deliveries', ['app', appId, 'failing']),
+  ] : null);
+  for (const a of document.querySelectorAll('#nav a, #subnav a')) {
+    if (a.getAttribute('href') === (location.hash.split('?')[0] || '#/')) a.setAttribute('aria-current', 'page');
+  }
+  replace(document.getElementById('search'), appId || session.admin ? searchForm(appId) : null);
+  const who = session.admin ? 'admin token' : `application token · ${session.appLabel}`;
+  document.getElementById('who').textContent = session.readOnly ? `${who} · read-only` : who;
   document.getElementById('logout').hidden = false;
 }
 
 async function route() {
   leave();
   document.getElementById('flash').replaceChildren();
+  if (takePortalToken()) return undefined;
   if (!session.token) return showLogin();
   const [path, search] = (location.hash.slice(1) || '/').split('?');
   const query = new URLSearchParams(search || '');
@@ -77,8 +88,9 @@ async function route() {
     if (!match) continue;
     let args;
     try { args = match.slice(1).map(decodeURIComponent); } catch { break; }
-    nav(args[0] && path.startsWith('/app/') ? args[0] : '');
-    if (!session.admin && args[0] && path.startsWith('/app/') && args[0] !== session.app) {
+    const appId = args[0] && path.startsWith('/app/') ? args[0] : '';
+    nav(appId);
+    if (!session.admin && appId && appId !== session.app) {
       flash('This application token only sees its own application.', 'error');
     }
     try {
@@ -89,12 +101,33 @@ async function route() {
     }
     return undefined;
   }
+  nav('');
   replace(main, h('section', { class: 'card' }, 'No such page. ', link('Start over', [])));
   return undefined;
 }
 
+/**
+ * A portal link (`POST /auth/app-portal-access/{app_id}` answers one) carries its token in the fragment,
+ * `#key=…`, which the browser never sends to any server. Take it, drop it from the address bar and the
+ * history, and log in with it. Returns whether it did.
+ */
+function takePortalToken() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = location.hash.startsWith('#key=') ? fragment.get('key') : null;
+  if (!token) return false;
+  history.replaceState(null, '', `${location.pathname}${location.search}`);
+  loginWith(token).catch((error) => {
+    showLogin();
+    flash(describe(error), 'error');
+  });
+  return true;
+}
+
 function showLogin() {
   replace(document.getElementById('nav'));
+  replace(document.getElementById('subnav'));
+  document.getElementById('subnav').hidden = true;
+  replace(document.getElementById('search'));
   document.getElementById('who').textContent = '';
   document.getElementById('logout').hidden = true;
   const form = document.getElementById('login-template').content.cloneNode(true);
@@ -102,17 +135,10 @@ function showLogin() {
   main.querySelector('#login-form').addEventListener('submit', async (event) => {
     event.preventDefault();
     const data = new FormData(event.target);
-    const token = String(data.get('token') || '').trim();
-    const app = String(data.get('app') || '').trim();
-    loggingIn = true;
     try {
-      await login(token, app);
-      go(session.admin ? '#/' : `#/app/${encodeURIComponent(app)}`);
+      await loginWith(String(data.get('token') || '').trim());
     } catch (error) {
-      session.clear();
       flash(describe(error), 'error');
-    } finally {
-      loggingIn = false;
     }
   });
 }
@@ -123,34 +149,30 @@ function go(hash) {
   else location.hash = hash;
 }
 
-/** Set while a login is checked: its 401 is the form's error, not an expired session. */
-let loggingIn = false;
-
-/** Find out what the token is: the admin token may list applications, an application token may not. */
-async function login(token, app) {
+/** Ask the server what the token is (admin, or which application, read-only or not), then show its home. */
+async function loginWith(token) {
+  session.clear();
   if (!token) throw new Error('Enter a token.');
-  session.save(token, app, true);
+  let info;
   try {
-    await call('listApps', {}, { query: { limit: 1 } });
-    return;
+    info = await call('tokenInfo', {}, { token });
   } catch (error) {
-    if (error.status !== 403) throw error.status === 401 ? new Error('This token is not valid (or has expired).') : error;
+    throw error instanceof ApiError && error.status === 401 ? new Error('This token is not valid (or has expired).') : error;
   }
-  if (!app) throw new Error('This is an application token: enter the id or uid of its application.');
-  session.save(token, app, false);
-  try {
-    await call('getApp', { app_id: app });
-  } catch (error) {
-    throw error.status === 403 ? new Error(`This token does not belong to application ${app}.`) : error;
+  let label = '';
+  if (info.kind !== 'admin') {
+    const app = await call('getApp', { app_id: info.appId }, { token });
+    label = app.uid || app.name;
   }
+  session.save(token, info, label);
+  go(info.kind === 'admin' ? '#/' : hrefOf(['app', info.appId]));
 }
 
 window.addEventListener('herald:unauthorized', () => {
-  if (loggingIn) return;
   session.clear();
-  flash('The token was refused (expired or revoked): log in again.', 'error');
   leave();
   showLogin();
+  flash('The token was refused (expired or revoked): log in again.', 'error');
 });
 document.getElementById('logout').addEventListener('click', () => {
   session.clear();

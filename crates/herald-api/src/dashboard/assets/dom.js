@@ -14,8 +14,8 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
-/** Append children (nested arrays, nodes, text; null and false are skipped). */
-export function append(el, children) {
+/** Append children (nodes, text, nested arrays of them; null, undefined and false are skipped). */
+export function append(el, ...children) {
   for (const child of children.flat(Infinity)) {
     if (child == null || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
@@ -29,32 +29,39 @@ export function replace(el, ...children) {
   return append(el, children);
 }
 
-/** A link inside the dashboard: `parts` are path segments, each encoded, so data cannot change the target. */
-export function link(text, parts, query) {
+/** The hash of a dashboard page: `parts` are path segments, each encoded, so data cannot change the target. */
+export function hrefOf(parts, query) {
   let href = '#/' + parts.map((p) => encodeURIComponent(p)).join('/');
   if (query) {
     const search = new URLSearchParams(Object.entries(query).filter(([, v]) => v != null && v !== ''));
     if (search.toString()) href += '?' + search.toString();
   }
-  return h('a', { href }, text);
+  return href;
 }
 
-/** A table with a header row; `rows` are arrays of cells (node, text, or {cell, class}). */
-export function table(headers, rows, empty = 'Nothing to show.') {
+/** A link inside the dashboard (see `hrefOf`). */
+export function link(text, parts, query) {
+  return h('a', { href: hrefOf(parts, query) }, text);
+}
+
+/**
+ * A table with a header row. `add(rows)` appends rows (arrays of cells: node, text, or {cell, class});
+ * the `empty` line shows only while the table has no row at all, so it never sits beside data.
+ */
+export function table(headers, rows = [], empty = 'Nothing to show.') {
   const head = h('tr', {}, headers.map((t) => (typeof t === 'string' ? h('th', {}, t) : h('th', { class: t.class }, t.text))));
   const body = h('tbody');
-  fillRows(body, rows, headers.length, empty);
-  return { element: h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, head), body)), body };
-}
-
-/** Append rows to a table body; shows `empty` when there are none at all. */
-export function fillRows(body, rows, width, empty) {
-  if (!rows.length && !body.children.length && empty) {
-    body.append(h('tr', {}, h('td', { colspan: width, class: 'muted' }, empty)));
-  }
-  for (const row of rows) {
-    body.append(h('tr', {}, row.map((c) => (c && c.cell !== undefined ? h('td', { class: c.class }, c.cell) : h('td', {}, c)))));
-  }
+  const placeholder = h('tr', { class: 'empty' }, h('td', { colspan: headers.length, class: 'muted' }, empty));
+  const add = (more) => {
+    placeholder.remove();
+    for (const row of more) {
+      body.append(h('tr', {}, row.map((c) => (c && c.cell !== undefined ? h('td', { class: c.class }, c.cell) : h('td', {}, c)))));
+    }
+    if (!body.children.length && empty) body.append(placeholder);
+  };
+  const clear = () => { body.replaceChildren(); };
+  add(rows);
+  return { element: h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, head), body)), body, add, clear };
 }
 
 /** A coloured badge. */
@@ -67,11 +74,18 @@ export function stat(label, value, tone) {
   return h('div', { class: 'stat' }, h('div', { class: `value ${tone || ''}` }, value), h('div', { class: 'label' }, label));
 }
 
-/** Local date and time of an RFC 3339 string. */
-export function time(iso) {
-  if (!iso) return '—';
+/** An RFC 3339 time in UTC to the second, as the API and the CLI write it (`2026-12-01T14:03:07Z`). */
+export function utc(iso) {
   const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? String(iso) : date.toLocaleString();
+  return Number.isNaN(date.getTime()) ? String(iso) : date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** A time as UTC RFC 3339, with the local time on hover. */
+export function time(iso) {
+  if (!iso) return h('span', { class: 'muted' }, '—');
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return h('span', {}, String(iso));
+  return h('time', { datetime: date.toISOString(), title: `${date.toLocaleString()} (local time)` }, utc(iso));
 }
 
 /** A duration in ms as `1h 2m`, `3m 4s`, `5.6 s` or `78 ms`. */
@@ -89,11 +103,11 @@ export function duration(ms) {
   return `${sign}${Math.floor(hours / 24)}d ${hours % 24}h`;
 }
 
-/** How long ago (or, negative, how far ahead) an RFC 3339 time is. */
+/** How long ago (or, negative, how far ahead) an RFC 3339 time is, with the exact time on hover. */
 export function age(iso) {
-  if (!iso) return '—';
+  if (!iso) return h('span', { class: 'muted' }, '—');
   const ms = Date.now() - new Date(iso).getTime();
-  return ms >= 0 ? `${duration(ms)} ago` : `in ${duration(-ms)}`;
+  return h('span', { title: utc(iso) }, ms >= 0 ? `${duration(ms)} ago` : `in ${duration(-ms)}`);
 }
 
 /** Show a message above the page (errors stay until the next one; info fades). */
@@ -110,20 +124,19 @@ export function describe(error) {
   return error && error.message ? error.message : String(error);
 }
 
-/** A `datetime-local` input's value as RFC 3339 (UTC), or '' when empty. */
-export function isoOf(local) {
-  if (!local) return '';
-  const date = new Date(local);
-  return Number.isNaN(date.getTime()) ? '' : date.toISOString();
+/** A `datetime-local` input's value (UTC, see `localOf`) as RFC 3339, or '' when empty. */
+export function isoOf(value) {
+  if (!value) return '';
+  const date = new Date(`${value}Z`);
+  return Number.isNaN(date.getTime()) ? '' : utc(date.toISOString());
 }
 
-/** RFC 3339 as a `datetime-local` value, in local time. */
+/** RFC 3339 as a `datetime-local` value. The dashboard speaks UTC everywhere, so its inputs are UTC too. */
 export function localOf(iso) {
   if (!iso) return '';
   const date = new Date(iso);
   if (Number.isNaN(date.getTime())) return '';
-  const pad = (n) => String(n).padStart(2, '0');
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
+  return date.toISOString().slice(0, 16);
 }
 
 /** A button that disables itself while its async action runs, and reports a failure. */
@@ -135,4 +148,48 @@ export function action(label, run, cls) {
     try { await run(); } catch (error) { flash(describe(error), 'error'); } finally { button.disabled = false; }
   });
   return button;
+}
+
+/**
+ * A "Load more" button under a cursor listing: `load(iterator)` renders one page and resolves to it. The
+ * first page loads at once; the button hides when the listing is done. Returns the first load.
+ */
+export function pager(container, load, label = 'Load more') {
+  const more = h('button', { type: 'button', class: 'secondary more', hidden: true }, label);
+  let iterator = null;
+  const next = async () => {
+    more.disabled = true;
+    try {
+      const page = await load(iterator);
+      iterator = page.iterator;
+      more.hidden = page.done || !page.iterator;
+    } catch (error) {
+      flash(describe(error), 'error');
+    } finally {
+      more.disabled = false;
+    }
+  };
+  more.addEventListener('click', next);
+  container.append(more);
+  return next();
+}
+
+/** The page size of a view's listings: `?limit=` in the page's address (1–250), else `fallback`. */
+export function pageSize(query, fallback) {
+  const wanted = Number(query.get('limit'));
+  return Number.isInteger(wanted) && wanted >= 1 && wanted <= 250 ? wanted : fallback;
+}
+
+/** A text (or node) that arrives later: shows `placeholder` until `promise` resolves. */
+export function later(promise, placeholder = '…') {
+  const span = h('span', {}, placeholder);
+  promise.then((value) => replace(span, value), () => {});
+  return span;
+}
+
+/** The uid (or id) of an object as its title, with the id beside it when both exist. */
+export function named(object) {
+  if (!object) return '—';
+  if (object.uid && object.uid !== object.id) return [object.uid, ' ', h('code', { class: 'muted' }, object.id)];
+  return h('code', {}, object.id);
 }

@@ -1,52 +1,38 @@
 // Applications, and one application's endpoints with their live health (refreshed every few seconds).
-import { call } from './api.js';
-import { action, age, badge, describe, fillRows, flash, h, link, replace, table, time } from './dom.js';
+import { call, session } from './api.js';
+import { action, age, append, badge, describe, flash, h, link, named, pageSize, pager, replace, table, time } from './dom.js';
 
 /** How often endpoint health is read again. */
 export const REFRESH_MS = 5000;
 
-/** A "Load more" button for a cursor listing: `load(iterator)` resolves to the page it rendered. */
-export function pager(container, load) {
-  const more = h('button', { type: 'button', class: 'secondary more' }, 'Load more');
-  let iterator = null;
-  const next = async () => {
-    more.disabled = true;
-    try {
-      const page = await load(iterator);
-      iterator = page.iterator;
-      more.hidden = page.done || !page.iterator;
-    } catch (error) {
-      flash(describe(error), 'error');
-    } finally {
-      more.disabled = false;
-    }
-  };
-  more.addEventListener('click', next);
-  container.append(more);
-  return next();
-}
-
 export async function appsView(ctx) {
-  const list = table(['Name', 'Id', 'Uid', 'Created']);
-  ctx.root.append(h('h1', {}, 'Applications'), h('section', { class: 'card' }, list.element));
-  await pager(ctx.root.lastChild, async (iterator) => {
-    const page = await call('listApps', {}, { query: { limit: 50, iterator } });
-    fillRows(list.body, page.data.map((app) => [
+  const list = table(['Application', 'Uid', 'Id', 'Created'], [], 'No applications yet.');
+  const card = h('section', { class: 'card' }, list.element);
+  append(ctx.root, h('h1', {}, 'Applications'), card);
+  await pager(card, async (iterator) => {
+    const page = await call('listApps', {}, { query: { limit: pageSize(ctx.query, 50), iterator } });
+    list.add(page.data.map((app) => [
       link(app.name, ['app', app.id]),
+      app.uid || h('span', { class: 'muted' }, '—'),
       h('code', {}, app.id),
-      app.uid || '—',
       time(app.createdAt),
-    ]), 4, 'No applications yet.');
+    ]));
     return page;
   });
 }
 
 /** The breaker state and pause as a badge. */
 export function stateBadge(endpoint) {
-  if (endpoint.disabled) return badge('paused', 'warn');
+  if (endpoint.disabled) return badge(endpoint.disabledReason ? 'disabled' : 'paused', 'warn');
   const state = endpoint.health ? endpoint.health.state : 'unknown';
   const tone = { closed: 'ok', half_open: 'warn', open: 'bad' }[state] || 'idle';
-  return badge(state.replace('_', '-'), tone);
+  const label = { closed: 'healthy', half_open: 'probing', open: 'breaker open' }[state] || state;
+  return badge(label, tone);
+}
+
+/** A moment ahead (`in 3.2 s`), or `due` once it has passed. */
+function soon(iso) {
+  return new Date(iso).getTime() > Date.now() ? age(iso) : h('span', { title: iso }, 'due');
 }
 
 /** The health block's figures, as table cells (see docs/flow-control.md, "Seeing it"). */
@@ -54,20 +40,21 @@ export function healthCells(endpoint) {
   const health = endpoint.health || {};
   const failures = health.consecutiveFailures || 0;
   return [
-    h('div', {}, stateBadge(endpoint), endpoint.disabledReason ? h('div', { class: 'muted' }, endpoint.disabledReason) : null),
+    h('div', {}, stateBadge(endpoint), endpoint.disabledReason ? h('div', { class: 'muted small' }, endpoint.disabledReason) : null),
     { cell: failures ? h('span', { class: 'bad' }, String(failures)) : '0', class: 'num' },
-    health.nextProbeAt ? age(health.nextProbeAt) : health.heldUntil ? `held ${age(health.heldUntil)}` : '—',
+    health.nextProbeAt ? soon(health.nextProbeAt) : health.heldUntil ? ['held ', soon(health.heldUntil)] : '—',
     { cell: `${health.inFlight ?? '—'} / ${health.concurrencyLimit ?? '—'}`, class: 'num' },
     { cell: health.queueDepth === undefined ? '—' : `${health.queueDepth}${health.queueDepthCapped ? '+' : ''}`, class: 'num' },
-    health.oldestPendingAt ? age(health.oldestPendingAt).replace(' ago', '') : '—',
+    health.oldestPendingAt ? age(health.oldestPendingAt) : '—',
   ];
 }
 
 export const HEALTH_HEADERS = ['State', { text: 'Failures', class: 'num' }, 'Next probe',
   { text: 'In flight / limit', class: 'num' }, { text: 'Queued', class: 'num' }, 'Oldest pending'];
 
-/** Pause or resume an endpoint (`disabled`), then `done()`. */
+/** Pause or resume an endpoint (`disabled`), then `done()`; nothing for a read-only token. */
 export function pauseButton(appId, endpoint, done) {
+  if (session.readOnly) return null;
   const paused = endpoint.disabled;
   return action(paused ? 'Resume' : 'Pause', async () => {
     if (!paused && !confirm(`Pause ${endpoint.url}? Deliveries queue until it is resumed.`)) return;
@@ -79,11 +66,11 @@ export function pauseButton(appId, endpoint, done) {
 
 export async function appView(ctx, appId) {
   const app = await call('getApp', { app_id: appId });
-  const updated = h('span', { class: 'muted' });
+  const updated = h('span', { class: 'muted small' });
   const body = h('div');
-  ctx.root.append(
-    h('h1', {}, app.name, ' ', h('code', { class: 'muted' }, app.id)),
-    h('section', { class: 'card' }, h('div', { class: 'row' }, h('h2', {}, 'Endpoints'), updated), body),
+  append(ctx.root, 
+    h('h1', {}, app.name, ' ', h('span', { class: 'muted' }, named(app))),
+    h('section', { class: 'card' }, h('div', { class: 'row between' }, h('h2', {}, 'Endpoints'), updated), body),
   );
   const refresh = async () => {
     if (!ctx.shown) return;
@@ -92,14 +79,14 @@ export async function appView(ctx, appId) {
       const page = await call('listEndpoints', { app_id: appId }, { query: { limit: 100 } });
       const endpoints = await Promise.all(page.data.map((ep) =>
         call('getEndpoint', { app_id: appId, endpoint_id: ep.id }).catch(() => ep)));
-      const list = table(['Endpoint', ...HEALTH_HEADERS, ''], []);
-      fillRows(list.body, endpoints.map((ep) => [
-        h('div', {}, link(ep.uid || ep.id, ['app', appId, 'endpoint', ep.id]), h('div', { class: 'url muted' }, ep.url)),
+      const list = table(['Endpoint', ...HEALTH_HEADERS, ...(session.readOnly ? [] : [''])], [], 'No endpoints.');
+      list.add(endpoints.map((ep) => [
+        h('div', {}, link(ep.uid || ep.id, ['app', app.id, 'endpoint', ep.id]), h('div', { class: 'url muted small' }, ep.url)),
         ...healthCells(ep),
-        pauseButton(appId, ep, refresh),
-      ]), 8, 'No endpoints.');
+        ...(session.readOnly ? [] : [pauseButton(app.id, ep, refresh)]),
+      ]));
       replace(body, list.element, page.done ? null : h('p', { class: 'muted' }, 'Showing the first 100 endpoints.'));
-      updated.textContent = `updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
+      updated.textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC · every ${REFRESH_MS / 1000} s`;
     } catch (error) {
       updated.textContent = `refresh failed: ${describe(error)}`;
     }

@@ -1,0 +1,51 @@
+//! `GET /app/{app_id}/endpoint/{endpoint_id}/attempt-stats` (Svix's `v1.endpoint.get-attempt-stats`): how
+//! many attempts to the endpoint succeeded and failed over a window, and how many of its deliveries were
+//! canceled. The window is `[since, until)`; without `since` it starts at the beginning of the attempt log
+//! (whose length the retention setting bounds), without `until` it ends now.
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use herald_core::clock::now_ms;
+
+use super::{apps, endpoints};
+use crate::error::{ApiError, ApiResult};
+use crate::model::EndpointAttemptStatsOut;
+use crate::query::Query;
+use crate::state::AppState;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/app/{app_id}/endpoint/{endpoint_id}/attempt-stats", get(attempt_stats))
+}
+
+async fn attempt_stats(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<EndpointAttemptStatsOut>> {
+    let query = Query::of(&uri);
+    let since = query.time_ms(&["since"])?.unwrap_or(0);
+    let until = query.time_ms(&["until"])?.unwrap_or_else(now_ms);
+    if until < since {
+        return Err(ApiError::query("until", "must not be before since"));
+    }
+    let app = apps::find(&state, &app_id).await?;
+    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let store_error = |e| ApiError::from_store(e, "endpoint");
+    // The whole window as one bucket.
+    let buckets = state
+        .store
+        .attempt_buckets(&endpoint.id, since, until, (until - since).max(1))
+        .await
+        .map_err(store_error)?;
+    let deliveries = state
+        .store
+        .endpoint_stats(&endpoint.id, since, until)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(EndpointAttemptStatsOut {
+        success: buckets.iter().map(|b| b.succeeded).sum(),
+        fail: buckets.iter().map(|b| b.failed).sum(),
+        canceled: deliveries.cancelled,
+    }))
+}

@@ -1,0 +1,247 @@
+//! Publishing a row through the Svix-compatible API: `POST /api/v1/app/{app}/msg` with `eventId` = the
+//! row's event id, so that publishing a row twice (after a crash between publish and delete) is answered
+//! with the original message and adds nothing.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::row::OutboxRow;
+
+/// What became of one publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// Herald holds the message (new, or the one it already had for this event id).
+    Accepted,
+    /// Herald refused this row for good (unknown app, invalid event type or payload…): it is marked with
+    /// the reason and never retried by itself.
+    Rejected(String),
+}
+
+/// A publish that failed for a reason that is not the row's: try it again later.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Transient {
+    /// No answer (connection refused, reset, timed out).
+    #[error("Herald at {url} is unreachable: {detail}")]
+    Unreachable {
+        /// Herald's base URL.
+        url: String,
+        /// What failed.
+        detail: String,
+    },
+    /// An answer that says "not now" (5xx, 429, 408) or "not you" (401, 403: the token is wrong, which is
+    /// no row's fault).
+    #[error("Herald at {url} answered {status}: {detail}")]
+    Refused {
+        /// Herald's base URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The answer's `detail`, or its start.
+        detail: String,
+    },
+}
+
+/// The body of `POST /app/{app}/msg`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageIn<'a> {
+    event_type: &'a str,
+    event_id: &'a str,
+    payload: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channels: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ordering_key: Option<&'a str>,
+}
+
+/// A client of one Herald (or any Svix-compatible server).
+#[derive(Clone)]
+pub struct Publisher {
+    http: reqwest::Client,
+    base: String,
+    api: String,
+    token: String,
+}
+
+/// Why a publisher could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("building the HTTP client: {0}")]
+pub struct ClientError(#[from] reqwest::Error);
+
+impl Publisher {
+    /// A publisher to the server at `base` (`http://herald:8040`), authenticating with `token`, keeping up
+    /// to `connections` keep-alive connections; a publish taking longer than `timeout` is retried.
+    pub fn new(base: &str, token: &str, connections: usize, timeout: Duration) -> Result<Self, ClientError> {
+        // reqwest is built without a default TLS provider: https servers need one (a no-op if installed).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(connections)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .timeout(timeout)
+            .build()?;
+        let base = base.trim_end_matches('/').to_owned();
+        Ok(Self {
+            http,
+            api: format!("{base}/api/v1"),
+            base,
+            token: token.to_owned(),
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Publish one row.
+    pub async fn publish(&self, row: &OutboxRow) -> Result<Published, Transient> {
+        let body = match body(row) {
+            Ok(body) => body,
+            Err(reason) => return Ok(Published::Rejected(reason)),
+        };
+        let url = format!("{}/app/{}/msg", self.api, path_segment(&row.app));
+        let answer = self
+            .http
+            .post(url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| Transient::Unreachable {
+                url: self.base.clone(),
+                detail: error_chain(&e),
+            })?;
+        let status = answer.status();
+        if status.is_success() {
+            return Ok(Published::Accepted);
+        }
+        let text = answer.text().await.unwrap_or_default();
+        let detail = detail_of(&text);
+        if retryable(status) {
+            Err(Transient::Refused {
+                url: self.base.clone(),
+                status: status.as_u16(),
+                detail,
+            })
+        } else {
+            Ok(Published::Rejected(format!("{}: {detail}", status.as_u16())))
+        }
+    }
+}
+
+/// The JSON body for a row, or why the row can never be published.
+fn body(row: &OutboxRow) -> Result<String, String> {
+    let payload: &RawValue = serde_json::from_str(&row.payload).map_err(|e| format!("payload: not JSON: {e}"))?;
+    let channels = match &row.channels {
+        None => None,
+        Some(text) => Some(
+            serde_json::from_str::<Vec<String>>(text)
+                .map_err(|e| format!("channels: not a JSON array of strings: {e}"))?,
+        ),
+    };
+    let message = MessageIn {
+        event_type: &row.event_type,
+        event_id: &row.event_id,
+        payload,
+        channels,
+        ordering_key: row.ordering_key.as_deref(),
+    };
+    serde_json::to_string(&message).map_err(|e| format!("encoding the message: {e}"))
+}
+
+/// Statuses that are not the row's fault: the server is overloaded, down, or the relay's token is wrong.
+fn retryable(status: StatusCode) -> bool {
+    status.is_server_error()
+        || matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::REQUEST_TIMEOUT
+                | StatusCode::UNAUTHORIZED
+                | StatusCode::FORBIDDEN
+        )
+}
+
+/// The answer's `detail` (a string, or Svix's validation list), else its first 200 characters.
+fn detail_of(text: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(text).ok();
+    match parsed.as_ref().and_then(|v| v.get("detail")) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => text.chars().take(200).collect(),
+    }
+}
+
+/// An app id or uid as one URL path segment.
+fn path_segment(app: &str) -> String {
+    url::form_urlencoded::byte_serialize(app.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+/// An error with its causes (reqwest's own message is only the outermost).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(payload: &str, channels: Option<&str>) -> OutboxRow {
+        OutboxRow {
+            seq: 1,
+            event_id: "evt_1".into(),
+            app: "app".into(),
+            event_type: "invoice.paid".into(),
+            payload: payload.into(),
+            channels: channels.map(str::to_owned),
+            ordering_key: Some("inv_1".into()),
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn body_keeps_the_payload_bytes_and_names_fields_as_svix() {
+        let body = body(&row(r#"{"b": 1,  "a":2}"#, Some(r#"["x","y"]"#))).expect("body");
+        assert_eq!(
+            body,
+            r#"{"eventType":"invoice.paid","eventId":"evt_1","payload":{"b": 1,  "a":2},"channels":["x","y"],"orderingKey":"inv_1"}"#
+        );
+    }
+
+    #[test]
+    fn rows_that_cannot_be_json_are_rejected() {
+        assert!(body(&row("{not json", None)).unwrap_err().starts_with("payload"));
+        assert!(body(&row("{}", Some("x,y"))).unwrap_err().starts_with("channels"));
+    }
+
+    #[test]
+    fn only_the_rows_fault_is_final() {
+        for status in [400, 404, 409, 413, 422] {
+            assert!(!retryable(StatusCode::from_u16(status).expect("status")), "{status}");
+        }
+        for status in [401, 403, 408, 429, 500, 502, 503] {
+            assert!(retryable(StatusCode::from_u16(status).expect("status")), "{status}");
+        }
+    }
+
+    #[test]
+    fn details_and_path_segments() {
+        assert_eq!(detail_of(r#"{"code":"not_found","detail":"no app"}"#), "no app");
+        assert_eq!(detail_of("plain"), "plain");
+        assert_eq!(path_segment("app_1"), "app_1");
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+}

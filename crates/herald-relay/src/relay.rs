@@ -1,0 +1,298 @@
+//! The relay loop: claim a batch, publish it, remove what was published, commit; back off when Herald or
+//! the source cannot be reached.
+//!
+//! A batch is one transaction on the source: its rows stay locked (other relays skip them) while they are
+//! published, and are deleted (or marked) in the same transaction. A relay killed at any instant leaves
+//! its rows unlocked and still there; the next batch publishes them again with the same `eventId`, which
+//! Herald answers with the message it already has — a duplicate attempt, never a duplicate message.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+
+use crate::backoff::Backoff;
+use crate::config::RelayConfig;
+use crate::order::{self, Group};
+use crate::outbox::{Outbox, SourceError};
+use crate::publish::{ClientError, Published, Publisher, Transient};
+
+/// Why a relay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The source URL or table is unusable.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The HTTP client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Why a batch failed as a whole (its rows stay, to be claimed again).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// The source database failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// Herald could not take a row for a reason that is not the row's (rows published before it in the
+    /// batch are committed as relayed).
+    #[error(transparent)]
+    Herald(#[from] Transient),
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Rows claimed.
+    pub claimed: usize,
+    /// Rows published and removed (or marked).
+    pub published: usize,
+    /// Rows Herald refused for good (marked with `relay_error`).
+    pub rejected: usize,
+}
+
+/// Running totals of a relay, for its progress lines and tests.
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// Rows published.
+    pub published: AtomicU64,
+    /// Rows refused.
+    pub rejected: AtomicU64,
+}
+
+/// A relay from one outbox table to one Herald.
+pub struct Relay {
+    config: RelayConfig,
+    outbox: Outbox,
+    publisher: Publisher,
+    totals: Arc<Totals>,
+}
+
+/// First and longest delay between failed batches.
+const BACKOFF_FIRST: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How often the backlog (oldest row's age, rows waiting) is measured.
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+
+/// The outcome of one group's publishes.
+#[derive(Default)]
+struct GroupOutcome {
+    published: Vec<(i64, i64)>,
+    rejected: Vec<(i64, String)>,
+    failed: Option<Transient>,
+}
+
+impl Relay {
+    /// Prepare a relay (nothing is contacted yet).
+    pub fn new(config: RelayConfig) -> Result<Self, StartError> {
+        let outbox = Outbox::open(&config.source, &config.table, config.relayed)?;
+        let publisher = Publisher::new(
+            &config.herald,
+            &config.token,
+            config.concurrency,
+            config.publish_timeout,
+        )?;
+        Ok(Self {
+            config,
+            outbox,
+            publisher,
+            totals: Arc::default(),
+        })
+    }
+
+    /// The relay's running totals.
+    pub fn totals(&self) -> Arc<Totals> {
+        self.totals.clone()
+    }
+
+    /// Relay until `shutdown` resolves: batches back to back while rows wait, a poll every
+    /// `poll_interval` while the outbox is empty, back-off (logged) while Herald or the source fails.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let name = self.config.name.clone();
+        tracing::info!(
+            relay = %name,
+            source = %self.outbox.dialect(),
+            table = %self.config.table,
+            herald = %self.publisher.base(),
+            "relay started"
+        );
+        let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
+        let mut progress = Progress::new(self.config.report_interval);
+        let mut measured = Instant::now() - BACKLOG_EVERY;
+        loop {
+            let wait = match self.batch().await {
+                Ok(report) => {
+                    if backoff.failures() > 0 {
+                        tracing::info!(relay = %name, "relay recovered: publishing again");
+                    }
+                    backoff.succeeded();
+                    if report.claimed > 0 {
+                        Duration::ZERO
+                    } else {
+                        self.config.poll_interval
+                    }
+                }
+                Err(error) => {
+                    let delay = backoff.failed();
+                    let cause = match &error {
+                        BatchError::Herald(_) => "herald",
+                        BatchError::Source(_) => "source",
+                    };
+                    crate::metrics::failure(&name, cause);
+                    tracing::warn!(
+                        relay = %name,
+                        %error,
+                        failures = backoff.failures(),
+                        retry_in_ms = delay.as_millis() as u64,
+                        "relay batch failed; backing off (rows stay in the outbox and are published later)"
+                    );
+                    delay
+                }
+            };
+            if measured.elapsed() >= BACKLOG_EVERY {
+                measured = Instant::now();
+                self.measure_backlog(&mut progress).await;
+            }
+            progress.maybe_report(&name, &self.totals);
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(wait), if !wait.is_zero() => {}
+                () = std::future::ready(()), if wait.is_zero() => {}
+            }
+        }
+        self.outbox.close().await;
+        tracing::info!(relay = %name, "relay stopped");
+    }
+
+    async fn measure_backlog(&self, progress: &mut Progress) {
+        match self.outbox.backlog().await {
+            Ok((oldest, waiting)) => {
+                let age = oldest.map_or(Duration::ZERO, age_of);
+                crate::metrics::backlog(&self.config.name, age, waiting);
+                progress.lag = Some((age, waiting));
+            }
+            Err(error) => tracing::debug!(relay = %self.config.name, %error, "measuring the outbox backlog failed"),
+        }
+    }
+
+    /// Claim, publish and settle one batch.
+    pub async fn batch(&self) -> Result<BatchReport, BatchError> {
+        let mut tx = self.outbox.begin().await?;
+        let claimed = self.outbox.claim(&mut tx, self.config.batch_size).await?;
+        let mut report = BatchReport {
+            claimed: claimed.len(),
+            ..BatchReport::default()
+        };
+        if claimed.is_empty() {
+            tx.rollback().await.map_err(SourceError::from)?;
+            return Ok(report);
+        }
+        let (keys, max_seq) = order::keys_to_check(&claimed);
+        let unrelayed = if keys.is_empty() {
+            Vec::new()
+        } else {
+            self.outbox.keyed_before(&mut tx, &keys, max_seq).await?
+        };
+        let groups = order::publishable(claimed, &unrelayed);
+        let outcomes: Vec<GroupOutcome> = stream::iter(groups)
+            .map(|group| self.publish_group(group))
+            .buffer_unordered(self.config.concurrency)
+            .collect()
+            .await;
+        let mut published = Vec::new();
+        let mut lags = Vec::new();
+        let mut failed = None;
+        for outcome in outcomes {
+            for (seq, created_at_ms) in outcome.published {
+                published.push(seq);
+                lags.push(age_of(created_at_ms));
+            }
+            for (seq, reason) in &outcome.rejected {
+                tracing::error!(relay = %self.config.name, seq, %reason, "Herald refused an outbox row; it is marked (relay_error) and skipped");
+                self.outbox.reject(&mut tx, *seq, reason).await?;
+            }
+            report.rejected += outcome.rejected.len();
+            failed = failed.or(outcome.failed);
+        }
+        self.outbox.finish(&mut tx, &published).await?;
+        tx.commit().await.map_err(SourceError::from)?;
+        report.published = published.len();
+        self.totals
+            .published
+            .fetch_add(published.len() as u64, Ordering::Relaxed);
+        self.totals
+            .rejected
+            .fetch_add(report.rejected as u64, Ordering::Relaxed);
+        crate::metrics::batch(&self.config.name, &lags, report.rejected);
+        match failed {
+            Some(error) => Err(error.into()),
+            None => Ok(report),
+        }
+    }
+
+    /// Publish a group's rows one after the other, stopping at the first that cannot be published now
+    /// (the rows after it keep their order: they wait for the next batch).
+    async fn publish_group(&self, group: Group) -> GroupOutcome {
+        let mut outcome = GroupOutcome::default();
+        for row in group {
+            match self.publisher.publish(&row).await {
+                Ok(Published::Accepted) => outcome.published.push((row.seq, row.created_at_ms)),
+                Ok(Published::Rejected(reason)) => outcome.rejected.push((row.seq, reason)),
+                Err(error) => {
+                    outcome.failed = Some(error);
+                    break;
+                }
+            }
+        }
+        outcome
+    }
+}
+
+/// How long ago a Unix-millisecond instant was (zero if in the future: clocks differ a little).
+fn age_of(at_ms: i64) -> Duration {
+    let now_ms = herald_core::clock::now_ms();
+    Duration::from_millis(u64::try_from(now_ms.saturating_sub(at_ms)).unwrap_or(0))
+}
+
+/// The periodic progress line: rows relayed, rate since the last line, lag and backlog.
+struct Progress {
+    every: Option<Duration>,
+    last: Instant,
+    last_published: u64,
+    lag: Option<(Duration, u64)>,
+}
+
+impl Progress {
+    fn new(every: Option<Duration>) -> Self {
+        Self {
+            every,
+            last: Instant::now(),
+            last_published: 0,
+            lag: None,
+        }
+    }
+
+    fn maybe_report(&mut self, name: &str, totals: &Totals) {
+        let Some(every) = self.every else { return };
+        let elapsed = self.last.elapsed();
+        if elapsed < every {
+            return;
+        }
+        let published = totals.published.load(Ordering::Relaxed);
+        let rate = (published - self.last_published) as f64 / elapsed.as_secs_f64();
+        let (lag, backlog) = self.lag.unwrap_or_default();
+        tracing::info!(
+            relay = %name,
+            relayed = published,
+            rejected = totals.rejected.load(Ordering::Relaxed),
+            per_second = format!("{rate:.1}"),
+            lag_ms = lag.as_millis() as u64,
+            backlog,
+            "relay progress"
+        );
+        self.last = Instant::now();
+        self.last_published = published;
+    }
+}

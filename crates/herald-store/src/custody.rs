@@ -1,0 +1,303 @@
+//! Custody under storage faults: a write that did not commit is never acknowledged.
+//!
+//! Three pieces, shared by the sender's store and the inbox's:
+//!
+//! - [`fault_of`] tells a *storage* fault (the disk is full, an I/O or fsync error, a read-only or
+//!   corrupt file, a database that refuses or stops answering) from an error of one request (a
+//!   constraint, a bad value). After a storage fault SQLite may have rolled the whole transaction back
+//!   on its own (it does on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_NOMEM`, …), so nothing written in it
+//!   may be kept or replayed statement by statement: the batch fails as a whole.
+//! - [`sqlite_writer_pool`] builds the single-connection pool SQLite writes through, with a check on
+//!   every release: a connection whose transaction state is not exactly "none open" (sqlx still counts
+//!   a transaction that SQLite already rolled back, or SQLite holds one that sqlx does not know of) is
+//!   closed instead of reused, and the pool opens a fresh one. Reusing it would run the next writes
+//!   inside a transaction that is never committed — acknowledged and lost.
+//! - [`DatabaseTimeouts`] bound how long PostgreSQL may keep a request waiting before it is answered 503.
+//! - [`WriteHealth`] remembers whether the last write failed on a storage fault, so that `/health`
+//!   reports the store as failing while it fails, and probes recovery.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::FutureExt;
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnection, SqlitePoolOptions};
+use sqlx::{Connection, Executor};
+
+use crate::{StoreError, StoreResult};
+
+/// The sender's `meta` key its health probe writes while writes fail (see [`WriteHealth::recheck`]).
+pub(crate) const HEALTH_PROBE_KEY: &str = "health_probe";
+
+/// What kind of storage fault an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The disk (or the database's quota) is full: writes succeed again once space is freed.
+    Full,
+    /// The storage failed otherwise (I/O error, failing fsync, read-only or corrupt file, database
+    /// refused, timed out or gone).
+    Unavailable,
+}
+
+impl Fault {
+    /// The stable error code clients see (`storage_full` or `store_unavailable`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Fault::Full => "storage_full",
+            Fault::Unavailable => "store_unavailable",
+        }
+    }
+}
+
+/// SQLite's primary result codes that mean the storage failed (<https://sqlite.org/rescode.html>).
+mod sqlite_code {
+    pub(super) const BUSY: i32 = 5;
+    pub(super) const LOCKED: i32 = 6;
+    pub(super) const NOMEM: i32 = 7;
+    pub(super) const READONLY: i32 = 8;
+    pub(super) const INTERRUPT: i32 = 9;
+    pub(super) const IOERR: i32 = 10;
+    pub(super) const CORRUPT: i32 = 11;
+    pub(super) const FULL: i32 = 13;
+    pub(super) const CANTOPEN: i32 = 14;
+    pub(super) const PROTOCOL: i32 = 15;
+    pub(super) const NOTADB: i32 = 26;
+}
+
+/// Whether `error` is a storage fault, and which; `None` for an error of the request itself.
+pub fn fault_of(error: &sqlx::Error) -> Option<Fault> {
+    match error {
+        sqlx::Error::Database(db) => {
+            if let Some(sqlite) = db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+                let extended: i32 = sqlite.code()?.parse().ok()?;
+                return sqlite_fault(extended & 0xff);
+            }
+            postgres_fault(&db.code()?)
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::BeginFailed => Some(Fault::Unavailable),
+        _ => None,
+    }
+}
+
+fn sqlite_fault(primary: i32) -> Option<Fault> {
+    use sqlite_code::*;
+    match primary {
+        FULL => Some(Fault::Full),
+        BUSY | LOCKED | NOMEM | READONLY | INTERRUPT | IOERR | CORRUPT | CANTOPEN | PROTOCOL | NOTADB => {
+            Some(Fault::Unavailable)
+        }
+        _ => None,
+    }
+}
+
+/// PostgreSQL SQLSTATEs (<https://www.postgresql.org/docs/current/errcodes-appendix.html>).
+fn postgres_fault(sqlstate: &str) -> Option<Fault> {
+    match sqlstate {
+        // disk_full
+        "53100" => Some(Fault::Full),
+        // query_canceled (statement_timeout), lock_not_available (lock_timeout), idle-session timeouts
+        "57014" | "55P03" | "25P03" | "57P05" => Some(Fault::Unavailable),
+        // connection exceptions, insufficient resources, operator intervention (shutdown, crash),
+        // system errors (I/O)
+        s if s.starts_with("08") || s.starts_with("53") || s.starts_with("57P") || s.starts_with("58") => {
+            Some(Fault::Unavailable)
+        }
+        _ => None,
+    }
+}
+
+/// How long PostgreSQL may keep a request waiting before it is answered 503, for the sender's store and
+/// the inbox's alike.
+///
+/// - `acquire`: the pool's acquire timeout — waiting for a free connection, opening a new one (a refused
+///   or black-holed server) and the liveness check of an idle one all count against it.
+/// - `statement`: every session's `statement_timeout` and `lock_timeout` (the server cancels what runs
+///   or waits longer), and, on the client's side, the bound on a whole write transaction, after which
+///   its connection is dropped: a connection whose server went silent mid-statement would otherwise
+///   wait for TCP to give up (about 15 minutes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatabaseTimeouts {
+    /// See the type's documentation.
+    pub acquire: Duration,
+    /// See the type's documentation.
+    pub statement: Duration,
+}
+
+impl Default for DatabaseTimeouts {
+    fn default() -> Self {
+        Self {
+            acquire: Duration::from_secs(1),
+            statement: Duration::from_secs(5),
+        }
+    }
+}
+
+impl DatabaseTimeouts {
+    /// The session settings that make the server enforce `statement` (added to `options`).
+    pub fn session(&self, options: PgConnectOptions) -> PgConnectOptions {
+        let statement = self.statement.as_millis().to_string();
+        options.options([
+            ("statement_timeout", statement.as_str()),
+            ("lock_timeout", statement.as_str()),
+            // A client that vanished mid-transaction must not hold its locks (the ingest order lock
+            // among them) for longer than a statement may run.
+            ("idle_in_transaction_session_timeout", statement.as_str()),
+        ])
+    }
+
+    /// Pool options with the acquire timeout.
+    pub fn pool(&self) -> PgPoolOptions {
+        PgPoolOptions::new().acquire_timeout(self.acquire)
+    }
+
+    /// The client-side bound of one write transaction: the server's own bound, plus the time to get a
+    /// connection and to hear back. The sender's group-commit writer gives a batch up after it, and a
+    /// request waits for its group commit no longer than it.
+    pub fn transaction(&self) -> Duration {
+        self.statement + self.acquire
+    }
+}
+
+/// Run `work`, giving it up after `limit` (when there is one) with [`StoreError::TimedOut`]: whatever it
+/// was doing is then of unknown outcome, so the caller must not acknowledge it.
+pub(crate) async fn within<T>(limit: Option<Duration>, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, work)
+            .await
+            .unwrap_or(Err(StoreError::TimedOut(limit))),
+        None => work.await,
+    }
+}
+
+/// Options of the one-connection pool every SQLite write goes through: a connection is reused only if
+/// no transaction is open on it, neither by sqlx's count nor by SQLite's; otherwise it is closed and the
+/// next write opens a clean one. `acquire_timeout` bounds how long a write waits for the connection.
+pub fn sqlite_writer_pool(acquire_timeout: Duration) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(acquire_timeout)
+        .after_release(|conn, _| async move { Ok(in_clean_state(conn).await) }.boxed())
+}
+
+/// Whether no transaction is open on the connection. SQLite refuses `BEGIN` inside a transaction, so a
+/// `BEGIN` that succeeds (and is rolled back at once) proves there is none; it takes no lock.
+async fn in_clean_state(conn: &mut SqliteConnection) -> bool {
+    if conn.is_in_transaction() {
+        tracing::warn!("discarding the SQLite write connection: a transaction it opened was not closed");
+        return false;
+    }
+    if conn.execute("BEGIN").await.is_err() {
+        tracing::warn!("discarding the SQLite write connection: SQLite holds a transaction sqlx does not know of");
+        return false;
+    }
+    conn.execute("ROLLBACK").await.is_ok()
+}
+
+/// Whether the last write failed on a storage fault, and how. Writers report every commit's outcome;
+/// health checks read it (and, while it is failing, probe with a real write, since a node that is taken
+/// out of rotation gets no other writes to tell it the storage is back).
+#[derive(Debug, Default)]
+pub struct WriteHealth {
+    failing: Mutex<Option<(Fault, String)>>,
+}
+
+impl WriteHealth {
+    /// A write committed.
+    pub fn succeeded(&self) {
+        if let Ok(mut failing) = self.failing.lock()
+            && failing.take().is_some()
+        {
+            tracing::info!("store writes succeed again");
+        }
+    }
+
+    /// A write failed on a storage fault (`detail`: the error, for logs and health).
+    pub fn failed(&self, fault: Fault, detail: impl Into<String>) {
+        if let Ok(mut failing) = self.failing.lock() {
+            *failing = Some((fault, detail.into()));
+        }
+    }
+
+    /// Report a write's outcome (`fault` classifies its error) and pass it on.
+    pub fn watch<T, E: std::fmt::Display>(
+        &self,
+        result: Result<T, E>,
+        fault: impl Fn(&E) -> Option<Fault>,
+    ) -> Result<T, E> {
+        match &result {
+            Ok(_) => self.succeeded(),
+            Err(error) => {
+                if let Some(fault) = fault(error) {
+                    self.failed(fault, error.to_string());
+                }
+            }
+        }
+        result
+    }
+
+    /// For health checks: while writes fail, run `probe` (one small committed write) and report its
+    /// outcome — only a committed write tells whether the storage is back, and a node taken out of
+    /// rotation gets no other write to find out. Healthy, nothing is written.
+    pub async fn recheck<E: std::fmt::Display>(
+        &self,
+        probe: impl Future<Output = Result<(), E>>,
+        fault: impl Fn(&E) -> Option<Fault>,
+    ) -> Result<(), E> {
+        match self.failure() {
+            Some((fault, detail)) => {
+                tracing::debug!(code = fault.code(), %detail, "store writes failing; probing");
+            }
+            None => return Ok(()),
+        }
+        self.watch(probe.await, fault)
+    }
+
+    /// The fault of the last write and its error text, while writes fail.
+    pub fn failure(&self) -> Option<(Fault, String)> {
+        self.failing.lock().ok()?.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_codes_are_classified_on_their_primary_code() {
+        assert_eq!(sqlite_fault(sqlite_code::FULL), Some(Fault::Full));
+        // SQLITE_IOERR_FSYNC = IOERR | (4 << 8)
+        assert_eq!(
+            sqlite_fault((sqlite_code::IOERR | (4 << 8)) & 0xff),
+            Some(Fault::Unavailable)
+        );
+        // SQLITE_CONSTRAINT: an error of the request, not of the storage.
+        assert_eq!(sqlite_fault(19), None);
+    }
+
+    #[test]
+    fn postgres_states_are_classified() {
+        assert_eq!(postgres_fault("53100"), Some(Fault::Full));
+        assert_eq!(postgres_fault("57014"), Some(Fault::Unavailable));
+        assert_eq!(postgres_fault("08006"), Some(Fault::Unavailable));
+        assert_eq!(postgres_fault("23505"), None);
+    }
+
+    #[test]
+    fn health_fails_until_a_write_succeeds() {
+        let health = WriteHealth::default();
+        assert!(health.failure().is_none());
+        assert_eq!(fault_of(&sqlx::Error::RowNotFound), None);
+        health.failed(Fault::Full, "disk full");
+        assert_eq!(health.failure().map(|f| f.0), Some(Fault::Full));
+        health.succeeded();
+        assert!(health.failure().is_none());
+    }
+}

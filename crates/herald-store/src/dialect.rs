@@ -1,0 +1,221 @@
+//! What a SQL backend is to the portable store ([`crate::portable`]): a way to run a [`Sql`] statement,
+//! the few fragments the dialects spell differently, and the store operations whose SQL truly differs
+//! (bulk writes, leases, retention, notifications); and [`SqlStore`], what every SQL backend holds.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use herald_core::model::{AttemptTrigger, Endpoint};
+use tokio::sync::mpsc;
+
+use crate::crypto::SecretCipher;
+use crate::custody::WriteHealth;
+use crate::events::NewEvent;
+use crate::group_commit::IngestJob;
+use crate::rows::Columns;
+use crate::statement::Sql;
+use crate::{AttemptRecord, CommitFeed, Ownership, Requeue, RetentionStep, StoreResult};
+
+/// A SQL store of dialect `D` ([`crate::sqlite::SqliteStore`], [`crate::postgres::PgStore`]).
+#[allow(private_bounds)] // The dialects are this crate's two; nothing outside names the trait.
+pub struct SqlStore<D: Dialect> {
+    /// Where reads go (SQLite: a read-only pool beside the one writer).
+    pub(crate) reads: D::Pool,
+    /// Where writes go (SQLite: its one writer connection).
+    pub(crate) writes: D::Pool,
+    /// The group-commit writer's queue.
+    pub(crate) ingest: mpsc::Sender<IngestJob>,
+    /// The commit feed, until the engine takes it.
+    pub(crate) feed: Mutex<Option<CommitFeed>>,
+    /// Seals endpoint secrets and headers.
+    pub(crate) cipher: SecretCipher,
+    /// Moves whenever the group-commit writer commits a new message, so long polls wait on it (see
+    /// [`crate::PollingStore::stream_signal`]).
+    pub(crate) stream: tokio::sync::watch::Receiver<u64>,
+    /// Whether writes fail on a storage fault (what `/health` reports), shared with the group-commit writer.
+    pub(crate) health: Arc<WriteHealth>,
+    /// The longest a request waits for its group commit before it is answered 503 (PostgreSQL: the
+    /// writer's own bound on a transaction, see [`crate::custody::DatabaseTimeouts::transaction`]; `None`
+    /// on SQLite, whose commit a local file and its busy timeout bound).
+    pub(crate) ingest_bound: Option<std::time::Duration>,
+    /// What only this dialect has (PostgreSQL: its leases and background tasks).
+    pub(crate) dialect: D,
+}
+
+#[allow(private_bounds)]
+impl<D: Dialect> SqlStore<D> {
+    /// Statements on the read pool.
+    pub(crate) fn reads(&self) -> On<'_, D> {
+        On::Pool(&self.reads)
+    }
+
+    /// Statements on the write pool.
+    pub(crate) fn writes(&self) -> On<'_, D> {
+        On::Pool(&self.writes)
+    }
+
+    /// Report a write's outcome to the write health (storage faults only), and pass it on.
+    pub(crate) fn watched<T>(&self, result: StoreResult<T>) -> StoreResult<T> {
+        self.health.watch(result, crate::StoreError::fault)
+    }
+
+    /// A transaction on the write pool.
+    pub(crate) async fn begin(&self) -> StoreResult<Tx<D>> {
+        Ok(D::begin(&self.writes).await?)
+    }
+}
+
+impl Sql<'_> {
+    /// Every row it returns.
+    pub(crate) async fn fetch_all<D: Dialect>(&self, on: On<'_, D>) -> Result<Vec<D::Row>, sqlx::Error> {
+        D::fetch_all(on, self).await
+    }
+
+    /// The row it returns, if any.
+    pub(crate) async fn fetch_optional<D: Dialect>(&self, on: On<'_, D>) -> Result<Option<D::Row>, sqlx::Error> {
+        D::fetch_optional(on, self).await
+    }
+
+    /// The one row it returns (`RowNotFound` otherwise).
+    pub(crate) async fn fetch_one<D: Dialect>(&self, on: On<'_, D>) -> Result<D::Row, sqlx::Error> {
+        D::fetch_optional(on, self).await?.ok_or(sqlx::Error::RowNotFound)
+    }
+
+    /// Run it; the number of rows it changed.
+    pub(crate) async fn execute<D: Dialect>(&self, on: On<'_, D>) -> Result<u64, sqlx::Error> {
+        D::execute(on, self).await
+    }
+}
+
+/// Where a statement runs: on a pool, or inside an open transaction.
+pub(crate) enum On<'a, D: Dialect> {
+    /// Any connection of the pool.
+    Pool(&'a D::Pool),
+    /// The transaction's connection.
+    Tx(&'a mut D::Tx),
+}
+
+/// An open transaction of dialect `D` (rolled back when dropped uncommitted).
+pub(crate) struct Tx<D: Dialect>(pub(crate) D::Tx);
+
+impl<D: Dialect> Tx<D> {
+    /// Statements run inside the transaction.
+    pub(crate) fn on(&mut self) -> On<'_, D> {
+        On::Tx(&mut self.0)
+    }
+
+    /// Commit it.
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        D::commit(self.0).await
+    }
+}
+
+/// A SQL backend: how it runs portable statements, the fragments it spells its own way, and the store
+/// operations whose SQL differs. Implemented by [`crate::sqlite::Sqlite`] and [`crate::postgres::Postgres`]
+/// only.
+pub(crate) trait Dialect: Sized + Send + Sync + 'static {
+    /// Its connection pool.
+    type Pool: Send + Sync;
+    /// An open transaction.
+    type Tx: Send;
+    /// A result row.
+    type Row: Columns + Send + Sync;
+
+    /// The smaller of two values (`MIN(a, b)` on SQLite, `LEAST(a, b)` on PostgreSQL).
+    const LEAST: &'static str;
+    /// What locks the rows a `SELECT` read until commit, where rows can be locked (empty on SQLite: its one
+    /// writer already excludes every other).
+    const FOR_UPDATE: &'static str;
+    /// The column that orders rows of one table by insertion (SQLite's `rowid`, a serial `id` on
+    /// PostgreSQL) — for `endpoint_secret`.
+    const INSERTION_ORDER: &'static str;
+
+    /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
+    fn json_array_contains(column: &str, mark: &str) -> String;
+
+    /// Open a transaction.
+    fn begin(pool: &Self::Pool) -> impl Future<Output = Result<Tx<Self>, sqlx::Error>> + Send;
+    /// Commit a transaction.
+    fn commit(tx: Self::Tx) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    /// Run a statement; every row.
+    fn fetch_all<'a>(
+        on: On<'a, Self>,
+        sql: &'a Sql<'_>,
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
+    /// Run a statement; the first row, if any.
+    fn fetch_optional<'a>(
+        on: On<'a, Self>,
+        sql: &'a Sql<'_>,
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+    /// Run a statement; rows changed.
+    fn execute<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    /// Append operational events inside `tx` (bulk inserts differ).
+    fn record_events<'a>(
+        tx: &'a mut Tx<Self>,
+        events: &'a [NewEvent],
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+    /// An endpoint changed (committed): tell the delivery engine of every node that may own it.
+    fn endpoint_changed<'a>(store: &'a SqlStore<Self>, endpoint_id: &'a str) -> impl Future<Output = ()> + Send + 'a;
+
+    /// See [`crate::Store::record_attempts`] (bulk writes; fenced on PostgreSQL).
+    fn record_attempts<'a>(
+        store: &'a SqlStore<Self>,
+        records: &'a [AttemptRecord],
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+    /// See [`crate::Store::expire_deliveries`] (fenced on PostgreSQL).
+    fn expire_deliveries<'a>(
+        store: &'a SqlStore<Self>,
+        seqs: &'a [i64],
+        now: i64,
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+    /// See [`crate::Store::expire_waiting`] (fenced on PostgreSQL).
+    fn expire_waiting<'a>(
+        store: &'a SqlStore<Self>,
+        endpoint_id: &'a str,
+        created_before: i64,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<u64>> + Send + 'a;
+    /// See [`crate::Store::retention_step`] (PostgreSQL drops day partitions besides).
+    fn retention_step(
+        store: &SqlStore<Self>,
+        attempts_before: i64,
+        now: i64,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<RetentionStep>> + Send + '_;
+    /// See [`crate::Store::requeue_delivery`] (new `seq`s in commit order across nodes on PostgreSQL).
+    fn requeue_delivery<'a>(
+        store: &'a SqlStore<Self>,
+        message_id: &'a str,
+        endpoint_id: &'a str,
+        trigger: AttemptTrigger,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<Requeue>> + Send + 'a;
+    /// See [`crate::Store::requeue_failed`].
+    fn requeue_failed<'a>(
+        store: &'a SqlStore<Self>,
+        endpoint_id: &'a str,
+        since: i64,
+        until: i64,
+        limit: usize,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<u64>> + Send + 'a;
+    /// See [`crate::Store::add_missing_deliveries`].
+    #[allow(clippy::too_many_arguments)]
+    fn add_missing_deliveries<'a>(
+        store: &'a SqlStore<Self>,
+        endpoint: &'a Endpoint,
+        since: i64,
+        until: i64,
+        after: Option<&'a str>,
+        limit: usize,
+        now: i64,
+    ) -> impl Future<Output = StoreResult<(Option<String>, u64)>> + Send + 'a;
+    /// See [`crate::Store::fail_interrupted_tasks`] (PostgreSQL: only tasks stale for a while, since other
+    /// nodes run tasks too).
+    fn fail_interrupted_tasks(store: &SqlStore<Self>, now: i64) -> impl Future<Output = StoreResult<u64>> + Send + '_;
+    /// See [`crate::Store::shutdown`].
+    fn shutdown(store: &SqlStore<Self>) -> impl Future<Output = ()> + Send + '_;
+    /// See [`crate::Store::ownership`].
+    fn ownership(store: &SqlStore<Self>) -> Option<std::sync::Arc<dyn Ownership>>;
+}

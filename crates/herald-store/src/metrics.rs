@@ -1,0 +1,54 @@
+//! The store's metrics: their names and the one-line helpers the store calls.
+//!
+//! Recorded through the `metrics` facade (a no-op until the process installs a registry; see
+//! `herald-telemetry`).
+
+use std::time::Duration;
+
+/// Messages per ingest group commit.
+pub const INGEST_BATCH: &str = "herald_store_ingest_batch_size";
+/// Time to write and commit one ingest batch.
+pub const INGEST_COMMIT: &str = "herald_store_ingest_commit_duration_seconds";
+/// Ingest batches whose transaction failed, label `result`.
+pub const INGEST_BATCHES: &str = "herald_store_ingest_batches_total";
+/// Partitions whose lease this node holds (PostgreSQL), labels `state` (`active`, `draining`).
+pub const PARTITIONS: &str = "herald_partitions_owned";
+/// Lease rounds (renewal, heartbeat, rebalancing), label `result` (`ok`, `error`, `timeout`).
+pub const LEASE_ROUNDS: &str = "herald_lease_renewals_total";
+
+/// Rows of the same-database outbox (`herald_publish`) turned into messages, label `result` (`published`,
+/// `refused`).
+pub const OUTBOX_EVENTS: &str = "herald_outbox_events_total";
+/// Rows of the same-database outbox still to turn into messages.
+pub const OUTBOX_BACKLOG: &str = "herald_outbox_backlog";
+/// Age of the oldest of those rows: the outbox's lag.
+pub const OUTBOX_OLDEST_AGE: &str = "herald_outbox_oldest_age_seconds";
+
+/// A round of outbox rows was ingested.
+pub(crate) fn outbox_round(published: u64, refused: u64) {
+    metrics::counter!(OUTBOX_EVENTS, "result" => "published").increment(published);
+    if refused > 0 {
+        metrics::counter!(OUTBOX_EVENTS, "result" => "refused").increment(refused);
+    }
+}
+
+/// The outbox's backlog was measured: `waiting` rows, the oldest `age_seconds` old.
+pub(crate) fn outbox_backlog(waiting: i64, age_seconds: f64) {
+    metrics::gauge!(OUTBOX_BACKLOG).set(waiting as f64);
+    metrics::gauge!(OUTBOX_OLDEST_AGE).set(age_seconds);
+}
+
+/// An ingest batch of `messages` was written (`committed`: its transaction committed) in `took`.
+pub(crate) fn ingest_batch(messages: usize, took: Duration, committed: bool) {
+    metrics::histogram!(INGEST_BATCH).record(messages as f64);
+    metrics::histogram!(INGEST_COMMIT).record(took.as_secs_f64());
+    let result = if committed { "committed" } else { "failed" };
+    metrics::counter!(INGEST_BATCHES, "result" => result).increment(1);
+}
+
+/// A lease round ended (`result`: `ok`, `error` or `timeout`), holding `active` and `draining` partitions.
+pub(crate) fn lease_round(result: &'static str, active: usize, draining: usize) {
+    metrics::counter!(LEASE_ROUNDS, "result" => result).increment(1);
+    metrics::gauge!(PARTITIONS, "state" => "active").set(active as f64);
+    metrics::gauge!(PARTITIONS, "state" => "draining").set(draining as f64);
+}

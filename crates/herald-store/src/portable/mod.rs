@@ -1,0 +1,962 @@
+//! The store, written once for both dialects: [`SqlStore`] implements [`Store`] with one SQL text per
+//! statement. Where the dialects truly differ — bulk writes, leases and fencing, retention,
+//! notifications — it hands over to its [`Dialect`].
+//!
+//! A new store method is one SQL text here and one test in `tests/store.rs`, which runs on both backends.
+
+mod listing;
+mod polling;
+pub(crate) mod secrets;
+
+use std::sync::Arc;
+
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    OperationalEvent, PreviousSecret,
+};
+use tokio::sync::oneshot;
+
+use crate::crypto::SecretCipher;
+use crate::dialect::{Dialect, SqlStore};
+use crate::events::{self, NewEvent};
+use crate::group_commit::IngestJob;
+use crate::rows::{self, Columns};
+use crate::sql::{Keyset, limit, map_constraint};
+use crate::statement::{Arg, Sql};
+use crate::{
+    AppToken, AttemptBucket, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats,
+    DeliveryView, Ingested, MessageFilter, NewMessage, Ownership, Page, PageRequest, PendingDelivery, Remembered,
+    Requeue, RetentionStep, Store, StoreError, StoreResult,
+};
+
+#[allow(private_bounds)]
+impl<D: Dialect> SqlStore<D> {
+    /// Decode an endpoint row, opening its secret and headers.
+    fn endpoint(&self, row: &D::Row) -> StoreResult<Endpoint> {
+        rows::endpoint(row, Some(&self.cipher))
+    }
+
+    /// Run `sql` in a new transaction with the operational `event` it causes.
+    async fn execute_with_event(&self, sql: &Sql<'_>, event: NewEvent) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        one_changed(sql.execute(tx.on()).await.map_err(map_constraint)?)?;
+        D::record_events(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// `NotFound` unless the statement changed a row.
+fn one_changed(rows_affected: u64) -> StoreResult<()> {
+    if rows_affected == 0 {
+        Err(StoreError::NotFound)
+    } else {
+        Ok(())
+    }
+}
+
+fn decode_all<R, T>(found: &[R], decode: impl Fn(&R) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    found.iter().map(decode).collect()
+}
+
+fn status_of(code: i64) -> StoreResult<DeliveryStatus> {
+    DeliveryStatus::from_code(code).ok_or_else(|| StoreError::Corrupt(format!("delivery status {code}")))
+}
+
+fn count(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}
+
+fn unsigned(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// An endpoint's changeable fields, in the column order both `create_endpoint` and `update_endpoint`
+/// bind them.
+const ENDPOINT_FIELDS: [&str; 15] = [
+    "uid",
+    "url",
+    "description",
+    "filter_types",
+    "channels",
+    "disabled",
+    "disabled_reason",
+    "rate_limit",
+    "max_concurrency",
+    "ordering",
+    "request_timeout_ms",
+    "version",
+    "metadata",
+    "headers",
+    "updated_at",
+];
+
+/// Bind an endpoint's changeable fields ([`ENDPOINT_FIELDS`]), the headers sealed.
+fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCipher) -> Sql<'a> {
+    sql.bind(&ep.uid)
+        .bind(&ep.url)
+        .free(&ep.description)
+        .bind(rows::encode_list(&ep.filter_types))
+        .bind(rows::encode_list(&ep.channels))
+        .bind(ep.disabled)
+        .opt_free(ep.disabled_reason.as_deref())
+        .bind(ep.rate_limit.map(i64::from))
+        .bind(ep.max_concurrency.map(i64::from))
+        .bind(ep.ordering.as_str())
+        .bind(ep.request_timeout_ms.map(i64::from))
+        .bind(i64::from(ep.version))
+        .bind(rows::encode_metadata(&ep.metadata))
+        .bind(crate::sealing::seal_headers(cipher, &ep.id, &ep.headers))
+        .bind(ep.updated_at)
+}
+
+/// The failed or dead deliveries of an endpoint over messages created in a window (`$1`…`$5`).
+pub(crate) const FAILED_IN_WINDOW: &str = "FROM delivery d JOIN message m ON m.id = d.message_id \
+     WHERE d.endpoint_id = $1 AND d.status IN ($2, $3) AND m.created_at >= $4 AND m.created_at < $5 \
+     AND NOT m.expunged";
+
+/// Bind [`FAILED_IN_WINDOW`]'s placeholders.
+pub(crate) fn failed_in_window<'a>(sql: Sql<'a>, endpoint_id: &'a str, since: i64, until: i64) -> Sql<'a> {
+    sql.bind(endpoint_id)
+        .bind(DeliveryStatus::Failed.code())
+        .bind(DeliveryStatus::Dead.code())
+        .bind(since)
+        .bind(until)
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect> Store for SqlStore<D> {
+    async fn meta_get(&self, key: &str) -> StoreResult<Option<String>> {
+        let row = Sql::new("SELECT value FROM meta WHERE key = $1")
+            .bind(key)
+            .fetch_optional(self.reads())
+            .await?;
+        row.map(|row| row.free_text("value")).transpose()
+    }
+
+    async fn meta_set(&self, key: &str, value: &str) -> StoreResult<()> {
+        Sql::new(
+            "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(key)
+        .free(value)
+        .execute(self.writes())
+        .await?;
+        Ok(())
+    }
+
+    async fn create_app(&self, app: &Application) -> StoreResult<()> {
+        let created = Sql::new(
+            "INSERT INTO application (id, uid, name, rate_limit, metadata, created_at, updated_at, \
+             verify_endpoints, payload_retention_period) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&app.id)
+        .bind(&app.uid)
+        .free(&app.name)
+        .bind(app.rate_limit.map(i64::from))
+        .bind(rows::encode_metadata(&app.metadata))
+        .bind(app.created_at)
+        .bind(app.updated_at)
+        .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
+        .execute(self.writes())
+        .await
+        .map_err(map_constraint);
+        self.watched(created).map(drop)
+    }
+
+    async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application> {
+        let row = Sql::new("SELECT * FROM application WHERE id = $1 OR uid = $1 LIMIT 1")
+            .free(id_or_uid)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::application(&row)
+    }
+
+    async fn list_apps(&self, page: &PageRequest) -> StoreResult<Page<Application>> {
+        let keyset = Keyset::new("id", page, false);
+        let mut sql = Sql::new("SELECT * FROM application WHERE 1 = 1");
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| {
+            a.id.clone()
+        }))
+    }
+
+    async fn update_app(&self, app: &Application) -> StoreResult<()> {
+        let changed = Sql::new(
+            "UPDATE application SET uid = $1, name = $2, rate_limit = $3, metadata = $4, updated_at = $5, \
+             verify_endpoints = $6, payload_retention_period = $7 WHERE id = $8",
+        )
+        .bind(&app.uid)
+        .free(&app.name)
+        .bind(app.rate_limit.map(i64::from))
+        .bind(rows::encode_metadata(&app.metadata))
+        .bind(app.updated_at)
+        .bind(app.verify_endpoints)
+        .bind(app.payload_retention_days.map(i64::from))
+        .bind(&app.id)
+        .execute(self.writes())
+        .await
+        .map_err(map_constraint)?;
+        one_changed(changed)
+    }
+
+    async fn delete_app(&self, id: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        Sql::new("DELETE FROM attempt WHERE app_id = $1")
+            .free(id)
+            .execute(tx.on())
+            .await?;
+        let deleted = Sql::new("DELETE FROM application WHERE id = $1")
+            .free(id)
+            .execute(tx.on())
+            .await?;
+        tx.commit().await?;
+        one_changed(deleted)
+    }
+
+    async fn create_event_type(&self, et: &EventType) -> StoreResult<()> {
+        Sql::new(
+            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&et.name)
+        .free(&et.description)
+        .bind(et.archived)
+        .bind(et.deprecated)
+        .opt_free(et.feature_flag.as_deref())
+        .opt_free(et.schemas.as_deref())
+        .bind(et.created_at)
+        .bind(et.updated_at)
+        .execute(self.writes())
+        .await
+        .map_err(map_constraint)?;
+        Ok(())
+    }
+
+    async fn get_event_type(&self, name: &str) -> StoreResult<EventType> {
+        let row = Sql::new("SELECT * FROM event_type WHERE name = $1")
+            .free(name)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::event_type(&row)
+    }
+
+    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>> {
+        let keyset = Keyset::new("name", page, false);
+        let mut sql = Sql::new(if include_archived {
+            "SELECT * FROM event_type WHERE 1 = 1"
+        } else {
+            "SELECT * FROM event_type WHERE NOT archived"
+        });
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(decode_all(&found, rows::event_type)?, page, |e| {
+            e.name.clone()
+        }))
+    }
+
+    async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
+        let changed = Sql::new(
+            "UPDATE event_type SET description = $1, archived = $2, deprecated = $3, feature_flag = $4, \
+             schemas = $5, updated_at = $6 WHERE name = $7",
+        )
+        .free(&et.description)
+        .bind(et.archived)
+        .bind(et.deprecated)
+        .opt_free(et.feature_flag.as_deref())
+        .opt_free(et.schemas.as_deref())
+        .bind(et.updated_at)
+        .free(&et.name)
+        .execute(self.writes())
+        .await?;
+        one_changed(changed)
+    }
+
+    async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
+        one_changed(
+            Sql::new("DELETE FROM event_type WHERE name = $1")
+                .free(name)
+                .execute(self.writes())
+                .await?,
+        )
+    }
+
+    async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
+        let marks = (1..=19).map(|n| format!("${n}")).collect::<Vec<_>>().join(", ");
+        let text = format!(
+            "INSERT INTO endpoint (id, app_id, created_at, {}, secret) VALUES ({marks})",
+            ENDPOINT_FIELDS.join(", ")
+        );
+        let sql = Sql::new(text).bind(&ep.id).bind(&ep.app_id).bind(ep.created_at);
+        let sql = bind_endpoint_fields(sql, ep, &self.cipher).bind(crate::sealing::seal_secret(
+            &self.cipher,
+            &ep.id,
+            &ep.secret,
+        ));
+        let event = NewEvent::endpoint(events::ENDPOINT_CREATED, ep, serde_json::json!({}), ep.created_at);
+        let created = self.execute_with_event(&sql, event).await;
+        self.watched(created)
+    }
+
+    async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
+        let row = Sql::new("SELECT * FROM endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2) LIMIT 1")
+            .free(app_id)
+            .free(id_or_uid)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        self.endpoint(&row)
+    }
+
+    async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
+        let row = Sql::new("SELECT * FROM endpoint WHERE id = $1")
+            .free(id)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        self.endpoint(&row)
+    }
+
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
+        let keyset = Keyset::new("id", page, false);
+        let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").free(app_id);
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(
+            decode_all(&found, |row| self.endpoint(row))?,
+            page,
+            |e| e.id.clone(),
+        ))
+    }
+
+    async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
+        let found = Sql::new("SELECT * FROM endpoint WHERE app_id = $1 ORDER BY id")
+            .free(app_id)
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, |row| self.endpoint(row))
+    }
+
+    async fn update_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
+        let set = ENDPOINT_FIELDS
+            .iter()
+            .enumerate()
+            .map(|(i, column)| format!("{column} = ${}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!("UPDATE endpoint SET {set} WHERE id = ${}", ENDPOINT_FIELDS.len() + 1);
+        let sql = bind_endpoint_fields(Sql::new(text), ep, &self.cipher).bind(&ep.id);
+        let event = NewEvent::endpoint(events::ENDPOINT_UPDATED, ep, serde_json::json!({}), ep.updated_at);
+        self.execute_with_event(&sql, event).await?;
+        D::endpoint_changed(self, &ep.id).await;
+        Ok(())
+    }
+
+    async fn rotate_endpoint_secret(
+        &self,
+        endpoint_id: &str,
+        new_secret: &str,
+        old_expires_at: i64,
+        now: i64,
+    ) -> StoreResult<()> {
+        secrets::rotate(self, endpoint_id, new_secret, old_expires_at, now).await?;
+        D::endpoint_changed(self, endpoint_id).await;
+        Ok(())
+    }
+
+    async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>> {
+        secrets::previous(self, endpoint_id, now).await
+    }
+
+    async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        let deleted = Sql::new("DELETE FROM endpoint WHERE id = $1 RETURNING *")
+            .free(id)
+            .fetch_optional(tx.on())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let endpoint = self.endpoint(&deleted)?;
+        let now = herald_core::clock::now_ms();
+        let event = NewEvent::endpoint(events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
+        D::record_events(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        D::endpoint_changed(self, id).await;
+        Ok(())
+    }
+
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
+        let (reply, answer) = oneshot::channel();
+        let queued = async {
+            self.ingest
+                .send(IngestJob {
+                    new,
+                    reply,
+                    outbox: None,
+                })
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        };
+        // Bounded by the writer's own transaction bound, not by the acquire timeout alone: a burst of
+        // thousands of messages legitimately queues for longer than a second. A message whose wait ran
+        // out is not acknowledged, though its batch may still commit (a retry with the same `eventId` or
+        // `idempotency-key` finds it).
+        crate::custody::within(self.ingest_bound, queued).await
+    }
+
+    async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {
+        let text = format!(
+            "SELECT {} FROM message m WHERE m.app_id = $1 AND (m.id = $2 OR m.event_id = $2) LIMIT 1",
+            rows::MESSAGE_COLUMNS
+        );
+        let row = Sql::new(text)
+            .free(app_id)
+            .free(id)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::message(&row)
+    }
+
+    async fn list_messages(
+        &self,
+        app_id: &str,
+        filter: &MessageFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Message>> {
+        let sql = listing::messages::<D>(app_id, filter, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(decode_all(&found, rows::message)?, page, |m| {
+            m.id.clone()
+        }))
+    }
+
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>> {
+        let found = Sql::new("SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0")
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, |row| row.text("endpoint_id"))
+    }
+
+    async fn load_pending(
+        &self,
+        endpoint_id: &str,
+        after_seq: i64,
+        limit_n: usize,
+    ) -> StoreResult<Vec<PendingDelivery>> {
+        let text = format!(
+            "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, d.next_trigger, \
+             COALESCE(d.window_start, m.created_at) AS window_start, {} FROM delivery d \
+             JOIN message m ON m.id = d.message_id \
+             WHERE d.endpoint_id = $1 AND d.status = 0 AND d.seq > $2 ORDER BY d.seq LIMIT $3",
+            rows::MESSAGE_COLUMNS
+        );
+        let found = Sql::new(text)
+            .free(endpoint_id)
+            .bind(after_seq)
+            .bind(limit(limit_n))
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, |row| {
+            Ok(PendingDelivery {
+                seq: row.int("seq")?,
+                endpoint_id: row.text("endpoint_id")?,
+                message: Arc::new(rows::message(row)?),
+                attempts: count(row.int("attempts")?),
+                next_attempt_at: row.int("next_attempt_at")?,
+                window_start: row.int("window_start")?,
+                trigger: AttemptTrigger::from_code(row.int("next_trigger")?),
+            })
+        })
+    }
+
+    async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        self.watched(D::record_attempts(self, records).await)
+    }
+
+    async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()> {
+        D::expire_deliveries(self, seqs, now).await
+    }
+
+    async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
+        D::expire_waiting(self, endpoint_id, created_before, now).await
+    }
+
+    async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
+        // The endpoint's pending-index head: a count bounded at COUNT_CAP + 1 and the oldest pending
+        // delivery's creation time (seq follows creation order).
+        let text = format!(
+            "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM delivery WHERE endpoint_id = $1 AND status = 0 \
+             LIMIT {cap}) AS counted) AS pending, (SELECT m.created_at FROM delivery d \
+             JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = $1 AND d.status = 0 \
+             ORDER BY d.seq LIMIT 1) AS oldest",
+            cap = Backlog::COUNT_CAP + 1
+        );
+        let row = Sql::new(text).free(endpoint_id).fetch_one(self.reads()).await?;
+        Ok(Backlog::from_count(row.int("pending")?, row.opt_int("oldest")?))
+    }
+
+    async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let updated = Sql::new(
+            "UPDATE endpoint SET disabled = TRUE, disabled_reason = $1, updated_at = $2 \
+             WHERE id = $3 AND NOT disabled RETURNING app_id",
+        )
+        .free(reason)
+        .bind(now)
+        .free(endpoint_id)
+        .fetch_optional(tx.on())
+        .await?;
+        let Some(row) = updated else {
+            return Ok(false);
+        };
+        let event = NewEvent::about_endpoint(
+            events::ENDPOINT_DISABLED,
+            &row.text("app_id")?,
+            endpoint_id,
+            None,
+            serde_json::json!({ "reason": reason, "trigger": "automatic" }),
+            now,
+        );
+        D::record_events(&mut tx, &[event]).await?;
+        tx.commit().await?;
+        D::endpoint_changed(self, endpoint_id).await;
+        Ok(true)
+    }
+
+    async fn set_endpoint_state(
+        &self,
+        endpoint_id: &str,
+        expected_reason: &str,
+        disabled: bool,
+        reason: Option<&str>,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let changed = Sql::new(
+            "UPDATE endpoint SET disabled = $1, disabled_reason = $2, updated_at = $3 \
+             WHERE id = $4 AND disabled_reason = $5",
+        )
+        .bind(disabled)
+        .opt_free(reason)
+        .bind(now)
+        .free(endpoint_id)
+        .free(expected_reason)
+        .execute(self.writes())
+        .await?
+            == 1;
+        if changed {
+            D::endpoint_changed(self, endpoint_id).await;
+        }
+        Ok(changed)
+    }
+
+    async fn list_operational_events(&self, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
+        let found = Sql::new("SELECT * FROM operational_event WHERE seq > $1 ORDER BY seq LIMIT $2")
+            .bind(after)
+            .bind(limit(limit_n))
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, rows::operational_event)
+    }
+
+    async fn list_operational_events_newest(
+        &self,
+        before: Option<i64>,
+        limit_n: usize,
+    ) -> StoreResult<Vec<OperationalEvent>> {
+        let found = Sql::new("SELECT * FROM operational_event WHERE seq < $1 ORDER BY seq DESC LIMIT $2")
+            .bind(before.unwrap_or(i64::MAX))
+            .bind(limit(limit_n))
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, rows::operational_event)
+    }
+
+    async fn attempt_buckets(
+        &self,
+        endpoint_id: &str,
+        since: i64,
+        until: i64,
+        bucket_ms: i64,
+    ) -> StoreResult<Vec<AttemptBucket>> {
+        let found = listing::attempt_buckets(endpoint_id, since, until, bucket_ms)
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, listing::attempt_bucket)
+    }
+
+    async fn unsent_operational_events(&self, after: i64, limit_n: usize) -> StoreResult<Vec<OperationalEvent>> {
+        let found = Sql::new(
+            "SELECT seq, event_type, app_id, data, created_at FROM operational_event \
+             WHERE sent_at IS NULL AND seq > $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit(limit_n))
+        .fetch_all(self.reads())
+        .await?;
+        decode_all(&found, rows::operational_event)
+    }
+
+    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()> {
+        Sql::new("UPDATE operational_event SET sent_at = $1 WHERE seq = $2 AND sent_at IS NULL")
+            .bind(now)
+            .bind(seq)
+            .execute(self.writes())
+            .await?;
+        Ok(())
+    }
+
+    async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
+        Sql::new(
+            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&token.token_sha256)
+        .bind(&token.app_id)
+        .bind(token.read_only)
+        .bind(&token.sink_id)
+        .bind(token.created_at)
+        .bind(token.expires_at)
+        .execute(self.writes())
+        .await
+        .map_err(map_constraint)?;
+        Ok(())
+    }
+
+    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>> {
+        let row = Sql::new("SELECT * FROM app_token WHERE token_sha256 = $1 AND expires_at > $2")
+            .bind(token_sha256)
+            .bind(now)
+            .fetch_optional(self.reads())
+            .await?;
+        row.as_ref().map(rows::app_token).transpose()
+    }
+
+    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
+        Ok(
+            Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
+                .bind(at)
+                .bind(app_id)
+                .execute(self.writes())
+                .await?,
+        )
+    }
+
+    async fn retention_step(&self, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
+        self.watched(D::retention_step(self, attempts_before, now, limit_n).await)
+    }
+
+    async fn list_attempts_by_message(
+        &self,
+        app_id: &str,
+        message_id: &str,
+        filter: &AttemptFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>> {
+        let found = listing::attempts(app_id, "message_id", message_id, filter, page)
+            .fetch_all(self.reads())
+            .await?;
+        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
+            a.id.clone()
+        }))
+    }
+
+    async fn list_attempts_by_endpoint(
+        &self,
+        app_id: &str,
+        endpoint_id: &str,
+        filter: &AttemptFilter,
+        page: &PageRequest,
+    ) -> StoreResult<Page<Attempt>> {
+        let found = listing::attempts(app_id, "endpoint_id", endpoint_id, filter, page)
+            .fetch_all(self.reads())
+            .await?;
+        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
+            a.id.clone()
+        }))
+    }
+
+    async fn list_deliveries_of_message(
+        &self,
+        app_id: &str,
+        message_id: &str,
+        page: &PageRequest,
+    ) -> StoreResult<Page<DeliveryView>> {
+        let keyset = Keyset::new("e.id", page, false);
+        let mut sql = Sql::new(
+            "SELECT e.*, d.status AS d_status, d.attempts AS d_attempts, d.next_attempt_at AS d_next, \
+             d.updated_at AS d_updated FROM delivery d JOIN endpoint e ON e.id = d.endpoint_id \
+             WHERE d.message_id = $1 AND e.app_id = $2",
+        )
+        .free(message_id)
+        .free(app_id);
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        let views = decode_all(&found, |row| {
+            Ok(DeliveryView {
+                endpoint: self.endpoint(row)?,
+                status: status_of(row.int("d_status")?)?,
+                attempts: count(row.int("d_attempts")?),
+                next_attempt_at: row.int("d_next")?,
+                updated_at: row.int("d_updated")?,
+            })
+        })?;
+        Ok(Page::assemble(views, page, |v| v.endpoint.id.clone()))
+    }
+
+    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
+        let row = Sql::new("SELECT status, attempts FROM delivery WHERE message_id = $1 AND endpoint_id = $2")
+            .free(message_id)
+            .free(endpoint_id)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok((status_of(row.int("status")?)?, count(row.int("attempts")?)))
+    }
+
+    fn take_commit_feed(&self) -> Option<CommitFeed> {
+        self.feed.lock().ok()?.take()
+    }
+
+    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>> {
+        let row = Sql::new(
+            "SELECT status, body, request_digest FROM idempotency WHERE scope = $1 AND key = $2 AND created_at >= $3",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(since)
+        .fetch_optional(self.reads())
+        .await?;
+        row.map(|row| rows::remembered(&row)).transpose()
+    }
+
+    async fn remember_response(
+        &self,
+        scope: &str,
+        key: &str,
+        remembered: &Remembered,
+        now: i64,
+        expire_before: i64,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        Sql::new("DELETE FROM idempotency WHERE created_at < $1")
+            .bind(expire_before)
+            .execute(tx.on())
+            .await?;
+        Sql::new(
+            "INSERT INTO idempotency (scope, key, status, body, request_digest, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(i64::from(remembered.status))
+        .bind(remembered.body.as_slice())
+        .bind(&remembered.request_digest)
+        .bind(now)
+        .execute(tx.on())
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn requeue_delivery(
+        &self,
+        message_id: &str,
+        endpoint_id: &str,
+        trigger: AttemptTrigger,
+        now: i64,
+    ) -> StoreResult<Requeue> {
+        D::requeue_delivery(self, message_id, endpoint_id, trigger, now).await
+    }
+
+    async fn count_failed(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<u64> {
+        let sql = failed_in_window(
+            Sql::new(format!("SELECT COUNT(*) AS n {FAILED_IN_WINDOW}")),
+            endpoint_id,
+            since,
+            until,
+        );
+        Ok(unsigned(sql.fetch_one(self.reads()).await?.int("n")?))
+    }
+
+    async fn requeue_failed(
+        &self,
+        endpoint_id: &str,
+        since: i64,
+        until: i64,
+        limit_n: usize,
+        now: i64,
+    ) -> StoreResult<u64> {
+        D::requeue_failed(self, endpoint_id, since, until, limit_n, now).await
+    }
+
+    async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64> {
+        let row =
+            Sql::new("SELECT COUNT(*) AS n FROM message WHERE app_id = $1 AND created_at >= $2 AND created_at < $3")
+                .bind(app_id)
+                .bind(since)
+                .bind(until)
+                .fetch_one(self.reads())
+                .await?;
+        Ok(unsigned(row.int("n")?))
+    }
+
+    async fn add_missing_deliveries(
+        &self,
+        endpoint: &Endpoint,
+        since: i64,
+        until: i64,
+        after: Option<&str>,
+        limit_n: usize,
+        now: i64,
+    ) -> StoreResult<(Option<String>, u64)> {
+        D::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await
+    }
+
+    async fn cancel_pending(
+        &self,
+        app_id: &str,
+        message_id: Option<&str>,
+        endpoint_id: Option<&str>,
+        now: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        let found = Sql::new(
+            "UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 \
+             AND endpoint_id IN (SELECT id FROM endpoint WHERE app_id = $3) \
+             AND ($4 IS NULL OR message_id = $4) AND ($5 IS NULL OR endpoint_id = $5) \
+             RETURNING endpoint_id, seq",
+        )
+        .bind(DeliveryStatus::Cancelled.code())
+        .bind(now)
+        .bind(app_id)
+        .bind(message_id)
+        .bind(endpoint_id)
+        .fetch_all(self.writes())
+        .await?;
+        decode_all(&found, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))
+    }
+
+    async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()> {
+        let changed = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE app_id = $2 AND id = $3")
+            .bind(&b"{}"[..])
+            .bind(app_id)
+            .bind(message_id)
+            .execute(self.writes())
+            .await?;
+        one_changed(changed)
+    }
+
+    async fn list_deliveries(
+        &self,
+        app_id: &str,
+        endpoint_id: Option<&str>,
+        status: Option<DeliveryStatus>,
+        page: &PageRequest,
+    ) -> StoreResult<Page<DeliveryRecord>> {
+        let sql = listing::deliveries(app_id, endpoint_id, status, page)?;
+        let found = sql.fetch_all(self.reads()).await?;
+        let mut records = decode_all(&found, |row| {
+            Ok(DeliveryRecord {
+                seq: row.int("seq")?,
+                endpoint_id: row.text("endpoint_id")?,
+                message: rows::message(row)?,
+                status: status_of(row.int("status")?)?,
+                attempts: count(row.int("attempts")?),
+                next_attempt_at: row.int("next_attempt_at")?,
+                updated_at: row.int("updated_at")?,
+                last_attempt: None,
+            })
+        })?;
+        if !records.is_empty() {
+            let latest = listing::last_attempts(&records).fetch_all(self.reads()).await?;
+            rows::attach_last_attempts(&mut records, decode_all(&latest, rows::attempt)?);
+        }
+        Ok(Page::assemble(records, page, |r| r.seq.to_string()))
+    }
+
+    async fn endpoint_stats(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<DeliveryStats> {
+        let found = Sql::new(
+            "SELECT d.status, COUNT(*) AS n FROM delivery d JOIN message m ON m.id = d.message_id \
+             WHERE d.endpoint_id = $1 AND m.created_at >= $2 AND m.created_at < $3 GROUP BY d.status",
+        )
+        .bind(endpoint_id)
+        .bind(since)
+        .bind(until)
+        .fetch_all(self.reads())
+        .await?;
+        rows::delivery_stats(&found)
+    }
+
+    async fn create_task(&self, t: &BackgroundTask) -> StoreResult<()> {
+        Sql::new(
+            "INSERT INTO background_task (id, kind, app_id, state, processed, total, data, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&t.id)
+        .bind(&t.kind)
+        .bind(&t.app_id)
+        .bind(&t.state)
+        .bind(rows::count_param(t.processed))
+        .bind(rows::count_param(t.total))
+        .bind(&t.data)
+        .bind(t.created_at)
+        .bind(t.updated_at)
+        .execute(self.writes())
+        .await?;
+        Ok(())
+    }
+
+    async fn update_task(&self, t: &BackgroundTask) -> StoreResult<()> {
+        let changed = Sql::new(
+            "UPDATE background_task SET state = $1, processed = $2, total = $3, data = $4, updated_at = $5 \
+             WHERE id = $6",
+        )
+        .bind(&t.state)
+        .bind(rows::count_param(t.processed))
+        .bind(rows::count_param(t.total))
+        .bind(&t.data)
+        .bind(t.updated_at)
+        .bind(&t.id)
+        .execute(self.writes())
+        .await?;
+        one_changed(changed)
+    }
+
+    async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
+        let row = Sql::new("SELECT * FROM background_task WHERE id = $1 AND ($2 IS NULL OR app_id = $2)")
+            .bind(id)
+            .bind(app_id)
+            .fetch_optional(self.reads())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        rows::background_task(&row)
+    }
+
+    async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64> {
+        D::fail_interrupted_tasks(self, now).await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        Sql::new("SELECT 1").execute(self.reads()).await?;
+        // While writes fail on a storage fault, a probe write tells when they succeed again.
+        let now = herald_core::clock::now_ms().to_string();
+        let probe = self.meta_set(crate::custody::HEALTH_PROBE_KEY, &now);
+        self.health.recheck(probe, StoreError::fault).await
+    }
+
+    async fn shutdown(&self) {
+        D::shutdown(self).await;
+    }
+
+    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
+        D::ownership(self)
+    }
+}

@@ -1,0 +1,212 @@
+//! The outbox of producers on Herald's own PostgreSQL: `herald_publish(…)` (migration `0008_outbox`)
+//! writes a row in the producer's transaction; this reader turns committed rows into messages.
+//!
+//! Each row is ingested through the group-commit writer like an API request, carrying its `seq`
+//! ([`IngestJob::outbox`]): the batch transaction that inserts the message (or finds the earlier one with
+//! the same `eventId`) deletes the row, so a row becomes exactly one message, with its fan-out, filters,
+//! signing and ordering, or — if its app is gone — is kept with the reason in `error`. A crash anywhere
+//! leaves either the row (read again) or the message (and no row), never both, never neither.
+//!
+//! One node reads at a time (a session advisory lock); the others stand by and take over when its
+//! session ends. Should two ever read at once (the lock's connection was replaced), nothing breaks: the
+//! ingest lock serialises their batches and the second finds the first's message by `eventId`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgListener;
+use sqlx::{PgPool, Row};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::group_commit::{IngestJob, Outcomes};
+use crate::{NewMessage, StoreError, StoreResult};
+
+/// The channel `herald_outbox`'s insert trigger notifies (at commit).
+const CHANNEL: &str = "herald_outbox";
+/// The advisory lock held by the node that reads the outbox ("outbox" in ASCII).
+const READER_LOCK: i64 = 0x6f75_7462_6f78;
+/// Rows read per round (the group-commit writer's batch size).
+const ROUND: i64 = crate::group_commit::MAX_BATCH as i64;
+/// With no notification, look anyway this often (a notification lost with a connection, rows inserted
+/// while no node listened).
+const POLL: Duration = Duration::from_secs(1);
+/// How often a standing-by node tries for the reader lock.
+const STANDBY: Duration = Duration::from_secs(2);
+/// How often the backlog is measured for `/metrics`.
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
+
+/// Read the outbox for as long as the node runs.
+pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match read(&pool, &ingest).await {
+            Ok(()) => return,
+            Err(error) => {
+                tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "outbox reader failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Take the reader lock, then ingest committed rows as they come. `Ok` only when the node shuts down.
+async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    loop {
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(READER_LOCK)
+            .fetch_one(&mut listener)
+            .await?;
+        if locked {
+            break;
+        }
+        tokio::time::sleep(STANDBY).await;
+    }
+    tracing::debug!("this node reads the outbox");
+    let mut measured = Instant::now() - MEASURE_EVERY;
+    loop {
+        if measured.elapsed() >= MEASURE_EVERY {
+            measured = Instant::now();
+            measure(pool).await?;
+        }
+        let rows = pending(pool).await?;
+        if rows.is_empty() {
+            // Woken by a commit, or by the poll.
+            if let Ok(Err(error)) = tokio::time::timeout(POLL, listener.recv()).await {
+                return Err(error.into());
+            }
+            continue;
+        }
+        if !submit(pool, ingest, rows).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// One outbox row, as a message to ingest.
+struct Pending {
+    seq: i64,
+    new: NewMessage,
+}
+
+async fn pending(pool: &PgPool) -> StoreResult<Vec<Pending>> {
+    let rows = sqlx::query(
+        "SELECT seq, app_id, event_type, payload::text AS payload, event_id, channels, ordering_key \
+         FROM herald_outbox WHERE error IS NULL ORDER BY seq LIMIT $1",
+    )
+    .bind(ROUND)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let payload: String = row.try_get("payload")?;
+            Ok(Pending {
+                seq: row.try_get("seq")?,
+                new: NewMessage {
+                    app_id: row.try_get("app_id")?,
+                    event_id: Some(row.try_get("event_id")?),
+                    event_type: row.try_get("event_type")?,
+                    channels: row.try_get("channels")?,
+                    payload: Arc::from(payload.into_bytes()),
+                    idempotency_key: None,
+                    ordering_key: row.try_get("ordering_key")?,
+                    payload_retention_ms: None,
+                },
+            })
+        })
+        .collect()
+}
+
+/// Ingest a round of rows (in `seq` order, so one ordering key's messages are created in outbox order)
+/// and wait for every answer. `false`: the writer is gone (the node is shutting down).
+async fn submit(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>) -> StoreResult<bool> {
+    let mut answers = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (reply, answer) = oneshot::channel();
+        let job = IngestJob {
+            new: row.new,
+            reply,
+            outbox: Some(row.seq),
+        };
+        if ingest.send(job).await.is_err() {
+            return Ok(false);
+        }
+        answers.push((row.seq, answer));
+    }
+    let mut failed_batch = None;
+    let (mut published, mut refused) = (0_u64, 0_u64);
+    for (seq, answer) in answers {
+        match answer.await {
+            Err(_) | Ok(Err(StoreError::Closed)) => return Ok(false),
+            Ok(Ok(_)) => published += 1,
+            // The batch's transaction failed as a whole: the row stays, read again after the back-off.
+            Ok(Err(error @ (StoreError::Batch(_) | StoreError::Database(sqlx::Error::PoolTimedOut)))) => {
+                failed_batch = Some(error);
+            }
+            // This row alone cannot become a message: keep it, with why, out of the way of the others
+            // (the batch marked it already when the failure came from its plan, e.g. an unknown app).
+            Ok(Err(error)) => {
+                refused += 1;
+                tracing::error!(seq, %error, "an outbox row cannot become a message; it is kept with the reason in herald_outbox.error");
+                sqlx::query("UPDATE herald_outbox SET error = $2 WHERE seq = $1 AND error IS NULL")
+                    .bind(seq)
+                    .bind(error.to_string())
+                    .execute(pool)
+                    .await?;
+            }
+        }
+    }
+    crate::metrics::outbox_round(published, refused);
+    match failed_batch {
+        Some(error) => Err(error),
+        None => Ok(true),
+    }
+}
+
+/// Inside an ingest batch's transaction, after its messages are planned and written: delete the outbox
+/// rows that became (or already were) messages, and mark the ones that cannot, with the reason.
+pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], outcomes: &Outcomes) -> StoreResult<()> {
+    let mut done = Vec::new();
+    let (mut failed, mut reasons) = (Vec::new(), Vec::new());
+    for (job, outcome) in batch.iter().zip(outcomes) {
+        let Some(seq) = job.outbox else { continue };
+        match outcome {
+            Ok(_) => done.push(seq),
+            Err(error) => {
+                failed.push(seq);
+                reasons.push(error.to_string());
+            }
+        }
+    }
+    if !done.is_empty() {
+        sqlx::query("DELETE FROM herald_outbox WHERE seq = ANY($1)")
+            .bind(&done)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if !failed.is_empty() {
+        sqlx::query(
+            "UPDATE herald_outbox o SET error = v.error FROM UNNEST($1::bigint[], $2::text[]) AS v (seq, error) \
+             WHERE o.seq = v.seq",
+        )
+        .bind(&failed)
+        .bind(&reasons)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Rows waiting and the oldest one's age, for `/metrics`.
+async fn measure(pool: &PgPool) -> StoreResult<()> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS waiting, COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - MIN(created_at)), 0)::float8 AS age \
+         FROM herald_outbox WHERE error IS NULL",
+    )
+    .fetch_one(pool)
+    .await?;
+    crate::metrics::outbox_backlog(row.try_get("waiting")?, row.try_get("age")?);
+    Ok(())
+}

@@ -1,0 +1,6 @@
+//! The store's integration tests, one binary: the contract suite on SQLite and PostgreSQL, leases, collation, polling.
+
+mod leases;
+mod polling;
+mod postgres_collation;
+mod store;

@@ -1,0 +1,177 @@
+//! Storage faults for the custody tests: a size-capped tmpfs that a ballast file fills to the last byte
+//! and frees again, and the ledger that compares what was acknowledged with what is stored.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How many fault rounds a test runs: `HERALD_FAULT_ROUNDS`, or `default` (kept small so the suite
+/// stays fast; raise it to soak).
+pub fn rounds(default: usize) -> usize {
+    std::env::var("HERALD_FAULT_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A tmpfs of a fixed size mounted on a fresh temporary directory; unmounted when dropped. Needs root
+/// (CI runs as root); a test that cannot mount fails rather than passing without its fault.
+pub struct SizedTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SizedTmpfs {
+    pub fn mount(mebibytes: u32) -> Self {
+        let dir = tempfile::tempdir().expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mebibytes}m,mode=0700"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mounting a {mebibytes} MiB tmpfs failed (the disk-full tests need root): {status}"
+        );
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A SQLite URL for a file on this filesystem.
+    pub fn sqlite_url(&self, name: &str) -> String {
+        format!("sqlite://{}", self.path().join(name).display())
+    }
+
+    /// The ballast file that fills this filesystem.
+    pub fn ballast(&self) -> Ballast {
+        Ballast {
+            path: self.path().join("ballast"),
+        }
+    }
+}
+
+impl Drop for SizedTmpfs {
+    fn drop(&mut self) {
+        // Lazy: a server killed a moment ago may still hold a file open.
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// A file that takes every free byte of its filesystem, and gives them back.
+pub struct Ballast {
+    path: PathBuf,
+}
+
+impl Ballast {
+    /// Write until the filesystem is full (large blocks, then small ones, down to the last page).
+    pub fn fill(&self) {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .expect("open ballast");
+        for block in [1 << 20, 64 << 10, 4 << 10, 512] {
+            let chunk = vec![0xa5u8; block];
+            while file.write_all(&chunk).is_ok() {}
+        }
+        // Whatever a partial write left buffered is dropped with the file; the filesystem is full.
+    }
+
+    /// Free the space again.
+    pub fn free(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What a fault test saw: every acknowledgement, every refusal, and the checks against the store.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Ids the server acknowledged (2xx).
+    pub acknowledged: BTreeSet<String>,
+    /// Refusals by error code (each must be a 503 with a storage code).
+    pub refused: BTreeMap<String, usize>,
+    /// Answers that are neither an acknowledgement nor an allowed refusal.
+    pub violations: Vec<String>,
+}
+
+impl Ledger {
+    /// Record one answer: `ok` is the acknowledging status; an acknowledgement must carry `id`.
+    pub fn answer(&mut self, ok: u16, status: u16, body: &serde_json::Value) {
+        if status == ok {
+            match body["id"].as_str() {
+                Some(id) => {
+                    self.acknowledged.insert(id.to_owned());
+                }
+                None => self.violations.push(format!("{status} without an id: {body}")),
+            }
+            return;
+        }
+        let code = body["code"].as_str().unwrap_or("");
+        if status == 503 && matches!(code, "storage_full" | "store_unavailable") {
+            *self.refused.entry(code.to_owned()).or_insert(0) += 1;
+        } else {
+            self.violations.push(format!("{status} {body}"));
+        }
+    }
+
+    /// Merge another task's ledger into this one.
+    pub fn absorb(&mut self, other: Ledger) {
+        self.acknowledged.extend(other.acknowledged);
+        for (code, n) in other.refused {
+            *self.refused.entry(code).or_insert(0) += n;
+        }
+        self.violations.extend(other.violations);
+    }
+
+    pub fn refused_with(&self, code: &str) -> usize {
+        self.refused.get(code).copied().unwrap_or(0)
+    }
+
+    /// Wait until every acknowledged id arrived at `receiver` (the id in `header`); every arrival's id,
+    /// duplicates included.
+    pub async fn wait_arrivals(&self, receiver: &super::Receiver, header: &str, within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let arrivals: Vec<String> = receiver
+                .received()
+                .iter()
+                .map(|r| r.header(header).to_owned())
+                .collect();
+            let arrived: BTreeSet<&String> = arrivals.iter().collect();
+            let missing = self.acknowledged.iter().filter(|id| !arrived.contains(id)).count();
+            if missing == 0 {
+                return arrivals;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{missing} of {} acknowledged ids never arrived",
+                self.acknowledged.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Fail unless every acknowledged id is in `stored`.
+    pub fn assert_all_stored(&self, stored: &BTreeSet<String>, when: &str) {
+        let lost: Vec<&String> = self.acknowledged.difference(stored).collect();
+        assert!(
+            lost.is_empty(),
+            "{when}: {} of {} acknowledged ids are not stored: {lost:?}",
+            lost.len(),
+            self.acknowledged.len()
+        );
+    }
+}
+
+/// How often each id arrived at a receiver; the ids that arrived more than once.
+pub fn duplicates(arrivals: &[String]) -> usize {
+    let mut seen = BTreeMap::new();
+    for id in arrivals {
+        *seen.entry(id.as_str()).or_insert(0usize) += 1;
+    }
+    seen.values().filter(|n| **n > 1).count()
+}

@@ -1,0 +1,516 @@
+//! The transactional outbox relay (`herald relay` and `[[relay]]`, docs/outbox.md) end to end: a real
+//! producer database (a SQLite file, PostgreSQL, MariaDB), a real `herald serve`, real `herald relay`
+//! processes, a receiver on loopback.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::producer::{Event, Producer, RelayProcess, messages};
+use crate::common::{Herald, Receiver, Reply, TOKEN};
+
+/// A Herald with an app (uid `shop`) and one endpoint (with `endpoint` settings) on a fresh receiver.
+async fn herald_with_endpoint(endpoint: Value) -> (Herald, String, Receiver) {
+    let herald = Herald::start(&[]).await;
+    let app = herald.post("/app", json!({"name": "Shop", "uid": "shop"})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let mut body = json!({"url": receiver.url()});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), endpoint.as_object()) {
+        body.extend(extra.clone());
+    }
+    herald.endpoint(&app, body).await;
+    (herald, app, receiver)
+}
+
+fn base(herald: &Herald) -> String {
+    format!("http://{}", herald.addr)
+}
+
+/// Wait until `receiver` got `n` distinct messages (by `webhook-id`: a slow answer may be retried, a
+/// duplicate attempt that is allowed) and return every request so far.
+async fn wait_messages(receiver: &Receiver, n: usize, timeout: Duration) -> Vec<crate::common::Received> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let got = receiver.received();
+        let distinct: HashSet<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
+        if distinct.len() >= n {
+            return got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {n} messages arrived",
+            distinct.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn distinct_messages(got: &[crate::common::Received]) -> usize {
+    got.iter().map(|r| r.header("webhook-id")).collect::<HashSet<_>>().len()
+}
+
+fn payload_of(r: &crate::common::Received) -> Value {
+    serde_json::from_slice(&r.body).expect("JSON body")
+}
+
+#[tokio::test]
+async fn committed_rows_are_published_once_rolled_back_rows_never() {
+    for producer in Producer::all("committed_rows_are_published_once_rolled_back_rows_never").await {
+        let (herald, app, receiver) = herald_with_endpoint(json!({})).await;
+        let batch = |from: usize, to: usize| -> Vec<Event> {
+            (from..to)
+                .map(|n| Event::new(format!("evt_{n}"), "shop", json!({"invoice": n, "status": "paid"})))
+                .collect()
+        };
+        producer.write(&batch(0, 10), true).await;
+        producer.write(&batch(100, 105), false).await;
+        // A row for an app Herald does not know is refused for good, marked, and blocks nothing.
+        producer
+            .write(&[Event::new("evt_lost", "no-such-app", json!({"x": 1}))], true)
+            .await;
+        let relay = RelayProcess::start(&producer, &base(&herald), &[]);
+        producer.write(&batch(10, 20), true).await;
+        producer.write(&batch(200, 203), false).await;
+
+        let got = wait_messages(&receiver, 20, Duration::from_secs(30)).await;
+        producer.wait_rows(1, Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            distinct_messages(&receiver.received()),
+            20,
+            "{}: exactly the committed rows arrive",
+            producer.dialect
+        );
+        let invoices: HashSet<i64> = got
+            .iter()
+            .map(|r| payload_of(r)["invoice"].as_i64().expect("n"))
+            .collect();
+        assert_eq!(invoices, (0..20).collect(), "{}", producer.dialect);
+        // The payload is the row's, and the message carries the row's event id.
+        assert_eq!(payload_of(&got[0])["status"], "paid");
+        let message = herald.get(&format!("/app/{app}/msg/evt_7")).await;
+        assert_eq!(message["eventId"], "evt_7");
+        assert_eq!(message["eventType"], "invoice.paid");
+        assert_eq!(message["payload"], json!({"invoice": 7, "status": "paid"}));
+        assert_eq!(messages(&herald, &app).await.len(), 20);
+        let refused = producer.refused().await;
+        assert_eq!(refused.len(), 1, "{}: {refused:?}", producer.dialect);
+        assert_eq!(refused[0].0, "evt_lost");
+        assert!(refused[0].1.starts_with("404"), "{}: {refused:?}", producer.dialect);
+        relay.wait_log("relay progress", Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_relays_on_one_table_keep_each_keys_order() {
+    for producer in Producer::all("two_relays_on_one_table_keep_each_keys_order").await {
+        let (herald, app, receiver) = herald_with_endpoint(json!({"ordering": "key"})).await;
+        let relays: Vec<RelayProcess> = (0..2)
+            .map(|_| RelayProcess::start(&producer, &base(&herald), &["--batch-size", "7", "--concurrency", "8"]))
+            .collect();
+        let keys = ["inv_a", "inv_b", "inv_c", "inv_d", "inv_e"];
+        let mut n = 0;
+        for round in 0..12 {
+            let events: Vec<Event> = (0..10)
+                .map(|i| {
+                    n += 1;
+                    let key = keys[(i + round) % keys.len()];
+                    Event::new(format!("evt_{n}"), "shop", json!({"key": key, "n": n})).keyed(key)
+                })
+                .collect();
+            producer.write(&events, true).await;
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        let got = wait_messages(&receiver, n, Duration::from_secs(60)).await;
+        producer.wait_rows(0, Duration::from_secs(10)).await;
+        let mut last: HashMap<String, i64> = HashMap::new();
+        for r in &got {
+            let body = payload_of(r);
+            let key = body["key"].as_str().expect("key").to_owned();
+            let seen = body["n"].as_i64().expect("n");
+            // A retried attempt repeats the same row; a later row never comes before an earlier one.
+            let previous = last.insert(key.clone(), seen);
+            assert!(
+                previous.is_none_or(|p| p <= seen),
+                "{}: key {key}: {seen} arrived after {previous:?}",
+                producer.dialect
+            );
+        }
+        let listed = messages(&herald, &app).await;
+        let distinct: HashSet<&String> = listed.iter().map(|(e, _)| e).collect();
+        assert_eq!(
+            (listed.len(), distinct.len()),
+            (n, n),
+            "{}: one message per row",
+            producer.dialect
+        );
+        drop(relays);
+    }
+}
+
+#[tokio::test]
+async fn a_relay_backs_off_while_herald_is_down_and_catches_up() {
+    let producer = Producer::sqlite().await;
+    let (mut herald, app, receiver) = herald_with_endpoint(json!({})).await;
+    herald.kill9();
+    let events: Vec<Event> = (0..5)
+        .map(|n| Event::new(format!("e{n}"), "shop", json!({"n": n})))
+        .collect();
+    producer.write(&events, true).await;
+    let relay = RelayProcess::start(&producer, &base(&herald), &[]);
+    let line = relay.wait_log("backing off", Duration::from_secs(10)).await;
+    assert!(line.contains("unreachable"), "{line}");
+    relay.wait_log("failures=2", Duration::from_secs(10)).await;
+    assert_eq!(producer.rows().await, 5, "nothing is removed while Herald is down");
+    herald.restart().await;
+    wait_messages(&receiver, 5, Duration::from_secs(60)).await;
+    producer.wait_rows(0, Duration::from_secs(10)).await;
+    relay.wait_log("relay recovered", Duration::from_secs(5)).await;
+    assert_eq!(messages(&herald, &app).await.len(), 5);
+}
+
+#[tokio::test]
+async fn serve_runs_relay_sections_and_reports_them_in_metrics() {
+    let producer = Producer::sqlite().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("herald.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[relay]]\nname = \"shop\"\nsource = \"{}\"\ntable = \"herald_outbox\"\npoll_interval = \"10ms\"\n",
+            producer.url
+        ),
+    )
+    .expect("config");
+    let herald = Herald::start(&[("HERALD_CONFIG", config.to_str().expect("path"))]).await;
+    let app = herald.post("/app", json!({"name": "Shop", "uid": "shop"})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let receiver = Receiver::start(Reply::status(200)).await;
+    herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let events: Vec<Event> = (0..8)
+        .map(|n| Event::new(format!("e{n}"), "shop", json!({"n": n})))
+        .collect();
+    producer.write(&events, true).await;
+    wait_messages(&receiver, 8, Duration::from_secs(30)).await;
+    producer.wait_rows(0, Duration::from_secs(10)).await;
+    let scrape = reqwest::Client::new()
+        .get(format!("http://{}/metrics", herald.addr))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        scrape.contains("herald_relay_events_total{relay=\"shop\",outcome=\"published\"} 8"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("herald_relay_oldest_unrelayed_age_seconds{relay=\"shop\"}"),
+        "{scrape}"
+    );
+}
+
+/// A producer on Herald's own PostgreSQL: `herald_publish` inside its transaction.
+#[tokio::test]
+async fn herald_publish_in_the_producers_transaction_is_delivered_as_if_posted() {
+    let Some(herald) = Herald::start_pg("herald_publish_in_the_producers_transaction", &[]).await else {
+        return;
+    };
+    let app = herald.post("/app", json!({"name": "Shop", "uid": "shop"})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let (_, secret) = herald
+        .endpoint(
+            &app,
+            json!({"url": receiver.url(), "filterTypes": ["invoice.paid"], "ordering": "key"}),
+        )
+        .await;
+    let url = herald.database.as_ref().expect("database").url.clone();
+    let producer = sqlx::PgPool::connect(&url).await.expect("producer connects");
+    sqlx::query("CREATE TABLE invoice (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
+        .execute(&producer)
+        .await
+        .expect("table");
+    sqlx::query("INSERT INTO invoice VALUES ('inv_1', 'open'), ('inv_2', 'open')")
+        .execute(&producer)
+        .await
+        .expect("rows");
+    let pay = |invoice: &'static str, event_id: String, n: i64, commit: bool| {
+        let producer = producer.clone();
+        async move {
+            let mut tx = producer.begin().await.expect("begin");
+            sqlx::query("UPDATE invoice SET status = 'paid' WHERE id = $1")
+                .bind(invoice)
+                .execute(&mut *tx)
+                .await
+                .expect("update");
+            sqlx::query("SELECT herald_publish('shop', 'invoice.paid', $1::jsonb, $2, NULL, $3)")
+                .bind(json!({"invoice": invoice, "n": n}).to_string())
+                .bind(event_id)
+                .bind(invoice)
+                .execute(&mut *tx)
+                .await
+                .expect("herald_publish");
+            if commit {
+                tx.commit().await.expect("commit");
+            } else {
+                tx.rollback().await.expect("rollback");
+            }
+        }
+    };
+    pay("inv_1", "pay_inv_1".into(), 0, true).await;
+    pay("inv_2", "pay_inv_2".into(), 0, false).await;
+    // The same event id again (a producer retrying): still one message.
+    pay("inv_1", "pay_inv_1".into(), 0, true).await;
+    // Filtered out by the endpoint's filterTypes, like a posted message.
+    sqlx::query("SELECT herald_publish($1, 'invoice.voided', '{\"invoice\": \"inv_1\"}', 'void_inv_1')")
+        .bind(&app)
+        .execute(&producer)
+        .await
+        .expect("publish by app id");
+    for n in 1..=20 {
+        pay("inv_1", format!("inv_1_{n}"), n, true).await;
+    }
+    let got = wait_messages(&receiver, 21, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        distinct_messages(&receiver.received()),
+        21,
+        "one message per committed, subscribed event"
+    );
+    // Signed like any delivery, in commit order for the ordering key (a retried attempt repeats one).
+    let verifier = standardwebhooks::Webhook::new(&secret).expect("secret");
+    let mut last = -1;
+    for r in &got {
+        verifier.verify(&r.body, &r.headers).expect("signature verifies");
+        let n = payload_of(r)["n"].as_i64().expect("n");
+        assert!(n >= last, "ordering key: {n} after {last}");
+        last = n;
+    }
+    let first = herald.get(&format!("/app/{app}/msg/pay_inv_1")).await;
+    assert_eq!(first["eventId"], "pay_inv_1");
+    assert_eq!(got[0].header("webhook-id"), first["id"].as_str().expect("id"));
+    assert!(herald.call("GET", &format!("/app/{app}/msg/pay_inv_2"), None).await.0 == 404);
+    let listed = messages(&herald, &app).await;
+    assert_eq!(
+        listed.len(),
+        22,
+        "21 delivered + 1 filtered out, nothing for the rollback or the repeat"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM herald_outbox")
+        .fetch_one(&producer)
+        .await
+        .expect("count");
+    assert_eq!(
+        left, 0,
+        "every row became a message and left the outbox in the same transaction"
+    );
+    // A call Herald would refuse fails the producer's own transaction instead of queueing a bad event.
+    let refused = sqlx::query("SELECT herald_publish('no-such-app', 'invoice.paid', '{}', 'x')")
+        .execute(&producer)
+        .await
+        .expect_err("unknown app");
+    assert!(refused.to_string().contains("not found"), "{refused}");
+    let refused = sqlx::query("SELECT herald_publish('shop', 'invoice.paid', '[1]', 'x')")
+        .execute(&producer)
+        .await
+        .expect_err("not an object");
+    assert!(refused.to_string().contains("JSON object"), "{refused}");
+}
+
+#[tokio::test]
+async fn kill9_of_relays_and_herald_under_load_loses_and_duplicates_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let test = "kill9_of_relays_and_herald_under_load_loses_and_duplicates_nothing";
+    let producer = Arc::new(match Producer::postgres(test).await {
+        Some(producer) => producer,
+        None => Producer::sqlite().await,
+    });
+    let (mut herald, app, receiver) = herald_with_endpoint(json!({})).await;
+    let mut relays: Vec<RelayProcess> = (0..2)
+        .map(|_| RelayProcess::start(&producer, &base(&herald), &["--batch-size", "20"]))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (producer, stop) = (producer.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+            let mut n = 0;
+            let mut tx_count = 0;
+            // At least 150 committed rows, however slow the machine: the kills must land on real load.
+            while !stop.load(Ordering::Relaxed) || committed.len() < 150 {
+                tx_count += 1;
+                let commit = tx_count % 7 != 0;
+                let events: Vec<Event> = (0..1 + tx_count % 4)
+                    .map(|_| {
+                        n += 1;
+                        Event::new(format!("load_{n}"), "shop", json!({"n": n}))
+                    })
+                    .collect();
+                producer.write(&events, commit).await;
+                let ids = events.into_iter().map(|e| e.event_id);
+                if commit {
+                    committed.extend(ids);
+                } else {
+                    rolled_back.extend(ids);
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            (committed, rolled_back)
+        })
+    };
+    for round in 0..8 {
+        tokio::time::sleep(Duration::from_millis(rand::random_range(100..600))).await;
+        match rand::random_range(0..3) {
+            2 => {
+                herald.kill9();
+                tokio::time::sleep(Duration::from_millis(rand::random_range(0..300))).await;
+                herald.restart().await;
+            }
+            which => relays[which].restart(),
+        }
+        assert!(herald.is_running(), "round {round}: Herald runs");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (committed, rolled_back) = writer.await.expect("writer");
+    producer.wait_rows(0, Duration::from_secs(90)).await;
+    for relay in &mut relays {
+        assert!(relay.is_running(), "a relay exited by itself");
+    }
+
+    // The checker: every committed row is exactly one message, delivered; no rolled-back row is anything.
+    let listed = messages(&herald, &app).await;
+    let mut per_event: HashMap<&str, usize> = HashMap::new();
+    for (event_id, _) in &listed {
+        *per_event.entry(event_id.as_str()).or_default() += 1;
+    }
+    for event_id in &committed {
+        assert_eq!(per_event.get(event_id.as_str()), Some(&1), "{event_id}: one message");
+    }
+    for event_id in &rolled_back {
+        assert!(!per_event.contains_key(event_id.as_str()), "{event_id} was rolled back");
+    }
+    assert_eq!(listed.len(), committed.len(), "no message that is not a committed row");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let delivered: HashSet<String> = receiver
+            .received()
+            .iter()
+            .filter(|r| r.status == 200)
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect();
+        if delivered.len() == committed.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} messages delivered",
+            delivered.len(),
+            committed.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let delivered_events: HashSet<i64> = receiver
+        .received()
+        .iter()
+        .map(|r| payload_of(r)["n"].as_i64().expect("n"))
+        .collect();
+    assert_eq!(
+        delivered_events.len(),
+        committed.len(),
+        "every committed row reached the receiver"
+    );
+    assert!(committed.len() >= 150, "the load was real: {} rows", committed.len());
+}
+
+/// examples/outbox-invoice (Python, psycopg) against a real Herald: through `herald_publish` on Herald's
+/// own PostgreSQL, and through its own outbox table and `herald relay`.
+#[tokio::test]
+async fn the_invoice_example_publishes_in_its_transaction() {
+    let Some(herald) = Herald::start_pg("the_invoice_example_publishes_in_its_transaction", &[]).await else {
+        return;
+    };
+    // scripts/test installs psycopg into target/outbox-example-venv (HERALD_TEST_EXAMPLE_PYTHON).
+    let python = std::env::var("HERALD_TEST_EXAMPLE_PYTHON").unwrap_or_else(|_| {
+        let venv = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/outbox-example-venv/bin/python"
+        );
+        if std::path::Path::new(venv).exists() {
+            venv.to_owned()
+        } else {
+            "python3".to_owned()
+        }
+    });
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/outbox-invoice/billing.py");
+    let app = herald.post("/app", json!({"name": "Acme", "uid": "acme"})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let receiver = Receiver::start(Reply::status(200)).await;
+    herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let herald_db = herald.database.as_ref().expect("database").url.clone();
+    let shop = Producer::postgres("the invoice example's own database")
+        .await
+        .expect("PostgreSQL");
+    let billing = |database: &str, args: &[&str]| {
+        let output = std::process::Command::new(&python)
+            .arg(script)
+            .args(["--database", database, "--app", "acme"])
+            .args(args)
+            .output()
+            .expect("run billing.py (its Python needs psycopg: examples/outbox-invoice/requirements.txt)");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr),
+        )
+    };
+    for database in [herald_db.as_str(), shop.url.as_str()] {
+        let (code, out) = billing(database, &["init"]);
+        assert_eq!(code, Some(0), "{out}");
+    }
+    // On Herald's database: herald_publish.
+    assert_eq!(billing(&herald_db, &["pay", "inv_1"]).0, Some(0));
+    let (code, out) = billing(&herald_db, &["pay", "inv_2", "--decline"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("card declined"), "{out}");
+    // Paying again is refused by the service (the invoice is no longer open): still one event.
+    assert_eq!(billing(&herald_db, &["pay", "inv_1"]).0, Some(1));
+    // On its own database: the outbox table and the relay.
+    assert_eq!(billing(&shop.url, &["--outbox", "table", "pay", "inv_3"]).0, Some(0));
+    assert_eq!(
+        billing(&shop.url, &["--outbox", "table", "pay", "inv_4", "--decline"]).0,
+        Some(1)
+    );
+    let _relay = RelayProcess::start(&shop, &base(&herald), &[]);
+
+    wait_messages(&receiver, 2, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = receiver.received();
+    assert_eq!(distinct_messages(&got), 2, "only the committed payments");
+    let invoices: HashSet<String> = got
+        .iter()
+        .map(|r| payload_of(r)["invoice"].as_str().expect("invoice").to_owned())
+        .collect();
+    assert_eq!(invoices, HashSet::from(["inv_1".to_owned(), "inv_3".to_owned()]));
+    let message = herald.get(&format!("/app/{app}/msg/invoice.paid:inv_1")).await;
+    assert_eq!(message["payload"]["amount"], 100);
+    // The declined payment's update was rolled back with its event.
+    let status: String = sqlx::query_scalar("SELECT status FROM invoice WHERE id = 'inv_4'")
+        .fetch_one(&shop.pool)
+        .await
+        .expect("inv_4");
+    assert_eq!(status, "open");
+}

@@ -1,0 +1,580 @@
+#!/usr/bin/env python3
+"""Herald's Svix compatibility suite for the official Python SDK (both pinned generations).
+
+Every operation the installed `svix` package exposes is found by walking the SDK's own client (the
+resource properties of `svix.Svix` and the public methods of each resource class). The suite then drives
+each of them against a running Herald:
+
+* operations Herald implements run in a scenario below, and each must return the SDK's parsed model (or
+  `None` where the SDK declares `-> None`) or raise the SDK's own exception class (`HttpError`,
+  `HTTPValidationError`) where the scenario expects an error;
+* operations of Svix Cloud products Herald does not offer (NOT_OFFERED below) must raise `HttpError` with
+  status 501 and code `not_implemented`;
+* an operation the SDK has and the suite knows neither way fails the suite: a new operation in a pinned
+  SDK must be looked at, not skipped.
+
+Deliveries go to a receiver this script runs on loopback; each is verified with the SDK's own
+`svix.webhooks.Webhook`.
+
+Environment: HERALD_URL, HERALD_TOKEN (required); COMPAT_SIGNATURE_HEADERS, the names Herald was told to
+send the signature headers under (`webhook`, the default, `svix` or `both`): each delivery must carry
+exactly those sets, and each set alone must verify.
+Output: `compat: …` progress on stderr; on success the last stdout line is
+`COMPAT OK svix-python <version>: <n> operations (<s> supported, <u> not offered)`.
+Exit status 0 on success; 1 with `COMPAT FAILURE …` lines otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import typing as t
+import urllib.request
+import uuid
+
+import pydantic
+import svix
+import svix.models as models
+from svix import Svix, SvixOptions
+from svix.exceptions import HttpError, HTTPValidationError
+from svix.webhooks import Webhook
+
+# Operations (dotted SDK names) of Svix Cloud products Herald does not offer, by prefix. Each must answer
+# 501 `not_implemented`; docs/svix-compatibility.md lists them.
+NOT_OFFERED_PREFIXES = (
+    "streaming.",
+    "ingest.",
+    "connector.",
+    "environment.",
+    "integration.",
+    "operational_webhook.",
+    "operational_webhook_endpoint.",
+    "statistics.",
+    "autoconfig_subscription.",
+    "application.destination.",
+    "destination.",
+    "endpoint.transformation.",
+    "authentication.stream_",
+    "authentication.get_stream_poller_token",
+    "authentication.rotate_stream_poller_token",
+)
+# Single operations that answer 501 in this version of Herald (sender features not implemented yet).
+NOT_OFFERED = {
+    "endpoint.transformation_partial_update",
+    "endpoint.transformation_get",
+    "endpoint.patch_transformation",
+    "endpoint.bulk_replay",
+    "endpoint.send_example",
+    "message.expunge_all_contents",
+    "message_attempt.expunge_content",
+    "background_task.list",
+    "authentication.logout",
+}
+
+
+class Mismatch(Exception):
+    """The server answered, but not what a Svix-compatible server must answer."""
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise Mismatch(what)
+
+
+def discover(client: Svix) -> dict[str, t.Callable[..., t.Any]]:
+    """Every operation of the SDK: dotted name -> bound method, found by walking the client's resources."""
+    found: dict[str, t.Callable[..., t.Any]] = {}
+
+    def walk(obj: object, prefix: str) -> None:
+        for name, member in inspect.getmembers(type(obj)):
+            if name.startswith("_"):
+                continue
+            if isinstance(member, property):
+                walk(getattr(obj, name), f"{prefix}{name}.")
+            elif inspect.isfunction(member):
+                found[f"{prefix}{name}"] = getattr(obj, name)
+
+    walk(client, "")
+    return found
+
+
+class Recorder:
+    """Wraps the SDK client: every operation called through it is checked and recorded by dotted name."""
+
+    def __init__(self, target: object, prefix: str, suite: "Suite") -> None:
+        self._target, self._prefix, self._suite = target, prefix, suite
+
+    def __getattr__(self, name: str) -> t.Any:
+        value = getattr(self._target, name)
+        dotted = f"{self._prefix}{name}"
+        if inspect.ismethod(value):
+            return lambda *a, **kw: self._suite.call(dotted, value, *a, **kw)
+        return Recorder(value, f"{dotted}.", self._suite)
+
+
+class Suite:
+    def __init__(self, url: str, token: str) -> None:
+        self.client = Svix(token, SvixOptions(server_url=url, timeout=10.0))
+        # Not-offered operations answer 5xx, which the SDK retries: no retries there, to keep the run short.
+        self.no_retry = Svix(token, SvixOptions(server_url=url, timeout=10.0, retry_schedule=[]))
+        self.sdk = Recorder(self.client, "", self)
+        self.called: set[str] = set()
+        self.failures: list[str] = []
+        self.expected_status: int | None = None
+
+    def call(self, dotted: str, method: t.Callable[..., t.Any], *args: t.Any, **kwargs: t.Any) -> t.Any:
+        """Run one SDK operation: it must return its declared model, or raise the SDK's own error."""
+        self.called.add(dotted)
+        expected, self.expected_status = self.expected_status, None
+        declared = inspect.signature(method).return_annotation
+        try:
+            result = method(*args, **kwargs)
+        except (HttpError, HTTPValidationError) as exc:
+            if expected is None:
+                raise Mismatch(f"{dotted}: HTTP {exc.status_code} {describe(exc)}") from exc
+            expect(
+                exc.status_code == expected,
+                f"{dotted}: expected HTTP {expected}, got {exc.status_code} {describe(exc)}",
+            )
+            return exc
+        except Mismatch:
+            raise
+        except Exception as exc:  # raised inside the SDK: the server's answer could not be parsed
+            raise Mismatch(f"{dotted}: the SDK crashed on Herald's answer: {type(exc).__name__}: {exc}") from exc
+        expect(expected is None, f"{dotted}: expected HTTP {expected}, the call succeeded")
+        if declared in (None, "None", inspect.Signature.empty):
+            expect(result is None, f"{dotted}: declared -> None, returned {result!r}")
+        else:
+            expect(isinstance(result, pydantic.BaseModel), f"{dotted}: returned {type(result).__name__}, not a model")
+        return result
+
+    def error(self, status: int) -> "Suite":
+        """`suite.error(404).sdk.application.get(...)`: the next call must raise the SDK's error with status."""
+        self.expected_status = status
+        return self
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, (HttpError, HTTPValidationError)):
+        return f"code={getattr(exc, 'code', None)!r} detail={exc.detail!r}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def mk(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
+    """Build the SDK model `model` (the first of several names that exists in this generation), mapping
+    field names that differ between generations (`event_types` / `filter_types`)."""
+    names = (model,) if isinstance(model, str) else model
+    cls = next((getattr(models, n) for n in names if hasattr(models, n)), None)
+    if cls is None:
+        raise Mismatch(f"none of the models {names} exists in svix {svix.__version__}")
+    known = cls.model_fields
+    renamed: dict[str, t.Any] = {}
+    for key, value in fields.items():
+        if key not in known and key == "event_types" and "filter_types" in known:
+            key = "filter_types"
+        if key not in known:
+            continue  # a field this generation does not have
+        renamed[key] = value
+    return cls(**renamed)
+
+
+def options(name: str, /, **fields: t.Any) -> t.Any:
+    """An SDK options dataclass (`svix.api.<Name>`), with only the fields this generation has."""
+    import svix.api as api
+
+    cls = getattr(api, name)
+    allowed = {f for f in cls.__dataclass_fields__}
+    return cls(**{k: v for k, v in fields.items() if k in allowed})
+
+
+# -------------------------------------------------------------------------------------------------------
+# The receiver: records deliveries on loopback
+# -------------------------------------------------------------------------------------------------------
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with outer.lock:
+                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: t.Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def wait_for(self, msg_id: str, timeout: float = 20.0) -> tuple[dict[str, str], bytes]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                for headers, body in self.requests:
+                    if msg_id in (headers.get("webhook-id"), headers.get("svix-id")):
+                        return headers, body
+            time.sleep(0.05)
+        raise Mismatch(f"message {msg_id} was not delivered within {timeout:.0f}s")
+
+
+# -------------------------------------------------------------------------------------------------------
+# The scenario: every operation Herald implements
+# -------------------------------------------------------------------------------------------------------
+
+
+HEADER_SETS = {
+    "webhook": ("webhook-id", "webhook-timestamp", "webhook-signature"),
+    "svix": ("svix-id", "svix-timestamp", "svix-signature"),
+}
+
+
+def verify_delivery(secret: str, headers: dict[str, str], body: bytes) -> None:
+    """The delivery carries exactly the signature header sets Herald was told to send, and each set on its
+    own verifies with the SDK's `Webhook`."""
+    mode = os.environ.get("COMPAT_SIGNATURE_HEADERS", "webhook")
+    wanted = ["webhook", "svix"] if mode == "both" else [mode]
+    for name, names in HEADER_SETS.items():
+        present = [n for n in names if n in headers]
+        if name in wanted:
+            expect(len(present) == 3, f"signature headers {names} expected in {mode!r} mode, got {sorted(headers)}")
+            only = {k: v for k, v in headers.items() if k not in sum(HEADER_SETS.values(), ()) or k in names}
+            Webhook(secret).verify(body, only)
+        else:
+            expect(not present, f"{present} sent in {mode!r} mode")
+
+
+def wait_attempts(s: Suite, app_id: str, msg_id: str, n: int = 1, timeout: float = 20.0) -> list[t.Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        page = s.sdk.message_attempt.list_by_msg(app_id, msg_id)
+        if len(page.data) >= n:
+            return page.data
+        if time.monotonic() > deadline:
+            raise Mismatch(f"message {msg_id}: {len(page.data)} attempts after {timeout:.0f}s, wanted {n}")
+        time.sleep(0.1)
+
+
+def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> None:
+    sdk = s.sdk
+    suffix = uuid.uuid4().hex[:10]
+    gen2 = hasattr(models, "EndpointUpsertIn")
+
+    step("health")
+    sdk.health.get()
+
+    step("applications")
+    app = sdk.application.create(mk("ApplicationIn", name=f"compat {suffix}", uid=f"app-{suffix}", metadata={"a": "1"}))
+    expect(app.metadata == {"a": "1"}, f"ApplicationOut.metadata {app.metadata!r}")
+    expect(sdk.application.get(f"app-{suffix}").id == app.id, "GET by uid answers another app")
+    page = sdk.application.list(options("ApplicationListOptions", limit=10))
+    expect(isinstance(page.done, bool), "ListResponse.done is not a bool")
+    patched = sdk.application.patch(app.id, mk("ApplicationPatch", name=f"renamed {suffix}"))
+    expect(patched.name == f"renamed {suffix}", f"patched name {patched.name!r}")
+    replace = sdk.application.upsert if gen2 else sdk.application.update
+    replaced = replace(app.id, mk("ApplicationIn", name=f"replaced {suffix}", uid=f"app-{suffix}"))
+    expect(replaced.name == f"replaced {suffix}", f"replaced name {replaced.name!r}")
+    again = sdk.application.get_or_create(mk("ApplicationIn", name="ignored", uid=f"app-{suffix}"))
+    expect(again.id == app.id, "get_or_create of an existing uid made a new app")
+    # What the SDK sends for arguments left None: `null`, which means the default (issue 16, item 2).
+    nulls = sdk.application.create(mk("ApplicationIn", name=f"nulls {suffix}", metadata=None, uid=None, throttle_rate=None))
+    expect(nulls.metadata == {}, f"metadata=None gave {nulls.metadata!r}")
+    reset = sdk.application.patch(app.id, mk("ApplicationPatch", metadata=None))
+    expect(reset.metadata == {}, f"PATCH metadata=None gave {reset.metadata!r}")
+    other = sdk.application.create(mk("ApplicationIn", name=f"other {suffix}"))
+    sdk.application.delete(other.id)
+    s.error(404).sdk.application.get(other.id)
+
+    step("event types")
+    et_name = f"compat.{suffix}"
+    et = sdk.event_type.create(mk("EventTypeIn", name=et_name, description="compat event"))
+    expect(et.name == et_name, f"EventTypeOut.name {et.name!r}")
+    expect(sdk.event_type.get(et_name).description == "compat event", "event type description lost")
+    sdk.event_type.list(options("EventTypeListOptions", limit=50))
+    sdk.event_type.patch(et_name, mk("EventTypePatch", description="patched"))
+    replace = sdk.event_type.upsert if gen2 else sdk.event_type.update
+    replace(et_name, mk(("EventTypeUpsertIn", "EventTypeUpdate"), description="replaced"))
+    gone = f"compat.gone.{suffix}"
+    sdk.event_type.create(mk("EventTypeIn", name=gone, description="to delete"))
+    sdk.event_type.delete(gone)
+    spec = {
+        "openapi": "3.1.0",
+        "info": {"title": "compat", "version": "1"},
+        "webhooks": {
+            f"imported.{suffix}": {
+                "post": {
+                    "description": "imported event",
+                    "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/P"}}}},
+                }
+            }
+        },
+        "components": {"schemas": {"P": {"type": "object", "properties": {"id": {"type": "string"}}}}},
+    }
+    preview = sdk.event_type.import_openapi(mk("EventTypeImportOpenApiIn", spec=spec, dry_run=True))
+    expect([e.name for e in preview.data.to_modify or []] == [f"imported.{suffix}"], f"dry run {preview!r}")
+    s.error(404).sdk.event_type.get(f"imported.{suffix}")
+    done = sdk.event_type.import_openapi(mk("EventTypeImportOpenApiIn", spec=spec))
+    expect(done.data.modified == [f"imported.{suffix}"], f"import modified {done.data.modified!r}")
+    imported = sdk.event_type.get(f"imported.{suffix}")
+    expect(imported.description == "imported event", f"imported description {imported.description!r}")
+    expect(imported.schemas == {"1": {"type": "object", "properties": {"id": {"type": "string"}}}}, "imported schema")
+
+    step("endpoints")
+    ep = sdk.endpoint.create(
+        app.id,
+        mk("EndpointIn", url=receiver.url, description="compat", event_types=[et_name], metadata={"k": "v"}),
+    )
+    expect(ep.url == receiver.url, f"EndpointOut.url {ep.url!r}")
+    expect(sdk.endpoint.get(app.id, ep.id).id == ep.id, "GET endpoint answers another endpoint")
+    sdk.endpoint.list(app.id, options("EndpointListOptions", limit=10))
+    sdk.endpoint.patch(app.id, ep.id, mk("EndpointPatch", description="patched"))
+    replace = sdk.endpoint.upsert if gen2 else sdk.endpoint.update
+    replace(app.id, ep.id, mk(("EndpointUpsertIn", "EndpointUpdate"), url=receiver.url, event_types=[et_name]))
+    secret = sdk.endpoint.get_secret(app.id, ep.id)
+    expect(secret.key.startswith("whsec_"), "EndpointSecretOut.key has no whsec_ prefix")
+    nulls_ep = sdk.endpoint.create(
+        app.id,
+        mk(
+            "EndpointIn",
+            url=receiver.url,
+            metadata=None,
+            description=None,
+            uid=None,
+            channels=None,
+            secret=None,
+            event_types=None,
+            throttle_rate=None,
+            disabled=None,
+        ),
+    )
+    expect(nulls_ep.metadata == {} and nulls_ep.description == "", "null fields on endpoint create")
+    nulls_ep = sdk.endpoint.patch(
+        app.id, nulls_ep.id, mk("EndpointPatch", metadata=None, description=None, channels=None, event_types=None)
+    )
+    expect(nulls_ep.metadata == {} and not nulls_ep.channels, "null fields on endpoint patch")
+    sdk.endpoint.delete(app.id, nulls_ep.id)
+    set_headers = sdk.endpoint.set_headers if gen2 else sdk.endpoint.update_headers
+    set_headers(app.id, ep.id, mk("EndpointHeadersIn", headers={"X-Compat": "1", "X-Gone": "1"}))
+    sdk.endpoint.patch_headers(
+        app.id, ep.id, mk("EndpointHeadersPatchIn", headers={"X-Other": "2"}, delete_headers=["x-gone"])
+    )
+    headers = sdk.endpoint.get_headers(app.id, ep.id)
+    # Names come back as spelled; deleteHeaders removes (case-insensitively).
+    expect(headers.headers == {"X-Compat": "1", "X-Other": "2"}, f"headers {headers.headers!r}")
+    stats = sdk.endpoint.get_stats(app.id, ep.id)
+    expect(stats.success >= 0 and stats.canceled >= 0, "EndpointStats.success/canceled")
+    if gen2:  # 1.x has no attempt-stats operation
+        counted = sdk.endpoint.get_attempt_stats(app.id, ep.id)
+        expect(counted.success == 0 and counted.fail == 0, f"attempt stats before any message: {counted!r}")
+    active = sdk.message.precheck(app.id, mk("MessagePrecheckIn", event_type=et_name))
+    expect(active.active is True, "precheck: the endpoint subscribed to the event type is not active")
+    idle = sdk.message.precheck(app.id, mk("MessagePrecheckIn", event_type=f"{et_name}.nobody", channels=["x"]))
+    expect(idle.active is False, "precheck: an event type no endpoint takes is active")
+    sink_id = None
+    if hasattr(s.client.message, "poller"):  # every 2.x; some 1.x have no poller
+        # Pull delivery: a polling endpoint (created over HTTP, a Herald resource the SDKs have no operation
+        # for), read through the poller before any message is published.
+        request = urllib.request.Request(
+            f"{os.environ['HERALD_URL']}/api/v1/app/{app.id}/polling-endpoint",
+            data=json.dumps({"eventTypes": [et_name]}).encode(),
+            headers={"authorization": f"Bearer {os.environ['HERALD_TOKEN']}", "content-type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request) as answer:
+            sink_id = json.load(answer)["id"]
+        head = sdk.message.poller.poll(app.id, sink_id)
+        expect(head.done and isinstance(head.iterator, str), f"poller.poll on an empty stream: {head!r}")
+        polled = sdk.message.poller.consumer_poll(app.id, sink_id, "compat")
+        expect(polled.done, f"poller.consumer_poll: {polled!r}")
+        sought = sdk.message.poller.consumer_seek(
+            app.id, sink_id, "compat", mk("PollingEndpointConsumerSeekIn", after=dt.datetime.now(dt.timezone.utc))
+        )
+        expect(isinstance(sought.iterator, str), f"poller.consumer_seek: {sought!r}")
+    extra = sdk.endpoint.create(app.id, mk("EndpointIn", url=receiver.url))
+    sdk.endpoint.delete(app.id, extra.id)
+    s.error(404).sdk.endpoint.get(app.id, extra.id)
+    # A disabled endpoint: it exists but gets no deliveries.
+    extra_ep = sdk.endpoint.create(app.id, mk("EndpointIn", url=receiver.url, disabled=True))
+
+    step("messages and deliveries")
+    payload = {"type": et_name, "n": 1, "text": "h\u00e9llo"}
+    msg = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload=payload, event_id=f"evt-{suffix}"))
+    expect(msg.event_type == et_name, f"MessageOut.eventType {msg.event_type!r}")
+    if sink_id:
+        # The message is on the polling endpoint's stream: the poller reads it with its payload, the consumer
+        # (sought to before it) gets it until it commits, and a seek back serves it again.
+        page = sdk.message.poller.poll(app.id, sink_id)
+        found = [m for m in page.data if m.id == msg.id]
+        expect(
+            len(found) == 1 and found[0].event_type == et_name and found[0].payload == payload,
+            f"poller.poll after publishing: {page.data!r}",
+        )
+        first = sdk.message.poller.consumer_poll(app.id, sink_id, "compat")
+        expect([m.id for m in first.data] == [msg.id], f"poller.consumer_poll after publishing: {first!r}")
+        # Coming back with the answer's iterator commits it (until then the page would be served again).
+        again = sdk.message.poller.consumer_poll(
+            app.id, sink_id, "compat", options("MessagePollerConsumerPollOptions", iterator=first.iterator)
+        )
+        expect(not again.data, f"poller.consumer_poll after committing serves the message again: {again!r}")
+        sdk.message.poller.consumer_seek(
+            app.id, sink_id, "compat", mk("PollingEndpointConsumerSeekIn", after=msg.timestamp - dt.timedelta(seconds=1))
+        )
+        replayed = sdk.message.poller.consumer_poll(app.id, sink_id, "compat")
+        expect(msg.id in [m.id for m in replayed.data], f"poller.consumer_poll after a seek back: {replayed!r}")
+    got = sdk.message.get(app.id, msg.id, options("MessageGetOptions", with_content=True))
+    expect(got.payload == payload, f"MessageOut.payload {got.payload!r}")
+    sdk.message.list(app.id, options("MessageListOptions", limit=10))
+    # An inline `application` creates the app named in the path (its uid) with the message.
+    inline = sdk.message.create(
+        f"inline-{suffix}",
+        mk("MessageIn", event_type=et_name, payload={"a": 1}, application=mk("ApplicationIn", name="inline")),
+    )
+    expect(sdk.application.get(f"inline-{suffix}").name == "inline", "inline application not created")
+    expect(bool(inline.id), "MessageOut.id of the inline-app message")
+    headers, body = receiver.wait_for(msg.id)
+    verify_delivery(secret.key, headers, body)
+    expect(json.loads(body) == payload, f"delivered body {body!r}")
+    attempts = wait_attempts(s, app.id, msg.id)
+    expect(attempts[0].msg_id == msg.id, "attempt msgId")
+    one = sdk.message_attempt.get(app.id, msg.id, attempts[0].id)
+    expect(one.id == attempts[0].id and one.endpoint_id == ep.id, f"GET attempt answered {one.id!r}")
+    s.error(404).sdk.message_attempt.get(app.id, msg.id, "atmpt_2AAAAAAAAAAAAAAAAAAAAAAAAAA")
+    only_ep = sdk.message_attempt.list_by_msg(app.id, msg.id, options("MessageAttemptListByMsgOptions", endpoint_id=extra_ep.id))
+    expect(only_ep.data == [], f"attempts filtered by another endpoint: {[a.id for a in only_ep.data]}")
+    mine = sdk.message_attempt.list_by_msg(app.id, msg.id, options("MessageAttemptListByMsgOptions", endpoint_id=ep.id))
+    expect([a.id for a in mine.data] == [a.id for a in attempts], "attempts filtered by their own endpoint")
+    with_msg = sdk.message_attempt.list_by_endpoint(
+        app.id, ep.id, options("MessageAttemptListByEndpointOptions", with_msg=True)
+    )
+    expect(with_msg.data[0].msg is not None and with_msg.data[0].msg.id == msg.id, "with_msg=true gave no msg")
+    sdk.message_attempt.list_by_endpoint(app.id, ep.id)
+    sdk.message_attempt.list_attempted_destinations(app.id, msg.id)
+    sdk.message_attempt.list_attempted_messages(app.id, ep.id)
+    sdk.message_attempt.resend(app.id, msg.id, ep.id)
+    wait_attempts(s, app.id, msg.id, 2)
+
+    step("secret rotation, replay and recovery")
+    sdk.endpoint.rotate_secret(app.id, ep.id, mk("EndpointSecretRotateIn"))
+    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    sdk.endpoint.replay_missing(app.id, ep.id, mk("ReplayIn", since=since))
+    recovered = sdk.endpoint.recover(app.id, ep.id, mk("RecoverIn", since=since))
+    sdk.background_task.get(recovered.id)
+    sdk.message.expunge_content(app.id, msg.id)
+    if gen2:  # 1.x has no bulk expunge
+        bulk = sdk.message.bulk_expunge_content(app.id, mk("BulkExpungeContentsIn", ids=[msg.id, "msg_unknown"]))
+        expect(
+            {k: str(v) for k, v in bulk.results.items()} == {msg.id: "expunged", "msg_unknown": "not-found"},
+            f"bulk expunge results {bulk.results!r}",
+        )
+
+    step("portal access")
+    access = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn"))
+    expect(bool(access.token), "AppPortalAccessOut.token is empty")
+    expect(access.url.startswith("http"), f"AppPortalAccessOut.url {access.url!r} is not absolute")
+    if not gen2:  # the deprecated dashboard access, 1.x only
+        dashboard = sdk.authentication.dashboard_access(app.id)
+        expect(bool(dashboard.token) and dashboard.url.startswith("http"), f"dashboard access {dashboard!r}")
+    sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn"))
+
+
+# -------------------------------------------------------------------------------------------------------
+# Not offered: each must answer 501 not_implemented
+# -------------------------------------------------------------------------------------------------------
+
+
+def placeholder(param: inspect.Parameter) -> t.Any:
+    """An argument for a not-offered operation: the request never gets past routing, so any will do."""
+    annotation = param.annotation
+    if annotation is str or annotation == "str":
+        return "placeholder"
+    if inspect.isclass(annotation) and issubclass(annotation, pydantic.BaseModel):
+        return annotation.model_construct()
+    raise Mismatch(f"no placeholder for parameter {param.name}: {annotation!r}")
+
+
+def not_offered(name: str) -> bool:
+    return name in NOT_OFFERED or name.startswith(NOT_OFFERED_PREFIXES)
+
+
+def check_not_offered(s: Suite, name: str) -> None:
+    method = discover(s.no_retry)[name]
+    params = [p for p in inspect.signature(method).parameters.values() if p.default is inspect.Parameter.empty]
+    try:
+        method(*[placeholder(p) for p in params])
+    except HttpError as exc:
+        expect(
+            exc.status_code == 501 and exc.code == "not_implemented",
+            f"{name}: expected 501 not_implemented, got {exc.status_code} {describe(exc)}",
+        )
+        return
+    except HTTPValidationError as exc:
+        raise Mismatch(f"{name}: expected 501 not_implemented, got {exc.status_code} {describe(exc)}") from exc
+    except Exception as exc:
+        raise Mismatch(f"{name}: the SDK crashed on Herald's answer: {type(exc).__name__}: {exc}") from exc
+    raise Mismatch(f"{name}: expected 501 not_implemented, the call succeeded")
+
+
+def main() -> None:
+    url, token = os.environ["HERALD_URL"], os.environ["HERALD_TOKEN"]
+    suite = Suite(url, token)
+    operations = discover(suite.client)
+    receiver = Receiver()
+    current = ["setup"]
+
+    def step(name: str) -> None:
+        current[0] = name
+        print(f"compat: {name}", file=sys.stderr, flush=True)
+
+    try:
+        scenario(suite, receiver, step)
+    except Exception as exc:
+        if os.environ.get("COMPAT_DEBUG"):
+            traceback.print_exc()
+        suite.failures.append(f"step '{current[0]}': {describe(exc) if not isinstance(exc, Mismatch) else exc}")
+
+    unsupported = sorted(n for n in operations if not_offered(n))
+    for name in unsupported:
+        if name in suite.called:
+            suite.failures.append(f"{name} is listed as not offered but the scenario calls it")
+            continue
+        try:
+            check_not_offered(suite, name)
+        except Mismatch as exc:
+            suite.failures.append(str(exc))
+    if not suite.failures:
+        unknown = sorted(n for n in operations if n not in suite.called and not not_offered(n))
+        suite.failures.extend(
+            f"{name}: an operation of svix {svix.__version__} the suite does not know (add it to the scenario "
+            "or to NOT_OFFERED)"
+            for name in unknown
+        )
+
+    for failure in suite.failures:
+        print(f"COMPAT FAILURE svix-python {svix.__version__}: {failure}", flush=True)
+        print(f"COMPAT FAILURE svix-python {svix.__version__}: {failure}", file=sys.stderr, flush=True)
+    if suite.failures:
+        sys.exit(1)
+    supported = len(operations) - len(unsupported)
+    print(
+        f"COMPAT OK svix-python {svix.__version__}: {len(operations)} operations "
+        f"({supported} supported, {len(unsupported)} not offered)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
