@@ -71,10 +71,7 @@ pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), 
     // Characters, as JSON Schema's `maxLength` counts them (the document states these bounds so).
     let length = value.chars().count();
     if length > max {
-        return Err(ApiError::body(
-            field,
-            format!("at most {max} characters, got {length}"),
-        ));
+        return Err(ApiError::body(field, format!("at most {max} characters, got {length}")));
     }
     if let Some(c) = value
         .chars()
