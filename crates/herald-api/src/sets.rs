@@ -18,7 +18,7 @@ fn collapse<E: Error, const MAX: usize>(items: Vec<String>) -> Result<BTreeSet<S
 }
 
 /// `deserialize_with` for `Option<BTreeSet<String>>` (pair it with `#[serde(default)]`).
-pub fn option<'de, D: Deserializer<'de>, const MAX: usize>(
+pub(crate) fn option<'de, D: Deserializer<'de>, const MAX: usize>(
     deserializer: D,
 ) -> Result<Option<BTreeSet<String>>, D::Error> {
     Option::<Vec<String>>::deserialize(deserializer)?
@@ -27,7 +27,7 @@ pub fn option<'de, D: Deserializer<'de>, const MAX: usize>(
 }
 
 /// `deserialize_with` for a PATCH field `Patch<BTreeSet<String>>` (pair it with `#[serde(default)]`).
-pub fn patch<'de, D: Deserializer<'de>, const MAX: usize>(
+pub(crate) fn patch<'de, D: Deserializer<'de>, const MAX: usize>(
     deserializer: D,
 ) -> Result<Patch<BTreeSet<String>>, D::Error> {
     Ok(match Option::<Vec<String>>::deserialize(deserializer)? {
