@@ -160,6 +160,30 @@ impl Ledger {
         }
     }
 
+    /// Fail unless every acknowledged inbox event is stored (through the admin API) and `also` holds on
+    /// the stored events ([`inbox_events`]), then wait until every one reached `handler`, then the same
+    /// checks after `kill -9` and a restart; every arrival's `herald-inbox-id`.
+    pub(crate) async fn assert_inbox_kept(
+        &self,
+        inbox: &mut super::Herald,
+        handler: &super::Receiver,
+        also: impl Fn(&BTreeMap<String, Vec<String>>, &str),
+    ) -> Vec<String> {
+        self.assert_all_stored(&inbox_stored(inbox, &self.acknowledged).await, "through the API");
+        also(&inbox_events(inbox).await, "through the API");
+        let arrivals = self
+            .wait_arrivals(handler, "herald-inbox-id", Duration::from_secs(90))
+            .await;
+        inbox.kill9();
+        inbox.restart().await;
+        self.assert_all_stored(
+            &inbox_stored(inbox, &self.acknowledged).await,
+            "after kill -9 and restart",
+        );
+        also(&inbox_events(inbox).await, "after kill -9 and restart");
+        arrivals
+    }
+
     /// Fail unless every acknowledged id is in `stored`.
     pub(crate) fn assert_all_stored(&self, stored: &BTreeSet<String>, when: &str) {
         let lost: Vec<&String> = self.acknowledged.difference(stored).collect();
@@ -169,6 +193,73 @@ impl Ledger {
             lost.len(),
             self.acknowledged.len()
         );
+    }
+}
+
+/// The signing secret of the fault tests' inbox source `billing`.
+const INBOX_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// An inbox configuration with one Standard Webhooks source, `billing`, forwarding to `handler`.
+pub(crate) fn inbox_config(handler: &super::Receiver) -> String {
+    format!(
+        "[[source]]\nname = \"billing\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{INBOX_SECRET}\"]\nforward_to = \"{}\"\n",
+        handler.url()
+    )
+}
+
+/// Post `body` to the inbox's `billing` source as the provider would, signed, with `msg_id` as its
+/// `webhook-id` (the inbox's deduplication key).
+pub(crate) async fn post_signed(inbox: &super::Herald, msg_id: &str, body: &str) -> (u16, serde_json::Value) {
+    let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();
+    let signature =
+        herald_signature::HmacSecret::parse(INBOX_SECRET)
+            .expect("secret")
+            .sign(msg_id, timestamp, body.as_bytes());
+    let timestamp = timestamp.to_string();
+    let headers = [
+        ("content-type", "application/json"),
+        ("webhook-id", msg_id),
+        ("webhook-timestamp", timestamp.as_str()),
+        ("webhook-signature", signature.as_str()),
+    ];
+    inbox.post_raw("/in/billing", body.as_bytes(), &headers).await
+}
+
+/// The inbox events among `ids` that the admin API finds.
+pub(crate) async fn inbox_stored(inbox: &super::Herald, ids: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for id in ids {
+        let (status, body) = inbox.call("GET", &format!("/inbox/event/{id}/"), None).await;
+        match status {
+            200 => {
+                found.insert(id.clone());
+            }
+            404 => {}
+            other => panic!("GET /inbox/event/{id}/: {other} {body}"),
+        }
+    }
+    found
+}
+
+/// Each stored inbox event's provider id (`eventId`, the `webhook-id` it was posted with) and inbox ids.
+pub(crate) async fn inbox_events(inbox: &super::Herald) -> BTreeMap<String, Vec<String>> {
+    let mut events: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut iterator: Option<String> = None;
+    loop {
+        let path = match &iterator {
+            Some(after) => format!("/inbox/event?limit=250&iterator={after}"),
+            None => "/inbox/event?limit=250".to_owned(),
+        };
+        let page = inbox.get(&path).await;
+        for event in page["data"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            if let (Some(provider), Some(id)) = (event["eventId"].as_str(), event["id"].as_str()) {
+                events.entry(provider.to_owned()).or_default().push(id.to_owned());
+            }
+        }
+        if page["done"].as_bool().unwrap_or(true) {
+            return events;
+        }
+        iterator = page["iterator"].as_str().map(str::to_owned);
     }
 }
 
