@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// How many fault rounds a test runs: `HERALD_FAULT_ROUNDS`, or `default` (kept small so the suite
 /// stays fast; raise it to soak).
-pub fn rounds(default: usize) -> usize {
+pub(crate) fn rounds(default: usize) -> usize {
     std::env::var("HERALD_FAULT_ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -18,12 +18,12 @@ pub fn rounds(default: usize) -> usize {
 
 /// A tmpfs of a fixed size mounted on a fresh temporary directory; unmounted when dropped. Needs root
 /// (CI runs as root); a test that cannot mount fails rather than passing without its fault.
-pub struct SizedTmpfs {
+pub(crate) struct SizedTmpfs {
     dir: tempfile::TempDir,
 }
 
 impl SizedTmpfs {
-    pub fn mount(mebibytes: u32) -> Self {
+    pub(crate) fn mount(mebibytes: u32) -> Self {
         let dir = tempfile::tempdir().expect("mount point");
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mebibytes}m,mode=0700"), "tmpfs"])
@@ -37,17 +37,17 @@ impl SizedTmpfs {
         Self { dir }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// A SQLite URL for a file on this filesystem.
-    pub fn sqlite_url(&self, name: &str) -> String {
+    pub(crate) fn sqlite_url(&self, name: &str) -> String {
         format!("sqlite://{}", self.path().join(name).display())
     }
 
     /// The ballast file that fills this filesystem.
-    pub fn ballast(&self) -> Ballast {
+    pub(crate) fn ballast(&self) -> Ballast {
         Ballast {
             path: self.path().join("ballast"),
         }
@@ -62,13 +62,13 @@ impl Drop for SizedTmpfs {
 }
 
 /// A file that takes every free byte of its filesystem, and gives them back.
-pub struct Ballast {
+pub(crate) struct Ballast {
     path: PathBuf,
 }
 
 impl Ballast {
     /// Write until the filesystem is full (large blocks, then small ones, down to the last page).
-    pub fn fill(&self) {
+    pub(crate) fn fill(&self) {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -82,14 +82,14 @@ impl Ballast {
     }
 
     /// Free the space again.
-    pub fn free(&self) {
+    pub(crate) fn free(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
 }
 
 /// What a fault test saw: every acknowledgement, every refusal, and the checks against the store.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     /// Ids the server acknowledged (2xx).
     pub acknowledged: BTreeSet<String>,
     /// Refusals by error code (each must be a 503 with a storage code).
@@ -100,7 +100,7 @@ pub struct Ledger {
 
 impl Ledger {
     /// Record one answer: `ok` is the acknowledging status; an acknowledgement must carry `id`.
-    pub fn answer(&mut self, ok: u16, status: u16, body: &serde_json::Value) {
+    pub(crate) fn answer(&mut self, ok: u16, status: u16, body: &serde_json::Value) {
         if status == ok {
             match body["id"].as_str() {
                 Some(id) => {
@@ -119,7 +119,7 @@ impl Ledger {
     }
 
     /// Merge another task's ledger into this one.
-    pub fn absorb(&mut self, other: Ledger) {
+    pub(crate) fn absorb(&mut self, other: Ledger) {
         self.acknowledged.extend(other.acknowledged);
         for (code, n) in other.refused {
             *self.refused.entry(code).or_insert(0) += n;
@@ -127,13 +127,18 @@ impl Ledger {
         self.violations.extend(other.violations);
     }
 
-    pub fn refused_with(&self, code: &str) -> usize {
+    pub(crate) fn refused_with(&self, code: &str) -> usize {
         self.refused.get(code).copied().unwrap_or(0)
     }
 
     /// Wait until every acknowledged id arrived at `receiver` (the id in `header`); every arrival's id,
     /// duplicates included.
-    pub async fn wait_arrivals(&self, receiver: &super::Receiver, header: &str, within: Duration) -> Vec<String> {
+    pub(crate) async fn wait_arrivals(
+        &self,
+        receiver: &super::Receiver,
+        header: &str,
+        within: Duration,
+    ) -> Vec<String> {
         let deadline = Instant::now() + within;
         loop {
             let arrivals: Vec<String> = receiver
@@ -156,7 +161,7 @@ impl Ledger {
     }
 
     /// Fail unless every acknowledged id is in `stored`.
-    pub fn assert_all_stored(&self, stored: &BTreeSet<String>, when: &str) {
+    pub(crate) fn assert_all_stored(&self, stored: &BTreeSet<String>, when: &str) {
         let lost: Vec<&String> = self.acknowledged.difference(stored).collect();
         assert!(
             lost.is_empty(),
@@ -168,7 +173,7 @@ impl Ledger {
 }
 
 /// How often each id arrived at a receiver; the ids that arrived more than once.
-pub fn duplicates(arrivals: &[String]) -> usize {
+pub(crate) fn duplicates(arrivals: &[String]) -> usize {
     let mut seen = BTreeMap::new();
     for id in arrivals {
         *seen.entry(id.as_str()).or_insert(0usize) += 1;
