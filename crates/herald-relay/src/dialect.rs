@@ -57,6 +57,16 @@ impl Dialect {
         }
     }
 
+    /// How many batches a relay works on at once (see `relay`): two where rows are locked one by one, so
+    /// one batch is claimed while another publishes; one on SQLite, whose batch holds the database's
+    /// write lock (a second would only wait for it).
+    pub fn lanes(self) -> usize {
+        match self {
+            Self::Postgres | Self::MySql => 2,
+            Self::Sqlite => 1,
+        }
+    }
+
     /// The `n`-th (from 1) bind placeholder.
     fn mark(self, n: usize) -> String {
         match self {

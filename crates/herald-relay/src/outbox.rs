@@ -38,8 +38,8 @@ pub struct Outbox {
     relayed: Relayed,
 }
 
-/// Connections per relay: one batch at a time, plus the backlog probe.
-const POOL_SIZE: u32 = 2;
+/// Connections per relay: one per lane (the most [`Dialect::lanes`] gives), plus the backlog probe.
+const POOL_SIZE: u32 = 3;
 
 impl Outbox {
     /// Prepare a pool on `url` (connecting lazily: a source that is down at start is waited for, with
