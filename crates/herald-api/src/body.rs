@@ -88,6 +88,15 @@ fn json_error(mut loc: Vec<String>, error: &serde_json::Error) -> ApiError {
         loc.push(field.to_owned());
         return ApiError::located(loc, Problem::Missing, "field required");
     }
+    // Sending a field and its alias (`throttleRate` and `rateLimit`) is reported as a duplicate of the
+    // field: it is named in `loc` like any other invalid field.
+    if let Some(field) = message
+        .strip_prefix("duplicate field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    {
+        loc.push(field.to_owned());
+        return ApiError::located(loc, Problem::Value, message);
+    }
     let problem = if message.starts_with("invalid type:") {
         Problem::Type
     } else {

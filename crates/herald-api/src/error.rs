@@ -127,6 +127,11 @@ impl ApiError {
     pub fn invalid(source: Source, field: &str, problem: Problem, msg: impl Into<String>) -> Self {
         let mut loc = vec![source.as_str().to_owned()];
         loc.extend(field.split('.').filter(|part| !part.is_empty()).map(str::to_owned));
+        // `loc` always names the value after its source (the document promises two items at least): a
+        // query parameter with an empty name (`?=x`) is named by its empty name.
+        if loc.len() == 1 {
+            loc.push(field.to_owned());
+        }
         Self::located(loc, problem, msg)
     }
 
@@ -267,6 +272,12 @@ mod tests {
             json!({"code": "validation", "detail": [{"loc": ["body", "headers", "X-Foo"], "msg": "too long", "type": "value_error"}]})
         );
         assert_eq!(error.detail_text(), "headers.X-Foo: too long");
+    }
+
+    #[test]
+    fn a_parameter_with_an_empty_name_is_still_named_in_loc() {
+        let error = ApiError::invalid(Source::Query, "", Problem::Extra, "unknown");
+        assert_eq!(error.field_errors()[0].loc, ["query", ""]);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod routes;
 pub mod state;
 mod tasks;
 mod validate;
+mod whole;
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};

@@ -133,6 +133,7 @@ pub struct PollerV2PollOut {
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct PollerV2CommitIn {
     /// Everything up to this offset is processed.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub offset: i64,
 }
 
@@ -141,7 +142,7 @@ pub struct PollerV2CommitIn {
 #[serde(rename_all = "camelCase")]
 pub struct PollingEndpointTokenIn {
     /// Seconds until the token expires (1 s to 7 days; default 7 days).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::option")]
     pub expiry: Option<u64>,
 }
 

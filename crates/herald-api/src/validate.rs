@@ -6,17 +6,17 @@
 use crate::error::ApiError;
 use crate::model::Metadata;
 
-/// The longest uid, name (of an application or event type) or channel accepted, in bytes.
+/// The longest uid, name (of an application or event type) or channel accepted, in characters.
 pub const MAX_NAME_LEN: usize = 256;
-/// The longest description (endpoints, event types), in bytes.
+/// The longest description (endpoints, event types), in characters.
 pub const MAX_DESCRIPTION_LEN: usize = 4096;
 /// The longest endpoint URL, in bytes.
 pub const MAX_URL_LEN: usize = 4096;
 /// The most metadata entries an application or endpoint may carry.
 pub const MAX_METADATA_ENTRIES: usize = 64;
-/// The longest metadata key, in bytes.
+/// The longest metadata key, in characters.
 pub const MAX_METADATA_KEY_LEN: usize = 256;
-/// The longest metadata value, in bytes.
+/// The longest metadata value, in characters.
 pub const MAX_METADATA_VALUE_LEN: usize = 4096;
 
 /// A `uid`, event-type name or channel: 1–256 of `[A-Za-z0-9_.-]` (channels also allow `:`).
@@ -68,11 +68,10 @@ pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), 
     if required && value.trim().is_empty() {
         return Err(ApiError::body(field, "must not be empty"));
     }
-    if value.len() > max {
-        return Err(ApiError::body(
-            field,
-            format!("at most {max} bytes, got {}", value.len()),
-        ));
+    // Characters, as JSON Schema's `maxLength` counts them (the document states these bounds so).
+    let length = value.chars().count();
+    if length > max {
+        return Err(ApiError::body(field, format!("at most {max} characters, got {length}")));
     }
     if let Some(c) = value
         .chars()
@@ -107,10 +106,10 @@ pub fn metadata(metadata: &Metadata) -> Result<(), ApiError> {
         ));
     }
     for (key, value) in metadata {
-        if key.is_empty() || key.len() > MAX_METADATA_KEY_LEN || key.chars().any(char::is_control) {
+        if key.is_empty() || key.chars().count() > MAX_METADATA_KEY_LEN || key.chars().any(char::is_control) {
             return Err(ApiError::body(
                 "metadata",
-                format!("keys must be 1 to {MAX_METADATA_KEY_LEN} bytes without control characters"),
+                format!("keys must be 1 to {MAX_METADATA_KEY_LEN} characters without control characters"),
             ));
         }
         // The key is in `loc`; Svix's loc is a path of keys, and metadata keys are the client's own.

@@ -32,6 +32,14 @@ fn check(name: &str, uid: Option<&str>, metadata: &crate::model::Metadata) -> Ap
     Ok(())
 }
 
+/// Validate a whole [`ApplicationIn`], also where it is then ignored (an inline `application` of a message
+/// or a portal-access request naming an existing app, `get_if_exists` finding one): a body the document
+/// refuses is refused wherever it is sent.
+pub(crate) fn check_in(input: &ApplicationIn) -> ApiResult<()> {
+    check(&input.name, input.uid.as_deref(), &input.metadata)?;
+    retention(input.payload_retention_period).map(drop)
+}
+
 /// The app's default payload retention (`payloadRetentionPeriod`, days), validated as a message's.
 fn retention(days: Option<i64>) -> ApiResult<Option<u32>> {
     days.map(|d| validate::retention_days("payloadRetentionPeriod", d))
@@ -67,6 +75,7 @@ pub(crate) async fn resolve_or_create(
     id_or_uid: &str,
     mut input: ApplicationIn,
 ) -> ApiResult<String> {
+    check_in(&input)?;
     match resolve_id(state, id_or_uid).await {
         Err(error) if error.status == StatusCode::NOT_FOUND => {}
         found => return found,
@@ -103,7 +112,7 @@ async fn create(
     OriginalUri(uri): OriginalUri,
     JsonBody(input): JsonBody<ApplicationIn>,
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
-    check(&input.name, input.uid.as_deref(), &input.metadata)?;
+    check_in(&input)?;
     if Query::of(&uri).flag("get_if_exists", false)?
         && let Some(uid) = &input.uid
     {

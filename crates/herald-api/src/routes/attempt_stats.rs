@@ -1,7 +1,8 @@
 //! `GET /app/{app_id}/endpoint/{endpoint_id}/attempt-stats` (Svix's `v1.endpoint.get-attempt-stats`): how
 //! many attempts to the endpoint succeeded and failed over a window, and how many of its deliveries were
 //! canceled. The window is `[since, until)`; without `since` it starts at the beginning of the attempt log
-//! (whose length the retention setting bounds), without `until` it ends now.
+//! (whose length the retention setting bounds), without `until` it ends now; an `until` before `since` is
+//! an empty window (zero of each).
 
 use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
@@ -25,10 +26,9 @@ async fn attempt_stats(
 ) -> ApiResult<Json<EndpointAttemptStatsOut>> {
     let query = Query::of(&uri);
     let since = query.time_ms(&["since"])?.unwrap_or(0);
-    let until = query.time_ms(&["until"])?.unwrap_or_else(now_ms);
-    if until < since {
-        return Err(ApiError::query("until", "must not be before since"));
-    }
+    // A window that ends before it starts holds nothing (the document cannot state a rule between two
+    // parameters, so none is imposed): it counts zero.
+    let until = query.time_ms(&["until"])?.unwrap_or_else(now_ms).max(since);
     let app = apps::find(&state, &app_id).await?;
     let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
     let store_error = |e| ApiError::from_store(e, "endpoint");

@@ -35,43 +35,27 @@ struct Buckets {
 }
 
 impl Buckets {
-    /// The buckets of `[start, end)` as asked (both or neither), checked; an end after `now` becomes now.
-    fn of(start: Option<i64>, end: Option<i64>, now: i64) -> ApiResult<Self> {
-        let (start, end) = match (start, end) {
-            (None, None) => (now - DEFAULT_WINDOW_MS, now),
-            (Some(start), Some(end)) => (start, end),
-            (Some(_), None) => {
-                return Err(ApiError::query(
-                    "endDate",
-                    "missing; give both startDate and endDate, or neither",
-                ));
-            }
-            (None, Some(_)) => {
-                return Err(ApiError::query(
-                    "startDate",
-                    "missing; give both startDate and endDate, or neither",
-                ));
-            }
-        };
-        // An empty window (start = end) is valid and counts nothing.
-        if start > end {
-            return Err(ApiError::query("startDate", "must not be after endDate"));
-        }
-        if end - start > MAX_WINDOW_MS {
-            return Err(ApiError::query("endDate", "the window may be 31 days long at most"));
-        }
+    /// The buckets of `[start, end)` as asked. Every pair of times is accepted (the document cannot state
+    /// a rule between two parameters, and a client need not know one): a missing end is now, a missing
+    /// start the default window before the end, a start after the end an empty window at the end, and a
+    /// window longer than the longest its last [`MAX_WINDOW_MS`]. The answer's `startDate` and `endDate`
+    /// say which window was counted. An end after `now` becomes now.
+    fn of(start: Option<i64>, end: Option<i64>, now: i64) -> Self {
+        let end = end.unwrap_or(now);
+        let start = start.unwrap_or(end.saturating_sub(DEFAULT_WINDOW_MS)).min(end);
+        let start = start.max(end.saturating_sub(MAX_WINDOW_MS));
         let end = if start < now { end.min(now) } else { end };
         let (length, period) = if end - start <= DAY_MS {
             (FIVE_MINUTES_MS, "FiveMinutes")
         } else {
             (DAY_MS, "OneDay")
         };
-        Ok(Self {
+        Self {
             start: start - start.rem_euclid(length),
             end,
             length,
             period,
-        })
+        }
     }
 
     /// How many buckets the window has (the last one may be partial: it is still filling).
@@ -90,7 +74,7 @@ async fn endpoint_attempts(
         query.time_ms(&["startDate", "start_date"])?,
         query.time_ms(&["endDate", "end_date"])?,
         now_ms(),
-    )?;
+    );
     let app = apps::find(&state, &app_id).await?;
     let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
     let found = state
@@ -144,28 +128,34 @@ mod tests {
 
     #[test]
     fn windows_are_cut_into_five_minutes_up_to_a_day_then_days() {
-        let default = Buckets::of(None, None, NOW + 61_000).unwrap();
+        let default = Buckets::of(None, None, NOW + 61_000);
         assert_eq!((default.period, default.length), ("FiveMinutes", FIVE_MINUTES_MS));
         assert_eq!(default.start % FIVE_MINUTES_MS, 0);
         assert_eq!(default.end, NOW + 61_000);
         assert_eq!(default.count(), 73, "6 hours and the bucket still filling");
-        let week = Buckets::of(Some(NOW - 7 * DAY_MS), Some(NOW + DAY_MS), NOW).unwrap();
+        let week = Buckets::of(Some(NOW - 7 * DAY_MS), Some(NOW + DAY_MS), NOW);
         assert_eq!((week.period, week.end, week.count()), ("OneDay", NOW, 8));
         assert_eq!(week.start % DAY_MS, 0);
     }
 
     #[test]
-    fn bad_windows_are_refused_with_the_parameter_named() {
-        for (start, end, named) in [
-            (Some(NOW), None, "endDate"),
-            (None, Some(NOW), "startDate"),
-            (Some(NOW), Some(NOW - 1), "startDate"),
-            (Some(NOW - 32 * DAY_MS), Some(NOW), "endDate"),
-        ] {
-            let error = Buckets::of(start, end, NOW).unwrap_err();
-            assert_eq!(error.field_errors()[0].loc, ["query", named], "{}", error.detail_text());
-        }
+    fn every_pair_of_times_is_answered_with_the_window_counted() {
+        // Only a start: up to now.
+        let since = Buckets::of(Some(NOW - DAY_MS), None, NOW);
+        assert_eq!((since.start, since.end), (NOW - DAY_MS, NOW));
+        // Only an end: the default window before it.
+        let until = Buckets::of(None, Some(NOW - DAY_MS), NOW);
+        assert_eq!(until.end, NOW - DAY_MS);
+        assert_eq!(until.start, NOW - DAY_MS - DEFAULT_WINDOW_MS);
+        // A start after the end: an empty window, counting nothing.
+        let reversed = Buckets::of(Some(NOW), Some(NOW - DAY_MS), NOW);
+        assert_eq!((reversed.end, reversed.count()), (NOW - DAY_MS, 0));
+        // Too long: its last 31 days (from the start of the first day's bucket).
+        let long = Buckets::of(Some(NOW - 400 * DAY_MS), Some(NOW), NOW);
+        let from = NOW - 31 * DAY_MS;
+        assert_eq!((long.start, long.end), (from - from.rem_euclid(DAY_MS), NOW));
+        assert_eq!(long.count(), 32, "31 days from noon span 32 daily buckets");
         // An empty window is valid: it counts nothing.
-        assert!(Buckets::of(Some(NOW), Some(NOW), NOW).is_ok());
+        assert_eq!(Buckets::of(Some(NOW), Some(NOW), NOW).count(), 0);
     }
 }

@@ -144,6 +144,9 @@ async fn issue(
         ));
     }
     let expiry = expiry_of(input.expiry)?;
+    if let Some(application) = &input.application {
+        apps::check_in(application)?;
+    }
     let app = match (apps::find(state, app_id).await, input.application) {
         (Ok(app), _) => app,
         // As Svix: `application` creates the application when the path names none.

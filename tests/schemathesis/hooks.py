@@ -1,0 +1,28 @@
+"""Schemathesis hooks for scripts/schemathesis.
+
+An idempotency key names one request: a key reused with another body, path or query is refused with a
+422 by design (docs/svix-compatibility.md; the IETF Idempotency-Key draft says the same). The document
+can say what a key looks like, not that a client must not reuse one, so generated cases would reuse the
+few keys Hypothesis draws across different requests. Each request that carries a well-formed key gets a
+fresh one here, as a real client's would be; a malformed key (a negative case) is sent as generated.
+"""
+
+import itertools
+import re
+
+import schemathesis
+
+_KEY = re.compile(r"[\x21-\x7e]{1,256}")
+_counter = itertools.count()
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    # A negative case is left as generated: it must be refused anyway, and editing it would make
+    # Schemathesis re-classify it (and, for a case that leaves out `Authorization`, send the token again).
+    if case.meta is not None and case.meta.generation.mode.is_negative:
+        return
+    headers = case.headers or {}
+    for name in list(headers):
+        if name.lower() == "idempotency-key" and isinstance(headers[name], str) and _KEY.fullmatch(headers[name]):
+            headers[name] = f"st-{next(_counter)}"
