@@ -48,9 +48,18 @@ impl Outbox {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
         let table = TableName::parse(table)?;
+        let setup = dialect.session_setup();
         let pool = AnyPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if let Some(statement) = setup {
+                        sqlx::query(statement).execute(conn).await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect_lazy(&dialect.driver_url(url))?;
         Ok(Self {
             pool,
