@@ -62,7 +62,7 @@ static CONTRACTS: LazyLock<Contracts> =
 /// Check the query string of a request against its operation's documented parameters.
 ///
 /// A request whose route is not documented (the dashboard, `/metrics`) passes unchecked.
-pub async fn enforce(matched: Option<MatchedPath>, request: Request, next: Next) -> Response {
+pub(crate) async fn enforce(matched: Option<MatchedPath>, request: Request, next: Next) -> Response {
     if let Some(matched) = matched {
         let method = if request.method() == Method::HEAD {
             Method::GET
@@ -79,7 +79,7 @@ pub async fn enforce(matched: Option<MatchedPath>, request: Request, next: Next)
 }
 
 /// Force the document to be read (at start-up, so a broken document fails loudly and early).
-pub fn load() {
+pub(crate) fn load() {
     LazyLock::force(&CONTRACTS);
 }
 
@@ -211,7 +211,7 @@ impl Schema {
 }
 
 /// An RFC 3339 date-time; one without an offset is read as UTC (some Svix clients send those).
-pub fn parse_date_time(text: &str) -> Option<OffsetDateTime> {
+pub(crate) fn parse_date_time(text: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(text, &Rfc3339)
         .or_else(|_| OffsetDateTime::parse(&format!("{text}Z"), &Rfc3339))
         .ok()

@@ -17,12 +17,12 @@ use crate::model::{
 };
 
 /// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
-pub fn datetime(ms: i64) -> OffsetDateTime {
+pub(crate) fn datetime(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
 /// A date-time as Unix milliseconds (saturating far outside the supported range).
-pub fn millis(t: OffsetDateTime) -> i64 {
+pub(crate) fn millis(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(if t.year() < 0 { i64::MIN } else { i64::MAX })
 }
 
@@ -35,7 +35,7 @@ fn rate(limit: Option<u32>) -> ThrottleRateOut {
 }
 
 /// An application on the wire.
-pub fn application(app: Application) -> ApplicationOut {
+pub(crate) fn application(app: Application) -> ApplicationOut {
     ApplicationOut {
         id: app.id,
         uid: app.uid,
@@ -50,7 +50,7 @@ pub fn application(app: Application) -> ApplicationOut {
 }
 
 /// An event type on the wire.
-pub fn event_type(et: EventType) -> EventTypeOut {
+pub(crate) fn event_type(et: EventType) -> EventTypeOut {
     EventTypeOut {
         name: et.name,
         description: et.description,
@@ -66,7 +66,7 @@ pub fn event_type(et: EventType) -> EventTypeOut {
 }
 
 /// An endpoint on the wire (the secret is never part of it).
-pub fn endpoint(ep: Endpoint) -> EndpointOut {
+pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
     let key = herald_signature::SigningKey::parse(&ep.secret).ok();
     EndpointOut {
         signature_type: crate::routes::signature_type(key.as_ref()),
@@ -93,7 +93,7 @@ pub fn endpoint(ep: Endpoint) -> EndpointOut {
 }
 
 /// A message on the wire; `with_content = false` sends `{}` as the payload, as Svix does.
-pub fn message(msg: &Message, with_content: bool) -> MessageOut {
+pub(crate) fn message(msg: &Message, with_content: bool) -> MessageOut {
     let payload = if with_content {
         std::str::from_utf8(&msg.payload)
             .ok()
@@ -115,7 +115,7 @@ pub fn message(msg: &Message, with_content: bool) -> MessageOut {
 }
 
 /// An attempt on the wire.
-pub fn attempt(a: Attempt) -> MessageAttemptOut {
+pub(crate) fn attempt(a: Attempt) -> MessageAttemptOut {
     let status = if a.success {
         MessageStatus::Success
     } else {
@@ -146,7 +146,7 @@ pub fn attempt(a: Attempt) -> MessageAttemptOut {
 }
 
 /// A delivery status as Svix's integer and as Herald's name.
-pub fn delivery_status(status: DeliveryStatus) -> (MessageStatus, &'static str) {
+pub(crate) fn delivery_status(status: DeliveryStatus) -> (MessageStatus, &'static str) {
     match status {
         DeliveryStatus::Pending => (MessageStatus::Pending, "pending"),
         DeliveryStatus::Delivered => (MessageStatus::Success, "delivered"),
@@ -157,7 +157,7 @@ pub fn delivery_status(status: DeliveryStatus) -> (MessageStatus, &'static str) 
 }
 
 /// The delivery status named `name` (`pending`, `delivered`, `failed`, `dead`, `cancelled`).
-pub fn delivery_status_named(name: &str) -> Option<DeliveryStatus> {
+pub(crate) fn delivery_status_named(name: &str) -> Option<DeliveryStatus> {
     [
         DeliveryStatus::Pending,
         DeliveryStatus::Delivered,
@@ -170,7 +170,7 @@ pub fn delivery_status_named(name: &str) -> Option<DeliveryStatus> {
 }
 
 /// A delivery with its message on the wire.
-pub fn endpoint_message(record: DeliveryRecord, with_content: bool) -> EndpointMessageOut {
+pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> EndpointMessageOut {
     let (status, name) = delivery_status(record.status);
     EndpointMessageOut {
         message: message(&record.message, with_content),
@@ -185,7 +185,7 @@ pub fn endpoint_message(record: DeliveryRecord, with_content: bool) -> EndpointM
 }
 
 /// A background task on the wire.
-pub fn task(task: BackgroundTask) -> BackgroundTaskOut {
+pub(crate) fn task(task: BackgroundTask) -> BackgroundTaskOut {
     BackgroundTaskOut {
         id: task.id,
         status: task.state,
@@ -199,7 +199,7 @@ pub fn task(task: BackgroundTask) -> BackgroundTaskOut {
 }
 
 /// A message's delivery to one endpoint on the wire.
-pub fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
+pub(crate) fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
     let (status, delivery_status) = delivery_status(view.status);
     MessageEndpointOut {
         endpoint: endpoint(view.endpoint),
@@ -212,7 +212,7 @@ pub fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
 }
 
 /// A store page on the wire.
-pub fn list<T, U>(page: herald_store::Page<T>, f: impl FnMut(T) -> U) -> ListResponse<U> {
+pub(crate) fn list<T, U>(page: herald_store::Page<T>, f: impl FnMut(T) -> U) -> ListResponse<U> {
     let page = page.map(f);
     ListResponse {
         data: page.items,
@@ -223,7 +223,7 @@ pub fn list<T, U>(page: herald_store::Page<T>, f: impl FnMut(T) -> U) -> ListRes
 }
 
 /// An operational event on the wire.
-pub fn operational_event(event: OperationalEvent) -> OperationalEventOut {
+pub(crate) fn operational_event(event: OperationalEvent) -> OperationalEventOut {
     OperationalEventOut {
         id: event.seq.to_string(),
         event_type: event.event_type,

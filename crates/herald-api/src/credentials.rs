@@ -12,7 +12,7 @@ use url::Url;
 
 /// Remove the userinfo from `url`, answering it as an `Authorization` header value (`Basic`, with the
 /// percent-decoded `user:password` encoded in base64), or `None` when the URL has none.
-pub fn take_basic_auth(url: &mut Url) -> Option<String> {
+pub(crate) fn take_basic_auth(url: &mut Url) -> Option<String> {
     if url.username().is_empty() && url.password().is_none() {
         return None;
     }
@@ -30,7 +30,7 @@ pub fn take_basic_auth(url: &mut Url) -> Option<String> {
 }
 
 /// Whether a URL as given by a client holds userinfo.
-pub fn has_userinfo(text: &str) -> bool {
+pub(crate) fn has_userinfo(text: &str) -> bool {
     Url::parse(text).is_ok_and(|url| !url.username().is_empty() || url.password().is_some())
 }
 

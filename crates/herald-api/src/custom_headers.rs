@@ -14,7 +14,7 @@ use herald_core::model::Headers;
 use crate::error::ApiError;
 
 /// The most custom headers an endpoint may have.
-pub const MAX_HEADERS: usize = 20;
+pub(crate) const MAX_HEADERS: usize = 20;
 /// The longest header name.
 const MAX_NAME_LEN: usize = 256;
 /// The longest header value.
@@ -54,7 +54,7 @@ const RESERVED_SVIX: [&str; 3] = ["svix-id", "svix-timestamp", "svix-signature"]
 const SENSITIVE: [&str; 5] = ["authorization", "cookie", "x-api-key", "x-auth-token", "api-key"];
 
 /// Whether a header name (in any case) carries a credential.
-pub fn is_sensitive(name: &str) -> bool {
+pub(crate) fn is_sensitive(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     let name = name.as_str();
     SENSITIVE.contains(&name) || ["secret", "token", "password"].iter().any(|w| name.contains(w))
@@ -93,7 +93,7 @@ fn check(field: &str, name: &str, value: &str) -> Result<String, ApiError> {
 }
 
 /// Validate a whole set of headers (as given by a client) and return it, names spelled as given.
-pub fn validate(field: &str, given: &BTreeMap<String, String>) -> Result<Headers, ApiError> {
+pub(crate) fn validate(field: &str, given: &BTreeMap<String, String>) -> Result<Headers, ApiError> {
     let mut headers = Headers::new();
     for (name, value) in given {
         let lower = check(field, name, value)?;
@@ -110,7 +110,7 @@ pub fn validate(field: &str, given: &BTreeMap<String, String>) -> Result<Headers
 }
 
 /// Apply a PATCH: a value sets a header, `null` removes it; the result is validated as a whole.
-pub fn merge(
+pub(crate) fn merge(
     field: &str,
     current: &Headers,
     patch: &BTreeMap<String, Option<String>>,

@@ -32,12 +32,12 @@ const KEEP_MS: i64 = 24 * 60 * 60 * 1000;
 /// The largest answer remembered (larger ones are passed through unremembered).
 const MAX_REMEMBERED_BYTES: usize = 1024 * 1024;
 /// The longest key accepted (the shortest is one character).
-pub const MAX_KEY_LEN: usize = 256;
+pub(crate) const MAX_KEY_LEN: usize = 256;
 /// The header.
 const HEADER: &str = "idempotency-key";
 
 /// The request's `idempotency-key`, if it has one: 1 to 256 visible ASCII characters, or a 422.
-pub fn key_of(headers: &HeaderMap) -> ApiResult<Option<String>> {
+pub(crate) fn key_of(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let Some(value) = headers.get(HEADER) else {
         return Ok(None);
     };
@@ -62,7 +62,7 @@ fn reused() -> ApiError {
 
 /// A message create that repeats the key of `stored`: refused unless it asks for the same message. A
 /// duplicate found by its `eventId` is Svix's deduplication and always answers the stored message.
-pub fn check_same_message(new: &NewMessage, stored: &Message) -> ApiResult<()> {
+pub(crate) fn check_same_message(new: &NewMessage, stored: &Message) -> ApiResult<()> {
     if new.idempotency_key.is_none() || (new.event_id.is_some() && new.event_id == stored.event_id) {
         return Ok(());
     }
@@ -82,7 +82,7 @@ pub fn check_same_message(new: &NewMessage, stored: &Message) -> ApiResult<()> {
 
 /// Replay the remembered answer for a repeated key, refuse a key reused for another request, or run the
 /// request and remember a successful answer.
-pub async fn replay_or_remember(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn replay_or_remember(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }

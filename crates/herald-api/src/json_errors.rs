@@ -16,7 +16,7 @@ use crate::error::ApiError;
 const MAX_DETAIL_BYTES: usize = 1024;
 
 /// Rewrite non-JSON 4xx/5xx responses as JSON errors.
-pub async fn ensure_json_errors(request: Request, next: Next) -> Response {
+pub(crate) async fn ensure_json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
     let is_json = response

@@ -12,7 +12,7 @@
 /// The Svix Cloud product a request path belongs to, when it is one Herald does not offer.
 ///
 /// `path` is the request path (`/api/v1/stream/…`, `/ingest/api/v1/…`), with or without a trailing slash.
-pub fn feature(path: &str) -> Option<&'static str> {
+pub(crate) fn feature(path: &str) -> Option<&'static str> {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segments.as_slice() {
         ["ingest", "api", "v1", ..] => Some("Ingest (inbound webhook sources)"),

@@ -9,9 +9,9 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 /// The OpenAPI document, byte for byte as it is in the repository.
-pub const DOCUMENT: &str = include_str!("../openapi.json");
+pub(crate) const DOCUMENT: &str = include_str!("../openapi.json");
 
 /// Answer the OpenAPI document as `application/json`.
-pub async fn document() -> impl IntoResponse {
+pub(crate) async fn document() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], DOCUMENT)
 }

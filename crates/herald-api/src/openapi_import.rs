@@ -12,11 +12,11 @@ use serde_json::{Map, Value};
 /// How deep `$ref`s may nest (a cycle would otherwise never end).
 const MAX_REF_DEPTH: usize = 32;
 /// The most event types one document may declare.
-pub const MAX_EVENT_TYPES: usize = 1_000;
+pub(crate) const MAX_EVENT_TYPES: usize = 1_000;
 
 /// One event type found in the document.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Imported {
+pub(crate) struct Imported {
     /// The event type's name (the `webhooks` key).
     pub name: String,
     /// Its description (`description`, else `summary`, else empty).
@@ -33,7 +33,7 @@ pub struct Imported {
 
 /// Why a document could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     /// The document is not a JSON object.
     #[error("not an OpenAPI document (a JSON object)")]
     NotAnObject,
@@ -52,7 +52,7 @@ pub enum ImportError {
 }
 
 /// The event types `document` declares, in the order of its `webhooks` keys.
-pub fn event_types(document: &Value) -> Result<Vec<Imported>, ImportError> {
+pub(crate) fn event_types(document: &Value) -> Result<Vec<Imported>, ImportError> {
     let doc = document.as_object().ok_or(ImportError::NotAnObject)?;
     let Some(webhooks) = doc.get("webhooks") else {
         return Ok(Vec::new());

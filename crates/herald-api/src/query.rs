@@ -9,13 +9,13 @@ use herald_store::PageRequest;
 use crate::error::ApiError;
 
 /// The decoded query string of a request.
-pub struct Query {
+pub(crate) struct Query {
     pairs: Vec<(String, String)>,
 }
 
 impl Query {
     /// Decode the query of `uri`.
-    pub fn of(uri: &Uri) -> Self {
+    pub(crate) fn of(uri: &Uri) -> Self {
         let raw = uri.query().unwrap_or("");
         Self {
             pairs: url::form_urlencoded::parse(raw.as_bytes()).into_owned().collect(),
@@ -23,7 +23,7 @@ impl Query {
     }
 
     /// The last value of the first key present among `keys`.
-    pub fn get(&self, keys: &[&str]) -> Option<&str> {
+    pub(crate) fn get(&self, keys: &[&str]) -> Option<&str> {
         keys.iter()
             .find_map(|key| self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str()))
     }
@@ -32,7 +32,7 @@ impl Query {
     const MAX_LIST: usize = 250;
 
     /// Every value of `keys`, with comma-joined values split (at most 250).
-    pub fn list(&self, keys: &[&str]) -> Result<Option<Vec<String>>, ApiError> {
+    pub(crate) fn list(&self, keys: &[&str]) -> Result<Option<Vec<String>>, ApiError> {
         let items: Vec<String> = self
             .pairs
             .iter()
@@ -49,7 +49,7 @@ impl Query {
     }
 
     /// `limit` and `iterator`.
-    pub fn page(&self) -> Result<PageRequest, ApiError> {
+    pub(crate) fn page(&self) -> Result<PageRequest, ApiError> {
         let limit = match self.get(&["limit"]) {
             Some(text) => Some(
                 text.parse::<usize>()
@@ -61,7 +61,7 @@ impl Query {
     }
 
     /// A boolean flag (`true`/`false`), defaulting when absent.
-    pub fn flag(&self, key: &str, default: bool) -> Result<bool, ApiError> {
+    pub(crate) fn flag(&self, key: &str, default: bool) -> Result<bool, ApiError> {
         match self.get(&[key]) {
             None => Ok(default),
             Some("true") => Ok(true),
@@ -71,7 +71,7 @@ impl Query {
     }
 
     /// A time in RFC 3339 (a missing offset means UTC), as Unix milliseconds.
-    pub fn time_ms(&self, keys: &[&str]) -> Result<Option<i64>, ApiError> {
+    pub(crate) fn time_ms(&self, keys: &[&str]) -> Result<Option<i64>, ApiError> {
         let Some((key, text)) = keys.iter().find_map(|key| self.get(&[key]).map(|text| (*key, text))) else {
             return Ok(None);
         };

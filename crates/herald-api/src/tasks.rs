@@ -25,7 +25,7 @@ const BREATHER: Duration = Duration::from_millis(5);
 
 /// Which repair to run.
 #[derive(Debug, Clone)]
-pub enum Repair {
+pub(crate) enum Repair {
     /// Re-queue failed and dead deliveries.
     Recover,
     /// Create the deliveries the endpoint never got.
@@ -42,7 +42,7 @@ impl Repair {
 }
 
 /// Record a task for `repair` on `endpoint` over `[since, until)` and start it in the background.
-pub async fn start(
+pub(crate) async fn start(
     state: &AppState,
     repair: Repair,
     endpoint: Endpoint,

@@ -7,20 +7,20 @@ use crate::error::ApiError;
 use crate::model::Metadata;
 
 /// The longest uid, name (of an application or event type) or channel accepted, in characters.
-pub const MAX_NAME_LEN: usize = 256;
+pub(crate) const MAX_NAME_LEN: usize = 256;
 /// The longest description (endpoints, event types), in characters.
-pub const MAX_DESCRIPTION_LEN: usize = 4096;
+pub(crate) const MAX_DESCRIPTION_LEN: usize = 4096;
 /// The longest endpoint URL, in bytes.
-pub const MAX_URL_LEN: usize = 4096;
+pub(crate) const MAX_URL_LEN: usize = 4096;
 /// The most metadata entries an application or endpoint may carry.
-pub const MAX_METADATA_ENTRIES: usize = 64;
+pub(crate) const MAX_METADATA_ENTRIES: usize = 64;
 /// The longest metadata key, in characters.
-pub const MAX_METADATA_KEY_LEN: usize = 256;
+pub(crate) const MAX_METADATA_KEY_LEN: usize = 256;
 /// The longest metadata value, in characters.
-pub const MAX_METADATA_VALUE_LEN: usize = 4096;
+pub(crate) const MAX_METADATA_VALUE_LEN: usize = 4096;
 
 /// A `uid`, event-type name or channel: 1–256 of `[A-Za-z0-9_.-]` (channels also allow `:`).
-pub fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), ApiError> {
+pub(crate) fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), ApiError> {
     let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || (allow_colon && c == ':');
     if value.is_empty() || value.len() > MAX_NAME_LEN || !value.chars().all(valid_char) {
         let extra = if allow_colon { ", ':'" } else { "" };
@@ -33,7 +33,7 @@ pub fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), ApiError>
 }
 
 /// A uid must also not look like an id of the same kind, or lookups by "id or uid" would be ambiguous.
-pub fn uid(value: &str, kind: herald_core::id::IdKind) -> Result<(), ApiError> {
+pub(crate) fn uid(value: &str, kind: herald_core::id::IdKind) -> Result<(), ApiError> {
     name("uid", value, false)?;
     if value.starts_with(kind.prefix()) {
         return Err(ApiError::body(
@@ -45,7 +45,7 @@ pub fn uid(value: &str, kind: herald_core::id::IdKind) -> Result<(), ApiError> {
 }
 
 /// Each item of a list field, and its length.
-pub fn names<'a>(
+pub(crate) fn names<'a>(
     field: &str,
     values: impl IntoIterator<Item = &'a String>,
     max: usize,
@@ -64,7 +64,7 @@ pub fn names<'a>(
 
 /// A human field of bounded length (non-empty when `required`), without control characters other than
 /// tab and line breaks: a NUL in particular would be cut or refused by some receivers and databases.
-pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), ApiError> {
+pub(crate) fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), ApiError> {
     if required && value.trim().is_empty() {
         return Err(ApiError::body(field, "must not be empty"));
     }
@@ -86,7 +86,7 @@ pub fn text(field: &str, value: &str, required: bool, max: usize) -> Result<(), 
 }
 
 /// An endpoint URL's length, before it is parsed.
-pub fn url_length(field: &str, value: &str) -> Result<(), ApiError> {
+pub(crate) fn url_length(field: &str, value: &str) -> Result<(), ApiError> {
     if value.len() > MAX_URL_LEN {
         return Err(ApiError::body(
             field,
@@ -98,7 +98,7 @@ pub fn url_length(field: &str, value: &str) -> Result<(), ApiError> {
 
 /// Metadata: at most [`MAX_METADATA_ENTRIES`] entries, keys of 1 to [`MAX_METADATA_KEY_LEN`] bytes and
 /// values of at most [`MAX_METADATA_VALUE_LEN`], neither with control characters.
-pub fn metadata(metadata: &Metadata) -> Result<(), ApiError> {
+pub(crate) fn metadata(metadata: &Metadata) -> Result<(), ApiError> {
     if metadata.len() > MAX_METADATA_ENTRIES {
         return Err(ApiError::body(
             "metadata",
@@ -123,11 +123,11 @@ pub fn metadata(metadata: &Metadata) -> Result<(), ApiError> {
 }
 
 /// The longest payload retention accepted (ten years), in days.
-pub const MAX_RETENTION_DAYS: i64 = 3_650;
+pub(crate) const MAX_RETENTION_DAYS: i64 = 3_650;
 
 /// A payload retention period in days (`payloadRetentionPeriod` of a message or an application): 1 to
 /// [`MAX_RETENTION_DAYS`].
-pub fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
+pub(crate) fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
     match u32::try_from(days) {
         Ok(valid) if (1..=MAX_RETENTION_DAYS).contains(&days) => Ok(valid),
         _ => Err(ApiError::body(
@@ -141,7 +141,7 @@ pub fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
 ///
 /// An id cannot be chosen by a client, so a segment shaped like an id of `kind` is simply not found;
 /// otherwise the segment becomes the uid, and a body that names a different uid is refused.
-pub fn uid_for_put(
+pub(crate) fn uid_for_put(
     path_segment: &str,
     body_uid: Option<&str>,
     kind: herald_core::id::IdKind,

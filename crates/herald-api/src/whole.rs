@@ -44,7 +44,7 @@ impl<'de, T: TryFrom<i64> + TryFrom<u64>> Deserialize<'de> for Whole<T> {
 }
 
 /// `deserialize_with` for `Option<T>` (pair it with `#[serde(default)]`): `null` gives `None`.
-pub fn option<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn option<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: TryFrom<i64> + TryFrom<u64>,
@@ -53,7 +53,7 @@ where
 }
 
 /// `deserialize_with` for a PATCH field [`Patch<T>`] (pair it with `#[serde(default)]`).
-pub fn patch<'de, D, T>(deserializer: D) -> Result<Patch<T>, D::Error>
+pub(crate) fn patch<'de, D, T>(deserializer: D) -> Result<Patch<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: TryFrom<i64> + TryFrom<u64>,
@@ -65,7 +65,7 @@ where
 }
 
 /// `deserialize_with` for a required integer field.
-pub fn required<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+pub(crate) fn required<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: TryFrom<i64> + TryFrom<u64>,

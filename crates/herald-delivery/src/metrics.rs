@@ -194,7 +194,7 @@ impl EndpointCounters {
     }
 
     /// Attempts by class name (only classes seen).
-    pub fn by_outcome(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn by_outcome(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         CLASSES
             .iter()
             .zip(self.attempts)

@@ -109,4 +109,4 @@ impl IntoResponse for HttpError {
 }
 
 /// Shorthand for handler results.
-pub type HttpResult<T> = Result<T, HttpError>;
+pub(crate) type HttpResult<T> = Result<T, HttpError>;

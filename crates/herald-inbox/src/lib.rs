@@ -19,9 +19,6 @@
 //! binary serves it (`herald inbox`, or inside `herald serve --inbox`). The receiver's contract is
 //! written down in `docs/inbox.md`.
 
-#![forbid(unsafe_code)]
-#![warn(missing_docs)]
-
 mod admin;
 pub mod client;
 pub mod config;

@@ -84,8 +84,7 @@
 //!
 //! [Standard Webhooks]: https://www.standardwebhooks.com/
 
-#![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_debug_implementations)]
 
 pub mod body_hmac;
 mod ed25519;

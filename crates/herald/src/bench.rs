@@ -20,7 +20,7 @@ use herald_bench::{Options, Scenario, Target};
 
 /// Options of `herald bench`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     #[command(subcommand)]
     scenario: ScenarioArgs,
     /// Shrink the scenario to a few seconds (for CI); explicit sizes still win.
@@ -272,7 +272,7 @@ impl ScenarioArgs {
 
 /// Run `herald bench`.
 /// Run a scenario; `json` prints the report as JSON instead of a table (`herald --json bench …`).
-pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
     if std::env::var_os("RUST_LOG").is_some() {
         let filter = tracing_subscriber::EnvFilter::from_default_env();
         let _ = tracing_subscriber::fmt()

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// Connection timeouts and caps of the HTTP listener (see docs/edge.md).
 #[derive(Debug, Args, Serialize)]
-pub struct EdgeArgs {
+pub(crate) struct EdgeArgs {
     /// Time for a request line and headers to arrive, from the connection's opening (first request) or
     /// from their first byte (later ones); a head still arriving then gets 408 [default: 10s].
     #[arg(long, env = "HERALD_HEADER_READ_TIMEOUT")]
@@ -47,7 +47,7 @@ pub struct EdgeArgs {
 impl EdgeArgs {
     /// The limits these options give over the defaults (`herald inbox`, which reads no TOML for them;
     /// `herald serve` merges the options into its configuration instead).
-    pub fn limits(&self) -> anyhow::Result<Limits> {
+    pub(crate) fn limits(&self) -> anyhow::Result<Limits> {
         let config: EdgeConfig = Figment::from(Serialized::defaults(EdgeConfig::default()))
             .merge(Serialized::defaults(self))
             .extract()?;

@@ -13,7 +13,7 @@ use crate::edge::EdgeArgs;
 
 /// Options of `herald inbox`.
 #[derive(Debug, Args)]
-pub struct InboxArgs {
+pub(crate) struct InboxArgs {
     /// The inbox configuration: a TOML file with `[[source]]` tables (see docs/inbox.md).
     #[arg(long, env = "HERALD_INBOX_CONFIG")]
     config: PathBuf,
@@ -40,7 +40,7 @@ pub struct InboxArgs {
 }
 
 /// `herald inbox`'s settings, checked.
-pub struct InboxSettings {
+pub(crate) struct InboxSettings {
     log_format: herald_telemetry::LogFormat,
     config: InboxConfig,
     listen: SocketAddr,
@@ -51,7 +51,7 @@ pub struct InboxSettings {
 
 impl InboxArgs {
     /// Load the configuration file and apply the overrides.
-    pub fn settings(self) -> anyhow::Result<InboxSettings> {
+    pub(crate) fn settings(self) -> anyhow::Result<InboxSettings> {
         Ok(InboxSettings {
             log_format: self.log_format,
             config: load(&self.config, self.retry_schedule.as_deref())?,
@@ -72,7 +72,7 @@ fn load(path: &std::path::Path, retry_schedule: Option<&str>) -> anyhow::Result<
 }
 
 /// Run `herald inbox` until SIGINT or SIGTERM.
-pub async fn run(settings: InboxSettings, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(settings: InboxSettings, json: bool) -> anyhow::Result<()> {
     let format = if json {
         herald_telemetry::LogFormat::Json
     } else {
@@ -114,7 +114,7 @@ pub async fn run(settings: InboxSettings, json: bool) -> anyhow::Result<()> {
 /// `herald serve`'s options for running the inbox in the same process; they are keys of the serve
 /// configuration file too (`inbox`, `inbox_database_url`, `inbox_retry_schedule`).
 #[derive(Debug, Args, Default, serde::Serialize)]
-pub struct EmbeddedInboxArgs {
+pub(crate) struct EmbeddedInboxArgs {
     /// Also run the inbox (see `herald inbox`) with this configuration, on the same listener and admin
     /// token as the API.
     #[arg(long, env = "HERALD_SERVE_INBOX")]
@@ -133,7 +133,7 @@ pub struct EmbeddedInboxArgs {
 }
 
 /// The inbox to run inside `herald serve`.
-pub struct EmbeddedInbox {
+pub(crate) struct EmbeddedInbox {
     config: InboxConfig,
     database_url: String,
 }
@@ -141,7 +141,7 @@ pub struct EmbeddedInbox {
 impl EmbeddedInbox {
     /// The inbox to run, if one is configured (`--inbox`, `HERALD_SERVE_INBOX` or the file's `inbox`),
     /// next to a sender on `sender_database_url`.
-    pub fn load(
+    pub(crate) fn load(
         file: Option<&herald_server::InboxFile>,
         sender_database_url: &str,
     ) -> anyhow::Result<Option<EmbeddedInbox>> {
@@ -162,7 +162,7 @@ impl EmbeddedInbox {
     }
 
     /// Open its store and start its forwarder.
-    pub async fn start(self) -> anyhow::Result<Inbox> {
+    pub(crate) async fn start(self) -> anyhow::Result<Inbox> {
         Inbox::start(self.config, &self.database_url)
             .await
             .with_context(|| format!("starting the inbox on {}", herald_server::redact(&self.database_url)))

@@ -34,7 +34,7 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Options of `herald listen`.
 #[derive(Debug, Args)]
-pub struct ListenArgs {
+pub(crate) struct ListenArgs {
     #[command(flatten)]
     connection: Connection,
     /// Application id or uid.
@@ -82,7 +82,7 @@ struct Sink {
 }
 
 /// Run `herald listen` until Ctrl-C or SIGTERM.
-pub async fn run(args: ListenArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ListenArgs, json: bool) -> anyhow::Result<()> {
     // TLS (an https server or handler) through the same provider as the other commands.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let api = Api::new(&args.connection)?;

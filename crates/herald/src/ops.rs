@@ -26,7 +26,7 @@ use crate::when;
 
 /// Where the API is and how to authenticate.
 #[derive(Debug, Args)]
-pub struct Connection {
+pub(crate) struct Connection {
     /// The Herald server.
     #[arg(long, env = "HERALD_SERVER", default_value = "http://127.0.0.1:8040")]
     pub(crate) server: String,
@@ -37,7 +37,7 @@ pub struct Connection {
 
 /// A window of message creation times.
 #[derive(Debug, Args)]
-pub struct Window {
+pub(crate) struct Window {
     /// Messages created at or after this time: RFC 3339 (2026-11-29T14:00:00Z), a date (2026-11-29) or a
     /// time ago (30m, 1h, 2d).
     #[arg(long, value_parser = when::parse)]
@@ -49,7 +49,7 @@ pub struct Window {
 
 /// The operators' commands.
 #[derive(Debug, Subcommand)]
-pub enum OpsCommand {
+pub(crate) enum OpsCommand {
     /// Every message of an application created in a window, oldest first, one JSON object per line.
     Events {
         #[command(flatten)]
@@ -248,6 +248,10 @@ pub(crate) fn q(value: &str) -> String {
 }
 
 /// Write a line to standard output; a closed pipe (`| head`) ends the command quietly.
+#[allow(
+    clippy::exit,
+    reason = "a reader that went away (`| head`) has all it wanted: end as `cat` would"
+)]
 pub(crate) fn out(line: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match writeln!(stdout, "{line}") {
@@ -287,7 +291,7 @@ fn text(value: &Value) -> String {
 }
 
 /// Run an operator's command; `json` prints the server's JSON instead of text.
-pub async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
     // reqwest is built without a default TLS provider: https servers need one installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     match command {

@@ -9,7 +9,7 @@ use herald_telemetry::LogFormat;
 
 /// Options of `herald relay`.
 #[derive(Debug, Args)]
-pub struct RelayArgs {
+pub(crate) struct RelayArgs {
     /// The producer's database: postgres://…, mysql://… (or mariadb://…) or sqlite://PATH.
     #[arg(long, env = "HERALD_RELAY_SOURCE")]
     source: String,
@@ -57,7 +57,7 @@ pub struct RelayArgs {
 }
 
 /// Run `herald relay`.
-pub async fn run(args: RelayArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(args: RelayArgs, json: bool) -> anyhow::Result<()> {
     if args.print_ddl {
         let dialect = Dialect::of_url(&args.source)?;
         print!("{}", dialect.ddl(&TableName::parse(&args.table)?));

@@ -6,7 +6,7 @@ use herald_telemetry::{LogFormat, Telemetry};
 use crate::inbox::EmbeddedInbox;
 use crate::process::shutdown_signal;
 
-pub async fn run(settings: Settings, inbox: Option<EmbeddedInbox>, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(settings: Settings, inbox: Option<EmbeddedInbox>, json: bool) -> anyhow::Result<()> {
     // First: the embedded inbox registers its series before the node starts.
     herald_telemetry::registry::install();
     // The OTLP exporter's client (reqwest, built without a TLS provider of its own) needs one even for an

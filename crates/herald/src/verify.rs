@@ -8,7 +8,7 @@ use herald_signature::{HmacSecret, Verifier, VerifyKey};
 
 /// Arguments of `herald verify`.
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The endpoint secret (`whsec_…`).
     #[arg(long, env = "HERALD_VERIFY_SECRET", hide_env_values = true)]
     secret: String,
@@ -47,7 +47,7 @@ fn secret(text: &str) -> anyhow::Result<HmacSecret> {
     Ok(secret)
 }
 
-pub fn run(args: VerifyArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn run(args: VerifyArgs, json: bool) -> anyhow::Result<()> {
     let secret = secret(&args.secret)?;
     let body = if args.body.as_os_str() == "-" {
         let mut buffer = Vec::new();

@@ -10,7 +10,7 @@ const FORMS: &str =
     "use RFC 3339 (2026-12-01T14:00:00Z), a date (2026-12-01, midnight UTC) or a time ago (30m, 1h, 2d)";
 
 /// `text` as a moment, relative to `now` for a time ago.
-pub fn parse_at(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime, String> {
+pub(crate) fn parse_at(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime, String> {
     let text = text.trim();
     if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
         return Ok(at);
@@ -29,19 +29,19 @@ pub fn parse_at(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime, Strin
 }
 
 /// A command-line time (clap value parser): RFC 3339 text for the API.
-pub fn parse(text: &str) -> Result<String, String> {
+pub(crate) fn parse(text: &str) -> Result<String, String> {
     parse_at(text, OffsetDateTime::from(herald_core::clock::now())).map(rfc3339)
 }
 
 /// A moment as RFC 3339 in UTC, to the second unless it has a fraction.
-pub fn rfc3339(at: OffsetDateTime) -> String {
+pub(crate) fn rfc3339(at: OffsetDateTime) -> String {
     at.to_offset(time::UtcOffset::UTC)
         .format(&Rfc3339)
         .unwrap_or_else(|_| at.unix_timestamp().to_string())
 }
 
 /// Unix milliseconds as RFC 3339.
-pub fn from_millis(ms: i64) -> String {
+pub(crate) fn from_millis(ms: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).map_or_else(|_| ms.to_string(), rfc3339)
 }
 

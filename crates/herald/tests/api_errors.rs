@@ -1528,7 +1528,7 @@ async fn errors_are_always_json() {
     let dup = br#"{"name":"x","uid":"shop"}"#;
     // (method, path, body, authorization, expected status)
     type Sample<'a> = (&'a str, String, Option<&'a [u8]>, Option<&'a str>, u16);
-    let samples: Vec<Sample> = vec![
+    let samples: Vec<Sample<'_>> = vec![
         ("GET", api("/app"), None, None, 401),
         ("GET", api("/app"), None, Some("Basic dXNlcjpwYXNz"), 401),
         ("POST", api("/app"), Some(b"{oops"), token, 400),

@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::state::Portal;
 
 /// Where the dashboard lives.
-pub const ROOT: &str = "/dashboard/";
+pub(crate) const ROOT: &str = "/dashboard/";
 
 /// The page served at [`ROOT`]; the router sees it under this name (see [`keep_root`]).
 const INDEX: &str = "index.html";
@@ -98,7 +98,7 @@ static ETAGS: LazyLock<Vec<HeaderValue>> = LazyLock::new(|| {
 });
 
 /// The dashboard's routes, for merging next to the API router. Generic over the state: they use none.
-pub fn routes<S: Clone + Send + Sync + 'static>(portal: &Portal) -> Router<S> {
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>(portal: &Portal) -> Router<S> {
     // The origins were checked when the configuration was read (scheme://host[:port] only); one that
     // still is no header value leaves framing closed.
     let policy = HeaderValue::from_str(&content_security_policy(portal))

@@ -26,7 +26,7 @@ const SECRET_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
 const GENERATED_SECRET_BYTES: usize = 32;
 /// How long a replaced key keeps signing when the rotation does not say: a day, as Svix does, so
 /// receivers that poll their configuration daily never reject a request.
-pub const DEFAULT_GRACE_SECONDS: u64 = 24 * 3600;
+pub(super) const DEFAULT_GRACE_SECONDS: u64 = 24 * 3600;
 /// The longest grace period: a replaced key should not sign for long.
 const MAX_GRACE_SECONDS: u64 = 7 * 24 * 3600;
 

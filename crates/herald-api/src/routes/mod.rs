@@ -33,7 +33,7 @@ use crate::state::AppState;
 /// Every `/api/v1` route, and the dashboard's static pages next to them (outside `/api/v1` and without
 /// authentication: they hold no data). Paths carry no trailing slash; the service wrapper in
 /// [`crate::service`] trims one from requests, so both spellings work.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     // A document the query contract cannot read fails here, at start-up, not on a first request.
     crate::contract::load();
     let dashboard = crate::dashboard::routes(&state.portal);

@@ -18,14 +18,14 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// A resolver that answers from a script: each lookup takes the next answer; the last one repeats.
-pub struct ScriptedResolver {
+pub(crate) struct ScriptedResolver {
     answers: Mutex<VecDeque<Vec<IpAddr>>>,
     last: Mutex<Vec<IpAddr>>,
     pub lookups: AtomicUsize,
 }
 
 impl ScriptedResolver {
-    pub fn new(answers: &[&[&str]]) -> Arc<Self> {
+    pub(crate) fn new(answers: &[&[&str]]) -> Arc<Self> {
         let parsed: VecDeque<Vec<IpAddr>> = answers
             .iter()
             .map(|set| set.iter().map(|a| a.parse().expect("address")).collect())
@@ -38,7 +38,7 @@ impl ScriptedResolver {
     }
 
     /// A resolver giving `answer` to every lookup.
-    pub fn answering(answer: Vec<IpAddr>) -> Arc<Self> {
+    pub(crate) fn answering(answer: Vec<IpAddr>) -> Arc<Self> {
         Arc::new(Self {
             answers: Mutex::new(VecDeque::new()),
             last: Mutex::new(answer),
@@ -46,7 +46,7 @@ impl ScriptedResolver {
         })
     }
 
-    pub fn lookups(&self) -> usize {
+    pub(crate) fn lookups(&self) -> usize {
         self.lookups.load(Ordering::SeqCst)
     }
 }
@@ -67,33 +67,33 @@ impl HostResolver for ScriptedResolver {
 }
 
 /// The loopback allowlist: the only addresses the policy lets through.
-pub fn loopback_policy() -> AddressPolicy {
+pub(crate) fn loopback_policy() -> AddressPolicy {
     AddressPolicy::new(vec!["127.0.0.0/8".parse().expect("cidr")], true)
 }
 
 /// A client allowed to reach 127.0.0.0/8 only, with `config`.
-pub fn client(config: ClientConfig, policy: AddressPolicy, resolver: Arc<dyn HostResolver>) -> DeliveryClient {
+pub(crate) fn client(config: ClientConfig, policy: AddressPolicy, resolver: Arc<dyn HostResolver>) -> DeliveryClient {
     DeliveryClient::new(config, Arc::new(policy), resolver).expect("client")
 }
 
 /// A client allowed to reach 127.0.0.0/8 only, with default limits and no names to resolve.
-pub fn loopback_client(config: ClientConfig) -> DeliveryClient {
+pub(crate) fn loopback_client(config: ClientConfig) -> DeliveryClient {
     client(config, loopback_policy(), ScriptedResolver::new(&[]))
 }
 
 /// A listener that accepts and counts connections, and never answers.
-pub struct CountingListener {
+pub(crate) struct CountingListener {
     pub addr: SocketAddr,
     connections: Arc<AtomicUsize>,
 }
 
 impl CountingListener {
-    pub async fn bind(addr: &str) -> Self {
+    pub(crate) async fn bind(addr: &str) -> Self {
         let listener = TcpListener::bind(addr).await.expect("bind");
         Self::serve(listener)
     }
 
-    pub fn serve(listener: TcpListener) -> Self {
+    pub(crate) fn serve(listener: TcpListener) -> Self {
         let addr = listener.local_addr().expect("addr");
         let connections = Arc::new(AtomicUsize::new(0));
         let count = connections.clone();
@@ -106,14 +106,14 @@ impl CountingListener {
         Self { addr, connections }
     }
 
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
 }
 
 /// Read a request head (up to its blank line) and return it; the small bodies the tests send follow it and
 /// are read with it or left in the socket.
-pub async fn read_head(socket: &mut TcpStream) -> String {
+pub(crate) async fn read_head(socket: &mut TcpStream) -> String {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -126,14 +126,14 @@ pub async fn read_head(socket: &mut TcpStream) -> String {
 }
 
 /// The request's `Host` header, from a raw head.
-pub fn host_header(head: &str) -> Option<String> {
+pub(crate) fn host_header(head: &str) -> Option<String> {
     head.lines()
         .find_map(|line| line.strip_prefix("host: ").or_else(|| line.strip_prefix("Host: ")))
         .map(str::to_owned)
 }
 
 /// Wait for a oneshot report from a server task, failing the test rather than hanging.
-pub async fn report<T>(rx: tokio::sync::oneshot::Receiver<T>) -> T {
+pub(crate) async fn report<T>(rx: tokio::sync::oneshot::Receiver<T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), rx)
         .await
         .expect("the server task reports within a minute")

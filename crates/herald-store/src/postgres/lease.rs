@@ -387,7 +387,7 @@ impl Keeper {
     }
 
     /// Stop scheduling `count` partitions now, and clear their leases once what was in flight has ended.
-    fn release(&mut self, count: usize) {
+    fn release(&self, count: usize) {
         let released: Vec<(i32, i64)> = self
             .leases
             .update(|held| {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// How many fault rounds a test runs: `HERALD_FAULT_ROUNDS`, or `default` (kept small so the suite
 /// stays fast; raise it to soak).
-pub fn rounds(default: usize) -> usize {
+pub(crate) fn rounds(default: usize) -> usize {
     std::env::var("HERALD_FAULT_ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -18,12 +18,12 @@ pub fn rounds(default: usize) -> usize {
 
 /// A tmpfs of a fixed size mounted on a fresh temporary directory; unmounted when dropped. Needs root
 /// (CI runs as root); a test that cannot mount fails rather than passing without its fault.
-pub struct SizedTmpfs {
+pub(crate) struct SizedTmpfs {
     dir: tempfile::TempDir,
 }
 
 impl SizedTmpfs {
-    pub fn mount(mebibytes: u32) -> Self {
+    pub(crate) fn mount(mebibytes: u32) -> Self {
         let dir = tempfile::tempdir().expect("mount point");
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mebibytes}m,mode=0700"), "tmpfs"])
@@ -37,17 +37,17 @@ impl SizedTmpfs {
         Self { dir }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// A SQLite URL for a file on this filesystem.
-    pub fn sqlite_url(&self, name: &str) -> String {
+    pub(crate) fn sqlite_url(&self, name: &str) -> String {
         format!("sqlite://{}", self.path().join(name).display())
     }
 
     /// The ballast file that fills this filesystem.
-    pub fn ballast(&self) -> Ballast {
+    pub(crate) fn ballast(&self) -> Ballast {
         Ballast {
             path: self.path().join("ballast"),
         }
@@ -62,13 +62,13 @@ impl Drop for SizedTmpfs {
 }
 
 /// A file that takes every free byte of its filesystem, and gives them back.
-pub struct Ballast {
+pub(crate) struct Ballast {
     path: PathBuf,
 }
 
 impl Ballast {
     /// Write until the filesystem is full (large blocks, then small ones, down to the last page).
-    pub fn fill(&self) {
+    pub(crate) fn fill(&self) {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -82,14 +82,14 @@ impl Ballast {
     }
 
     /// Free the space again.
-    pub fn free(&self) {
+    pub(crate) fn free(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
 }
 
 /// What a fault test saw: every acknowledgement, every refusal, and the checks against the store.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     /// Ids the server acknowledged (2xx).
     pub acknowledged: BTreeSet<String>,
     /// Refusals by error code (each must be a 503 with a storage code).
@@ -100,7 +100,7 @@ pub struct Ledger {
 
 impl Ledger {
     /// Record one answer: `ok` is the acknowledging status; an acknowledgement must carry `id`.
-    pub fn answer(&mut self, ok: u16, status: u16, body: &serde_json::Value) {
+    pub(crate) fn answer(&mut self, ok: u16, status: u16, body: &serde_json::Value) {
         if status == ok {
             match body["id"].as_str() {
                 Some(id) => {
@@ -119,7 +119,7 @@ impl Ledger {
     }
 
     /// Merge another task's ledger into this one.
-    pub fn absorb(&mut self, other: Ledger) {
+    pub(crate) fn absorb(&mut self, other: Ledger) {
         self.acknowledged.extend(other.acknowledged);
         for (code, n) in other.refused {
             *self.refused.entry(code).or_insert(0) += n;
@@ -127,13 +127,18 @@ impl Ledger {
         self.violations.extend(other.violations);
     }
 
-    pub fn refused_with(&self, code: &str) -> usize {
+    pub(crate) fn refused_with(&self, code: &str) -> usize {
         self.refused.get(code).copied().unwrap_or(0)
     }
 
     /// Wait until every acknowledged id arrived at `receiver` (the id in `header`); every arrival's id,
     /// duplicates included.
-    pub async fn wait_arrivals(&self, receiver: &super::Receiver, header: &str, within: Duration) -> Vec<String> {
+    pub(crate) async fn wait_arrivals(
+        &self,
+        receiver: &super::Receiver,
+        header: &str,
+        within: Duration,
+    ) -> Vec<String> {
         let deadline = Instant::now() + within;
         loop {
             let arrivals: Vec<String> = receiver
@@ -155,8 +160,32 @@ impl Ledger {
         }
     }
 
+    /// Fail unless every acknowledged inbox event is stored (through the admin API) and `also` holds on
+    /// the stored events ([`inbox_events`]), then wait until every one reached `handler`, then the same
+    /// checks after `kill -9` and a restart; every arrival's `herald-inbox-id`.
+    pub(crate) async fn assert_inbox_kept(
+        &self,
+        inbox: &mut super::Herald,
+        handler: &super::Receiver,
+        also: impl Fn(&BTreeMap<String, Vec<String>>, &str),
+    ) -> Vec<String> {
+        self.assert_all_stored(&inbox_stored(inbox, &self.acknowledged).await, "through the API");
+        also(&inbox_events(inbox).await, "through the API");
+        let arrivals = self
+            .wait_arrivals(handler, "herald-inbox-id", Duration::from_secs(90))
+            .await;
+        inbox.kill9();
+        inbox.restart().await;
+        self.assert_all_stored(
+            &inbox_stored(inbox, &self.acknowledged).await,
+            "after kill -9 and restart",
+        );
+        also(&inbox_events(inbox).await, "after kill -9 and restart");
+        arrivals
+    }
+
     /// Fail unless every acknowledged id is in `stored`.
-    pub fn assert_all_stored(&self, stored: &BTreeSet<String>, when: &str) {
+    pub(crate) fn assert_all_stored(&self, stored: &BTreeSet<String>, when: &str) {
         let lost: Vec<&String> = self.acknowledged.difference(stored).collect();
         assert!(
             lost.is_empty(),
@@ -167,8 +196,75 @@ impl Ledger {
     }
 }
 
+/// The signing secret of the fault tests' inbox source `billing`.
+const INBOX_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// An inbox configuration with one Standard Webhooks source, `billing`, forwarding to `handler`.
+pub(crate) fn inbox_config(handler: &super::Receiver) -> String {
+    format!(
+        "[[source]]\nname = \"billing\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{INBOX_SECRET}\"]\nforward_to = \"{}\"\n",
+        handler.url()
+    )
+}
+
+/// Post `body` to the inbox's `billing` source as the provider would, signed, with `msg_id` as its
+/// `webhook-id` (the inbox's deduplication key).
+pub(crate) async fn post_signed(inbox: &super::Herald, msg_id: &str, body: &str) -> (u16, serde_json::Value) {
+    let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();
+    let signature =
+        herald_signature::HmacSecret::parse(INBOX_SECRET)
+            .expect("secret")
+            .sign(msg_id, timestamp, body.as_bytes());
+    let timestamp = timestamp.to_string();
+    let headers = [
+        ("content-type", "application/json"),
+        ("webhook-id", msg_id),
+        ("webhook-timestamp", timestamp.as_str()),
+        ("webhook-signature", signature.as_str()),
+    ];
+    inbox.post_raw("/in/billing", body.as_bytes(), &headers).await
+}
+
+/// The inbox events among `ids` that the admin API finds.
+pub(crate) async fn inbox_stored(inbox: &super::Herald, ids: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for id in ids {
+        let (status, body) = inbox.call("GET", &format!("/inbox/event/{id}/"), None).await;
+        match status {
+            200 => {
+                found.insert(id.clone());
+            }
+            404 => {}
+            other => panic!("GET /inbox/event/{id}/: {other} {body}"),
+        }
+    }
+    found
+}
+
+/// Each stored inbox event's provider id (`eventId`, the `webhook-id` it was posted with) and inbox ids.
+pub(crate) async fn inbox_events(inbox: &super::Herald) -> BTreeMap<String, Vec<String>> {
+    let mut events: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut iterator: Option<String> = None;
+    loop {
+        let path = match &iterator {
+            Some(after) => format!("/inbox/event?limit=250&iterator={after}"),
+            None => "/inbox/event?limit=250".to_owned(),
+        };
+        let page = inbox.get(&path).await;
+        for event in page["data"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            if let (Some(provider), Some(id)) = (event["eventId"].as_str(), event["id"].as_str()) {
+                events.entry(provider.to_owned()).or_default().push(id.to_owned());
+            }
+        }
+        if page["done"].as_bool().unwrap_or(true) {
+            return events;
+        }
+        iterator = page["iterator"].as_str().map(str::to_owned);
+    }
+}
+
 /// How often each id arrived at a receiver; the ids that arrived more than once.
-pub fn duplicates(arrivals: &[String]) -> usize {
+pub(crate) fn duplicates(arrivals: &[String]) -> usize {
     let mut seen = BTreeMap::new();
     for id in arrivals {
         *seen.entry(id.as_str()).or_insert(0usize) += 1;

@@ -7,8 +7,8 @@
 //! the same database. Each test file uses only part of this module.
 #![allow(dead_code)]
 
-pub mod faults;
-pub mod producer;
+pub(crate) mod faults;
+pub(crate) mod producer;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -25,12 +25,12 @@ use herald_store::testdb::{self, TestDatabase};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-pub const TOKEN: &str = "test-admin-token";
+pub(crate) const TOKEN: &str = "test-admin-token";
 
 /// The Python interpreter of the virtual environment `scripts/test` installs the pinned `svix` 2.x SDK
 /// into (tests/compat/python-v2; under `HERALD_TEST_SDK_DIR`, by default this workspace's target/); panics
 /// with what to do when it is missing.
-pub fn python_with_svix() -> PathBuf {
+pub(crate) fn python_with_svix() -> PathBuf {
     let python = test_python();
     assert!(
         python.exists(),
@@ -42,10 +42,10 @@ pub fn python_with_svix() -> PathBuf {
 
 /// A setting of the harness, not of Herald: a command (words separated by spaces) that `herald` is
 /// started through and that `exec`s it, e.g. `prlimit --nofile=1024`; the process keeps Herald's pid.
-pub const LAUNCHER: &str = "HERALD_TEST_LAUNCHER";
+pub(crate) const LAUNCHER: &str = "HERALD_TEST_LAUNCHER";
 
 /// A running `herald serve` process.
-pub struct Herald {
+pub(crate) struct Herald {
     child: Option<Child>,
     pub addr: SocketAddr,
     pub dir: Arc<tempfile::TempDir>,
@@ -59,7 +59,7 @@ pub struct Herald {
 }
 
 /// Whether every test runs on PostgreSQL (`HERALD_TEST_BACKEND=postgres`).
-pub fn postgres_backend() -> bool {
+pub(crate) fn postgres_backend() -> bool {
     std::env::var("HERALD_TEST_BACKEND").is_ok_and(|b| b == "postgres")
 }
 
@@ -90,7 +90,7 @@ fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
 
 impl Herald {
     /// Start with a fresh database, loopback allowed, a fast retry schedule and the test token.
-    pub async fn start(extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start(extra_env: &[(&str, &str)]) -> Self {
         if postgres_backend() {
             let database = testdb::fresh("an end-to-end test")
                 .await
@@ -104,7 +104,7 @@ impl Herald {
     /// Start `herald inbox` with this configuration (written to `inbox.toml` in a fresh directory), the
     /// test token, and a fresh database, on `addr` if given: a SQLite file, or a PostgreSQL database when
     /// `HERALD_TEST_BACKEND=postgres`.
-    pub async fn start_inbox(config: &str, extra_env: &[(&str, &str)], addr: Option<SocketAddr>) -> Self {
+    pub(crate) async fn start_inbox(config: &str, extra_env: &[(&str, &str)], addr: Option<SocketAddr>) -> Self {
         if postgres_backend() {
             return Self::start_inbox_pg("an inbox end-to-end test", config, extra_env, addr)
                 .await
@@ -115,7 +115,7 @@ impl Herald {
 
     /// Start `herald inbox` on a fresh PostgreSQL database; `None` when PostgreSQL is unreachable (and not
     /// required).
-    pub async fn start_inbox_pg(
+    pub(crate) async fn start_inbox_pg(
         test: &str,
         config: &str,
         extra_env: &[(&str, &str)],
@@ -126,7 +126,7 @@ impl Herald {
     }
 
     /// Start `herald inbox` on an existing PostgreSQL database (e.g. a sender's).
-    pub async fn start_inbox_on(
+    pub(crate) async fn start_inbox_on(
         database: Arc<TestDatabase>,
         config: &str,
         extra_env: &[(&str, &str)],
@@ -154,18 +154,18 @@ impl Herald {
     }
 
     /// Start on a fresh PostgreSQL database; `None` when PostgreSQL is unreachable (and not required).
-    pub async fn start_pg(test: &str, extra_env: &[(&str, &str)]) -> Option<Self> {
+    pub(crate) async fn start_pg(test: &str, extra_env: &[(&str, &str)]) -> Option<Self> {
         let database = testdb::fresh(test).await?;
         Some(Self::start_on(Arc::new(database), extra_env).await)
     }
 
     /// Start a node on an existing PostgreSQL database (e.g. another node of a cluster).
-    pub async fn start_on(database: Arc<TestDatabase>, extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start_on(database: Arc<TestDatabase>, extra_env: &[(&str, &str)]) -> Self {
         Self::start_at(database.clone(), &database.url, extra_env).await
     }
 
     /// Start a node on `database`, reaching it at `url` (e.g. through a proxy in front of it).
-    pub async fn start_at(database: Arc<TestDatabase>, url: &str, extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start_at(database: Arc<TestDatabase>, url: &str, extra_env: &[(&str, &str)]) -> Self {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         // A PostgreSQL database needs the secret key configured (every node the same).
         let mut env = vec![
@@ -180,20 +180,26 @@ impl Herald {
     /// test can cut, hold or slow this node's database, or cut a connection at its `COMMIT`; `None` when
     /// PostgreSQL is unreachable (and not required). Call it from a multi-threaded runtime: the proxy
     /// must serve while the node starts.
-    pub async fn start_behind_proxy(test: &str, extra_env: &[(&str, &str)]) -> Option<(Self, TcpProxy)> {
-        let database = Arc::new(testdb::fresh(test).await?);
-        let proxy = TcpProxy::start(database.server_addr().expect("server address")).await;
-        let url = database
-            .url_via(format!("127.0.0.1:{}", proxy.port).parse().expect("address"))
-            .expect("proxied URL");
-        // Without TLS, so that the proxy sees the protocol (a commit cut looks for the `COMMIT`).
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let url = format!("{url}{separator}sslmode=disable");
+    pub(crate) async fn start_behind_proxy(test: &str, extra_env: &[(&str, &str)]) -> Option<(Self, TcpProxy)> {
+        let (database, proxy, url) = proxied_database(test).await?;
         Some((Self::start_at(database, &url, extra_env).await, proxy))
     }
 
+    /// Start `herald inbox` with this configuration on a fresh PostgreSQL database reached through a
+    /// [`TcpProxy`], as [`Herald::start_behind_proxy`] does the sender.
+    pub(crate) async fn start_inbox_behind_proxy(
+        test: &str,
+        config: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Option<(Self, TcpProxy)> {
+        let (database, proxy, url) = proxied_database(test).await?;
+        let mut env = vec![("HERALD_DATABASE_URL", url.as_str())];
+        env.extend_from_slice(extra_env);
+        Some((Self::spawn_inbox(config, &env, None, Some(database)).await, proxy))
+    }
+
     /// Start again on the same database (after [`Herald::kill9`] or [`Herald::stop`]).
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         let again = Self::spawn(
             self.dir.clone(),
             self.env.clone(),
@@ -206,18 +212,18 @@ impl Herald {
     }
 
     /// Whether the process is still running (it has not exited, e.g. by a panic).
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child
             .as_mut()
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
     /// The process id (of `herald` itself, also when started through a [`LAUNCHER`]).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).expect("the process is running")
     }
 
-    pub fn db_path(&self) -> PathBuf {
+    pub(crate) fn db_path(&self) -> PathBuf {
         self.dir.path().join("herald.db")
     }
 
@@ -300,13 +306,13 @@ impl Herald {
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}/api/v1{}", self.addr, path)
     }
 
     /// POST raw bytes to a path outside `/api/v1` (e.g. the inbox's `/in/{source}`); returns the status
     /// and the JSON body (Null when empty).
-    pub async fn post_raw(&self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> (u16, Value) {
+    pub(crate) async fn post_raw(&self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> (u16, Value) {
         let mut request = self
             .http
             .post(format!("http://{}{path}", self.addr))
@@ -326,7 +332,7 @@ impl Herald {
     }
 
     /// Send a request with the admin token; returns the status and the JSON body (Null when empty).
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         self.call_with(
             method,
             path,
@@ -336,7 +342,7 @@ impl Herald {
         .await
     }
 
-    pub async fn call_with(
+    pub(crate) async fn call_with(
         &self,
         method: &str,
         path: &str,
@@ -363,7 +369,7 @@ impl Herald {
     }
 
     /// POST `body` with the admin token and an `idempotency-key`; returns the status and the JSON body.
-    pub async fn post_keyed(&self, path: &str, body: Value, key: &str) -> (u16, Value) {
+    pub(crate) async fn post_keyed(&self, path: &str, body: Value, key: &str) -> (u16, Value) {
         self.call_with(
             "POST",
             path,
@@ -373,20 +379,20 @@ impl Herald {
         .await
     }
 
-    pub async fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
         let (status, json) = self.call("POST", path, Some(body)).await;
         assert!((200..300).contains(&status), "POST {path}: {status} {json}");
         json
     }
 
-    pub async fn get(&self, path: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str) -> Value {
         let (status, json) = self.call("GET", path, None).await;
         assert_eq!(status, 200, "GET {path}: {json}");
         json
     }
 
     /// Create an app and return its id.
-    pub async fn app(&self, name: &str) -> String {
+    pub(crate) async fn app(&self, name: &str) -> String {
         self.post("/app", serde_json::json!({ "name": name })).await["id"]
             .as_str()
             .expect("id")
@@ -394,7 +400,7 @@ impl Herald {
     }
 
     /// Create an endpoint and return (id, secret).
-    pub async fn endpoint(&self, app: &str, body: Value) -> (String, String) {
+    pub(crate) async fn endpoint(&self, app: &str, body: Value) -> (String, String) {
         let ep = self.post(&format!("/app/{app}/endpoint"), body).await;
         let id = ep["id"].as_str().expect("id").to_owned();
         let secret = self.get(&format!("/app/{app}/endpoint/{id}/secret")).await["key"]
@@ -405,7 +411,7 @@ impl Herald {
     }
 
     /// Every message of an app, through the API (all pages, newest first).
-    pub async fn messages(&self, app: &str) -> Vec<Value> {
+    pub(crate) async fn messages(&self, app: &str) -> Vec<Value> {
         let mut messages = Vec::new();
         let mut iterator: Option<String> = None;
         loop {
@@ -425,7 +431,7 @@ impl Herald {
     }
 
     /// Attempts of a message, oldest first.
-    pub async fn attempts(&self, app: &str, msg: &str) -> Vec<Value> {
+    pub(crate) async fn attempts(&self, app: &str, msg: &str) -> Vec<Value> {
         let mut list = self.get(&format!("/app/{app}/attempt/msg/{msg}?limit=250")).await["data"]
             .as_array()
             .cloned()
@@ -435,7 +441,7 @@ impl Herald {
     }
 
     /// Wait until `check` holds on the attempts of a message.
-    pub async fn wait_attempts(
+    pub(crate) async fn wait_attempts(
         &self,
         app: &str,
         msg: &str,
@@ -457,7 +463,7 @@ impl Herald {
     }
 
     /// SIGKILL: no shutdown path runs.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().expect("kill");
             let _ = child.wait();
@@ -473,7 +479,7 @@ impl Drop for Herald {
 
 /// One request a receiver got.
 #[derive(Debug, Clone)]
-pub struct Received {
+pub(crate) struct Received {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub at: Instant,
@@ -484,14 +490,14 @@ pub struct Received {
 }
 
 impl Received {
-    pub fn header(&self, name: &str) -> &str {
+    pub(crate) fn header(&self, name: &str) -> &str {
         self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
     }
 }
 
 /// What a receiver answers.
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: String,
@@ -501,7 +507,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn status(status: u16) -> Self {
+    pub(crate) fn status(status: u16) -> Self {
         Self {
             status,
             headers: Vec::new(),
@@ -511,22 +517,22 @@ impl Reply {
         }
     }
 
-    pub fn echo(mut self) -> Self {
+    pub(crate) fn echo(mut self) -> Self {
         self.echo = true;
         self
     }
 
-    pub fn header(mut self, name: &str, value: &str) -> Self {
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
         self
     }
 
-    pub fn body(mut self, body: &str) -> Self {
+    pub(crate) fn body(mut self, body: &str) -> Self {
         self.body = body.into();
         self
     }
 
-    pub fn delay(mut self, delay: Duration) -> Self {
+    pub(crate) fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
     }
@@ -558,7 +564,7 @@ impl Drop for InFlight {
 
 /// A real HTTP receiver on loopback that records every request and answers from a script.
 #[derive(Clone)]
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub addr: SocketAddr,
     state: Arc<ReceiverState>,
     shutdown: Arc<Notify>,
@@ -566,11 +572,11 @@ pub struct Receiver {
 
 impl Receiver {
     /// A receiver answering `fallback` to every request not covered by a scripted reply.
-    pub async fn start(fallback: Reply) -> Self {
+    pub(crate) async fn start(fallback: Reply) -> Self {
         Self::bind("127.0.0.1:0".parse().expect("addr"), fallback).await
     }
 
-    pub async fn bind(addr: SocketAddr, fallback: Reply) -> Self {
+    pub(crate) async fn bind(addr: SocketAddr, fallback: Reply) -> Self {
         let state = Arc::new(ReceiverState::default());
         *state.fallback.lock().unwrap() = Some(fallback);
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind receiver");
@@ -586,47 +592,47 @@ impl Receiver {
         Self { addr, state, shutdown }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
     }
 
     /// Answer the next requests with these replies, in order.
-    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+    pub(crate) fn script(&self, replies: impl IntoIterator<Item = Reply>) {
         self.state.script.lock().unwrap().extend(replies);
     }
 
-    pub fn received(&self) -> Vec<Received> {
+    pub(crate) fn received(&self) -> Vec<Received> {
         self.state.received.lock().unwrap().clone()
     }
 
     /// Answer every request not covered by the script with `reply` from now on.
-    pub fn set_fallback(&self, reply: Reply) {
+    pub(crate) fn set_fallback(&self, reply: Reply) {
         *self.state.fallback.lock().unwrap() = Some(reply);
     }
 
     /// Answer requests whose body contains `pattern` with `reply` (before the script and the fallback).
-    pub fn rule(&self, pattern: &str, reply: Reply) {
+    pub(crate) fn rule(&self, pattern: &str, reply: Reply) {
         self.state.rules.lock().unwrap().push((pattern.to_owned(), reply));
     }
 
     /// Answer the first request carrying each `webhook-id` with `reply` (a receiver that refuses first
     /// attempts and takes retries).
-    pub fn first_of_each(&self, reply: Reply) {
+    pub(crate) fn first_of_each(&self, reply: Reply) {
         *self.state.first_of_each.lock().unwrap() = Some(reply);
     }
 
     /// Requests being handled right now.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.state.in_flight.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The most requests ever handled at once.
-    pub fn peak_in_flight(&self) -> usize {
+    pub(crate) fn peak_in_flight(&self) -> usize {
         self.state.peak.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many requests carried each `webhook-id`, and how many of them were answered 2xx.
-    pub fn per_message(&self) -> std::collections::HashMap<String, (usize, usize)> {
+    pub(crate) fn per_message(&self) -> std::collections::HashMap<String, (usize, usize)> {
         let mut counts = std::collections::HashMap::new();
         for r in self.received() {
             let entry = counts.entry(r.header("webhook-id").to_owned()).or_insert((0, 0));
@@ -639,7 +645,7 @@ impl Receiver {
     }
 
     /// Wait until at least `n` requests arrived.
-    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
+    pub(crate) async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
         let deadline = Instant::now() + timeout;
         loop {
             let notified = self.state.notify.notified();
@@ -653,7 +659,7 @@ impl Receiver {
         }
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.shutdown.notify_waiters();
     }
 }
@@ -710,7 +716,7 @@ async fn handle(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, bod
 }
 
 /// A port that nothing listens on right now (bound then released).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -721,7 +727,7 @@ pub fn free_port() -> u16 {
 /// The set-up of the database fault tests: a node behind a [`TcpProxy`] (see
 /// [`Herald::start_behind_proxy`]) that retries every 500 ms, with one app and one endpoint on a
 /// receiver that accepts everything.
-pub struct ProxiedNode {
+pub(crate) struct ProxiedNode {
     pub herald: Herald,
     pub proxy: TcpProxy,
     pub receiver: Receiver,
@@ -731,7 +737,7 @@ pub struct ProxiedNode {
 
 impl ProxiedNode {
     /// Start it, with the app named `app`; `None` when PostgreSQL is unreachable (and not required).
-    pub async fn start(test: &str, app: &str, extra_env: &[(&str, &str)]) -> Option<Self> {
+    pub(crate) async fn start(test: &str, app: &str, extra_env: &[(&str, &str)]) -> Option<Self> {
         let schedule = vec!["500ms"; 50].join(",");
         let mut env = vec![("HERALD_RETRY_SCHEDULE", schedule.as_str())];
         env.extend_from_slice(extra_env);
@@ -750,9 +756,22 @@ impl ProxiedNode {
     }
 }
 
+/// A fresh PostgreSQL database, a [`TcpProxy`] in front of its server, and the database's URL through the
+/// proxy; `None` when PostgreSQL is unreachable (and not required).
+async fn proxied_database(test: &str) -> Option<(Arc<TestDatabase>, TcpProxy, String)> {
+    let database = Arc::new(testdb::fresh(test).await?);
+    let proxy = TcpProxy::start(database.server_addr().expect("server address")).await;
+    let url = database
+        .url_via(format!("127.0.0.1:{}", proxy.port).parse().expect("address"))
+        .expect("proxied URL");
+    // Without TLS, so that the proxy sees the protocol (a commit cut looks for the `COMMIT`).
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Some((database, proxy, format!("{url}{separator}sslmode=disable")))
+}
+
 /// What a [`TcpProxy`] does with the bytes it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProxyMode {
+pub(crate) enum ProxyMode {
     /// Pass them on at once.
     Forward,
     /// Keep every connection open (and accept new ones) but pass nothing on, either way: a black hole,
@@ -765,7 +784,7 @@ pub enum ProxyMode {
 /// Where a [`TcpProxy`] armed with [`TcpProxy::cut_at_next_commit`] cuts the next connection that
 /// sends PostgreSQL a `COMMIT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommitCut {
+pub(crate) enum CommitCut {
     /// Before the `COMMIT` reaches the server: the transaction is rolled back.
     Before,
     /// After the server has received the `COMMIT` *and answered it*: the transaction is committed, but
@@ -782,12 +801,12 @@ pub enum CommitCut {
 
 impl CommitCut {
     /// Whether the server gets the `COMMIT` (and so commits).
-    pub fn commits(self) -> bool {
+    pub(crate) fn commits(self) -> bool {
         matches!(self, CommitCut::After | CommitCut::SilentAfter)
     }
 
     /// Whether the connection goes silent rather than closing.
-    pub fn silent(self) -> bool {
+    pub(crate) fn silent(self) -> bool {
         matches!(self, CommitCut::SilentBefore | CommitCut::SilentAfter)
     }
 }
@@ -795,10 +814,11 @@ impl CommitCut {
 /// The simple-protocol message sqlx sends to commit a transaction: `Q`, its length (4 + 7), `COMMIT\0`.
 const COMMIT_MESSAGE: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 
-/// The proxy's commit cut, shared by its connections: armed for one cut at a time.
+/// The proxy's commit cut, shared by its connections: armed for one cut at a time, at the next chunk a
+/// client sends that holds the bytes it waits for (a `COMMIT`, or a value only one request sends).
 #[derive(Default)]
 struct CommitCuts {
-    armed: Mutex<Option<CommitCut>>,
+    armed: Mutex<Option<(Vec<u8>, CommitCut)>>,
     fired: std::sync::atomic::AtomicUsize,
 }
 
@@ -814,7 +834,7 @@ struct Fate {
 /// A TCP proxy on loopback in front of another address, that a test can cut and restore (refused
 /// connections), hold (a black hole), slow down, or make cut one connection at its `COMMIT`: a database
 /// outage for one node without touching the shared server.
-pub struct TcpProxy {
+pub(crate) struct TcpProxy {
     pub port: u16,
     target: SocketAddr,
     running: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -823,7 +843,7 @@ pub struct TcpProxy {
 }
 
 impl TcpProxy {
-    pub async fn start(target: SocketAddr) -> Self {
+    pub(crate) async fn start(target: SocketAddr) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = listener.local_addr().expect("addr").port();
         let proxy = Self {
@@ -879,14 +899,14 @@ impl TcpProxy {
     }
 
     /// Close every proxied connection and refuse new ones.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         if let Some(task) = self.running.lock().unwrap().take() {
             task.abort();
         }
     }
 
     /// Accept connections again, on the same port.
-    pub async fn restore(&self) {
+    pub(crate) async fn restore(&self) {
         let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().expect("addr");
         let deadline = Instant::now() + Duration::from_secs(10);
         let listener = loop {
@@ -902,22 +922,29 @@ impl TcpProxy {
     }
 
     /// Forward, hold or delay from now on (held bytes flow again once the mode is no longer `Hold`).
-    pub fn set_mode(&self, mode: ProxyMode) {
+    pub(crate) fn set_mode(&self, mode: ProxyMode) {
         self.mode.send_replace(mode);
     }
 
     /// Cut the next connection, whichever it is, that sends a `COMMIT`, at `cut`; once.
-    pub fn cut_at_next_commit(&self, cut: CommitCut) {
-        *self.cuts.armed.lock().unwrap() = Some(cut);
+    pub(crate) fn cut_at_next_commit(&self, cut: CommitCut) {
+        self.cut_at_next(COMMIT_MESSAGE, cut);
+    }
+
+    /// Cut the next connection that sends a chunk holding `bytes` (say a value bound by one request
+    /// only), at `cut` as if the chunk were its `COMMIT`; once. An autocommitted statement commits at
+    /// the end of its chunk, so `After` lets it commit and `Before` keeps it from the server.
+    pub(crate) fn cut_at_next(&self, bytes: &[u8], cut: CommitCut) {
+        *self.cuts.armed.lock().unwrap() = Some((bytes.to_vec(), cut));
     }
 
     /// Whether an armed cut is still waiting for its `COMMIT`.
-    pub fn commit_cut_armed(&self) -> bool {
+    pub(crate) fn commit_cut_armed(&self) -> bool {
         self.cuts.armed.lock().unwrap().is_some()
     }
 
     /// How many commit cuts have fired.
-    pub fn commit_cuts_fired(&self) -> usize {
+    pub(crate) fn commit_cuts_fired(&self) -> usize {
         self.cuts.fired.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
@@ -960,8 +987,14 @@ impl Pump {
                 return;
             }
             match &self.side {
-                Side::Client(cuts) if buffer[..n].windows(COMMIT_MESSAGE.len()).any(|w| w == COMMIT_MESSAGE) => {
-                    let armed = cuts.armed.lock().unwrap().take();
+                Side::Client(cuts) => {
+                    let armed = {
+                        let mut armed = cuts.armed.lock().unwrap();
+                        let hit = armed
+                            .as_ref()
+                            .is_some_and(|(bytes, _)| buffer[..n].windows(bytes.len()).any(|w| w == bytes.as_slice()));
+                        if hit { armed.take().map(|(_, cut)| cut) } else { None }
+                    };
                     if let Some(cut) = armed {
                         cuts.fired.fetch_add(1, Ordering::SeqCst);
                         // Set before the COMMIT goes on, so that its reply is already dropped.
@@ -1016,7 +1049,7 @@ impl Drop for TcpProxy {
 /// A 422 body's invalid values (Svix's `HTTPValidationError`: `detail` a list of `{loc, msg, type}`), each
 /// as `field: msg` with the field's path after its source dotted (`["body", "headers", "x-a"]` is
 /// `headers.x-a`). Empty when `body` is not in that shape.
-pub fn validation_summary(body: &serde_json::Value) -> Vec<String> {
+pub(crate) fn validation_summary(body: &serde_json::Value) -> Vec<String> {
     let items = body["detail"].as_array().map(Vec::as_slice).unwrap_or_default();
     items
         .iter()
@@ -1036,7 +1069,7 @@ pub fn validation_summary(body: &serde_json::Value) -> Vec<String> {
 
 /// Whether a 422 body names `field` (or a field under it, `headers` for `headers.x-a`) in one of its
 /// invalid values' `loc`.
-pub fn names_field(body: &serde_json::Value, field: &str) -> bool {
+pub(crate) fn names_field(body: &serde_json::Value, field: &str) -> bool {
     validation_summary(body).iter().any(|line| {
         let path = line.split(": ").next().unwrap_or_default();
         path == field || path.starts_with(&format!("{field}."))
@@ -1045,7 +1078,7 @@ pub fn names_field(body: &serde_json::Value, field: &str) -> bool {
 
 /// The Python interpreter of the newest pinned 2.x `svix` SDK, as `scripts/test` installs it (under
 /// `HERALD_TEST_SDK_DIR`, by default this workspace's `target/`).
-pub fn test_python() -> std::path::PathBuf {
+pub(crate) fn test_python() -> std::path::PathBuf {
     let sdks = std::env::var_os("HERALD_TEST_SDK_DIR").map_or_else(
         // The workspace root, then its target/ (which a fresh clone has only once built).
         || {

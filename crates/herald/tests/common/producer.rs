@@ -20,7 +20,7 @@ use super::{Herald, TOKEN};
 
 /// One outbox row to write.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub(crate) struct Event {
     pub event_id: String,
     pub app: String,
     pub event_type: String,
@@ -29,7 +29,7 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn new(event_id: impl Into<String>, app: &str, payload: Value) -> Self {
+    pub(crate) fn new(event_id: impl Into<String>, app: &str, payload: Value) -> Self {
         Self {
             event_id: event_id.into(),
             app: app.to_owned(),
@@ -39,7 +39,7 @@ impl Event {
         }
     }
 
-    pub fn keyed(mut self, key: &str) -> Self {
+    pub(crate) fn keyed(mut self, key: &str) -> Self {
         self.ordering_key = Some(key.to_owned());
         self
     }
@@ -53,7 +53,7 @@ enum Keep {
 }
 
 /// A producer database with the outbox table created from the shipped DDL.
-pub struct Producer {
+pub(crate) struct Producer {
     pub dialect: Dialect,
     pub url: String,
     pub pool: AnyPool,
@@ -66,26 +66,26 @@ fn mysql_server() -> String {
 
 impl Producer {
     /// Every producer database this machine has: SQLite always, PostgreSQL and MariaDB when reachable.
-    pub async fn all(test: &str) -> Vec<Self> {
+    pub(crate) async fn all(test: &str) -> Vec<Self> {
         let mut all = vec![Self::sqlite().await];
         all.extend(Self::postgres(test).await);
         all.extend(Self::mariadb(test).await);
         all
     }
 
-    pub async fn sqlite() -> Self {
+    pub(crate) async fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}?mode=rwc", dir.path().join("shop.db").display());
         Self::prepare(Dialect::Sqlite, url, Keep::File(dir)).await
     }
 
-    pub async fn postgres(test: &str) -> Option<Self> {
+    pub(crate) async fn postgres(test: &str) -> Option<Self> {
         let database = testdb::fresh(test).await?;
         let url = database.url.clone();
         Some(Self::prepare(Dialect::Postgres, url, Keep::Postgres(database)).await)
     }
 
-    pub async fn mariadb(test: &str) -> Option<Self> {
+    pub(crate) async fn mariadb(test: &str) -> Option<Self> {
         sqlx::any::install_default_drivers();
         let server = mysql_server();
         let admin = match AnyPoolOptions::new()
@@ -140,7 +140,7 @@ impl Producer {
     }
 
     /// Write `events` in one transaction, then commit it or roll it back.
-    pub async fn write(&self, events: &[Event], commit: bool) {
+    pub(crate) async fn write(&self, events: &[Event], commit: bool) {
         let mut tx = self.pool.begin().await.expect("begin");
         let insert = self.dialect.insert(&TableName::parse("herald_outbox").expect("name"));
         for event in events {
@@ -162,7 +162,7 @@ impl Producer {
     }
 
     /// Rows still in the outbox (relayed or not, refused or not).
-    pub async fn rows(&self) -> i64 {
+    pub(crate) async fn rows(&self) -> i64 {
         sqlx::query("SELECT COUNT(*) FROM herald_outbox")
             .fetch_one(&self.pool)
             .await
@@ -171,7 +171,7 @@ impl Producer {
     }
 
     /// The refused rows: (event id, relay_error).
-    pub async fn refused(&self) -> Vec<(String, String)> {
+    pub(crate) async fn refused(&self) -> Vec<(String, String)> {
         sqlx::query("SELECT event_id, relay_error FROM herald_outbox WHERE relay_error IS NOT NULL ORDER BY seq")
             .fetch_all(&self.pool)
             .await
@@ -182,7 +182,7 @@ impl Producer {
     }
 
     /// Wait until the outbox holds `n` rows.
-    pub async fn wait_rows(&self, n: i64, timeout: Duration) {
+    pub(crate) async fn wait_rows(&self, n: i64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             let rows = self.rows().await;
@@ -227,7 +227,7 @@ fn uuid_simple() -> String {
 }
 
 /// A running `herald relay`, its standard error kept.
-pub struct RelayProcess {
+pub(crate) struct RelayProcess {
     child: Option<Child>,
     pub stderr: Arc<Mutex<Vec<String>>>,
     args: Vec<String>,
@@ -235,7 +235,7 @@ pub struct RelayProcess {
 
 impl RelayProcess {
     /// `herald relay --source … --herald <herald> --token <admin token> [extra…]`.
-    pub fn start(producer: &Producer, herald: &str, extra: &[&str]) -> Self {
+    pub(crate) fn start(producer: &Producer, herald: &str, extra: &[&str]) -> Self {
         let mut args: Vec<String> = vec![
             "relay".into(),
             "--source".into(),
@@ -282,7 +282,7 @@ impl RelayProcess {
     }
 
     /// Wait until a line of standard error contains `text`.
-    pub async fn wait_log(&self, text: &str, timeout: Duration) -> String {
+    pub(crate) async fn wait_log(&self, text: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(line) = self.stderr.lock().expect("lines").iter().find(|l| l.contains(text)) {
@@ -298,7 +298,7 @@ impl RelayProcess {
     }
 
     /// SIGKILL: no shutdown path runs.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -306,12 +306,12 @@ impl RelayProcess {
     }
 
     /// Start again with the same arguments.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill9();
         *self = Self::spawn(self.args.clone());
     }
 
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 }
@@ -323,7 +323,7 @@ impl Drop for RelayProcess {
 }
 
 /// Every message of an app in Herald: (event id, message id), oldest first.
-pub async fn messages(herald: &Herald, app: &str) -> Vec<(String, String)> {
+pub(crate) async fn messages(herald: &Herald, app: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut iterator: Option<String> = None;
     loop {
