@@ -23,16 +23,6 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 /// What a loaded CI machine may add to it before the answer is out.
 const SLACK: Duration = Duration::from_millis(1_500);
 
-/// The message ids of an app.
-async fn stored(herald: &Herald, app: &str) -> BTreeSet<String> {
-    herald
-        .messages(app)
-        .await
-        .iter()
-        .filter_map(|m| m["id"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// How long a test waits for any answer before it fails saying so (far beyond every bound: a request
 /// that takes this long hangs).
 const HANG: Duration = Duration::from_secs(60);
@@ -175,13 +165,13 @@ async fn postgres_refused_black_holed_or_slowed_answers_503_in_bounded_time_and_
     }
     assert!(messages.violations.is_empty(), "{:?}", messages.violations);
 
-    messages.assert_all_stored(&stored(&herald, &app).await, "through the API");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "through the API");
     let arrivals = messages
         .wait_arrivals(&receiver, "webhook-id", Duration::from_secs(90))
         .await;
     herald.kill9();
     herald.restart().await;
-    messages.assert_all_stored(&stored(&herald, &app).await, "after kill -9 and restart");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "after kill -9 and restart");
     println!(
         "reliability: sender, PostgreSQL refused/black-holed/slowed: rounds={rounds} acknowledged={} refused={} lost=0 duplicates={} slowest_503={slowest_503:?}",
         messages.acknowledged.len(),
@@ -516,10 +506,10 @@ async fn a_connection_silent_mid_call_fails_reads_api_writes_and_results_within_
         "a 503 took {slowest_503:?}, beyond the {bound:?} bound"
     );
 
-    messages.assert_all_stored(&stored(&herald, &app).await, "through the API");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "through the API");
     herald.kill9();
     herald.restart().await;
-    messages.assert_all_stored(&stored(&herald, &app).await, "after kill -9 and restart");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "after kill -9 and restart");
     let (status, body) = herald.call("GET", &format!("/app/{write_app}"), None).await;
     assert_eq!(status, 200, "the acknowledged app after kill -9 and restart: {body}");
     println!(
