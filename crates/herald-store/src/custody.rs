@@ -153,9 +153,12 @@ impl DatabaseTimeouts {
         ])
     }
 
-    /// Pool options with the acquire timeout.
+    /// Pool options with the acquire timeout; each new connection over TCP gets `TCP_NODELAY`
+    /// ([`crate::tcp_nodelay`]).
     pub fn pool(&self) -> PgPoolOptions {
-        PgPoolOptions::new().acquire_timeout(self.acquire)
+        PgPoolOptions::new()
+            .acquire_timeout(self.acquire)
+            .after_connect(|conn, _| crate::tcp_nodelay::set_on(conn).boxed())
     }
 
     /// The client-side bound of one write transaction: the server's own bound, plus the time to get a
