@@ -18,6 +18,7 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::custody::Bound;
 use crate::group_commit::{IngestJob, Outcomes};
 use crate::{NewMessage, StoreError, StoreResult};
 
@@ -36,10 +37,10 @@ const STANDBY: Duration = Duration::from_secs(2);
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// Read the outbox for as long as the node runs.
-pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
+pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bound) {
     let mut delay = Duration::from_millis(200);
     loop {
-        match read(&pool, &ingest).await {
+        match read(&pool, &ingest, &bound).await {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "outbox reader failed; retrying");
@@ -51,7 +52,10 @@ pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
 }
 
 /// Take the reader lock, then ingest committed rows as they come. `Ok` only when the node shuts down.
-async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()> {
+///
+/// Its reads are bounded like every store call (`bound`); its ingest is bounded by the group-commit
+/// writer.
+async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) -> StoreResult<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     loop {
@@ -69,9 +73,9 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()
     loop {
         if measured.elapsed() >= MEASURE_EVERY {
             measured = Instant::now();
-            measure(pool).await?;
+            bound.run(measure(pool)).await?;
         }
-        let rows = pending(pool).await?;
+        let rows = bound.run(pending(pool)).await?;
         if rows.is_empty() {
             // Woken by a commit, or by the poll.
             if let Ok(Err(error)) = tokio::time::timeout(POLL, listener.recv()).await {
