@@ -59,6 +59,26 @@ impl EndpointSpec {
     }
 }
 
+/// A page of a polling endpoint's stream (`PollingEndpointOut`).
+#[derive(Debug, Deserialize)]
+pub struct PolledPage {
+    /// The messages, oldest first.
+    pub data: Vec<PolledMessage>,
+    /// Where the next read continues; coming back with it commits this page.
+    pub iterator: String,
+    /// Whether the stream had nothing more.
+    pub done: bool,
+}
+
+/// One message read from a polling endpoint (the fields the harness needs of `MessageOut`).
+#[derive(Debug, Deserialize)]
+pub struct PolledMessage {
+    /// The message id.
+    pub id: String,
+    /// Its payload, as posted.
+    pub payload: serde_json::Value,
+}
+
 #[derive(Deserialize)]
 struct Created {
     id: String,
@@ -161,6 +181,54 @@ impl Api {
             bail!("message refused: {status} {}", snippet(&answer));
         }
         Ok(())
+    }
+
+    /// Create a polling endpoint of `app_id` that keeps messages of `event_type`; returns its id.
+    pub async fn create_polling_endpoint(&self, app_id: &str, event_type: &str) -> anyhow::Result<String> {
+        let body = serde_json::json!({ "eventTypes": [event_type] });
+        self.create(format!("{}/app/{app_id}/polling-endpoint", self.base), &body)
+            .await
+            .with_context(|| format!("creating a polling endpoint for {app_id}"))
+    }
+
+    /// One read of `consumer` on polling endpoint `sink_id` (the SDKs' `consumer_poll`): from its committed
+    /// offset, after committing `iterator` (the previous answer's) when given, waiting up to `wait` for a
+    /// message when there is none (Herald's `wait_ms`).
+    pub async fn consumer_poll(
+        &self,
+        app_id: &str,
+        sink_id: &str,
+        consumer: &str,
+        iterator: Option<&str>,
+        limit: u32,
+        wait: Duration,
+    ) -> anyhow::Result<PolledPage> {
+        let mut url = reqwest::Url::parse(&format!(
+            "{}/app/{app_id}/poller/{sink_id}/consumer/{consumer}",
+            self.base
+        ))
+        .context("the poller's URL")?;
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("limit", &limit.to_string());
+            query.append_pair("wait_ms", &wait.as_millis().to_string());
+            if let Some(iterator) = iterator {
+                query.append_pair("iterator", iterator);
+            }
+        }
+        let response = self
+            .client
+            .get(url)
+            .header(AUTHORIZATION, &self.auth)
+            .send()
+            .await
+            .context("polling")?;
+        let status = response.status();
+        let answer = response.bytes().await.context("reading a poll's answer")?;
+        if !status.is_success() {
+            bail!("poll refused: {status} {}", snippet(&answer));
+        }
+        serde_json::from_slice(&answer).context("a poll's answer is not a PollingEndpointOut")
     }
 
     async fn create(&self, url: String, body: &impl Serialize) -> anyhow::Result<String> {

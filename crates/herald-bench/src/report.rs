@@ -10,6 +10,7 @@ use crate::scenario::hol::HolReport;
 use crate::scenario::inbox::InboxReport;
 use crate::scenario::ingest::IngestReport;
 use crate::scenario::outbox::OutboxReport;
+use crate::scenario::polling::PollingReport;
 use crate::table::Table;
 
 /// The result of one scenario. As JSON, `"scenario"` names it and the other keys are its report's.
@@ -31,6 +32,8 @@ pub enum Report {
     Inbox(InboxReport),
     /// `outbox`.
     Outbox(OutboxReport),
+    /// `polling`.
+    Polling(PollingReport),
 }
 
 impl Report {
@@ -44,6 +47,7 @@ impl Report {
             Report::Backlog(r) => r.table(),
             Report::Inbox(r) => r.table(),
             Report::Outbox(r) => r.table(),
+            Report::Polling(r) => r.table(),
         }
     }
 

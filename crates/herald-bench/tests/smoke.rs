@@ -8,6 +8,7 @@ use herald_bench::scenario::hol::HolParams;
 use herald_bench::scenario::inbox::InboxParams;
 use herald_bench::scenario::ingest::IngestParams;
 use herald_bench::scenario::outbox::OutboxParams;
+use herald_bench::scenario::polling::PollingParams;
 use herald_bench::{Options, Report, Scenario};
 
 fn options() -> Options {
@@ -164,4 +165,27 @@ async fn outbox_through_the_relay() {
     assert!(path.lag_deliveries.complete);
     assert_eq!(path.lag_deliveries.delivered, path.committed);
     assert!(path.lag_deliveries.lag.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_consumer_pulls_every_message_once() {
+    let params = PollingParams::smoke();
+    let Report::Polling(report) = run(Scenario::Polling(params.clone())).await else {
+        panic!("wrong report");
+    };
+    assert_eq!(report.publish.accepted, params.messages);
+    assert_eq!(report.pulled, params.messages, "every published message pulled");
+    assert!(report.pulled_per_s > 0.0);
+    // At most `limit` per read, and one more read that finds the end.
+    assert!(report.reads >= params.messages.div_ceil(u64::from(params.limit)));
+    assert!(report.posted > 0);
+    assert_eq!(
+        report.received, report.posted,
+        "every posted message reached the long-polling consumer"
+    );
+    assert_eq!(report.lag.map(|l| l.count as u64), Some(report.posted));
+    assert_eq!(
+        report.duplicates, 0,
+        "a consumer that commits as it goes reads nothing twice"
+    );
 }

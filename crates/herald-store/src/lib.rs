@@ -411,8 +411,8 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint>;
     /// Find an endpoint by id alone (for the delivery engine).
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint>;
-    /// List an app's endpoints, oldest first.
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
+    /// List an app's endpoints, oldest first, or newest first when `newest_first` (Svix's default order).
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest, newest_first: bool) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
     /// Replace an endpoint's fields (by id), except its `secret`: only

@@ -16,6 +16,7 @@ use herald_bench::scenario::hol::HolParams;
 use herald_bench::scenario::inbox::InboxParams;
 use herald_bench::scenario::ingest::IngestParams;
 use herald_bench::scenario::outbox::OutboxParams;
+use herald_bench::scenario::polling::PollingParams;
 use herald_bench::{Options, Scenario, Target};
 
 /// Options of `herald bench`.
@@ -146,6 +147,25 @@ enum ScenarioArgs {
         #[arg(long)]
         source: Option<String>,
     },
+    /// One consumer pulling a polling endpoint (docs/pull.md): messages pulled/s from a published
+    /// backlog, then publish → consumer latency with long polls while messages are posted.
+    Polling {
+        /// Messages published before the consumer reads them [default: 20000; smoke: 300].
+        #[arg(short = 'n', long)]
+        messages: Option<u64>,
+        /// Messages per read, 1 to 250 [default: 250; smoke: 100].
+        #[arg(short, long)]
+        limit: Option<u32>,
+        /// Messages per second posted in the latency phase [default: 200; smoke: 50].
+        #[arg(short, long)]
+        rate: Option<f64>,
+        /// Length of the latency phase [default: 10s; smoke: 2s].
+        #[arg(short, long, value_parser = duration)]
+        duration: Option<Duration>,
+        /// How long a read waits for a message (wait_ms), at most 30s [default: 20s; smoke: 5s].
+        #[arg(short, long, value_parser = duration)]
+        wait: Option<Duration>,
+    },
 }
 
 /// A duration with a unit (`ms`, `s`, `m`, `h`) or plain seconds.
@@ -264,6 +284,26 @@ impl ScenarioArgs {
                     rate: rate.unwrap_or(base.rate),
                     duration: duration.unwrap_or(base.duration),
                     source,
+                })
+            }
+            ScenarioArgs::Polling {
+                messages,
+                limit,
+                rate,
+                duration,
+                wait,
+            } => {
+                let base = if smoke {
+                    PollingParams::smoke()
+                } else {
+                    PollingParams::default()
+                };
+                Scenario::Polling(PollingParams {
+                    messages: messages.unwrap_or(base.messages),
+                    limit: limit.unwrap_or(base.limit),
+                    rate: rate.unwrap_or(base.rate),
+                    duration: duration.unwrap_or(base.duration),
+                    wait: wait.unwrap_or(base.wait),
                 })
             }
         }

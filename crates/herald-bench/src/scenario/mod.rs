@@ -9,6 +9,7 @@ pub mod hol;
 pub mod inbox;
 pub mod ingest;
 pub mod outbox;
+pub mod polling;
 
 use crate::env::Options;
 use crate::report::Report;
@@ -30,6 +31,8 @@ pub enum Scenario {
     Inbox(inbox::InboxParams),
     /// The transactional outbox: relay throughput and commit → receiver lag.
     Outbox(outbox::OutboxParams),
+    /// One consumer pulling a polling endpoint: messages/s and publish → consumer latency.
+    Polling(polling::PollingParams),
 }
 
 impl Scenario {
@@ -43,6 +46,7 @@ impl Scenario {
             Scenario::Backlog(_) => "backlog",
             Scenario::Inbox(_) => "inbox",
             Scenario::Outbox(_) => "outbox",
+            Scenario::Polling(_) => "polling",
         }
     }
 
@@ -56,6 +60,7 @@ impl Scenario {
             Scenario::Backlog(p) => Report::Backlog(backlog::run(options, p).await?),
             Scenario::Inbox(p) => Report::Inbox(inbox::run(options, p).await?),
             Scenario::Outbox(p) => Report::Outbox(outbox::run(options, p).await?),
+            Scenario::Polling(p) => Report::Polling(polling::run(options, p).await?),
         })
     }
 }

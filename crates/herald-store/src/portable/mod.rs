@@ -323,8 +323,13 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.endpoint(&row)
     }
 
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
-        let keyset = Keyset::new("id", page, false);
+    async fn list_endpoints(
+        &self,
+        app_id: &str,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<Endpoint>> {
+        let keyset = Keyset::new("id", page, newest_first);
         let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").free(app_id);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
