@@ -262,7 +262,13 @@ async function scenario(s, receiver, step) {
   const ep = await sdk.endpoint.create(app.id, { url: receiver.url, description: "compat", metadata: { k: "v" }, ...filter });
   expect(ep.url === receiver.url, `EndpointOut.url ${ep.url}`);
   expect((await sdk.endpoint.get(app.id, ep.id)).id === ep.id, "GET endpoint answers another endpoint");
-  await sdk.endpoint.list(app.id, { limit: 10 });
+  // Newest first by default, as Svix lists endpoints; `order` turns it round.
+  const newer = await sdk.endpoint.create(app.id, { url: receiver.url, description: "newer" });
+  const newestFirst = (await sdk.endpoint.list(app.id, { limit: 10 })).data.map((e) => e.id);
+  expect(newestFirst[0] === newer.id && newestFirst[1] === ep.id, `endpoint.list default order ${newestFirst}`);
+  const oldestFirst = (await sdk.endpoint.list(app.id, { limit: 10, order: svix.Ordering.Ascending })).data.map((e) => e.id);
+  expect(oldestFirst[0] === ep.id && oldestFirst[1] === newer.id, `order=ascending ${oldestFirst}`);
+  await sdk.endpoint.delete(app.id, newer.id);
   await sdk.endpoint.patch(app.id, ep.id, { description: "patched" });
   await (gen2 ? sdk.endpoint.upsert : sdk.endpoint.update)(app.id, ep.id, { url: receiver.url, ...filter });
   const secret = await sdk.endpoint.getSecret(app.id, ep.id);

@@ -340,7 +340,15 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     )
     expect(ep.url == receiver.url, f"EndpointOut.url {ep.url!r}")
     expect(sdk.endpoint.get(app.id, ep.id).id == ep.id, "GET endpoint answers another endpoint")
-    sdk.endpoint.list(app.id, options("EndpointListOptions", limit=10))
+    # Newest first by default, as Svix lists endpoints; `order` turns it round.
+    import svix.api as api
+
+    newer = sdk.endpoint.create(app.id, mk("EndpointIn", url=receiver.url, description="newer"))
+    newest_first = [e.id for e in sdk.endpoint.list(app.id, options("EndpointListOptions", limit=10)).data]
+    expect(newest_first[:2] == [newer.id, ep.id], f"endpoint.list default order {newest_first!r}")
+    oldest_first = sdk.endpoint.list(app.id, options("EndpointListOptions", limit=10, order=api.Ordering.ASCENDING))
+    expect([e.id for e in oldest_first.data][:2] == [ep.id, newer.id], f"order=ascending {oldest_first.data!r}")
+    sdk.endpoint.delete(app.id, newer.id)
     sdk.endpoint.patch(app.id, ep.id, mk("EndpointPatch", description="patched"))
     replace = sdk.endpoint.upsert if gen2 else sdk.endpoint.update
     replace(app.id, ep.id, mk(("EndpointUpsertIn", "EndpointUpdate"), url=receiver.url, event_types=[et_name]))

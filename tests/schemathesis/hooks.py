@@ -7,10 +7,12 @@ few keys Hypothesis draws across different requests. Each request that carries a
 fresh one here, as a real client's would be; a malformed key (a negative case) is sent as generated.
 """
 
+import base64
 import itertools
 import re
 
 import schemathesis
+from hypothesis import strategies as st
 
 _KEY = re.compile(r"[\x21-\x7e]{1,256}")
 _counter = itertools.count()
@@ -26,3 +28,19 @@ def before_call(context, case, kwargs):
     for name in list(headers):
         if name.lower() == "idempotency-key" and isinstance(headers[name], str) and _KEY.fullmatch(headers[name]):
             headers[name] = f"st-{next(_counter)}"
+
+
+# Signing keys (`format: herald-signing-key`): the document's pattern says what a key looks like, but an
+# Ed25519 (`whsk_`) key is also a pair whose public half must be its seed's, which no pattern can state.
+# Keys generated for valid cases are HMAC keys of 24 to 64 random bytes, written every way the server
+# reads them (with and without `whsec_`, padded and not); invalid cases still come from the pattern.
+def _hmac_key(parts):
+    prefixed, key, padded = parts
+    text = base64.b64encode(key).decode()
+    return ("whsec_" if prefixed else "") + (text if padded else text.rstrip("="))
+
+
+schemathesis.openapi.format(
+    "herald-signing-key",
+    st.tuples(st.booleans(), st.binary(min_size=24, max_size=64), st.booleans()).map(_hmac_key),
+)

@@ -22,6 +22,7 @@ mod openapi_import;
 pub mod polling_model;
 mod query;
 mod routes;
+mod sets;
 pub mod state;
 mod tasks;
 mod validate;

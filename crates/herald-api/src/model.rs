@@ -436,10 +436,10 @@ pub struct EndpointIn {
     #[serde(default, deserialize_with = "null_as_default")]
     pub disabled: bool,
     /// Event types delivered to this endpoint (`filterTypes`, alias `eventTypes`); `None` = all.
-    #[serde(default, alias = "eventTypes")]
+    #[serde(default, alias = "eventTypes", deserialize_with = "crate::sets::option::<_, 256>")]
     pub filter_types: Option<BTreeSet<String>>,
     /// Channels this endpoint listens to; `None` = all.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::sets::option::<_, 10>")]
     pub channels: Option<BTreeSet<String>>,
     /// Maximum messages per second (`throttleRate`, alias `rateLimit`).
     #[serde(default, alias = "rateLimit", deserialize_with = "crate::whole::option")]
@@ -491,10 +491,10 @@ pub struct EndpointUpdate {
     #[serde(default, deserialize_with = "null_as_default")]
     pub disabled: bool,
     /// Event types delivered (`filterTypes`, alias `eventTypes`); `None` = all.
-    #[serde(default, alias = "eventTypes")]
+    #[serde(default, alias = "eventTypes", deserialize_with = "crate::sets::option::<_, 256>")]
     pub filter_types: Option<BTreeSet<String>>,
     /// Channels listened to; `None` = all.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::sets::option::<_, 10>")]
     pub channels: Option<BTreeSet<String>>,
     /// Maximum messages per second (`throttleRate`, alias `rateLimit`).
     #[serde(default, alias = "rateLimit", deserialize_with = "crate::whole::option")]
@@ -535,10 +535,10 @@ pub struct EndpointPatch {
     #[serde(default, deserialize_with = "null_resets")]
     pub disabled: Option<bool>,
     /// New event-type filter, or `null` for all types (`filterTypes`, alias `eventTypes`).
-    #[serde(default, alias = "eventTypes")]
+    #[serde(default, alias = "eventTypes", deserialize_with = "crate::sets::patch::<_, 256>")]
     pub filter_types: Patch<BTreeSet<String>>,
     /// New channel filter, or `null` for all channels.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::sets::patch::<_, 10>")]
     pub channels: Patch<BTreeSet<String>>,
     /// New rate limit, or `null` to remove it (`throttleRate`, alias `rateLimit`).
     #[serde(default, alias = "rateLimit", deserialize_with = "crate::whole::patch")]
@@ -737,7 +737,7 @@ pub struct MessageIn {
     #[serde(alias = "data")]
     pub payload: Box<RawValue>,
     /// Channels the message is sent on (1–5 items when present).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::sets::option::<_, 5>")]
     pub channels: Option<BTreeSet<String>>,
     /// Deliveries with the same key go one at a time to endpoints with `ordering: "key"` (Herald
     /// extension; e.g. the id of the resource the event is about).

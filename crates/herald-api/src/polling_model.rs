@@ -20,10 +20,10 @@ pub struct PollingEndpointIn {
     #[serde(default)]
     pub description: String,
     /// Event types in the stream (`eventTypes`, alias `filterTypes`); absent or empty = all.
-    #[serde(default, alias = "filterTypes")]
+    #[serde(default, alias = "filterTypes", deserialize_with = "crate::sets::option::<_, 256>")]
     pub event_types: Option<BTreeSet<String>>,
     /// Channels in the stream; absent or empty = all.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::sets::option::<_, 10>")]
     pub channels: Option<BTreeSet<String>>,
     /// Free-form metadata; defaults to `{}`.
     #[serde(default)]
@@ -45,10 +45,10 @@ pub struct PollingEndpointPatch {
     #[serde(default, deserialize_with = "non_null")]
     pub description: Option<String>,
     /// New event types, or `null` for all.
-    #[serde(default, alias = "filterTypes")]
+    #[serde(default, alias = "filterTypes", deserialize_with = "crate::sets::patch::<_, 256>")]
     pub event_types: Patch<BTreeSet<String>>,
     /// New channels, or `null` for all.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::sets::patch::<_, 10>")]
     pub channels: Patch<BTreeSet<String>>,
     /// New metadata (non-nullable).
     #[serde(default, deserialize_with = "non_null")]

@@ -179,7 +179,13 @@ async fn one_consumer_pulls_every_message_once() {
     // At most `limit` per read, and one more read that finds the end.
     assert!(report.reads >= params.messages.div_ceil(u64::from(params.limit)));
     assert!(report.posted > 0);
-    assert_eq!(report.received, report.posted, "every posted message reached the long-polling consumer");
+    assert_eq!(
+        report.received, report.posted,
+        "every posted message reached the long-polling consumer"
+    );
     assert_eq!(report.lag.map(|l| l.count as u64), Some(report.posted));
-    assert_eq!(report.duplicates, 0, "a consumer that commits as it goes reads nothing twice");
+    assert_eq!(
+        report.duplicates, 0,
+        "a consumer that commits as it goes reads nothing twice"
+    );
 }

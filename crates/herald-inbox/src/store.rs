@@ -226,6 +226,15 @@ pub enum StoreError {
     /// The version guard's mark of this resource (`source/key`) kept changing under concurrent writers.
     #[error("the version mark of {0} kept changing; try again")]
     Contended(String),
+    /// The database did not answer within the bound of [`herald_store::custody::Bound`].
+    #[error("the database did not answer within {0:?}")]
+    TimedOut(Duration),
+}
+
+impl From<herald_store::custody::TimedOut> for StoreError {
+    fn from(timed_out: herald_store::custody::TimedOut) -> Self {
+        StoreError::TimedOut(timed_out.0)
+    }
 }
 
 impl StoreError {
@@ -234,7 +243,7 @@ impl StoreError {
         match self {
             StoreError::Database(error) => herald_store::custody::fault_of(error),
             StoreError::StorageFull(_) => Some(Fault::Full),
-            StoreError::Batch(_) | StoreError::Closed => Some(Fault::Unavailable),
+            StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(Fault::Unavailable),
             _ => None,
         }
     }
@@ -270,9 +279,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// A shared handle to a store.
 pub type SharedInboxStore = Arc<dyn InboxStore>;
 
-/// What the inbox needs from its storage.
-#[async_trait::async_trait]
-pub trait InboxStore: Send + Sync {
+herald_store::bounded_trait! {
+/// What the inbox needs from its storage. On PostgreSQL every `async` call is bounded on the client's
+/// side ([`BoundedInbox`]; see [`herald_store::bounded`]).
+pub trait InboxStore: [Send + Sync], bounded in BoundedInbox {
     /// Store a verified event unless its `(source, event_id)` is already stored; returns only after the
     /// row is durably committed.
     async fn insert(&self, event: NewEvent) -> StoreResult<Inserted>;
@@ -308,9 +318,24 @@ pub trait InboxStore: Send + Sync {
 
     /// Whether the store answers.
     async fn ping(&self) -> StoreResult<()>;
-
+}
+unbounded {
     /// When this process may forward (see [`Forwarding`]).
     fn forwarding(&self) -> Forwarding;
+}
+forwarded {
+    fn forwarding(&self) -> Forwarding {
+        self.inner.forwarding()
+    }
+}
+}
+
+/// An inbox store with every call given up after a bound (see [`herald_store::custody::Bound`]): a
+/// silent PostgreSQL fails the call with [`StoreError::TimedOut`], a 503 to the provider and a retry for
+/// the forwarder, instead of holding it until TCP gives up.
+pub struct BoundedInbox {
+    inner: SharedInboxStore,
+    bound: herald_store::custody::Bound,
 }
 
 /// Open the store named by `database_url` — `sqlite://PATH` (created if missing) or
@@ -324,7 +349,11 @@ pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteInbox::open(database_url).await?))
     } else if herald_store::is_postgres_url(database_url) {
-        Ok(Arc::new(postgres::PgInbox::open(database_url).await?))
+        let (inbox, bound) = postgres::PgInbox::open(database_url).await?;
+        Ok(Arc::new(BoundedInbox {
+            inner: Arc::new(inbox),
+            bound,
+        }))
     } else {
         Err(StoreError::UnsupportedUrl(database_url.to_owned()))
     }

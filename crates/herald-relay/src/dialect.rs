@@ -57,6 +57,29 @@ impl Dialect {
         }
     }
 
+    /// What each new connection of a relay runs first. MariaDB/MySQL: `READ COMMITTED`, as PostgreSQL's
+    /// default. Under InnoDB's default `REPEATABLE READ`, a claim (`FOR UPDATE`) also locks the gaps it
+    /// scanned, the end of the table among them, so a producer's insert waits for the relay's batch — and
+    /// with the relay's delete in between, one of them dies of a deadlock. Each statement of a batch seeing
+    /// the latest commits is what [`crate::order`] expects anyway (another relay's rows just relayed are
+    /// gone, not held).
+    pub fn session_setup(self) -> Option<&'static str> {
+        match self {
+            Self::MySql => Some("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            Self::Postgres | Self::Sqlite => None,
+        }
+    }
+
+    /// How many batches a relay works on at once (see `relay`): two where rows are locked one by one, so
+    /// one batch is claimed while another publishes; one on SQLite, whose batch holds the database's
+    /// write lock (a second would only wait for it).
+    pub fn lanes(self) -> usize {
+        match self {
+            Self::Postgres | Self::MySql => 2,
+            Self::Sqlite => 1,
+        }
+    }
+
     /// The `n`-th (from 1) bind placeholder.
     fn mark(self, n: usize) -> String {
         match self {

@@ -38,8 +38,8 @@ pub struct Outbox {
     relayed: Relayed,
 }
 
-/// Connections per relay: one batch at a time, plus the backlog probe.
-const POOL_SIZE: u32 = 2;
+/// Connections per relay: one per lane (the most [`Dialect::lanes`] gives), plus the backlog probe.
+const POOL_SIZE: u32 = 3;
 
 impl Outbox {
     /// Prepare a pool on `url` (connecting lazily: a source that is down at start is waited for, with
@@ -48,9 +48,18 @@ impl Outbox {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
         let table = TableName::parse(table)?;
+        let setup = dialect.session_setup();
         let pool = AnyPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if let Some(statement) = setup {
+                        sqlx::query(statement).execute(conn).await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect_lazy(&dialect.driver_url(url))?;
         Ok(Self {
             pool,

@@ -5,12 +5,19 @@
 //! published, and are deleted (or marked) in the same transaction. A relay killed at any instant leaves
 //! its rows unlocked and still there; the next batch publishes them again with the same `eventId`, which
 //! Herald answers with the message it already has — a duplicate attempt, never a duplicate message.
+//!
+//! Where the source has row locks (PostgreSQL, MariaDB/MySQL), a relay works on
+//! [`lanes`](crate::dialect::Dialect::lanes) batches at once: one is claimed while another is still
+//! publishing, so Herald is never idle while a batch commits or waits for its slowest publish. The lanes
+//! share one table exactly as several relays do (`SKIP LOCKED`, and [`order`] holds back a key's rows
+//! behind a row another lane holds), and share `concurrency` publishes in flight between them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
+use tokio::sync::{Semaphore, watch};
 
 use crate::backoff::Backoff;
 use crate::config::RelayConfig;
@@ -50,6 +57,17 @@ pub struct BatchReport {
     pub published: usize,
     /// Rows Herald refused for good (marked with `relay_error`).
     pub rejected: usize,
+    /// Rows held back for a later batch: an earlier row of their ordering key is held elsewhere.
+    pub held_back: usize,
+}
+
+impl BatchReport {
+    /// Whether the next batch should follow at once: this one moved rows. A batch whose every row was
+    /// held back waits `poll_interval` (claiming them again at once would only spin until the holder
+    /// commits).
+    fn moved_rows(&self) -> bool {
+        self.claimed > self.held_back
+    }
 }
 
 /// Running totals of a relay, for its progress lines and tests.
@@ -67,6 +85,8 @@ pub struct Relay {
     outbox: Outbox,
     publisher: Publisher,
     totals: Arc<Totals>,
+    /// `concurrency` permits, one per publish in flight, shared by the lanes.
+    in_flight: Semaphore,
 }
 
 /// First and longest delay between failed batches.
@@ -87,6 +107,7 @@ impl Relay {
     /// Prepare a relay (nothing is contacted yet).
     pub fn new(config: RelayConfig) -> Result<Self, StartError> {
         let outbox = Outbox::open(&config.source, &config.table, config.relayed)?;
+        let in_flight = Semaphore::new(config.concurrency);
         let publisher = Publisher::new(
             &config.herald,
             &config.token,
@@ -98,6 +119,7 @@ impl Relay {
             outbox,
             publisher,
             totals: Arc::default(),
+            in_flight,
         })
     }
 
@@ -108,27 +130,47 @@ impl Relay {
 
     /// Relay until `shutdown` resolves: batches back to back while rows wait, a poll every
     /// `poll_interval` while the outbox is empty, back-off (logged) while Herald or the source fails.
+    /// Each lane finishes the batch it is on first.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
         let name = self.config.name.clone();
+        let lanes = self.outbox.dialect().lanes();
         tracing::info!(
             relay = %name,
             source = %self.outbox.dialect(),
             table = %self.config.table,
             herald = %self.publisher.base(),
+            lanes,
             "relay started"
         );
+        let (stop, stopped) = watch::channel(false);
+        let work = futures::future::join(
+            futures::future::join_all((0..lanes).map(|_| self.lane(stopped.clone()))),
+            self.monitor(stopped),
+        );
+        tokio::pin!(work);
+        tokio::select! {
+            () = shutdown => {
+                let _ = stop.send(true);
+                work.await;
+            }
+            _ = &mut work => {}
+        }
+        self.outbox.close().await;
+        tracing::info!(relay = %name, "relay stopped");
+    }
+
+    /// One lane: batch after batch until `stop`, with its own back-off.
+    async fn lane(&self, mut stop: watch::Receiver<bool>) {
+        let name = &self.config.name;
         let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
-        let mut progress = Progress::new(self.config.report_interval);
-        let mut measured = Instant::now() - BACKLOG_EVERY;
-        loop {
+        while !*stop.borrow() {
             let wait = match self.batch().await {
                 Ok(report) => {
                     if backoff.failures() > 0 {
                         tracing::info!(relay = %name, "relay recovered: publishing again");
                     }
                     backoff.succeeded();
-                    if report.claimed > 0 {
+                    if report.moved_rows() {
                         Duration::ZERO
                     } else {
                         self.config.poll_interval
@@ -140,7 +182,7 @@ impl Relay {
                         BatchError::Herald(_) => "herald",
                         BatchError::Source(_) => "source",
                     };
-                    crate::metrics::failure(&name, cause);
+                    crate::metrics::failure(name, cause);
                     tracing::warn!(
                         relay = %name,
                         %error,
@@ -151,19 +193,26 @@ impl Relay {
                     delay
                 }
             };
-            if measured.elapsed() >= BACKLOG_EVERY {
-                measured = Instant::now();
-                self.measure_backlog(&mut progress).await;
-            }
-            progress.maybe_report(&name, &self.totals);
-            tokio::select! {
-                () = &mut shutdown => break,
-                () = tokio::time::sleep(wait), if !wait.is_zero() => {}
-                () = std::future::ready(()), if wait.is_zero() => {}
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = stop.changed() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
             }
         }
-        self.outbox.close().await;
-        tracing::info!(relay = %name, "relay stopped");
+    }
+
+    /// The backlog (for `/metrics`) every second and the progress line, until `stop`.
+    async fn monitor(&self, mut stop: watch::Receiver<bool>) {
+        let mut progress = Progress::new(self.config.report_interval);
+        while !*stop.borrow() {
+            self.measure_backlog(&mut progress).await;
+            progress.maybe_report(&self.config.name, &self.totals);
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = tokio::time::sleep(BACKLOG_EVERY) => {}
+            }
+        }
     }
 
     async fn measure_backlog(&self, progress: &mut Progress) {
@@ -196,6 +245,7 @@ impl Relay {
             self.outbox.keyed_before(&mut tx, &keys, max_seq).await?
         };
         let groups = order::publishable(claimed, &unrelayed);
+        report.held_back = report.claimed - groups.iter().map(Vec::len).sum::<usize>();
         let outcomes: Vec<GroupOutcome> = stream::iter(groups)
             .map(|group| self.publish_group(group))
             .buffer_unordered(self.config.concurrency)
@@ -237,6 +287,10 @@ impl Relay {
     async fn publish_group(&self, group: Group) -> GroupOutcome {
         let mut outcome = GroupOutcome::default();
         for row in group {
+            // Never closed, so a permit always comes.
+            let Ok(_permit) = self.in_flight.acquire().await else {
+                break;
+            };
             match self.publisher.publish(&row).await {
                 Ok(Published::Accepted) => outcome.published.push((row.seq, row.created_at_ms)),
                 Ok(Published::Rejected(reason)) => outcome.rejected.push((row.seq, reason)),

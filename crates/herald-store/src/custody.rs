@@ -12,13 +12,16 @@
 //!   a transaction that SQLite already rolled back, or SQLite holds one that sqlx does not know of) is
 //!   closed instead of reused, and the pool opens a fresh one. Reusing it would run the next writes
 //!   inside a transaction that is never committed — acknowledged and lost.
-//! - [`DatabaseTimeouts`] bound how long PostgreSQL may keep a request waiting before it is answered 503.
+//! - [`DatabaseTimeouts`] bound how long PostgreSQL may keep a request waiting before it is answered 503,
+//!   and [`Bound`] holds every call to a PostgreSQL store (the sender's and the inbox's) to it on the
+//!   client's side, whatever the call does: a server that goes silent fails the call within the bound
+//!   instead of after TCP's own timeout (about 15 minutes). See [`bounded_trait!`](crate::bounded_trait).
 //! - [`WriteHealth`] remembers whether the last write failed on a storage fault, so that `/health`
 //!   reports the store as failing while it fails, and probes recovery.
 
 use std::future::Future;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use sqlx::error::DatabaseError;
@@ -153,12 +156,19 @@ impl DatabaseTimeouts {
         ])
     }
 
-    /// Pool options with the acquire timeout; each new connection over TCP gets `TCP_NODELAY`
-    /// ([`crate::tcp_nodelay`]).
-    pub fn pool(&self) -> PgPoolOptions {
-        PgPoolOptions::new()
-            .acquire_timeout(self.acquire)
-            .after_connect(|conn, _| crate::tcp_nodelay::set_on(conn).boxed())
+    /// Pool options with the acquire timeout, the release check of `bound` (see [`Bound::pool`]), and
+    /// `TCP_NODELAY` on each new connection over TCP ([`crate::tcp_nodelay`]).
+    pub fn pool(&self, bound: &Bound) -> PgPoolOptions {
+        bound.pool(
+            PgPoolOptions::new()
+                .acquire_timeout(self.acquire)
+                .after_connect(|conn, _| crate::tcp_nodelay::set_on(conn).boxed()),
+        )
+    }
+
+    /// The client-side bound of every store call: [`DatabaseTimeouts::transaction`].
+    pub fn bound(&self) -> Bound {
+        Bound::new(self.transaction())
     }
 
     /// The client-side bound of one write transaction: the server's own bound, plus the time to get a
@@ -177,6 +187,116 @@ pub(crate) async fn within<T>(limit: Option<Duration>, work: impl Future<Output 
             .await
             .unwrap_or(Err(StoreError::TimedOut(limit))),
         None => work.await,
+    }
+}
+
+/// A store call that ran out of its [`Bound`] (how long it had). Each store's error type converts it
+/// into its own `TimedOut`, a storage fault ([`Fault::Unavailable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut(pub Duration);
+
+impl From<TimedOut> for StoreError {
+    fn from(timed_out: TimedOut) -> Self {
+        StoreError::TimedOut(timed_out.0)
+    }
+}
+
+/// How long after a call was given up the pool still checks every connection it gets back (see
+/// [`Bound::pool`]): an abandoned call drops its connection at once, so this only has to outlast the
+/// moment between the two.
+const ABANDONED_WINDOW: Duration = Duration::from_secs(60);
+
+/// The client-side bound of every call to a PostgreSQL store ([`DatabaseTimeouts::bound`]).
+///
+/// The server enforces `statement_timeout` itself, but a server (or a network path) that went silent
+/// enforces nothing: the call would wait until TCP gives up. [`Bound::run`] gives the call up after
+/// the bound with [`TimedOut`] instead, so the request is answered 503 and a background task (the result
+/// writer, retention, the inbox forwarder) retries on its own schedule. A connection the call held is
+/// then left mid-statement; the pool's release check ([`Bound::pool`]) closes it if it does not answer
+/// within the bound either, so that no pool slot waits on a dead connection.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    limit: Duration,
+    /// When a call was last given up.
+    abandoned: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Bound {
+    /// A bound of `limit` on each call.
+    pub fn new(limit: Duration) -> Self {
+        Self {
+            limit,
+            abandoned: Arc::default(),
+        }
+    }
+
+    /// How long a call may take.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// Run `work`, giving it up after the bound with [`TimedOut`]. Its outcome is then unknown (a write
+    /// may still commit), so the caller must not acknowledge it.
+    pub async fn run<T, E: From<TimedOut>>(&self, work: impl Future<Output = Result<T, E>>) -> Result<T, E> {
+        let mut work = std::pin::pin!(work);
+        match tokio::time::timeout(self.limit, work.as_mut()).await {
+            Ok(done) => done,
+            Err(_) => {
+                // Marked before `work` (and the connection it holds) is dropped at the end of this scope,
+                // so the pool's release check sees the mark.
+                self.mark_abandoned();
+                Err(TimedOut(self.limit).into())
+            }
+        }
+    }
+
+    /// [`Bound::run`] for work without a result (shutting down): whether it finished in time.
+    pub async fn run_quietly(&self, work: impl Future<Output = ()>) -> bool {
+        self.run(async {
+            work.await;
+            Ok::<(), TimedOut>(())
+        })
+        .await
+        .is_ok()
+    }
+
+    fn mark_abandoned(&self) {
+        if let Ok(mut abandoned) = self.abandoned.lock() {
+            *abandoned = Some(Instant::now());
+        }
+    }
+
+    fn abandoned_lately(&self) -> bool {
+        self.abandoned
+            .lock()
+            .ok()
+            .and_then(|abandoned| *abandoned)
+            .is_some_and(|at| at.elapsed() < ABANDONED_WINDOW)
+    }
+
+    /// `options` with the release check: for a while after a call was given up, a connection coming
+    /// back to the pool must answer a ping within the bound, or it is closed. sqlx pings every released
+    /// connection itself, but without a bound: a connection left mid-statement on a silent server would
+    /// hold its pool slot until TCP gives up. Otherwise (no call given up lately) the check costs nothing.
+    pub fn pool(&self, options: PgPoolOptions) -> PgPoolOptions {
+        let bound = self.clone();
+        options.after_release(move |conn, _| {
+            let bound = bound.clone();
+            async move {
+                if !bound.abandoned_lately() {
+                    return Ok(true);
+                }
+                match tokio::time::timeout(bound.limit, conn.ping()).await {
+                    Ok(answered) => answered.map(|()| true),
+                    Err(_) => {
+                        tracing::warn!(bound = ?bound.limit, "closing a database connection that stopped answering");
+                        // An error closes it without the goodbye it would never answer.
+                        Err(sqlx::Error::PoolTimedOut)
+                    }
+                }
+            }
+            .boxed()
+        })
     }
 }
 

@@ -34,10 +34,6 @@ pub struct SqlStore<D: Dialect> {
     pub(crate) stream: tokio::sync::watch::Receiver<u64>,
     /// Whether writes fail on a storage fault (what `/health` reports), shared with the group-commit writer.
     pub(crate) health: Arc<WriteHealth>,
-    /// The longest a request waits for its group commit before it is answered 503 (PostgreSQL: the
-    /// writer's own bound on a transaction, see [`crate::custody::DatabaseTimeouts::transaction`]; `None`
-    /// on SQLite, whose commit a local file and its busy timeout bound).
-    pub(crate) ingest_bound: Option<std::time::Duration>,
     /// What only this dialect has (PostgreSQL: its leases and background tasks).
     pub(crate) dialect: D,
 }

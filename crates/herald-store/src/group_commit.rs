@@ -12,6 +12,7 @@
 //! per savepoint, so one failing message fails alone and never half-stores.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -32,7 +33,55 @@ pub(crate) struct IngestJob {
     pub(crate) reply: oneshot::Sender<StoreResult<Ingested>>,
     /// PostgreSQL: the `herald_outbox` row this message comes from, deleted (or marked) in the batch's
     /// own transaction (see `postgres::outbox`); `None` for API requests.
-    pub(crate) outbox: Option<i64>,
+    pub(crate) outbox: Option<OutboxRow>,
+}
+
+/// The outbox row an [`IngestJob`] comes from.
+pub(crate) struct OutboxRow {
+    /// The row's `seq`.
+    pub(crate) seq: i64,
+    /// Shared by every row one reader queued since it (re)started.
+    pub(crate) fence: Arc<Fence>,
+}
+
+/// Keeps a reader's queued outbox rows in order across a failed batch. The reader queues the next round
+/// while the previous one commits; should a batch fail as a whole, its rows stay in the outbox and are
+/// read again, so rows queued behind them must not commit first (a later row of an ordering key would
+/// overtake an earlier one). The writer breaks the fence of every row of a failed batch and answers the
+/// rows of a broken fence unwritten, as if their batch had failed too.
+#[derive(Default)]
+pub(crate) struct Fence {
+    broken: AtomicBool,
+}
+
+impl Fence {
+    fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    fn break_now(&self) {
+        self.broken.store(true, Ordering::Release);
+    }
+}
+
+/// Answer, unwritten, the jobs of `batch` whose outbox fence is broken (see [`Fence`]), keeping the rest
+/// in order.
+fn drop_fenced(batch: &mut Vec<IngestJob>) {
+    if !batch
+        .iter()
+        .any(|job| job.outbox.as_ref().is_some_and(|o| o.fence.is_broken()))
+    {
+        return;
+    }
+    let (fenced, kept): (Vec<IngestJob>, Vec<IngestJob>) = batch
+        .drain(..)
+        .partition(|job| job.outbox.as_ref().is_some_and(|o| o.fence.is_broken()));
+    *batch = kept;
+    for job in fenced {
+        let _ = job.reply.send(Err(StoreError::Batch(
+            "an earlier outbox row's batch failed; read again after it".to_owned(),
+        )));
+    }
 }
 
 /// The outcome of each job of a batch, in order.
@@ -67,6 +116,10 @@ pub(crate) async fn run<W: BatchWriter>(
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        drop_fenced(&mut batch);
+        if batch.is_empty() {
+            continue;
+        }
         let started = std::time::Instant::now();
         let written = write_batch(&pool, &writer, &batch, deadline).await;
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
@@ -98,6 +151,9 @@ pub(crate) async fn run<W: BatchWriter>(
                     health.failed(fault, error.to_string());
                 }
                 for job in batch.drain(..) {
+                    if let Some(row) = &job.outbox {
+                        row.fence.break_now();
+                    }
                     let _ = job.reply.send(Err(StoreError::shared_by_batch(&error)));
                 }
             }
@@ -190,4 +246,46 @@ async fn write_on<W: BatchWriter>(
     }
     tx.commit().await?;
     Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(outbox: Option<(i64, &Arc<Fence>)>) -> (IngestJob, oneshot::Receiver<StoreResult<Ingested>>) {
+        let (reply, answer) = oneshot::channel();
+        let new = NewMessage {
+            app_id: "app_1".to_owned(),
+            event_id: None,
+            event_type: "t".to_owned(),
+            channels: None,
+            payload: Arc::from(b"{}".to_vec()),
+            idempotency_key: None,
+            ordering_key: None,
+            payload_retention_ms: None,
+        };
+        let outbox = outbox.map(|(seq, fence)| OutboxRow {
+            seq,
+            fence: fence.clone(),
+        });
+        (IngestJob { new, reply, outbox }, answer)
+    }
+
+    #[test]
+    fn rows_behind_a_broken_fence_are_answered_unwritten_and_the_rest_keep_their_order() {
+        let (broken, intact) = (Arc::new(Fence::default()), Arc::new(Fence::default()));
+        broken.break_now();
+        let (api, _a) = job(None);
+        let (fenced, mut fenced_answer) = job(Some((1, &broken)));
+        let (other, _o) = job(Some((2, &intact)));
+        let (api_2, _b) = job(None);
+        let mut batch = vec![api, fenced, other, api_2];
+        drop_fenced(&mut batch);
+        let kept: Vec<Option<i64>> = batch.iter().map(|j| j.outbox.as_ref().map(|o| o.seq)).collect();
+        assert_eq!(kept, vec![None, Some(2), None]);
+        match fenced_answer.try_recv() {
+            Ok(Err(error)) => assert!(error.fault().is_some(), "a batch failure, retried: {error}"),
+            other => panic!("the fenced row is answered with an error: {other:?}"),
+        }
+    }
 }

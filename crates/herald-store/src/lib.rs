@@ -8,6 +8,7 @@
 //! [`Store::ingest`] returns only after the message and its whole fan-out are on disk, and it commits many
 //! concurrent requests per fsync (group commit) so durability does not cost throughput.
 
+pub mod bounded;
 pub mod crypto;
 pub mod custody;
 mod dialect;
@@ -369,9 +370,10 @@ pub struct MessageFilter {
     pub oldest_first: bool,
 }
 
-/// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently.
-#[async_trait::async_trait]
-pub trait Store: PollingStore + Send + Sync + 'static {
+crate::bounded_trait! {
+/// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently. On
+/// PostgreSQL every `async` call is bounded on the client's side ([`bounded::BoundedStore`]).
+pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::BoundedStore {
     /// Read a value from the store's own key-value table (e.g. the admin token's hash).
     async fn meta_get(&self, key: &str) -> StoreResult<Option<String>>;
     /// Write a value to the key-value table.
@@ -410,8 +412,8 @@ pub trait Store: PollingStore + Send + Sync + 'static {
     async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint>;
     /// Find an endpoint by id alone (for the delivery engine).
     async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint>;
-    /// List an app's endpoints, oldest first.
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>>;
+    /// List an app's endpoints, oldest first, or newest first when `newest_first` (Svix's default order).
+    async fn list_endpoints(&self, app_id: &str, page: &PageRequest, newest_first: bool) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
     async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
     /// Replace an endpoint's fields (by id), except its `secret`: only
@@ -554,10 +556,6 @@ pub trait Store: PollingStore + Send + Sync + 'static {
     /// A delivery's status and attempt count (for tests and operators).
     async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)>;
 
-    /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
-    /// local scheduler. It can be taken once; later calls return `None`.
-    fn take_commit_feed(&self) -> Option<CommitFeed>;
-
     /// The response remembered for an idempotency key in `scope`, if it was stored at or after `since`.
     async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>>;
     /// Remember a response for an idempotency key (the first one stored wins), and forget responses
@@ -640,6 +638,11 @@ pub trait Store: PollingStore + Send + Sync + 'static {
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
+}
+unbounded {
+    /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
+    /// local scheduler. It can be taken once; later calls return `None`.
+    fn take_commit_feed(&self) -> Option<CommitFeed>;
 
     /// The node is stopping: hand over whatever this node holds for others (PostgreSQL: its partition
     /// leases, so that other nodes take its work over at once instead of after the lease time).
@@ -650,6 +653,20 @@ pub trait Store: PollingStore + Send + Sync + 'static {
     fn ownership(&self) -> Option<Arc<dyn Ownership>> {
         None
     }
+}
+forwarded {
+    fn take_commit_feed(&self) -> Option<CommitFeed> {
+        self.inner.take_commit_feed()
+    }
+
+    async fn shutdown(&self) {
+        self.shutdown_within().await;
+    }
+
+    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
+        self.inner.ownership()
+    }
+}
 }
 
 /// The number of delivery partitions endpoints hash into. Fixed: every node must agree on it.
@@ -736,7 +753,9 @@ pub async fn open_with(database_url: &str, cipher: SecretCipher, options: &Store
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteStore::open(database_url, cipher).await?))
     } else if is_postgres_url(database_url) {
-        Ok(Arc::new(postgres::PgStore::open(database_url, cipher, options).await?))
+        let store = postgres::PgStore::open(database_url, cipher, options).await?;
+        let bound = store.bound();
+        Ok(Arc::new(bounded::BoundedStore::new(Arc::new(store), bound)))
     } else {
         Err(StoreError::Corrupt(format!(
             "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"

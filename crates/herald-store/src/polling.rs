@@ -159,9 +159,9 @@ impl StreamPage {
     }
 }
 
+crate::bounded_trait! {
 /// What pull delivery needs from the store; every [`crate::Store`] is one.
-#[async_trait::async_trait]
-pub trait PollingStore: Send + Sync + 'static {
+pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::BoundedStore {
     /// Create a polling endpoint; `Conflict("uid")` if its uid is taken within the app, `NotFound` if the
     /// app does not exist. Its secret is sealed like an endpoint's (context: the sink id).
     async fn create_polling_endpoint(&self, sink: &PollingEndpoint) -> StoreResult<()>;
@@ -199,9 +199,17 @@ pub trait PollingStore: Send + Sync + 'static {
     /// Commit a consumer up to `seq`: the committed offset only moves forward, and a commit covering the
     /// leased batch ends the lease. `NotFound` if the sink is gone.
     async fn commit_consumer(&self, sink_id: &str, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()>;
+}
+unbounded {
     /// A value that changes whenever ingest on this node commits a new message (any application), so a
     /// long poll can wait for one instead of polling the database.
     fn stream_signal(&self) -> tokio::sync::watch::Receiver<u64>;
+}
+forwarded {
+    fn stream_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.stream_signal()
+    }
+}
 }
 
 /// Rows read by the second and later reads of one poll (the first reads just one more than the page, which

@@ -142,8 +142,9 @@ mod tests {
             return;
         };
         let options = sqlx::postgres::PgConnectOptions::from_str(&db.url).unwrap();
-        let pool = crate::custody::DatabaseTimeouts::default()
-            .pool()
+        let timeouts = crate::custody::DatabaseTimeouts::default();
+        let pool = timeouts
+            .pool(&timeouts.bound())
             .max_connections(2)
             .connect_with(options)
             .await

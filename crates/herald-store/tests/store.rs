@@ -882,7 +882,10 @@ async fn secrets_and_headers_round_trip_and_only_rotation_changes_the_secret(sto
     assert_eq!(read.secret, OLD_KEY);
     assert_eq!(read.headers, e.headers);
     assert_eq!(store.get_endpoint_by_id(&e.id).await.unwrap().secret, OLD_KEY);
-    let listed = store.list_endpoints(&a.id, &PageRequest::default()).await.unwrap();
+    let listed = store
+        .list_endpoints(&a.id, &PageRequest::default(), false)
+        .await
+        .unwrap();
     assert_eq!(listed.items[0].secret, OLD_KEY);
     assert_eq!(listed.items[0].headers, e.headers);
     assert_eq!(store.app_endpoints(&a.id).await.unwrap()[0].secret, OLD_KEY);

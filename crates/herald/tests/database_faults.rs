@@ -23,20 +23,16 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 /// What a loaded CI machine may add to it before the answer is out.
 const SLACK: Duration = Duration::from_millis(1_500);
 
-/// The message ids of an app.
-async fn stored(herald: &Herald, app: &str) -> BTreeSet<String> {
-    herald
-        .messages(app)
-        .await
-        .iter()
-        .filter_map(|m| m["id"].as_str().map(str::to_owned))
-        .collect()
-}
+/// How long a test waits for any answer before it fails saying so (far beyond every bound: a request
+/// that takes this long hangs).
+const HANG: Duration = Duration::from_secs(60);
 
 /// One request, timed.
 async fn timed(herald: &Herald, method: &str, path: &str, body: Option<Value>) -> (u16, Value, Duration) {
     let started = Instant::now();
-    let (status, body) = herald.call(method, path, body).await;
+    let (status, body) = tokio::time::timeout(HANG, herald.call(method, path, body))
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path}: no answer within {HANG:?}"));
     (status, body, started.elapsed())
 }
 
@@ -169,13 +165,13 @@ async fn postgres_refused_black_holed_or_slowed_answers_503_in_bounded_time_and_
     }
     assert!(messages.violations.is_empty(), "{:?}", messages.violations);
 
-    messages.assert_all_stored(&stored(&herald, &app).await, "through the API");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "through the API");
     let arrivals = messages
         .wait_arrivals(&receiver, "webhook-id", Duration::from_secs(90))
         .await;
     herald.kill9();
     herald.restart().await;
-    messages.assert_all_stored(&stored(&herald, &app).await, "after kill -9 and restart");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "after kill -9 and restart");
     println!(
         "reliability: sender, PostgreSQL refused/black-holed/slowed: rounds={rounds} acknowledged={} refused={} lost=0 duplicates={} slowest_503={slowest_503:?}",
         messages.acknowledged.len(),
@@ -380,18 +376,23 @@ async fn a_connection_cut_at_commit_is_never_acknowledged_and_a_retry_stores_eac
 /// group-commit writer's transaction and of a message's wait for it.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_silent_at_commit_is_answered_503_within_the_writers_bound_and_the_writer_goes_on() {
-    let test = "a_connection_silent_at_commit_is_answered_503_within_the_writers_bound_and_the_writer_goes_on";
+/// A sender behind a proxy with [`TIMEOUT`] and [`STATEMENT_TIMEOUT`]: a bound of 3 s on every call.
+async fn start_with_short_bounds(test: &str) -> Option<(Herald, TcpProxy)> {
     let timeout = format!("{}ms", TIMEOUT.as_millis());
     let statement = format!("{}ms", STATEMENT_TIMEOUT.as_millis());
     let env = [
         ("HERALD_DATABASE_TIMEOUT", timeout.as_str()),
         ("HERALD_DATABASE_STATEMENT_TIMEOUT", statement.as_str()),
     ];
+    Herald::start_behind_proxy(test, &env).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_silent_at_commit_is_answered_503_within_the_writers_bound_and_the_writer_goes_on() {
+    let test = "a_connection_silent_at_commit_is_answered_503_within_the_writers_bound_and_the_writer_goes_on";
     // No endpoint: nothing but ingest and the lease rounds commit (a silenced lease round is bounded by
     // its own timeout), so the writer's bound is what this test sees.
-    let Some((mut herald, proxy)) = Herald::start_behind_proxy(test, &env).await else {
+    let Some((mut herald, proxy)) = start_with_short_bounds(test).await else {
         return;
     };
     let app = herald.app("commit-silence").await;
@@ -413,5 +414,268 @@ async fn a_connection_silent_at_commit_is_answered_503_within_the_writers_bound_
         "reliability: sender, PostgreSQL connection silent at COMMIT: rounds={rounds} {} slowest_503={:?} (bound {bound:?})",
         cuts.figures(),
         cuts.slowest_503,
+    );
+}
+
+/// Wait (generously) until the proxy's armed cut has fired.
+async fn wait_fired(proxy: &TcpProxy, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while proxy.commit_cut_armed() {
+        assert!(Instant::now() < deadline, "{what}: the armed silence never fired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Make the connection that sends `marker` go silent, then send `request` (which binds it): it must be
+/// answered `503 store_unavailable`; how long that took.
+async fn silenced(herald: &Herald, proxy: &TcpProxy, marker: &str, request: (&str, &str, Option<Value>)) -> Duration {
+    let (method, path, body) = request;
+    proxy.cut_at_next(marker.as_bytes(), CommitCut::SilentBefore);
+    let (status, body, elapsed) = timed(herald, method, path, body).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{method} {path}: {body}"
+    );
+    assert!(
+        !proxy.commit_cut_armed(),
+        "{method} {path}: its statement went through the proxy unseen"
+    );
+    elapsed
+}
+
+/// What the receiver of the silent-call test answers: the result writer's statement that records the
+/// answer is the only one that carries it, so it is the one a cut on these bytes silences.
+const RESULT_MARKER: &str = "silent-result-marker";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_silent_mid_call_fails_reads_api_writes_and_results_within_the_bound_and_all_resumes() {
+    let test = "a_connection_silent_mid_call_fails_reads_api_writes_and_results_within_the_bound_and_all_resumes";
+    let Some((mut herald, proxy)) = start_with_short_bounds(test).await else {
+        return;
+    };
+    let bound = TIMEOUT + STATEMENT_TIMEOUT;
+    let app = herald.app("silent-calls").await;
+    let receiver = Receiver::start(common::Reply::status(200).body(RESULT_MARKER)).await;
+    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let mut slowest_503 = Duration::ZERO;
+
+    // A read whose statement goes unanswered (the app's uid is bound by that statement only).
+    let read_uid = "silent-read-marker";
+    let (status, body) = herald
+        .call("POST", "/app", Some(json!({"name": "read", "uid": read_uid})))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let elapsed = silenced(&herald, &proxy, read_uid, ("GET", &format!("/app/{read_uid}"), None)).await;
+    slowest_503 = slowest_503.max(elapsed);
+    let (status, body) = herald.call("GET", &format!("/app/{read_uid}"), None).await;
+    assert_eq!(status, 200, "reads resume: {body}");
+
+    // An API write whose statement goes unanswered: refused, not stored; the retry is.
+    let write_uid = "silent-write-marker";
+    let create = json!({"name": "write", "uid": write_uid});
+    let elapsed = silenced(&herald, &proxy, write_uid, ("POST", "/app", Some(create.clone()))).await;
+    slowest_503 = slowest_503.max(elapsed);
+    let (status, body) = herald.call("GET", &format!("/app/{write_uid}"), None).await;
+    assert_eq!(status, 404, "a refused write is not stored: {body}");
+    let (status, body) = herald.call("POST", "/app", Some(create)).await;
+    assert_eq!(status, 201, "writes resume: {body}");
+    let write_app = body["id"].as_str().unwrap_or_default().to_owned();
+
+    // The result writer's statement goes unanswered: it gives the batch up and records it again.
+    proxy.cut_at_next(RESULT_MARKER.as_bytes(), CommitCut::SilentBefore);
+    let mut messages = Ledger::default();
+    let (status, body) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/msg"),
+            Some(json!({"eventType": "db.silent", "payload": {}})),
+        )
+        .await;
+    messages.answer(202, status, &body);
+    let msg = body["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(status, 202, "{body}");
+    wait_fired(&proxy, "the result writer").await;
+    let attempts = herald
+        .wait_attempts(&app, &msg, Duration::from_secs(90), |attempts| {
+            attempts.iter().any(|a| a["status"] == 0)
+        })
+        .await;
+    assert!(
+        slowest_503 <= bound + SLACK,
+        "a 503 took {slowest_503:?}, beyond the {bound:?} bound"
+    );
+
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "through the API");
+    herald.kill9();
+    herald.restart().await;
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "after kill -9 and restart");
+    let (status, body) = herald.call("GET", &format!("/app/{write_app}"), None).await;
+    assert_eq!(status, 200, "the acknowledged app after kill -9 and restart: {body}");
+    println!(
+        "reliability: sender, PostgreSQL connection silent mid-call (read, API write, result writer): acknowledged={} lost=0 slowest_503={slowest_503:?} (bound {bound:?}) attempts_recorded={} deliveries={}",
+        messages.acknowledged.len(),
+        attempts.len(),
+        receiver.received().len(),
+    );
+}
+
+/// The inbox's bound: it runs with the default timeouts (`DatabaseTimeouts::default()`: 1 s to acquire,
+/// 5 s per statement).
+const INBOX_BOUND: Duration = Duration::from_secs(6);
+
+/// One signed post to the inbox, timed.
+async fn post_timed(inbox: &Herald, msg_id: &str) -> (u16, Value, Duration) {
+    let started = Instant::now();
+    let body = json!({"type": "invoice.paid", "id": msg_id}).to_string();
+    let (status, body) = tokio::time::timeout(HANG, faults::post_signed(inbox, msg_id, &body))
+        .await
+        .unwrap_or_else(|_| panic!("posting {msg_id}: no answer within {HANG:?}"));
+    (status, body, started.elapsed())
+}
+
+/// Post `msg_id` as a provider does, until it is acknowledged; its inbox id.
+async fn post_until_acknowledged(inbox: &Herald, msg_id: &str, ledger: &mut Ledger) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body, _) = post_timed(inbox, msg_id).await;
+        ledger.answer(200, status, &body);
+        if status == 200 {
+            return body["id"].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{msg_id} was never acknowledged: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledges_what_it_did_not_store() {
+    let test = "inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledges_what_it_did_not_store";
+    let handler = Receiver::start(common::Reply::status(200)).await;
+    let schedule = vec!["500ms"; 50].join(",");
+    let env = [("HERALD_INBOX_RETRY_SCHEDULE", schedule.as_str())];
+    let Some((mut inbox, proxy)) = Herald::start_inbox_behind_proxy(test, &faults::inbox_config(&handler), &env).await
+    else {
+        return;
+    };
+    let mut events = Ledger::default();
+    // provider id -> the inbox id its acknowledgement named.
+    let mut acknowledged_as = BTreeMap::new();
+    let mut slowest_503 = Duration::ZERO;
+    let mut n = 0;
+    let mut next_id = |prefix: &str| {
+        n += 1;
+        format!("{prefix}-{n}")
+    };
+    for _ in 0..3 {
+        let msg_id = next_id("ok");
+        let id = post_until_acknowledged(&inbox, &msg_id, &mut events).await;
+        acknowledged_as.insert(msg_id, id);
+    }
+
+    let rounds = faults::rounds(1);
+    let (mut committed_unacknowledged, mut rolled_back) = (0, 0);
+    for _ in 0..rounds {
+        for fault in [Fault::Refused, Fault::BlackHoled] {
+            fault.start(&proxy).await;
+            for _ in 0..3 {
+                let (status, body, elapsed) = post_timed(&inbox, &next_id("fault")).await;
+                events.answer(200, status, &body);
+                assert_eq!(
+                    (status, body["code"].as_str()),
+                    (503, Some("store_unavailable")),
+                    "{fault:?}: the database is gone: {body}"
+                );
+                slowest_503 = slowest_503.max(elapsed);
+                let (status, body, elapsed) = timed(&inbox, "GET", "/health", None).await;
+                assert_eq!(
+                    (status, body["status"].as_str()),
+                    (503, Some("unavailable")),
+                    "{fault:?}: {body}"
+                );
+                slowest_503 = slowest_503.max(elapsed);
+            }
+            fault.end(&proxy).await;
+            let msg_id = next_id("after");
+            let id = post_until_acknowledged(&inbox, &msg_id, &mut events).await;
+            acknowledged_as.insert(msg_id, id);
+        }
+        // The insert is one autocommitted statement: it commits at the end of the chunk that carries it
+        // (the only one holding the event's `webhook-id`), so a cut there is the inbox's commit point.
+        for cut in [CommitCut::After, CommitCut::Before] {
+            let msg_id = next_id("cut");
+            proxy.cut_at_next(msg_id.as_bytes(), cut);
+            let (status, body, elapsed) = post_timed(&inbox, &msg_id).await;
+            events.answer(200, status, &body);
+            assert!(
+                !proxy.commit_cut_armed(),
+                "{cut:?}: the insert went through the proxy unseen"
+            );
+            assert_eq!(
+                (status, body["code"].as_str()),
+                (503, Some("store_unavailable")),
+                "{cut:?}: the inbox cannot know whether the insert committed: {body}"
+            );
+            slowest_503 = slowest_503.max(elapsed);
+            let stored = faults::inbox_events(&inbox).await.remove(&msg_id);
+            if cut.commits() {
+                committed_unacknowledged += 1;
+                assert!(stored.is_some(), "{cut:?}: the server committed {msg_id}");
+            } else {
+                rolled_back += 1;
+                assert!(stored.is_none(), "{cut:?}: {msg_id} was rolled back: {stored:?}");
+            }
+            // The provider retries with the same webhook-id: the one stored event is acknowledged.
+            let id = post_until_acknowledged(&inbox, &msg_id, &mut events).await;
+            if let Some(stored) = stored {
+                assert_eq!(
+                    stored,
+                    vec![id.clone()],
+                    "{cut:?}: the retry must acknowledge the stored event"
+                );
+            }
+            acknowledged_as.insert(msg_id, id);
+        }
+    }
+
+    // The forwarder cannot record a forward's outcome (the COMMIT of its transaction is cut): the event
+    // stays pending and is forwarded again — at least once, never lost.
+    let msg_id = next_id("outcome");
+    proxy.cut_at_next_commit(CommitCut::Before);
+    let id = post_until_acknowledged(&inbox, &msg_id, &mut events).await;
+    acknowledged_as.insert(msg_id, id);
+    wait_fired(&proxy, "the forwarder's outcome").await;
+
+    assert!(
+        slowest_503 <= INBOX_BOUND + SLACK,
+        "a 503 took {slowest_503:?}, beyond {INBOX_BOUND:?}"
+    );
+    assert!(events.violations.is_empty(), "{:?}", events.violations);
+    let check = |stored: &BTreeMap<String, Vec<String>>, when: &str| {
+        for (provider, ids) in stored {
+            assert_eq!(
+                ids.len(),
+                1,
+                "{when}: {provider} is stored {} times: {ids:?}",
+                ids.len()
+            );
+        }
+        for (provider, id) in &acknowledged_as {
+            assert_eq!(
+                stored.get(provider).map(Vec::as_slice),
+                Some(std::slice::from_ref(id)),
+                "{when}: {provider} was acknowledged as {id}"
+            );
+        }
+    };
+    let arrivals = events.assert_inbox_kept(&mut inbox, &handler, check).await;
+    println!(
+        "reliability: inbox, PostgreSQL refused/black-holed/cut at commit: rounds={rounds} acknowledged={} refused={} committed_unacknowledged={committed_unacknowledged} rolled_back={rolled_back} lost=0 stored_twice=0 duplicates={} slowest_503={slowest_503:?}",
+        events.acknowledged.len(),
+        events.refused_with("store_unavailable"),
+        faults::duplicates(&arrivals),
     );
 }

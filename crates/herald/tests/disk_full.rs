@@ -11,20 +11,16 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::faults::{self, Ledger, SizedTmpfs};
+use common::faults::{self, Ledger, Load, SizedTmpfs, random_pause, wait_health};
 use common::{Herald, Receiver, Reply};
-use herald_signature::HmacSecret;
 use serde_json::{Value, json};
 
 /// Producers posting at once.
 const PRODUCERS: usize = 6;
 /// Filesystem size: small, so that it fills in a moment under load.
 const TMPFS_MIB: u32 = 24;
-/// How long a bound on "soon" is (a refusal after filling, a 202 after freeing, `/health`).
-const SOON: Duration = Duration::from_secs(20);
 
 /// A payload of about `bytes` bytes that does not compress into nothing.
 fn payload(n: usize, bytes: usize) -> Value {
@@ -32,37 +28,6 @@ fn payload(n: usize, bytes: usize) -> Value {
         .map(|i| char::from(b'a' + ((i.wrapping_mul(7).wrapping_add(n.wrapping_mul(13))) % 26) as u8))
         .collect();
     json!({ "n": n, "filler": filler })
-}
-
-/// A pause of 0..`max_ms` milliseconds, different each time: the fault hits at a random point.
-fn random_pause(max_ms: u64) -> Duration {
-    Duration::from_millis(rand::random::<u64>() % max_ms.max(1))
-}
-
-/// Poll `/health` until it answers `status` (and `database`, if given).
-async fn wait_health(server: &Herald, status: u16, database: Option<&str>) -> Value {
-    let deadline = Instant::now() + SOON;
-    loop {
-        let (got, body) = server.call("GET", "/health", None).await;
-        if got == status && database.is_none_or(|d| body["database"] == d) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/health never became {status} {database:?}: {got} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Every message id of an app, through the API (all pages).
-async fn stored_messages(herald: &Herald, app: &str) -> BTreeSet<String> {
-    herald
-        .messages(app)
-        .await
-        .iter()
-        .map(|message| message["id"].as_str().expect("id").to_owned())
-        .collect()
 }
 
 /// The apps among `ids` that the API finds.
@@ -81,36 +46,6 @@ async fn stored_apps(herald: &Herald, ids: &BTreeSet<String>) -> BTreeSet<String
     found
 }
 
-/// Run a load until `stop`; each call of `one` makes one request and records its answer.
-fn producers<F, Fut>(count: usize, stop: &Arc<AtomicBool>, one: F) -> Vec<tokio::task::JoinHandle<Ledger>>
-where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = (u16, u16, Value)> + Send,
-{
-    (0..count)
-        .map(|p| {
-            let stop = stop.clone();
-            let one = one.clone();
-            tokio::spawn(async move {
-                let mut ledger = Ledger::default();
-                let mut n = p * 1_000_000;
-                while !stop.load(Ordering::Relaxed) {
-                    let (ok, status, body) = one(n).await;
-                    ledger.answer(ok, status, &body);
-                    n += 1;
-                }
-                ledger
-            })
-        })
-        .collect()
-}
-
-async fn gather(tasks: Vec<tokio::task::JoinHandle<Ledger>>, into: &mut Ledger) {
-    for task in tasks {
-        into.absorb(task.await.expect("producer"));
-    }
-}
-
 /// One round: load, fill at a random moment, hold full, free, wait for writes to succeed again.
 /// `write` makes one write and answers (acknowledging status, status, body).
 async fn fault_round<F, Fut>(server: &Herald, tmpfs: &SizedTmpfs, ledger: &mut Ledger, write: F)
@@ -118,50 +53,26 @@ where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = (u16, u16, Value)> + Send,
 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = producers(PRODUCERS, &stop, write.clone());
+    let load = Load::start(PRODUCERS, write.clone());
     tokio::time::sleep(random_pause(500)).await;
     let ballast = tmpfs.ballast();
     ballast.fill();
     // Full: the server says so, on writes and on /health, and keeps saying so while it lasts.
     // The checks' own writes, numbered apart from the producers'.
     let mut probe = 900_000_000..;
-    let deadline = Instant::now() + SOON;
-    loop {
-        let (ok, status, body) = write(probe.next().unwrap_or_default()).await;
-        if status == 503 && body["code"] == "storage_full" {
-            break;
-        }
-        ledger.answer(ok, status, &body);
-        assert!(
-            Instant::now() < deadline,
-            "the disk is full, yet no write was refused: {status} {body}"
-        );
-        // Any space left (a WAL frame reused, a page freed) goes to the ballast.
-        ballast.fill();
-    }
+    // Any space left (a WAL frame reused, a page freed) goes to the ballast.
+    faults::refused(&write, &mut probe, ledger, "storage_full", "with the disk full", || {
+        ballast.fill()
+    })
+    .await;
     let health = wait_health(server, 503, Some("full")).await;
     assert_eq!(health["status"], "unavailable", "{health}");
     tokio::time::sleep(Duration::from_millis(300) + random_pause(700)).await;
     ballast.free();
     // Freed: writes succeed again by themselves, no restart.
-    let deadline = Instant::now() + SOON;
-    loop {
-        let (ok, status, body) = write(probe.next().unwrap_or_default()).await;
-        ledger.answer(ok, status, &body);
-        if status == ok {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "writes did not resume after space was freed: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    wait_health(server, 200, Some("ok")).await;
+    faults::resumed(server, &write, &mut probe, ledger, "after space was freed").await;
     tokio::time::sleep(random_pause(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    gather(load, ledger).await;
+    load.finish(ledger).await;
 }
 
 fn report(what: &str, rounds: usize, ledger: &Ledger, duplicates: usize) {
@@ -194,10 +105,9 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
     let mut apps = Ledger::default();
     for _ in 0..rounds {
         // Messages from the producers; apps created alongside (the other write path).
-        let stop = Arc::new(AtomicBool::new(false));
         let creator = {
             let herald = herald.clone();
-            producers(1, &stop, move |n| {
+            Load::start(1, move |n| {
                 let herald = herald.clone();
                 async move {
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -222,31 +132,17 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
             }
         };
         fault_round(&herald, &tmpfs, &mut messages, write).await;
-        stop.store(true, Ordering::Relaxed);
-        gather(creator, &mut apps).await;
+        creator.finish(&mut apps).await;
     }
-    assert!(
-        messages.violations.is_empty(),
-        "answers that are neither 202 nor 503: {:?}",
-        messages.violations
-    );
-    assert!(
-        apps.violations.is_empty(),
-        "answers that are neither 201 nor 503: {:?}",
-        apps.violations
-    );
-    assert!(
-        messages.refused_with("storage_full") >= rounds,
-        "{:?}",
-        messages.refused
-    );
+    messages.assert_answers("storage_full", rounds);
+    apps.assert_answers("storage_full", 0);
 
     // Through the API: every acknowledged message and app is there.
-    messages.assert_all_stored(&stored_messages(&herald, &app).await, "through the API");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "through the API");
     apps.assert_all_stored(&stored_apps(&herald, &apps.acknowledged).await, "apps through the API");
 
     // At the receiver: every acknowledged message arrives, and nothing arrives that is not stored.
-    let stored = stored_messages(&herald, &app).await;
+    let stored = faults::message_ids(&herald, &app).await;
     let arrivals = messages
         .wait_arrivals(&receiver, "webhook-id", Duration::from_secs(90))
         .await;
@@ -257,7 +153,7 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
     let mut herald = Arc::try_unwrap(herald).unwrap_or_else(|_| panic!("the producers are done"));
     herald.kill9();
     herald.restart().await;
-    messages.assert_all_stored(&stored_messages(&herald, &app).await, "after kill -9 and restart");
+    messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "after kill -9 and restart");
     apps.assert_all_stored(&stored_apps(&herald, &apps.acknowledged).await, "apps after kill -9");
     report(
         "sender, SQLite, disk full",
@@ -267,17 +163,12 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
     );
 }
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inbox_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
     let tmpfs = SizedTmpfs::mount(TMPFS_MIB);
     let url = tmpfs.sqlite_url("inbox.db");
     let handler = Receiver::start(Reply::status(200)).await;
-    let config = format!(
-        "[[source]]\nname = \"billing\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nforward_to = \"{}\"\n",
-        handler.url()
-    );
+    let config = faults::inbox_config(&handler);
     let schedule = vec!["500ms"; 50].join(",");
     let inbox = Herald::start_inbox(
         &config,
@@ -299,65 +190,17 @@ async fn inbox_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
                 let inbox = inbox.clone();
                 async move {
                     let body = payload(n, 8_000).to_string();
-                    let msg_id = format!("msg_{round}_{n}");
-                    let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();
-                    let signature =
-                        HmacSecret::parse(SECRET)
-                            .expect("secret")
-                            .sign(&msg_id, timestamp, body.as_bytes());
-                    let timestamp = timestamp.to_string();
-                    let headers = [
-                        ("content-type", "application/json"),
-                        ("webhook-id", msg_id.as_str()),
-                        ("webhook-timestamp", timestamp.as_str()),
-                        ("webhook-signature", signature.as_str()),
-                    ];
-                    let (status, body) = inbox.post_raw("/in/billing", body.as_bytes(), &headers).await;
+                    let (status, body) = faults::post_signed(&inbox, &format!("msg_{round}_{n}"), &body).await;
                     (200, status, body)
                 }
             }
         };
         fault_round(&inbox, &tmpfs, &mut events, write).await;
     }
-    assert!(
-        events.violations.is_empty(),
-        "answers that are neither 200 nor 503: {:?}",
-        events.violations
-    );
-    assert!(events.refused_with("storage_full") >= rounds, "{:?}", events.refused);
-
-    let stored = |inbox: Arc<Herald>, ids: BTreeSet<String>| async move {
-        let mut found = BTreeSet::new();
-        for id in ids {
-            let (status, body) = inbox.call("GET", &format!("/inbox/event/{id}/"), None).await;
-            match status {
-                200 => {
-                    found.insert(id);
-                }
-                404 => {}
-                other => panic!("GET /inbox/event/{id}/: {other} {body}"),
-            }
-        }
-        found
-    };
-    events.assert_all_stored(
-        &stored(inbox.clone(), events.acknowledged.clone()).await,
-        "through the API",
-    );
-
-    // The handler gets every acknowledged event (by its inbox id).
-    let arrivals = events
-        .wait_arrivals(&handler, "herald-inbox-id", Duration::from_secs(90))
-        .await;
+    events.assert_answers("storage_full", rounds);
 
     let mut inbox = Arc::try_unwrap(inbox).unwrap_or_else(|_| panic!("the producers are done"));
-    inbox.kill9();
-    inbox.restart().await;
-    let inbox = Arc::new(inbox);
-    events.assert_all_stored(
-        &stored(inbox.clone(), events.acknowledged.clone()).await,
-        "after kill -9 and restart",
-    );
+    let arrivals = events.assert_inbox_kept(&mut inbox, &handler, |_, _| {}).await;
     report(
         "inbox, SQLite, disk full",
         rounds,

@@ -16,6 +16,7 @@ mod durability;
 mod edge;
 mod flow_control;
 mod inbox;
+mod io_errors;
 mod metrics;
 mod operational;
 mod operations;

@@ -333,6 +333,14 @@ async fn a_polling_endpoint_token_reads_only_its_own_stream() {
     )
     .await;
     assert_eq!(status, 204, "{body}");
+    // Past what the stream handed out: a conflict with the stream as it is, not a malformed body.
+    let (status, body) = call(
+        "POST",
+        format!("/app/{app}/polling-endpoint/laptop/consumer/c2/commit"),
+        Some(json!({ "offset": 1_000_000_000_i64 })),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("conflict")), "{body}");
     let (status, body) = call(
         "POST",
         format!("/app/{app}/poller/laptop/consumer/c1/seek"),

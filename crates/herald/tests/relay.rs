@@ -392,17 +392,7 @@ async fn kill9_of_relays_and_herald_under_load_loses_and_duplicates_nothing() {
 
     // The checker: every committed row is exactly one message, delivered; no rolled-back row is anything.
     let listed = messages(&herald, &app).await;
-    let mut per_event: HashMap<&str, usize> = HashMap::new();
-    for (event_id, _) in &listed {
-        *per_event.entry(event_id.as_str()).or_default() += 1;
-    }
-    for event_id in &committed {
-        assert_eq!(per_event.get(event_id.as_str()), Some(&1), "{event_id}: one message");
-    }
-    for event_id in &rolled_back {
-        assert!(!per_event.contains_key(event_id.as_str()), "{event_id} was rolled back");
-    }
-    assert_eq!(listed.len(), committed.len(), "no message that is not a committed row");
+    check_one_message_per_row(&listed, &committed, &rolled_back);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         let delivered: HashSet<String> = receiver
@@ -433,6 +423,204 @@ async fn kill9_of_relays_and_herald_under_load_loses_and_duplicates_nothing() {
         "every committed row reached the receiver"
     );
     assert!(committed.len() >= 150, "the load was real: {} rows", committed.len());
+}
+
+/// Each key's rows in the order Herald created their messages (message ids are time-ordered), from event
+/// ids `{key}:{n}`.
+fn created_order_per_key(listed: &[(String, String)]) -> HashMap<String, Vec<i64>> {
+    let mut per_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for (event_id, _) in listed {
+        let (key, n) = event_id.split_once(':').expect("event id `key:n`");
+        per_key.entry(key.to_owned()).or_default().push(n.parse().expect("n"));
+    }
+    per_key
+}
+
+/// Every committed row is exactly one message, and no rolled-back row is any.
+fn check_one_message_per_row(listed: &[(String, String)], committed: &[String], rolled_back: &[String]) {
+    let mut per_event: HashMap<&str, usize> = HashMap::new();
+    for (event_id, _) in listed {
+        *per_event.entry(event_id.as_str()).or_default() += 1;
+    }
+    for event_id in committed {
+        assert_eq!(per_event.get(event_id.as_str()), Some(&1), "{event_id}: one message");
+    }
+    for event_id in rolled_back {
+        assert!(!per_event.contains_key(event_id.as_str()), "{event_id} was rolled back");
+    }
+    assert_eq!(listed.len(), committed.len(), "no message that is not a committed row");
+}
+
+/// [`check_one_message_per_row`], and each key's messages were created in outbox order.
+fn check_one_message_per_row_in_order(listed: &[(String, String)], committed: &[String], rolled_back: &[String]) {
+    check_one_message_per_row(listed, committed, rolled_back);
+    for (key, created) in created_order_per_key(listed) {
+        assert!(
+            created.windows(2).all(|w| w[0] < w[1]),
+            "key {key}: messages created out of outbox order: {created:?}"
+        );
+    }
+}
+
+const KEYS: [&str; 5] = ["inv_a", "inv_b", "inv_c", "inv_d", "inv_e"];
+
+/// One relay works on two batches at once on PostgreSQL and MariaDB (one on SQLite). Killed with `kill -9`
+/// over and over while a producer commits bursts of keyed rows, it still loses nothing, makes one message
+/// per row, and creates each key's messages in outbox order.
+#[tokio::test]
+async fn kill9_of_a_relay_mid_batch_keeps_each_keys_order_with_one_message_per_row() {
+    for producer in Producer::all("kill9_of_a_relay_mid_batch_keeps_each_keys_order").await {
+        let (herald, app, _receiver) = herald_with_endpoint(json!({"ordering": "key"})).await;
+        let mut relay = RelayProcess::start(&producer, &base(&herald), &["--batch-size", "10", "--concurrency", "6"]);
+        let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+        let mut n = 0;
+        for round in 0..40 {
+            let commit = round % 9 != 4;
+            let events: Vec<Event> = (0..1 + round % 13)
+                .map(|i| {
+                    n += 1;
+                    let key = KEYS[(i + round) % KEYS.len()];
+                    Event::new(format!("{key}:{n}"), "shop", json!({"n": n})).keyed(key)
+                })
+                .collect();
+            producer.write(&events, commit).await;
+            let ids = events.into_iter().map(|e| e.event_id);
+            if commit {
+                committed.extend(ids);
+            } else {
+                rolled_back.extend(ids);
+            }
+            if round % 8 == 7 {
+                tokio::time::sleep(Duration::from_millis(rand::random_range(0..80))).await;
+                relay.restart();
+            }
+        }
+        producer.wait_rows(0, Duration::from_secs(90)).await;
+        assert!(relay.is_running(), "{}: the relay exited by itself", producer.dialect);
+        let listed = messages(&herald, &app).await;
+        check_one_message_per_row_in_order(&listed, &committed, &rolled_back);
+    }
+}
+
+/// `herald_publish` rows committed in bursts while Herald, reading its own outbox with two rounds in
+/// flight, is killed with `kill -9` at random moments and restarted: every committed row is one message,
+/// created in outbox order per key, and reaches the receiver; no rolled-back row is anything.
+#[tokio::test]
+async fn kill9_of_herald_reading_its_own_outbox_loses_and_duplicates_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    // A restarted node first takes its killed predecessor's partitions over (the 4 s lease of the tests):
+    // a long second delay widens the deliveries' window so that none dies of old age unsent meanwhile.
+    let retries = [("HERALD_RETRY_SCHEDULE", "100ms,30s")];
+    let Some(mut herald) = Herald::start_pg("kill9_of_herald_reading_its_own_outbox", &retries).await else {
+        return;
+    };
+    let app = herald.post("/app", json!({"name": "Shop", "uid": "shop"})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let receiver = Receiver::start(Reply::status(200)).await;
+    herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let url = herald.database.as_ref().expect("database").url.clone();
+    let producer = sqlx::PgPool::connect(&url).await.expect("producer connects");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (producer, stop) = (producer.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+            let (mut n, mut tx_count) = (0, 0);
+            // Bursts (up to 30 rows a transaction), so that the kills land on rounds in flight.
+            while !stop.load(Ordering::Relaxed) || committed.len() < 600 {
+                tx_count += 1;
+                let commit = tx_count % 7 != 0;
+                let mut tx = producer.begin().await.expect("begin");
+                let mut ids = Vec::new();
+                for i in 0..1 + tx_count % 30 {
+                    n += 1;
+                    let key = KEYS[(i + tx_count) % KEYS.len()];
+                    let event_id = format!("{key}:{n}");
+                    sqlx::query("SELECT herald_publish('shop', 'invoice.paid', $1::jsonb, $2, NULL, $3)")
+                        .bind(json!({"n": n}).to_string())
+                        .bind(&event_id)
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await
+                        .expect("herald_publish");
+                    ids.push(event_id);
+                }
+                if commit {
+                    tx.commit().await.expect("commit");
+                    committed.extend(ids);
+                } else {
+                    tx.rollback().await.expect("rollback");
+                    rolled_back.extend(ids);
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            (committed, rolled_back)
+        })
+    };
+    for round in 0..5 {
+        tokio::time::sleep(Duration::from_millis(rand::random_range(100..700))).await;
+        herald.kill9();
+        tokio::time::sleep(Duration::from_millis(rand::random_range(0..300))).await;
+        herald.restart().await;
+        assert!(herald.is_running(), "round {round}: Herald runs");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (committed, rolled_back) = writer.await.expect("writer");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM herald_outbox")
+            .fetch_one(&producer)
+            .await
+            .expect("count");
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} rows still in herald_outbox after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed = messages(&herald, &app).await;
+    check_one_message_per_row_in_order(&listed, &committed, &rolled_back);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let got: HashSet<String> = receiver
+            .received()
+            .iter()
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect();
+        let missing: Vec<&str> = listed
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .filter(|id| !got.contains(*id))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            // What the store holds for them, to tell a lost delivery from a slow one.
+            let rows: Vec<(String, i32, i64, i64, i64)> = sqlx::query_as(
+                "SELECT message_id, partition, status, attempts, next_attempt_at FROM delivery \
+                 WHERE message_id = ANY($1)",
+            )
+            .bind(&missing)
+            .fetch_all(&producer)
+            .await
+            .expect("deliveries");
+            panic!(
+                "{} of {} messages never reached the receiver within 120 s: {missing:?}; their deliveries \
+                 (message, partition, status, attempts, next_attempt_at): {rows:?}",
+                missing.len(),
+                listed.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// examples/outbox-invoice (Python, psycopg) against a real Herald: through `herald_publish` on Herald's

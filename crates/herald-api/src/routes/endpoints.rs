@@ -215,9 +215,16 @@ async fn list(
     Path(app_id): Path<String>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
-    let page = Query::of(&uri).page()?;
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    // Newest first unless `order=ascending`, as Svix lists endpoints (the contract checked the value).
+    let newest_first = query.get(&["order"]) != Some("ascending");
     let app = apps::find(&state, &app_id).await?;
-    let found = state.store.list_endpoints(&app.id, &page).await.map_err(store_error)?;
+    let found = state
+        .store
+        .list_endpoints(&app.id, &page, newest_first)
+        .await
+        .map_err(store_error)?;
     Ok(Json(convert::list(found, convert::endpoint)))
 }
 

@@ -365,13 +365,22 @@ async fn v2_commit(
     consumer_id(&consumer)?;
     let sink = find(&state, &app_id, &sink_id).await?;
     let head = state.store.stream_head(&sink.app_id).await.map_err(store_error)?;
-    if !(0..=head).contains(&input.offset) {
-        return Err(ApiError::body(
-            "offset",
+    // The document bounds `offset` (0 and up); one past the stream's head conflicts with the stream as
+    // it is now (409, as the state of the resource decides it), rather than being malformed.
+    if input.offset > head {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
             format!(
-                "must be an offset this stream handed out (0 to {head}), got {}",
+                "offset {} is past what this stream handed out (0 to {head})",
                 input.offset
             ),
+        ));
+    }
+    if input.offset < 0 {
+        return Err(ApiError::body(
+            "offset",
+            format!("must be 0 or more, got {}", input.offset),
         ));
     }
     state

@@ -248,7 +248,12 @@ impl PollingReport {
         table.row("messages published", count(self.publish.accepted));
         table.row(
             "messages pulled",
-            format!("{} in {} reads, {:.2} s", count(self.pulled), count(self.reads), self.pull_seconds),
+            format!(
+                "{} in {} reads, {:.2} s",
+                count(self.pulled),
+                count(self.reads),
+                self.pull_seconds
+            ),
         );
         table.target_row("pulled/s (one consumer)", per_second(self.pulled_per_s), "");
         table.section("latency: long poll while messages are posted");

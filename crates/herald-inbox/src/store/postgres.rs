@@ -25,7 +25,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use herald_store::custody::DatabaseTimeouts;
+use herald_store::custody::{Bound, DatabaseTimeouts};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection, PgPool};
@@ -63,12 +63,14 @@ impl Drop for PgInbox {
 }
 
 impl PgInbox {
-    /// Connect to the database at `url` (`postgres://…`; it must exist) and run the inbox's migrations.
+    /// Connect to the database at `url` (`postgres://…`; it must exist) and run the inbox's migrations;
+    /// with the bound its calls are to be held to (see [`super::BoundedInbox`]), which its pool's
+    /// release check shares.
     ///
     /// # Errors
     ///
     /// Database and migration errors.
-    pub async fn open(url: &str) -> StoreResult<Self> {
+    pub async fn open(url: &str) -> StoreResult<(Self, Bound)> {
         let options = PgConnectOptions::from_str(url)?
             .application_name("herald-inbox")
             .options([("synchronous_commit", "on")]);
@@ -76,8 +78,9 @@ impl PgInbox {
         // and retry later instead of piling up; the server cancels a statement or lock wait that runs
         // longer than the statement timeout.
         let timeouts = DatabaseTimeouts::default();
+        let bound = timeouts.bound();
         let pool = timeouts
-            .pool()
+            .pool(&bound)
             .max_connections(POOL_SIZE)
             .connect_with(timeouts.session(options.clone()))
             .await?;
@@ -94,11 +97,12 @@ impl PgInbox {
             ("tcp_keepalives_count", "3"),
         ]);
         let lock_keeper = tokio::spawn(keep_forwarder_lock(lock_options, holding));
-        Ok(Self {
+        let inbox = Self {
             pool,
             forwarding,
             lock_keeper,
-        })
+        };
+        Ok((inbox, bound))
     }
 }
 

@@ -323,8 +323,13 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.endpoint(&row)
     }
 
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest) -> StoreResult<Page<Endpoint>> {
-        let keyset = Keyset::new("id", page, false);
+    async fn list_endpoints(
+        &self,
+        app_id: &str,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<Endpoint>> {
+        let keyset = Keyset::new("id", page, newest_first);
         let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").free(app_id);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
@@ -404,11 +409,11 @@ impl<D: Dialect> Store for SqlStore<D> {
                 .map_err(|_| StoreError::Closed)?;
             answer.await.map_err(|_| StoreError::Closed)?
         };
-        // Bounded by the writer's own transaction bound, not by the acquire timeout alone: a burst of
-        // thousands of messages legitimately queues for longer than a second. A message whose wait ran
-        // out is not acknowledged, though its batch may still commit (a retry with the same `eventId` or
-        // `idempotency-key` finds it).
-        crate::custody::within(self.ingest_bound, queued).await
+        // On PostgreSQL the wait is bounded like every call (see `crate::bounded`), by the writer's own
+        // transaction bound, not by the acquire timeout alone: a burst of thousands of messages
+        // legitimately queues for longer than a second. A message whose wait ran out is not acknowledged,
+        // though its batch may still commit (a retry with the same `eventId` or `idempotency-key` finds it).
+        queued.await
     }
 
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {

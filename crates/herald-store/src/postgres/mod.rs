@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use self::channels::ENDPOINT_CHANNEL;
 use self::text::escape;
 use crate::crypto::SecretCipher;
-use crate::custody::{DatabaseTimeouts, WriteHealth};
+use crate::custody::{Bound, DatabaseTimeouts, WriteHealth};
 use crate::dialect::{Dialect, On, SqlStore, Tx};
 use crate::events::NewEvent;
 use crate::portable::secrets;
@@ -48,6 +48,8 @@ const POOL_SIZE: u32 = 16;
 pub struct Postgres {
     leases: Arc<lease::Leases>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The client-side bound of every call, shared with the pool's release check.
+    bound: Bound,
 }
 
 impl Drop for Postgres {
@@ -65,9 +67,13 @@ pub type PgStore = SqlStore<Postgres>;
 /// The node's pool: every session with the statement and lock timeouts, every acquire bounded (see
 /// [`DatabaseTimeouts`]) — while the database refuses or stops answering, requests hear so quickly
 /// instead of piling up.
-async fn connect(url: &str, timeouts: &DatabaseTimeouts) -> StoreResult<PgPool> {
+async fn connect(url: &str, timeouts: &DatabaseTimeouts, bound: &Bound) -> StoreResult<PgPool> {
     let options = timeouts.session(PgConnectOptions::from_str(url)?.application_name("herald"));
-    Ok(timeouts.pool().max_connections(POOL_SIZE).connect_with(options).await?)
+    Ok(timeouts
+        .pool(bound)
+        .max_connections(POOL_SIZE)
+        .connect_with(options)
+        .await?)
 }
 
 /// Run the migrations and return (`herald migrate`, and every start): on a connection of their own,
@@ -87,7 +93,8 @@ impl SqlStore<Postgres> {
     pub async fn open(url: &str, cipher: SecretCipher, options: &StoreOptions) -> StoreResult<Self> {
         // sqlx's migrator takes an advisory lock, so nodes starting together migrate once.
         migrate(url).await?;
-        let pool = connect(url, &options.database).await?;
+        let bound = options.database.bound();
+        let pool = connect(url, &options.database, &bound).await?;
         secrets::prepare::<Postgres>(&pool, &cipher).await?;
         retention::maintain(&pool, options.attempt_retention).await?;
         let (leases, lease_tasks) = lease::start(pool.clone(), options).await?;
@@ -98,21 +105,25 @@ impl SqlStore<Postgres> {
         };
         let (stream_tx, stream) = tokio::sync::watch::channel(0);
         let health = Arc::new(WriteHealth::default());
-        // The writer gives a transaction up after the server's own bound plus the time to hear back, and
-        // a request waits for its group commit no longer than that (see `SqlStore::ingest_bound`).
-        let bound = options.database.transaction();
+        // The writer gives a transaction up after the server's own bound plus the time to hear back (and
+        // closes its connection), and a request waits for its group commit no longer than that: the bound
+        // of every call (see `crate::bounded`).
         tokio::spawn(group_commit::run(
             pool.clone(),
             writer,
             jobs,
             feed_tx,
             health.clone(),
-            Some(bound),
+            Some(bound.limit()),
             stream_tx,
         ));
         let mut tasks = lease_tasks;
-        tasks.push(tokio::spawn(outbox::run(pool.clone(), ingest.clone())));
-        tasks.push(tokio::spawn(retention::run(pool.clone(), options.attempt_retention)));
+        tasks.push(tokio::spawn(outbox::run(pool.clone(), ingest.clone(), bound.clone())));
+        tasks.push(tokio::spawn(retention::run(
+            pool.clone(),
+            options.attempt_retention,
+            bound.clone(),
+        )));
         Ok(Self {
             reads: pool.clone(),
             writes: pool,
@@ -121,9 +132,13 @@ impl SqlStore<Postgres> {
             stream,
             cipher,
             health,
-            ingest_bound: Some(bound),
-            dialect: Postgres { leases, tasks },
+            dialect: Postgres { leases, tasks, bound },
         })
+    }
+
+    /// The client-side bound of this store's calls, for its [`crate::bounded::BoundedStore`].
+    pub fn bound(&self) -> Bound {
+        self.dialect.bound.clone()
     }
 
     /// This node's id in the `node` table.

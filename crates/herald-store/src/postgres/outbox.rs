@@ -11,6 +11,7 @@
 //! session ends. Should two ever read at once (the lock's connection was replaced), nothing breaks: the
 //! ingest lock serialises their batches and the second finds the first's message by `eventId`.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,9 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::group_commit::{IngestJob, Outcomes};
-use crate::{NewMessage, StoreError, StoreResult};
+use crate::custody::Bound;
+use crate::group_commit::{Fence, IngestJob, OutboxRow, Outcomes};
+use crate::{Ingested, NewMessage, StoreError, StoreResult};
 
 /// The channel `herald_outbox`'s insert trigger notifies (at commit).
 const CHANNEL: &str = "herald_outbox";
@@ -36,10 +38,10 @@ const STANDBY: Duration = Duration::from_secs(2);
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// Read the outbox for as long as the node runs.
-pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
+pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bound) {
     let mut delay = Duration::from_millis(200);
     loop {
-        match read(&pool, &ingest).await {
+        match read(&pool, &ingest, &bound).await {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "outbox reader failed; retrying");
@@ -51,7 +53,15 @@ pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
 }
 
 /// Take the reader lock, then ingest committed rows as they come. `Ok` only when the node shuts down.
-async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()> {
+///
+/// Rounds are pipelined: while the writer commits one round, the next is read and queued behind it (at
+/// most [`DEPTH`] in flight), so the writer never waits for a read. A read skips the rows of the rounds
+/// in flight; the writer takes the queue in order, so rows still become messages in `seq` order, and a
+/// [`Fence`] keeps that order should a batch fail (the rows queued behind it are not written either).
+///
+/// Its reads are bounded like every store call (`bound`); its ingest is bounded by the group-commit
+/// writer.
+async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) -> StoreResult<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     loop {
@@ -65,24 +75,63 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()
         tokio::time::sleep(STANDBY).await;
     }
     tracing::debug!("this node reads the outbox");
+    let fence = Arc::new(Fence::default());
+    let mut in_flight: VecDeque<Round> = VecDeque::new();
     let mut measured = Instant::now() - MEASURE_EVERY;
     loop {
         if measured.elapsed() >= MEASURE_EVERY {
             measured = Instant::now();
-            measure(pool).await?;
+            if let Err(error) = bound.run(measure(pool)).await {
+                return abandon(pool, in_flight, error).await;
+            }
         }
-        let rows = pending(pool).await?;
-        if rows.is_empty() {
-            // Woken by a commit, or by the poll.
+        if in_flight.len() < DEPTH {
+            let queued: Vec<i64> = in_flight
+                .iter()
+                .flat_map(|round| round.iter().map(|(seq, _)| *seq))
+                .collect();
+            let rows = match bound.run(pending(pool, &queued)).await {
+                Ok(rows) => rows,
+                Err(error) => return abandon(pool, in_flight, error).await,
+            };
+            if !rows.is_empty() {
+                match submit(ingest, rows, &fence).await {
+                    Some(round) => in_flight.push_back(round),
+                    None => return Ok(()),
+                }
+                continue;
+            }
+        }
+        let Some(round) = in_flight.pop_front() else {
+            // Nothing queued and nothing to read: woken by a commit, or by the poll.
             if let Ok(Err(error)) = tokio::time::timeout(POLL, listener.recv()).await {
                 return Err(error.into());
             }
             continue;
+        };
+        match settle_round(pool, round).await {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(error) => return abandon(pool, in_flight, error).await,
         }
-        if !submit(pool, ingest, rows).await? {
+    }
+}
+
+/// How many rounds may be queued at the writer at once: one committing, the next waiting behind it.
+const DEPTH: usize = 2;
+
+/// A round's rows (`seq`) and the writer's answer for each, in `seq` order.
+type Round = Vec<(i64, oneshot::Receiver<StoreResult<Ingested>>)>;
+
+/// Give up this reading session because of `error`, after the rounds still in flight are answered (so
+/// that the next session reads again only rows nobody is writing).
+async fn abandon(pool: &PgPool, in_flight: VecDeque<Round>, error: StoreError) -> StoreResult<()> {
+    for round in in_flight {
+        if let Ok(false) = settle_round(pool, round).await {
             return Ok(());
         }
     }
+    Err(error)
 }
 
 /// One outbox row, as a message to ingest.
@@ -91,12 +140,14 @@ struct Pending {
     new: NewMessage,
 }
 
-async fn pending(pool: &PgPool) -> StoreResult<Vec<Pending>> {
+/// The oldest rows to ingest, leaving out the rows `queued` at the writer already.
+async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
     let rows = sqlx::query(
         "SELECT seq, app_id, event_type, payload::text AS payload, event_id, channels, ordering_key \
-         FROM herald_outbox WHERE error IS NULL ORDER BY seq LIMIT $1",
+         FROM herald_outbox WHERE error IS NULL AND seq <> ALL($2) ORDER BY seq LIMIT $1",
     )
     .bind(ROUND)
+    .bind(queued)
     .fetch_all(pool)
     .await?;
     rows.iter()
@@ -119,32 +170,38 @@ async fn pending(pool: &PgPool) -> StoreResult<Vec<Pending>> {
         .collect()
 }
 
-/// Ingest a round of rows (in `seq` order, so one ordering key's messages are created in outbox order)
-/// and wait for every answer. `false`: the writer is gone (the node is shutting down).
-async fn submit(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>) -> StoreResult<bool> {
-    let mut answers = Vec::with_capacity(rows.len());
+/// Queue a round of rows at the writer, in `seq` order (so one ordering key's messages are created in
+/// outbox order). `None`: the writer is gone (the node is shutting down).
+async fn submit(ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>, fence: &Arc<Fence>) -> Option<Round> {
+    let mut round = Vec::with_capacity(rows.len());
     for row in rows {
         let (reply, answer) = oneshot::channel();
         let job = IngestJob {
             new: row.new,
             reply,
-            outbox: Some(row.seq),
+            outbox: Some(OutboxRow {
+                seq: row.seq,
+                fence: fence.clone(),
+            }),
         };
-        if ingest.send(job).await.is_err() {
-            return Ok(false);
-        }
-        answers.push((row.seq, answer));
+        ingest.send(job).await.ok()?;
+        round.push((row.seq, answer));
     }
+    Some(round)
+}
+
+/// Wait for every answer of a round. `Ok(false)`: the writer is gone (the node is shutting down); an
+/// error: a batch failed as a whole (its rows stay, read again after the back-off).
+async fn settle_round(pool: &PgPool, round: Round) -> StoreResult<bool> {
     let mut failed_batch = None;
     let (mut published, mut refused) = (0_u64, 0_u64);
-    for (seq, answer) in answers {
+    for (seq, answer) in round {
         match answer.await {
             Err(_) | Ok(Err(StoreError::Closed)) => return Ok(false),
             Ok(Ok(_)) => published += 1,
-            // The batch's transaction failed as a whole: the row stays, read again after the back-off.
-            Ok(Err(error @ (StoreError::Batch(_) | StoreError::Database(sqlx::Error::PoolTimedOut)))) => {
-                failed_batch = Some(error);
-            }
+            // Not this row's fault (the batch's transaction failed, the database is unavailable or
+            // full): the row stays, read again after the back-off.
+            Ok(Err(error)) if error.fault().is_some() => failed_batch = Some(error),
             // This row alone cannot become a message: keep it, with why, out of the way of the others
             // (the batch marked it already when the failure came from its plan, e.g. an unknown app).
             Ok(Err(error)) => {
@@ -171,7 +228,9 @@ pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], o
     let mut done = Vec::new();
     let (mut failed, mut reasons) = (Vec::new(), Vec::new());
     for (job, outcome) in batch.iter().zip(outcomes) {
-        let Some(seq) = job.outbox else { continue };
+        let Some(seq) = job.outbox.as_ref().map(|row| row.seq) else {
+            continue;
+        };
         match outcome {
             Ok(_) => done.push(seq),
             Err(error) => {

@@ -76,7 +76,6 @@ impl SqlStore<Sqlite> {
             stream,
             cipher,
             health,
-            ingest_bound: None,
             dialect: Sqlite,
         })
     }

@@ -181,15 +181,21 @@ impl Herald {
     /// PostgreSQL is unreachable (and not required). Call it from a multi-threaded runtime: the proxy
     /// must serve while the node starts.
     pub(crate) async fn start_behind_proxy(test: &str, extra_env: &[(&str, &str)]) -> Option<(Self, TcpProxy)> {
-        let database = Arc::new(testdb::fresh(test).await?);
-        let proxy = TcpProxy::start(database.server_addr().expect("server address")).await;
-        let url = database
-            .url_via(format!("127.0.0.1:{}", proxy.port).parse().expect("address"))
-            .expect("proxied URL");
-        // Without TLS, so that the proxy sees the protocol (a commit cut looks for the `COMMIT`).
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let url = format!("{url}{separator}sslmode=disable");
+        let (database, proxy, url) = proxied_database(test).await?;
         Some((Self::start_at(database, &url, extra_env).await, proxy))
+    }
+
+    /// Start `herald inbox` with this configuration on a fresh PostgreSQL database reached through a
+    /// [`TcpProxy`], as [`Herald::start_behind_proxy`] does the sender.
+    pub(crate) async fn start_inbox_behind_proxy(
+        test: &str,
+        config: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Option<(Self, TcpProxy)> {
+        let (database, proxy, url) = proxied_database(test).await?;
+        let mut env = vec![("HERALD_DATABASE_URL", url.as_str())];
+        env.extend_from_slice(extra_env);
+        Some((Self::spawn_inbox(config, &env, None, Some(database)).await, proxy))
     }
 
     /// Start again on the same database (after [`Herald::kill9`] or [`Herald::stop`]).
@@ -750,6 +756,19 @@ impl ProxiedNode {
     }
 }
 
+/// A fresh PostgreSQL database, a [`TcpProxy`] in front of its server, and the database's URL through the
+/// proxy; `None` when PostgreSQL is unreachable (and not required).
+async fn proxied_database(test: &str) -> Option<(Arc<TestDatabase>, TcpProxy, String)> {
+    let database = Arc::new(testdb::fresh(test).await?);
+    let proxy = TcpProxy::start(database.server_addr().expect("server address")).await;
+    let url = database
+        .url_via(format!("127.0.0.1:{}", proxy.port).parse().expect("address"))
+        .expect("proxied URL");
+    // Without TLS, so that the proxy sees the protocol (a commit cut looks for the `COMMIT`).
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Some((database, proxy, format!("{url}{separator}sslmode=disable")))
+}
+
 /// What a [`TcpProxy`] does with the bytes it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ProxyMode {
@@ -795,10 +814,11 @@ impl CommitCut {
 /// The simple-protocol message sqlx sends to commit a transaction: `Q`, its length (4 + 7), `COMMIT\0`.
 const COMMIT_MESSAGE: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 
-/// The proxy's commit cut, shared by its connections: armed for one cut at a time.
+/// The proxy's commit cut, shared by its connections: armed for one cut at a time, at the next chunk a
+/// client sends that holds the bytes it waits for (a `COMMIT`, or a value only one request sends).
 #[derive(Default)]
 struct CommitCuts {
-    armed: Mutex<Option<CommitCut>>,
+    armed: Mutex<Option<(Vec<u8>, CommitCut)>>,
     fired: std::sync::atomic::AtomicUsize,
 }
 
@@ -908,7 +928,14 @@ impl TcpProxy {
 
     /// Cut the next connection, whichever it is, that sends a `COMMIT`, at `cut`; once.
     pub(crate) fn cut_at_next_commit(&self, cut: CommitCut) {
-        *self.cuts.armed.lock().unwrap() = Some(cut);
+        self.cut_at_next(COMMIT_MESSAGE, cut);
+    }
+
+    /// Cut the next connection that sends a chunk holding `bytes` (say a value bound by one request
+    /// only), at `cut` as if the chunk were its `COMMIT`; once. An autocommitted statement commits at
+    /// the end of its chunk, so `After` lets it commit and `Before` keeps it from the server.
+    pub(crate) fn cut_at_next(&self, bytes: &[u8], cut: CommitCut) {
+        *self.cuts.armed.lock().unwrap() = Some((bytes.to_vec(), cut));
     }
 
     /// Whether an armed cut is still waiting for its `COMMIT`.
@@ -960,8 +987,14 @@ impl Pump {
                 return;
             }
             match &self.side {
-                Side::Client(cuts) if buffer[..n].windows(COMMIT_MESSAGE.len()).any(|w| w == COMMIT_MESSAGE) => {
-                    let armed = cuts.armed.lock().unwrap().take();
+                Side::Client(cuts) => {
+                    let armed = {
+                        let mut armed = cuts.armed.lock().unwrap();
+                        let hit = armed
+                            .as_ref()
+                            .is_some_and(|(bytes, _)| buffer[..n].windows(bytes.len()).any(|w| w == bytes.as_slice()));
+                        if hit { armed.take().map(|(_, cut)| cut) } else { None }
+                    };
                     if let Some(cut) = armed {
                         cuts.fired.fetch_add(1, Ordering::SeqCst);
                         // Set before the COMMIT goes on, so that its reply is already dropped.

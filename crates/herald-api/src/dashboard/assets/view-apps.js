@@ -76,7 +76,7 @@ export async function appView(ctx, appId) {
     if (!ctx.shown) return;
     try {
       // Health is only on the single-endpoint answer, so each endpoint of the page is read again.
-      const page = await call('listEndpoints', { app_id: appId }, { query: { limit: 100 } });
+      const page = await call('listEndpoints', { app_id: appId }, { query: { limit: 100, order: 'ascending' } });
       const endpoints = await Promise.all(page.data.map((ep) =>
         call('getEndpoint', { app_id: appId, endpoint_id: ep.id }).catch(() => ep)));
       const list = table(['Endpoint', ...HEALTH_HEADERS, ...(session.readOnly ? [] : [''])], [], 'No endpoints.');

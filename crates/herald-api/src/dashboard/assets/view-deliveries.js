@@ -283,7 +283,7 @@ export async function deadView(ctx, appId) {
   const app = await call('getApp', { app_id: appId });
   const status = ctx.query.get('status') || 'dead';
   const endpointId = ctx.query.get('endpoint') || '';
-  const endpoints = (await call('listEndpoints', { app_id: app.id }, { query: { limit: 250 } })).data;
+  const endpoints = (await call('listEndpoints', { app_id: app.id }, { query: { limit: 250, order: 'ascending' } })).data;
   const navigate = (s, ep) => { location.hash = hrefOf(['app', app.id, 'failing'], { status: s, endpoint: ep }); };
   const endpointSelect = h('select', { name: 'endpoint' }, h('option', { value: '' }, 'All endpoints'),
     endpoints.map((ep) => h('option', { value: ep.id, selected: ep.id === endpointId }, ep.uid || ep.id)));
