@@ -156,9 +156,14 @@ impl DatabaseTimeouts {
         ])
     }
 
-    /// Pool options with the acquire timeout, and the release check of `bound` (see [`Bound::pool`]).
+    /// Pool options with the acquire timeout, the release check of `bound` (see [`Bound::pool`]), and
+    /// `TCP_NODELAY` on each new connection over TCP ([`crate::tcp_nodelay`]).
     pub fn pool(&self, bound: &Bound) -> PgPoolOptions {
-        bound.pool(PgPoolOptions::new().acquire_timeout(self.acquire))
+        bound.pool(
+            PgPoolOptions::new()
+                .acquire_timeout(self.acquire)
+                .after_connect(|conn, _| crate::tcp_nodelay::set_on(conn).boxed()),
+        )
     }
 
     /// The client-side bound of every store call: [`DatabaseTimeouts::transaction`].

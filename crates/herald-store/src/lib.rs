@@ -25,6 +25,7 @@ mod sealing;
 mod sql;
 pub mod sqlite;
 mod statement;
+mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;
 

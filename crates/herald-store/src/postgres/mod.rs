@@ -118,8 +118,12 @@ impl SqlStore<Postgres> {
             stream_tx,
         ));
         let mut tasks = lease_tasks;
-        tasks.push(tokio::spawn(outbox::run(pool.clone(), ingest.clone())));
-        tasks.push(tokio::spawn(retention::run(pool.clone(), options.attempt_retention)));
+        tasks.push(tokio::spawn(outbox::run(pool.clone(), ingest.clone(), bound.clone())));
+        tasks.push(tokio::spawn(retention::run(
+            pool.clone(),
+            options.attempt_retention,
+            bound.clone(),
+        )));
         Ok(Self {
             reads: pool.clone(),
             writes: pool,

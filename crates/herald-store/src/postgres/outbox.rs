@@ -19,6 +19,7 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::custody::Bound;
 use crate::group_commit::{Fence, IngestJob, OutboxRow, Outcomes};
 use crate::{Ingested, NewMessage, StoreError, StoreResult};
 
@@ -37,10 +38,10 @@ const STANDBY: Duration = Duration::from_secs(2);
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// Read the outbox for as long as the node runs.
-pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
+pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bound) {
     let mut delay = Duration::from_millis(200);
     loop {
-        match read(&pool, &ingest).await {
+        match read(&pool, &ingest, &bound).await {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "outbox reader failed; retrying");
@@ -57,7 +58,10 @@ pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>) {
 /// most [`DEPTH`] in flight), so the writer never waits for a read. A read skips the rows of the rounds
 /// in flight; the writer takes the queue in order, so rows still become messages in `seq` order, and a
 /// [`Fence`] keeps that order should a batch fail (the rows queued behind it are not written either).
-async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()> {
+///
+/// Its reads are bounded like every store call (`bound`); its ingest is bounded by the group-commit
+/// writer.
+async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) -> StoreResult<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     loop {
@@ -77,7 +81,7 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()
     loop {
         if measured.elapsed() >= MEASURE_EVERY {
             measured = Instant::now();
-            if let Err(error) = measure(pool).await {
+            if let Err(error) = bound.run(measure(pool)).await {
                 return abandon(pool, in_flight, error).await;
             }
         }
@@ -86,7 +90,7 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>) -> StoreResult<()
                 .iter()
                 .flat_map(|round| round.iter().map(|(seq, _)| *seq))
                 .collect();
-            let rows = match pending(pool, &queued).await {
+            let rows = match bound.run(pending(pool, &queued)).await {
                 Ok(rows) => rows,
                 Err(error) => return abandon(pool, in_flight, error).await,
             };

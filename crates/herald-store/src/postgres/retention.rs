@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, PgPool};
 use time::{Date, Month, OffsetDateTime};
 
+use crate::custody::Bound;
 use crate::sql::limit;
 use crate::{RetentionStep, StoreResult};
 
@@ -95,10 +96,12 @@ pub(crate) async fn maintain(pool: &PgPool, retention: Duration) -> StoreResult<
 }
 
 /// Run [`maintain`] periodically.
-pub(crate) async fn run(pool: PgPool, retention: Duration) {
+pub(crate) async fn run(pool: PgPool, retention: Duration, bound: Bound) {
     loop {
         tokio::time::sleep(EVERY).await;
-        if let Err(error) = maintain(&pool, retention).await {
+        // Bounded like every store call (a silent server would otherwise stop the maintenance for as
+        // long as TCP takes to give up).
+        if let Err(error) = bound.run(maintain(&pool, retention)).await {
             tracing::warn!(%error, "attempt partition maintenance failed; retrying later");
         }
     }
