@@ -149,12 +149,17 @@ impl SqlStore<Postgres> {
 
 /// A portable statement on sqlx's PostgreSQL driver. Free text is bound escaped (see [`text`]): values
 /// that could never contain NUL are unchanged by it, and a NUL in a lookup then finds nothing, as on
-/// SQLite, instead of failing the statement.
+/// SQLite, instead of failing the statement. Text the store made holds no NUL; where a client's value
+/// reached a filter as such (an event type or channel in a query string) and holds one, it is escaped
+/// too, so that it matches nothing rather than failing the statement with a 503.
 fn query<'q>(sql: &'q Sql<'_>) -> sqlx::query::Query<'q, sqlx::Postgres, PgArguments> {
     let mut query = sqlx::query(AssertSqlSafe(sql.text()));
     for arg in sql.args() {
         query = match arg {
-            Arg::Text(text) => query.bind(text.as_deref()),
+            Arg::Text(text) => query.bind(
+                text.as_deref()
+                    .map(|t| if t.contains('\0') { escape(t) } else { t.into() }),
+            ),
             Arg::Free(text) => query.bind(text.as_deref().map(escape)),
             Arg::Int(n) => query.bind(*n),
             Arg::Bool(flag) => query.bind(*flag),
