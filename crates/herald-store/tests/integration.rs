@@ -1,6 +1,7 @@
 //! The store's integration tests, one binary: the contract suite on SQLite and PostgreSQL, leases, collation, polling.
 
 mod leases;
+mod outbox;
 mod polling;
 mod postgres_collation;
 mod store;

@@ -24,7 +24,8 @@ fn options() -> StoreOptions {
     }
 }
 
-fn app() -> Application {
+/// A fresh application (also for the other PostgreSQL modules of this binary).
+pub(crate) fn app() -> Application {
     Application {
         id: new_id(IdKind::Application),
         uid: None,
@@ -89,7 +90,8 @@ async fn owners(url: &str) -> BTreeMap<String, i64> {
     rows.into_iter().filter_map(|(o, n)| o.map(|o| (o, n))).collect()
 }
 
-async fn wait_until<F: AsyncFn() -> bool>(what: &str, timeout: Duration, check: F) {
+/// Wait until `check` holds, failing after `timeout` with `what`.
+pub(crate) async fn wait_until<F: AsyncFn() -> bool>(what: &str, timeout: Duration, check: F) {
     let deadline = Instant::now() + timeout;
     while !check().await {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");

@@ -8,7 +8,9 @@
 //! leaves either the row (read again) or the message (and no row), never both, never neither.
 //!
 //! One node reads at a time (a session advisory lock); the others stand by and take over when its
-//! session ends. Should two ever read at once (the lock's connection was replaced), nothing breaks: the
+//! session ends. A reading session that gives up (a failed batch, a read out of its bound) hands the lock
+//! back before the next one tries for it: the listener's connection goes back to the pool, and a lock
+//! left on it would hold every node off while nobody reads. Should two ever read at once (the lock's connection was replaced), nothing breaks: the
 //! ingest lock serialises their batches and the second finds the first's message by `eventId`.
 
 use std::collections::VecDeque;
@@ -75,6 +77,34 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) ->
         tokio::time::sleep(STANDBY).await;
     }
     tracing::debug!("this node reads the outbox");
+    let read = read_locked(pool, &mut listener, ingest, bound).await;
+    // A session advisory lock outlives the listener: dropped, it goes back to the pool with its
+    // connection, which would keep the lock (for as long as the pool keeps the connection) while no
+    // reader reads under it — this node's next session and every other node would stand by. Handed back
+    // within the bound; should the server not answer, the pool's release check closes the connection,
+    // and the lock with it.
+    let unlocked = bound
+        .run(async {
+            sqlx::query("SELECT pg_advisory_unlock($1)")
+                .bind(READER_LOCK)
+                .execute(&mut listener)
+                .await
+                .map_err(StoreError::from)
+        })
+        .await;
+    if let Err(error) = unlocked {
+        tracing::debug!(%error, "could not hand the outbox reader lock back (its session ends with its connection)");
+    }
+    read
+}
+
+/// [`read`], holding the reader lock on `listener`'s session.
+async fn read_locked(
+    pool: &PgPool,
+    listener: &mut PgListener,
+    ingest: &mpsc::Sender<IngestJob>,
+    bound: &Bound,
+) -> StoreResult<()> {
     let fence = Arc::new(Fence::default());
     let mut in_flight: VecDeque<Round> = VecDeque::new();
     let mut measured = Instant::now() - MEASURE_EVERY;

@@ -1,0 +1,88 @@
+//! Herald reading its own PostgreSQL outbox (`herald_publish`), at the store level: a reading session
+//! given up (here: a batch failing as a whole) hands the reader lock back, so the next session reads on.
+//! Skipped with a visible message when PostgreSQL is unreachable (fatal with `HERALD_REQUIRE_POSTGRES=1`).
+
+use std::time::Duration;
+
+use herald_store::postgres::PgStore;
+use herald_store::{Store, StoreOptions, testdb};
+use sqlx::{Connection, PgConnection};
+
+use crate::leases::{app, wait_until};
+
+/// Outbox rows not yet turned into messages (nor refused).
+async fn waiting(url: &str) -> i64 {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    sqlx::query_scalar("SELECT COUNT(*) FROM herald_outbox WHERE error IS NULL")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count the outbox")
+}
+
+/// Herald's own backends waiting for a lock right now.
+async fn lock_waiters(url: &str) -> i64 {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND application_name = 'herald' AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("pg_stat_activity")
+}
+
+#[tokio::test]
+async fn a_failed_outbox_batch_hands_the_reader_lock_back_and_the_rows_are_read_again() {
+    let Some(database) = testdb::fresh("a_failed_outbox_batch_hands_the_reader_lock_back").await else {
+        return;
+    };
+    let store = PgStore::open(&database.url, testdb::test_cipher(), &StoreOptions::default())
+        .await
+        .expect("open");
+    let app = app();
+    store.create_app(&app).await.expect("app");
+
+    // The message table locked away: the batch of the row published below waits for it until the
+    // server's lock_timeout, and fails as a whole; the reader gives its session up.
+    let mut locker = PgConnection::connect(&database.url).await.expect("connect");
+    sqlx::query("BEGIN").execute(&mut locker).await.expect("begin");
+    sqlx::query("LOCK TABLE message IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    let mut producer = PgConnection::connect(&database.url).await.expect("connect");
+    sqlx::query("SELECT herald_publish($1, 'invoice.paid', '{\"n\": 1}', 'evt_1')")
+        .bind(&app.id)
+        .execute(&mut producer)
+        .await
+        .expect("herald_publish");
+    let generous = Duration::from_secs(60);
+    wait_until("the outbox batch waits for the message table", generous, async || {
+        lock_waiters(&database.url).await > 0
+    })
+    .await;
+    wait_until(
+        "the outbox batch gives up on the lock (lock_timeout)",
+        generous,
+        async || lock_waiters(&database.url).await == 0,
+    )
+    .await;
+    assert_eq!(
+        waiting(&database.url).await,
+        1,
+        "the failed batch left its row in the outbox"
+    );
+    sqlx::query("COMMIT").execute(&mut locker).await.expect("unlock");
+
+    // The reader's next session must get the lock back and read the row again (the failed session's
+    // lock must not stay with a pooled connection, where nobody reads under it).
+    wait_until("the row is read again and becomes a message", generous, async || {
+        waiting(&database.url).await == 0
+    })
+    .await;
+    let messages: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM message WHERE event_id = 'evt_1'")
+        .fetch_one(&mut producer)
+        .await
+        .expect("count messages");
+    assert_eq!(messages, 1, "the row became exactly one message");
+}
