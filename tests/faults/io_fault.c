@@ -7,18 +7,20 @@
  * Control: HERALD_IO_FAULT names a control file. While it does not exist, every call passes straight
  * through. While it exists, it holds one line
  *
- *     OP TARGET SKIP COUNT
+ *     OP TARGET SKIP COUNT [ERRNO]
  *
  *   OP      write (write, pwrite, pwrite64, writev, pwritev), sync (fsync, fdatasync) or any;
  *   TARGET  wal (a file whose name ends in "-wal"), db (one that ends in ".db") or any (either);
  *   SKIP    how many matching calls to let through first (0: the next one fails);
- *   COUNT   how many matching calls to fail then (0: every one, for as long as the file exists).
+ *   COUNT   how many matching calls to fail then (0: every one, for as long as the file exists);
+ *   ERRNO   the error the failed calls report: EIO (the default) or EROFS (what every write on a
+ *           filesystem the kernel remounted read-only after an error reports: `errors=remount-ro`).
  *
  * Calls are counted from the moment the control file was (re)written: a new file, or a new
  * modification time, starts the count again. Every failed call appends a line ("OP PATH") to the
  * control file's name plus ".fired", so that the test knows the fault hit.
  *
- * The shim fails the call as the kernel reports an I/O error (-1, errno EIO) without doing it: it
+ * The shim fails the call as the kernel reports an error (-1, errno EIO or EROFS) without doing it: it
  * models the error the database sees, not what a failing disk does to the data (after a real failed
  * fsync Linux may drop the dirty pages; here they stay).
  */
@@ -48,7 +50,8 @@ static int ends_with(const char *text, const char *suffix) {
     return n >= m && strcmp(text + n - m, suffix) == 0;
 }
 
-/* Whether this call on `fd` is to fail; records the failure. Keeps errno as it was when not. */
+/* The errno this call on `fd` is to fail with (0: it passes); records the failure. Keeps errno as it was
+ * when it passes. */
 static int should_fail(int fd, enum op op) {
     int saved = errno;
     const char *control = getenv("HERALD_IO_FAULT");
@@ -71,16 +74,16 @@ static int should_fail(int fd, enum op op) {
         return 0;
     }
 
-    char want_op[16] = "", want_target[16] = "";
+    char want_op[16] = "", want_target[16] = "", want_errno[16] = "EIO";
     long skip = 0, count = 0;
     FILE *file = fopen(control, "r");
     if (file == NULL) {
         errno = saved;
         return 0;
     }
-    int fields = fscanf(file, "%15s %15s %ld %ld", want_op, want_target, &skip, &count);
+    int fields = fscanf(file, "%15s %15s %ld %ld %15s", want_op, want_target, &skip, &count, want_errno);
     fclose(file);
-    if (fields != 4) {
+    if (fields != 4 && fields != 5) {
         errno = saved;
         return 0;
     }
@@ -113,62 +116,72 @@ static int should_fail(int fd, enum op op) {
         }
     }
     errno = saved;
-    return fail;
+    if (!fail) {
+        return 0;
+    }
+    return strcmp(want_errno, "EROFS") == 0 ? EROFS : EIO;
 }
 
 #define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
 
 ssize_t write(int fd, const void *buf, size_t n) {
-    if (should_fail(fd, OP_WRITE)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_WRITE);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("write", ssize_t (*)(int, const void *, size_t))(fd, buf, n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
-    if (should_fail(fd, OP_WRITE)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_WRITE);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("pwrite", ssize_t (*)(int, const void *, size_t, off_t))(fd, buf, n, offset);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t offset) {
-    if (should_fail(fd, OP_WRITE)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_WRITE);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("pwrite64", ssize_t (*)(int, const void *, size_t, off64_t))(fd, buf, n, offset);
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int count) {
-    if (should_fail(fd, OP_WRITE)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_WRITE);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("writev", ssize_t (*)(int, const struct iovec *, int))(fd, iov, count);
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int count, off_t offset) {
-    if (should_fail(fd, OP_WRITE)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_WRITE);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("pwritev", ssize_t (*)(int, const struct iovec *, int, off_t))(fd, iov, count, offset);
 }
 
 int fsync(int fd) {
-    if (should_fail(fd, OP_SYNC)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_SYNC);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("fsync", int (*)(int))(fd);
 }
 
 int fdatasync(int fd) {
-    if (should_fail(fd, OP_SYNC)) {
-        errno = EIO;
+    int error = should_fail(fd, OP_SYNC);
+    if (error) {
+        errno = error;
         return -1;
     }
     return REAL("fdatasync", int (*)(int))(fd);

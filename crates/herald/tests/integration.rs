@@ -17,6 +17,7 @@ mod edge;
 mod flow_control;
 mod inbox;
 mod io_errors;
+mod locked_database;
 mod metrics;
 mod operational;
 mod operations;

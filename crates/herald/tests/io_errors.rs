@@ -1,7 +1,10 @@
 //! Injected I/O and fsync errors at chosen points of a SQLite commit, for the sender and the inbox: an
 //! `LD_PRELOAD` shim (`tests/faults/io_fault.c`, compiled here with `cc`) fails `write`/`pwrite`/`fsync`/
 //! `fdatasync` on the database or its WAL with `EIO` when the test says so — the first or a later frame
-//! write of the next commit, its fsync, or every write and sync while a flag file exists. Under
+//! write of the next commit, its fsync, or every write and sync while a flag file exists — or with
+//! `EROFS`, as every write reports once the kernel has remounted the filesystem read-only after an error
+//! (`errors=remount-ro`; a test cannot remount a filesystem read-only while SQLite holds files open for
+//! writing: the kernel refuses with EBUSY). Under
 //! concurrent load, every acknowledgement is recorded; the server must refuse what it could not commit
 //! with 503, report the store failing on `/health` while it fails, take writes again once the fault is
 //! lifted (no restart), and hold every acknowledged write — through the API and after `kill -9` and a
@@ -63,7 +66,10 @@ impl Shim {
     /// so the shim never reads half a line and counts from this moment.
     fn arm(&self, fault: &Scenario) {
         let staged = self.dir.path().join("control.new");
-        let line = format!("{} {} {} {}\n", fault.op, fault.target, fault.skip, fault.count);
+        let line = format!(
+            "{} {} {} {} {}\n",
+            fault.op, fault.target, fault.skip, fault.count, fault.errno
+        );
         std::fs::write(&staged, line).expect("write control");
         std::fs::rename(&staged, self.control()).expect("arm the shim");
     }
@@ -88,15 +94,18 @@ struct Scenario {
     skip: u32,
     /// 0: every matching call while armed (held for a while); otherwise that many, once.
     count: u32,
+    /// The error the failed calls report (`EIO` or `EROFS`).
+    errno: &'static str,
 }
 
-const SCENARIOS: [Scenario; 5] = [
+const SCENARIOS: [Scenario; 6] = [
     Scenario {
         what: "the first WAL frame write of the next commit",
         op: "write",
         target: "wal",
         skip: 0,
         count: 1,
+        errno: "EIO",
     },
     Scenario {
         what: "a later WAL frame write",
@@ -104,6 +113,7 @@ const SCENARIOS: [Scenario; 5] = [
         target: "wal",
         skip: 3,
         count: 1,
+        errno: "EIO",
     },
     Scenario {
         what: "the next commit's WAL fsync",
@@ -111,6 +121,7 @@ const SCENARIOS: [Scenario; 5] = [
         target: "wal",
         skip: 0,
         count: 1,
+        errno: "EIO",
     },
     Scenario {
         what: "every WAL fsync, held",
@@ -118,6 +129,7 @@ const SCENARIOS: [Scenario; 5] = [
         target: "wal",
         skip: 0,
         count: 0,
+        errno: "EIO",
     },
     Scenario {
         what: "every write and sync of the database and its WAL, held",
@@ -125,6 +137,15 @@ const SCENARIOS: [Scenario; 5] = [
         target: "any",
         skip: 0,
         count: 0,
+        errno: "EIO",
+    },
+    Scenario {
+        what: "the filesystem remounted read-only: every write fails with EROFS, held",
+        op: "write",
+        target: "any",
+        skip: 0,
+        count: 0,
+        errno: "EROFS",
     },
 ];
 
