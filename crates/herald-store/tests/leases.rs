@@ -179,6 +179,30 @@ async fn nodes_share_the_partitions_wake_each_other_and_take_over_from_a_dead_no
     eprintln!("take-over after {:?}", started.elapsed());
 }
 
+/// A first attempt of delivery `seq` (`message_id` to `e`) that succeeded.
+fn delivered(seq: i64, message_id: &str, e: &Endpoint) -> AttemptRecord {
+    AttemptRecord {
+        delivery_seq: seq,
+        app_id: e.app_id.clone(),
+        attempt: Attempt {
+            id: new_id(IdKind::Attempt),
+            message_id: message_id.to_owned(),
+            endpoint_id: e.id.clone(),
+            url: e.url.clone(),
+            attempt_number: 1,
+            success: true,
+            outcome: "success".into(),
+            response_status: Some(200),
+            response: String::new(),
+            duration_ms: 3,
+            trigger: AttemptTrigger::Scheduled,
+            created_at: herald_core::clock::now_ms(),
+        },
+        status: DeliveryStatus::Delivered,
+        next_attempt_at: 0,
+    }
+}
+
 #[tokio::test]
 async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
     let Some(database) = testdb::fresh("a_stale_owner_cannot_write_results…").await else {
@@ -206,26 +230,7 @@ async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
     .await
     .unwrap();
 
-    let record = AttemptRecord {
-        delivery_seq: seq,
-        app_id: shop.id.clone(),
-        attempt: Attempt {
-            id: new_id(IdKind::Attempt),
-            message_id: message_id.clone(),
-            endpoint_id: e.id.clone(),
-            url: e.url.clone(),
-            attempt_number: 1,
-            success: true,
-            outcome: "success".into(),
-            response_status: Some(200),
-            response: String::new(),
-            duration_ms: 3,
-            trigger: AttemptTrigger::Scheduled,
-            created_at: herald_core::clock::now_ms(),
-        },
-        status: DeliveryStatus::Delivered,
-        next_attempt_at: 0,
-    };
+    let record = delivered(seq, &message_id, &e);
     store.record_attempts(&[record]).await.unwrap();
     store.expire_deliveries(&[seq], 5).await.unwrap();
     assert_eq!(
@@ -278,4 +283,49 @@ async fn a_node_that_shuts_down_hands_its_partitions_over_at_once() {
         owners(&database.url).await == BTreeMap::from([(a.node_id().to_owned(), 256)])
     })
     .await;
+}
+
+/// Results the database cannot take right now (here: the attempt table locked past `lock_timeout`; a full
+/// disk alike) are an error for the result writer to retry, never records dropped as if refused for good:
+/// a dropped record leaves its delivery pending, to be sent again after a restart, and its attempt lost.
+#[tokio::test]
+async fn results_the_database_cannot_take_now_fail_and_are_not_dropped() {
+    let Some(database) = testdb::fresh("results_the_database_cannot_take_now_fail").await else {
+        return;
+    };
+    // The default lease time: the writes below wait for their lock with the partitions' lease rows
+    // share-locked, which holds the renewals back, so a lease of 2 s would run out meanwhile.
+    let store = PgStore::open(&database.url, testdb::test_cipher(), &StoreOptions::default())
+        .await
+        .unwrap();
+    let shop = app();
+    store.create_app(&shop).await.unwrap();
+    let e = endpoint(&shop.id);
+    store.create_endpoint(&e).await.unwrap();
+    let (first, first_seq) = ingest(&store, &shop.id).await;
+    let (second, second_seq) = ingest(&store, &shop.id).await;
+    assert!(store.ownership().unwrap().owns(&e.id));
+    let records = [delivered(first_seq, &first, &e), delivered(second_seq, &second, &e)];
+
+    let mut locker = PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE attempt IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let refused = store.record_attempts(&records).await;
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    match refused {
+        Err(error) => assert!(error.fault().is_some(), "a storage fault, retried: {error}"),
+        Ok(()) => panic!("results written while their table was locked away: reported stored, yet dropped"),
+    }
+
+    store.record_attempts(&records).await.unwrap();
+    for (message_id, label) in [(&first, "first"), (&second, "second")] {
+        assert_eq!(
+            store.delivery_state(message_id, &e.id).await.unwrap(),
+            (DeliveryStatus::Delivered, 1),
+            "the {label} delivery's result is stored once the table answers"
+        );
+    }
 }

@@ -215,25 +215,32 @@ async fn insert_deliveries(
 /// until commit, so a takeover cannot slip in between the check and the writes. A batch retried after a
 /// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`).
 ///
-/// Should the database refuse the batch (rather than be unreachable), it is written again one record per
-/// transaction and a record that cannot be stored is logged and dropped, so that it can never wedge the
+/// Should the database refuse the batch (rather than be unreachable or fail on a storage fault), it is
+/// written again one record per transaction and a record that cannot be stored is logged and dropped, so that it can never wedge the
 /// results of every other delivery behind it (the writer retries whatever fails).
 pub(crate) async fn write_results(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
     match write_fenced(pool, leases, records).await {
-        Err(crate::StoreError::Database(sqlx::Error::Database(error))) if records.len() > 1 => {
+        Err(error) if records.len() > 1 && refused(&error) => {
             tracing::warn!(%error, records = records.len(), "bulk attempt write refused; writing one by one");
         }
         other => return other,
     }
     for record in records {
         match write_fenced(pool, leases, std::slice::from_ref(record)).await {
-            Err(crate::StoreError::Database(sqlx::Error::Database(error))) => {
+            Err(error) if refused(&error) => {
                 tracing::error!(%error, attempt = %record.attempt.id, "dropping an attempt record that cannot be stored");
             }
             other => other?,
         }
     }
     Ok(())
+}
+
+/// Whether the database refused a write for what it holds (a constraint, a value), as opposed to not
+/// taking any write right now — a timeout, a lock wait given up, a full disk, a server shutting down (a
+/// storage fault, see [`crate::custody`]): those are the writer's to retry, not records to drop.
+fn refused(error: &crate::StoreError) -> bool {
+    matches!(error, crate::StoreError::Database(sqlx::Error::Database(_))) && error.fault().is_none()
 }
 
 async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
