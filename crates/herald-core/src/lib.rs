@@ -6,6 +6,7 @@
 //! plain values (and a virtual clock for the scheduler).
 
 pub mod address;
+pub mod backoff;
 pub mod breaker;
 pub mod clock;
 pub mod id;

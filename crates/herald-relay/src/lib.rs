@@ -14,7 +14,6 @@
 //! - [`relay`]: the loop, with back-off while Herald or the source is unreachable.
 //! - [`config`]: `[[relay]]` sections and `herald relay`'s flags; [`metrics`]: lag and throughput.
 
-pub mod backoff;
 pub mod config;
 pub mod dialect;
 pub mod metrics;

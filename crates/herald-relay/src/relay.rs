@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use tokio::sync::{Semaphore, watch};
 
-use crate::backoff::Backoff;
 use crate::config::RelayConfig;
 use crate::order::{self, Group};
 use crate::outbox::{Outbox, SourceError};
 use crate::publish::{ClientError, Published, Publisher, Transient};
+use herald_core::backoff::Backoff;
 
 /// Why a relay could not start.
 #[derive(Debug, thiserror::Error)]

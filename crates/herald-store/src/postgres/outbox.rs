@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use herald_core::backoff::Backoff;
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
@@ -36,19 +37,32 @@ const ROUND: i64 = crate::group_commit::MAX_BATCH as i64;
 const POLL: Duration = Duration::from_secs(1);
 /// How often a standing-by node tries for the reader lock.
 const STANDBY: Duration = Duration::from_secs(2);
+/// The first wait before a failed reading session is tried again (doubling from there).
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+/// The longest wait before a failed reading session is tried again.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// A session that read at least this long was healthy: its failure starts the back-off again.
+const HEALTHY_SESSION: Duration = RETRY_MAX;
 /// How often the backlog is measured for `/metrics`.
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// Read the outbox for as long as the node runs.
 pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bound) {
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
     loop {
+        let started = Instant::now();
         match read(&pool, &ingest, &bound).await {
             Ok(()) => return,
             Err(error) => {
+                // A session ends only by an error, so the back-off cannot wait for a success to reset:
+                // one that read for longer than the longest wait was a healthy session, and its failure
+                // is the first of a new outage, not the ninth of one long gone.
+                if started.elapsed() > HEALTHY_SESSION {
+                    backoff.succeeded();
+                }
+                let delay = backoff.failed();
                 tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "outbox reader failed; retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     }

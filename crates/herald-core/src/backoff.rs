@@ -1,4 +1,5 @@
-//! The relay's back-off while Herald or the source database cannot be reached: pure logic, no I/O.
+//! Back-off between tries while something cannot be reached (the relay: Herald or its source database;
+//! the node's outbox reader: its PostgreSQL): pure logic, no I/O.
 
 use std::time::Duration;
 
