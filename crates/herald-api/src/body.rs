@@ -3,7 +3,7 @@
 //! axum's own `Json` answers rejections in plain text; Herald's clients always get `{code, detail}`:
 //! 413 over the limit, 400 for bytes that are not JSON, 422 for JSON of the wrong shape (the field in `loc`).
 
-use axum::body::Bytes;
+use axum::body::{Bytes, HttpBody};
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 
@@ -25,6 +25,13 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
 /// A whole request body, at most `limit` bytes (413 beyond, 400 if it cannot be read).
 pub(crate) async fn read(body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
+    // A body whose `Content-Length` is already over the limit is refused on its head, before a byte of
+    // it is read: the client hears at once (instead of after sending it all, or never if it waits for
+    // `100 Continue`), and the server does not wait for what it would refuse anyway. The edge closes
+    // such a connection after the answer, since the rest of the body is still on its way.
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return Err(ApiError::payload_too_large(limit));
+    }
     axum::body::to_bytes(body, limit).await.map_err(|error| {
         let too_large = std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |e| e.source())
             .any(|e| e.is::<http_body_util::LengthLimitError>());

@@ -97,6 +97,11 @@ pub(crate) async fn receive(
 
 /// The whole body, or 413 past `cap` bytes (read no further), or 400 if the connection broke.
 async fn read_capped(body: Body, cap: usize) -> HttpResult<bytes::Bytes> {
+    // Declared over the cap (`Content-Length`): refused on the head, before a byte is read (the edge
+    // then closes the connection, the rest of the body being still on its way).
+    if axum::body::HttpBody::size_hint(&body).lower() > u64::try_from(cap).unwrap_or(u64::MAX) {
+        return Err(HttpError::payload_too_large(cap));
+    }
     match Limited::new(body, cap).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(HttpError::payload_too_large(cap)),

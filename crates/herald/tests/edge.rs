@@ -279,6 +279,30 @@ async fn an_answer_given_before_the_body_was_read_closes_the_connection_and_says
     );
 }
 
+#[tokio::test]
+async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_read() {
+    let herald = Herald::start(&[]).await;
+    // An authorised request whose Content-Length (100 MB) is over the body limit, most of it never sent:
+    // the answer comes on the head alone (before the body timeout could act), says `connection: close`,
+    // and the connection ends after it.
+    let mut stream = TcpStream::connect(herald.addr).await.expect("connect");
+    let head = format!(
+        "POST /api/v1/app HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    stream
+        .write_all(b"{\"name\": ")
+        .await
+        .expect("write the start of the body");
+    let bytes = read_all(&mut stream).await;
+    let answer = parse(&bytes).expect("an answer");
+    assert_eq!(answer.status, 413, "{:?}", String::from_utf8_lossy(&bytes));
+    assert!(answer.content_type.starts_with("application/json"), "{answer:?}");
+    assert!(answer.body["code"].is_string(), "{answer:?}");
+    assert!(says_close(&bytes), "{:?}", String::from_utf8_lossy(&bytes));
+}
+
 /// Read until the stream ends; what was read (the connection is known to close).
 async fn read_all(stream: &mut TcpStream) -> Vec<u8> {
     let mut bytes = Vec::new();
