@@ -118,19 +118,7 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
                 }
             })
         };
-        let write = {
-            let herald = herald.clone();
-            let app = app.clone();
-            move |n: usize| {
-                let herald = herald.clone();
-                let path = format!("/app/{app}/msg");
-                async move {
-                    let body = json!({"eventType": "disk.full", "payload": payload(n, 8_000)});
-                    let (status, body) = herald.call("POST", &path, Some(body)).await;
-                    (202, status, body)
-                }
-            }
-        };
+        let write = faults::message_writer(herald.clone(), app.clone(), "disk.full", |n| payload(n, 8_000));
         fault_round(&herald, &tmpfs, &mut messages, write).await;
         creator.finish(&mut apps).await;
     }

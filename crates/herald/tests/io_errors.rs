@@ -229,19 +229,7 @@ async fn sender_with_injected_io_and_fsync_errors_never_acknowledges_what_it_did
     let herald = Arc::new(Herald::start(&env).await);
     let app = herald.app("io-errors").await;
 
-    let write = {
-        let herald = herald.clone();
-        let app = app.clone();
-        move |n: usize| {
-            let herald = herald.clone();
-            let path = format!("/app/{app}/msg");
-            async move {
-                let body = json!({"eventType": "io.error", "payload": {"n": n}});
-                let (status, body) = herald.call("POST", &path, Some(body)).await;
-                (202, status, body)
-            }
-        }
-    };
+    let write = faults::message_writer(herald.clone(), app.clone(), "io.error", |n| json!({"n": n}));
     let rounds = faults::rounds(1);
     let mut messages = Ledger::default();
     let fired = every_scenario(&herald, &shim, rounds, &mut messages, write).await;

@@ -83,19 +83,7 @@ async fn sender_with_its_database_locked_by_another_process_refuses_then_resumes
     let url = format!("sqlite://{}", data.path().join("herald.db").display());
     let herald = Arc::new(Herald::start(&[("HERALD_DATABASE_URL", url.as_str())]).await);
     let app = herald.app("locked").await;
-    let write = {
-        let herald = herald.clone();
-        let app = app.clone();
-        move |n: usize| {
-            let herald = herald.clone();
-            let path = format!("/app/{app}/msg");
-            async move {
-                let body = json!({"eventType": "locked.db", "payload": {"n": n}});
-                let (status, body) = herald.call("POST", &path, Some(body)).await;
-                (202, status, body)
-            }
-        }
-    };
+    let write = faults::message_writer(herald.clone(), app.clone(), "locked.db", |n| json!({"n": n}));
     let rounds = faults::rounds(1);
     let mut ledger = Ledger::default();
     lock_rounds(&herald, &url, rounds, &mut ledger, write).await;

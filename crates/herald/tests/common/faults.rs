@@ -236,6 +236,28 @@ pub(crate) async fn post_signed(inbox: &super::Herald, msg_id: &str, body: &str)
     inbox.post_raw("/in/billing", body.as_bytes(), &headers).await
 }
 
+/// One write of the fault tests' producers: its acknowledging status, the status it got and the body.
+pub(crate) type Answered = std::pin::Pin<Box<dyn std::future::Future<Output = (u16, u16, serde_json::Value)> + Send>>;
+
+/// The producers' write for the sender: post message `n` of `event_type` to `app`, its payload made by
+/// `payload(n)`; a `202` acknowledges it.
+pub(crate) fn message_writer(
+    herald: std::sync::Arc<super::Herald>,
+    app: String,
+    event_type: &'static str,
+    payload: impl Fn(usize) -> serde_json::Value + Clone + Send + Sync + 'static,
+) -> impl Fn(usize) -> Answered + Clone + Send + 'static {
+    let path: std::sync::Arc<str> = format!("/app/{app}/msg").into();
+    move |n: usize| {
+        let (herald, path) = (herald.clone(), path.clone());
+        let body = serde_json::json!({"eventType": event_type, "payload": payload(n)});
+        Box::pin(async move {
+            let (status, body) = herald.call("POST", &path, Some(body)).await;
+            (202, status, body)
+        })
+    }
+}
+
 /// Every message id of an app, through the API (all pages).
 pub(crate) async fn message_ids(herald: &super::Herald, app: &str) -> BTreeSet<String> {
     herald
