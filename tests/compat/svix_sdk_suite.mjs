@@ -361,6 +361,27 @@ async function scenario(s, receiver, step) {
   await sdk.messageAttempt.resend(app.id, msg.id, ep.id);
   await waitAttempts(s, app.id, msg.id, 2);
 
+  step("message tags");
+  const tag = `order/${suffix}#1`;
+  const sameTags = (tags) => JSON.stringify([...(tags ?? [])].sort()) === JSON.stringify([tag, "compat"].sort());
+  const tagged = await sdk.message.create(app.id, { eventType: etName, payload: { tagged: 1 }, tags: [tag, "compat"] });
+  expect(sameTags(tagged.tags), `MessageOut.tags on create ${JSON.stringify(tagged.tags)}`);
+  expect(sameTags((await sdk.message.get(app.id, tagged.id)).tags), "MessageOut.tags on get");
+  const listed = await sdk.message.list(app.id, { tag });
+  expect(JSON.stringify(listed.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `message.list tag: ${JSON.stringify(listed.data)}`);
+  expect((await sdk.message.list(app.id, { tag: `none-${suffix}` })).data.length === 0, "unknown tag listed");
+  // Svix's bounds: at most 5 tags, each of `[a-zA-Z0-9-_./\\#]`, 1-128 characters.
+  await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, tags: ["no spaces"] });
+  await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, tags: ["t0", "t1", "t2", "t3", "t4", "t5"] });
+  await waitAttempts(s, app.id, tagged.id);
+  const byEndpoint = await sdk.messageAttempt.listByEndpoint(app.id, ep.id, { tag, withMsg: true });
+  expect(byEndpoint.data.length > 0 && byEndpoint.data.every((a) => a.msgId === tagged.id), `attempts by endpoint, tag: ${JSON.stringify(byEndpoint.data)}`);
+  expect(sameTags(byEndpoint.data[0].msg?.tags), "withMsg message has no tags");
+  expect((await sdk.messageAttempt.listByMsg(app.id, tagged.id, { tag })).data.length === 1, "attempts by message, its own tag");
+  expect((await sdk.messageAttempt.listByMsg(app.id, msg.id, { tag })).data.length === 0, "attempts by message, a tag it does not carry");
+  const attempted = await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id, { tag });
+  expect(JSON.stringify(attempted.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `attempted messages, tag: ${JSON.stringify(attempted.data)}`);
+
   step("secret rotation, replay and recovery");
   await sdk.endpoint.rotateSecret(app.id, ep.id, {});
   const since = new Date(Date.now() - 3600 * 1000);

@@ -475,6 +475,33 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     sdk.message_attempt.resend(app.id, msg.id, ep.id)
     wait_attempts(s, app.id, msg.id, 2)
 
+    step("message tags")
+    tag = f"order/{suffix}#1"
+    tagged = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={"tagged": 1}, tags=[tag, "compat"]))
+    expect(sorted(tagged.tags or []) == sorted([tag, "compat"]), f"MessageOut.tags on create {tagged.tags!r}")
+    expect(sorted(sdk.message.get(app.id, tagged.id).tags or []) == sorted([tag, "compat"]), "MessageOut.tags on get")
+    listed = sdk.message.list(app.id, options("MessageListOptions", tag=tag))
+    expect([m.id for m in listed.data] == [tagged.id], f"message.list tag={tag!r}: {[m.id for m in listed.data]}")
+    expect(sdk.message.list(app.id, options("MessageListOptions", tag=f"none-{suffix}")).data == [], "unknown tag listed")
+    # Svix's bounds: at most 5 tags, each of `[a-zA-Z0-9-_./\\#]`, 1-128 characters.
+    refused = s.error(422).sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={}, tags=["no spaces"]))
+    expect(refused.detail[0].loc[-1] == "tags", f"422 for a bad tag names {refused.detail[0].loc!r}")
+    s.error(422).sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={}, tags=[f"t{i}" for i in range(6)]))
+    wait_attempts(s, app.id, tagged.id)
+    by_endpoint = sdk.message_attempt.list_by_endpoint(
+        app.id, ep.id, options("MessageAttemptListByEndpointOptions", tag=tag, with_msg=True)
+    )
+    expect({a.msg_id for a in by_endpoint.data} == {tagged.id}, f"attempts by endpoint, tag: {by_endpoint.data!r}")
+    expect(sorted(by_endpoint.data[0].msg.tags or []) == sorted([tag, "compat"]), "with_msg message has no tags")
+    expect(len(sdk.message_attempt.list_by_msg(app.id, tagged.id, options("MessageAttemptListByMsgOptions", tag=tag)).data) == 1,
+           "attempts by message, its own tag")
+    expect(sdk.message_attempt.list_by_msg(app.id, msg.id, options("MessageAttemptListByMsgOptions", tag=tag)).data == [],
+           "attempts by message, a tag it does not carry")
+    attempted = sdk.message_attempt.list_attempted_messages(
+        app.id, ep.id, options("MessageAttemptListAttemptedMessagesOptions", tag=tag)
+    )
+    expect([m.id for m in attempted.data] == [tagged.id], f"attempted messages, tag: {[m.id for m in attempted.data]}")
+
     step("secret rotation, replay and recovery")
     sdk.endpoint.rotate_secret(app.id, ep.id, mk("EndpointSecretRotateIn"))
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)

@@ -108,9 +108,9 @@ pub(crate) fn message(msg: &Message, with_content: bool) -> MessageOut {
         event_type: msg.event_type.clone(),
         payload,
         channels: set(&msg.channels),
-        tags: None,
+        tags: set(&msg.tags),
         timestamp: datetime(msg.created_at),
-        deliver_at: None,
+        deliver_at: msg.deliver_at.map(datetime),
     }
 }
 

@@ -723,7 +723,7 @@ pub struct EndpointHeadersOut {
 /// * `application` — implicitly creates the application when the path's id/uid does not exist
 ///   (ignored by Svix when the application exists).
 ///
-/// Purely descriptive fields that may be stored or ignored: `tags`. `payloadRetentionPeriod` and
+/// `tags` are stored, echoed and indexed for the `tag` filter; they do not change delivery. `payloadRetentionPeriod` and
 /// `payloadRetentionHours` set when the retention job expunges the payload.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -743,8 +743,11 @@ pub struct MessageIn {
     /// extension; e.g. the id of the resource the event is about).
     #[serde(default)]
     pub ordering_key: Option<String>,
-    /// Free-form tags for filtering message listings (descriptive).
-    #[serde(default)]
+    /// Free-form tags the message can be listed by (at most five, capped as sent).
+    #[serde(
+        default,
+        deserialize_with = "crate::sets::option::<_, { crate::validate::MAX_TAGS }>"
+    )]
     pub tags: Option<BTreeSet<String>>,
     /// Create-application-on-the-fly request (changes semantics, see above).
     #[serde(default)]

@@ -217,8 +217,20 @@ pub struct Message {
     pub payload: Arc<[u8]>,
     /// Deliveries with the same key go one at a time to endpoints in ordered mode (e.g. a resource id).
     pub ordering_key: Option<String>,
+    /// Free-form tags the message can be listed by (`tags`); they do not change its delivery.
+    pub tags: Option<Vec<String>>,
+    /// When its deliveries are first attempted (`deliverAt`, scheduled delivery); `None` for at once.
+    pub deliver_at: Option<i64>,
     /// Creation time.
     pub created_at: i64,
+}
+
+impl Message {
+    /// When the first attempt of each of its deliveries is due: its `deliverAt`, or its creation when it
+    /// has none or when that time had already passed at creation.
+    pub fn due_at(&self) -> i64 {
+        self.deliver_at.map_or(self.created_at, |at| at.max(self.created_at))
+    }
 }
 
 /// Where a delivery (one message to one endpoint) stands.

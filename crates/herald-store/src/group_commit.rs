@@ -172,8 +172,8 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
                     endpoint_id: d.endpoint_id.clone(),
                     message: shared.clone(),
                     attempts: 0,
-                    next_attempt_at: message.created_at,
-                    window_start: message.created_at,
+                    next_attempt_at: message.due_at(),
+                    window_start: message.due_at(),
                     trigger: AttemptTrigger::Scheduled,
                 })
                 .collect()
@@ -262,6 +262,8 @@ mod tests {
             payload: Arc::from(b"{}".to_vec()),
             idempotency_key: None,
             ordering_key: None,
+            tags: None,
+            deliver_at: None,
             payload_retention_ms: None,
         };
         let outbox = outbox.map(|(seq, fence)| OutboxRow {

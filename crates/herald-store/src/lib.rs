@@ -138,6 +138,11 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// The message's ordering key, for endpoints in ordered mode.
     pub ordering_key: Option<String>,
+    /// Its tags (each indexed, see [`MessageFilter::tag`]).
+    pub tags: Option<Vec<String>>,
+    /// When its deliveries are first due (scheduled delivery); `None` for at once. Its deliveries are
+    /// committed with it, their first attempt due then.
+    pub deliver_at: Option<i64>,
     /// How long after its creation the payload is kept (`payloadRetentionPeriod`); `None` keeps it. The
     /// retention job expunges it once that has passed and no delivery of it is pending.
     pub payload_retention_ms: Option<i64>,
@@ -312,6 +317,8 @@ pub struct AttemptFilter {
     pub status_code_class: Option<u16>,
     /// Only attempts of messages of these event types.
     pub event_types: Option<Vec<String>>,
+    /// Only attempts of messages with this tag.
+    pub tag: Option<String>,
     /// Only attempts made before this time.
     pub before: Option<i64>,
     /// Only attempts made at or after this time.
@@ -366,6 +373,8 @@ pub struct MessageFilter {
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub channel: Option<String>,
+    /// Only messages with this tag (read from the tag index, so a rare tag costs no scan).
+    pub tag: Option<String>,
     /// List oldest first (the reconciliation listing) instead of newest first.
     pub oldest_first: bool,
 }
@@ -617,12 +626,13 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     ) -> StoreResult<Vec<(String, i64)>>;
     /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
     async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()>;
-    /// Deliveries of an app, newest first, optionally of one endpoint and one status.
+    /// Deliveries of an app, newest first, optionally of one endpoint, one status and messages with one tag.
     async fn list_deliveries(
         &self,
         app_id: &str,
         endpoint_id: Option<&str>,
         status: Option<DeliveryStatus>,
+        tag: Option<&str>,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>>;
     /// Deliveries of an endpoint by status, over messages created in `[since, until)`.

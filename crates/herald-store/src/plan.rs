@@ -121,6 +121,14 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
             channels: new.channels.clone(),
             payload: new.payload.clone(),
             ordering_key: new.ordering_key.clone(),
+            // A set: the tag index holds each tag of a message once.
+            tags: new.tags.as_ref().map(|tags| {
+                let mut tags = tags.clone();
+                tags.sort();
+                tags.dedup();
+                tags
+            }),
+            deliver_at: new.deliver_at,
             created_at: now,
         };
         earlier.remember(&message, new.idempotency_key.as_deref());
@@ -175,6 +183,26 @@ impl Plan<'_> {
         }
         outcomes
     }
+}
+
+/// The rows of the tag index for new messages: (app id, tag, message id), one per message and tag.
+pub(crate) fn tag_rows<'a>(messages: &'a [NewRow<'_>]) -> Vec<(&'a str, &'a str, &'a str)> {
+    messages
+        .iter()
+        .flat_map(|row| {
+            let m = &row.message;
+            m.tags
+                .iter()
+                .flatten()
+                .map(move |tag| (m.app_id.as_str(), tag.as_str(), m.id.as_str()))
+        })
+        .collect()
+}
+
+/// A new delivery's stored time window start: its message's due time when delivery was scheduled for
+/// later (its retries and its lifetime count from then), else none (the message's creation is read).
+pub(crate) fn window_start(message: &Message) -> Option<i64> {
+    message.deliver_at.map(|_| message.due_at())
 }
 
 /// Match deliveries returned by an insert back to their jobs, by (message, endpoint), which is unique in

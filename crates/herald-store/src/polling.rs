@@ -265,6 +265,8 @@ mod tests {
                 channels: None,
                 payload: Arc::from(&b"{}"[..]),
                 ordering_key: None,
+                tags: None,
+                deliver_at: None,
                 created_at: seq,
             },
         }

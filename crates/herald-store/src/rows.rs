@@ -165,6 +165,8 @@ pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
         channels: decode_list(row.opt_text("m_channels")?)?,
         payload: Arc::from(payload),
         ordering_key: row.opt_free_text("m_ordering_key")?,
+        tags: decode_list(row.opt_text("m_tags")?)?,
+        deliver_at: row.opt_int("m_deliver_at")?,
         created_at: row.int("m_created_at")?,
     })
 }
@@ -172,7 +174,7 @@ pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
 /// The column list that [`message`] decodes, for table alias `m`.
 pub(crate) const MESSAGE_COLUMNS: &str = "m.id AS m_id, m.app_id AS m_app_id, m.event_id AS m_event_id, \
      m.event_type AS m_event_type, m.channels AS m_channels, m.payload AS m_payload, m.created_at AS m_created_at, \
-     m.ordering_key AS m_ordering_key";
+     m.ordering_key AS m_ordering_key, m.tags AS m_tags, m.deliver_at AS m_deliver_at";
 
 pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
     let trigger = row.int("trigger_type")?;

@@ -48,6 +48,9 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     if let Some(channels) = &input.channels {
         validate::names("channels", channels, MAX_CHANNELS, true)?;
     }
+    if let Some(tags) = &input.tags {
+        validate::tags(tags)?;
+    }
     if let Some(key) = &input.ordering_key {
         validate::text("orderingKey", key, true, MAX_KEY_LEN)?;
     }
@@ -116,6 +119,8 @@ async fn create(
         payload: Arc::from(input.payload.get().as_bytes()),
         idempotency_key,
         ordering_key: input.ordering_key,
+        tags: input.tags.map(|set| set.into_iter().collect()),
+        deliver_at: None,
         payload_retention_ms,
     };
     // Kept to compare with the stored message should the key turn out to be taken.
@@ -153,6 +158,7 @@ async fn list(
         until: query.time_ms(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
+        tag: query.get(&["tag"]).map(str::to_owned),
         oldest_first: false,
     };
     let app = apps::find(&state, &app_id).await?;

@@ -74,6 +74,7 @@ async fn events(
         until: query.time_ms(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
+        tag: None,
         oldest_first: true,
     };
     let app = apps::find(&state, &app_id).await?;
@@ -302,6 +303,7 @@ async fn list_deliveries(
     let query = Query::of(uri);
     let page = query.page()?;
     let status = status_filter(&query)?;
+    let tag = query.get(&["tag"]).map(str::to_owned);
     let with_content = query.flag("with_content", true)?;
     let app = apps::find(state, app_id).await?;
     let endpoint = match endpoint_id {
@@ -310,7 +312,7 @@ async fn list_deliveries(
     };
     let found = state
         .store
-        .list_deliveries(&app.id, endpoint.as_deref(), status, &page)
+        .list_deliveries(&app.id, endpoint.as_deref(), status, tag.as_deref(), &page)
         .await
         .map_err(store_error("delivery"))?;
     Ok(Json(convert::list(found, |r| {

@@ -864,9 +864,10 @@ impl<D: Dialect> Store for SqlStore<D> {
         app_id: &str,
         endpoint_id: Option<&str>,
         status: Option<DeliveryStatus>,
+        tag: Option<&str>,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>> {
-        let sql = listing::deliveries(app_id, endpoint_id, status, page)?;
+        let sql = listing::deliveries(app_id, endpoint_id, status, tag, page)?;
         let found = sql.fetch_all(self.reads()).await?;
         let mut records = decode_all(&found, |row| {
             Ok(DeliveryRecord {

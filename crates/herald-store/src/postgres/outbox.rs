@@ -207,6 +207,8 @@ async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
                     payload: Arc::from(payload.into_bytes()),
                     idempotency_key: None,
                     ordering_key: row.try_get("ordering_key")?,
+                    tags: None,
+                    deliver_at: None,
                     payload_retention_ms: None,
                 },
             })
