@@ -382,6 +382,17 @@ async function scenario(s, receiver, step) {
   const attempted = await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id, { tag });
   expect(JSON.stringify(attempted.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `attempted messages, tag: ${JSON.stringify(attempted.data)}`);
 
+  step("scheduled delivery");
+  const at = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
+  const scheduled = await sdk.message.create(app.id, { eventType: etName, payload: { scheduled: 1 }, deliverAt: at });
+  expect(new Date(scheduled.deliverAt).getTime() === at.getTime(), `MessageOut.deliverAt ${scheduled.deliverAt}, sent ${at.toISOString()}`);
+  expect(new Date((await sdk.message.get(app.id, scheduled.id)).deliverAt).getTime() === at.getTime(), "MessageOut.deliverAt on get");
+  await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, deliverAt: new Date(Date.now() + 25 * 3600 * 1000) });
+  await receiver.waitFor(scheduled.id);
+  const scheduledAttempts = await waitAttempts(s, app.id, scheduled.id);
+  const firstAttempt = scheduledAttempts[scheduledAttempts.length - 1];
+  expect(new Date(firstAttempt.timestamp).getTime() >= at.getTime(), `attempted at ${firstAttempt.timestamp}, before its deliverAt ${at.toISOString()}`);
+
   step("secret rotation, replay and recovery");
   await sdk.endpoint.rotateSecret(app.id, ep.id, {});
   const since = new Date(Date.now() - 3600 * 1000);

@@ -502,6 +502,18 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     )
     expect([m.id for m in attempted.data] == [tagged.id], f"attempted messages, tag: {[m.id for m in attempted.data]}")
 
+    step("scheduled delivery")
+    at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)).replace(microsecond=0) + dt.timedelta(seconds=1)
+    scheduled = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={"scheduled": 1}, deliver_at=at))
+    expect(scheduled.deliver_at == at, f"MessageOut.deliverAt {scheduled.deliver_at!r}, sent {at!r}")
+    expect(sdk.message.get(app.id, scheduled.id).deliver_at == at, "MessageOut.deliverAt on get")
+    late = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=25)
+    refused = s.error(422).sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={}, deliver_at=late))
+    expect(refused.detail[0].loc[-1] == "deliverAt", f"422 past the horizon names {refused.detail[0].loc!r}")
+    receiver.wait_for(scheduled.id)
+    first = wait_attempts(s, app.id, scheduled.id)[-1]
+    expect(first.timestamp >= at, f"attempted at {first.timestamp!r}, before its deliverAt {at!r}")
+
     step("secret rotation, replay and recovery")
     sdk.endpoint.rotate_secret(app.id, ep.id, mk("EndpointSecretRotateIn"))
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)

@@ -8,6 +8,7 @@ fresh one here, as a real client's would be; a malformed key (a negative case) i
 """
 
 import base64
+import datetime
 import itertools
 import re
 
@@ -43,4 +44,19 @@ def _hmac_key(parts):
 schemathesis.openapi.format(
     "herald-signing-key",
     st.tuples(st.booleans(), st.binary(min_size=24, max_size=64), st.booleans()).map(_hmac_key),
+)
+
+
+# Scheduled delivery (`format: herald-deliver-at`): a date-time at most 24 hours ahead of the server's
+# clock, which a schema cannot state (it has no "now"). Valid cases get times from two days back (a past
+# time delivers at once) to 23 hours ahead, drawn as an offset from the moment the case is generated; the
+# hour of margin outlasts the run.
+def _deliver_at(offset_seconds):
+    at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=offset_seconds)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+schemathesis.openapi.format(
+    "herald-deliver-at",
+    st.integers(min_value=-2 * 86_400, max_value=23 * 3_600).map(_deliver_at),
 )

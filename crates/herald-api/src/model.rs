@@ -716,7 +716,8 @@ pub struct EndpointHeadersOut {
 ///
 /// Fields that change delivery semantics and that Herald must either implement or refuse with a
 /// 422 naming the field (never silently ignore):
-/// * `deliverAt` — delayed delivery;
+/// * `deliverAt` — scheduled delivery: its deliveries' first attempt is due then (at most
+///   [`crate::validate::MAX_SCHEDULE_AHEAD_MS`] ahead; a past time means at once);
 /// * `transformationsParams` — `rawPayload` replaces the delivered body and `headers` (e.g.
 ///   `content-type`) change the request; the SDK's `message_in_raw()` sends `payload: {}` with
 ///   `transformationsParams.rawPayload`, so ignoring it would deliver `{}`;
@@ -755,7 +756,7 @@ pub struct MessageIn {
     /// Transformation parameters incl. `rawPayload` / `headers` (changes semantics, see above).
     #[serde(default)]
     pub transformations_params: Option<serde_json::Value>,
-    /// Requested delayed delivery time (changes semantics, see above).
+    /// When the deliveries are first attempted (scheduled delivery, see above).
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub deliver_at: Option<OffsetDateTime>,
     /// Payload retention in days: the retention job expunges the payload after that.
@@ -771,9 +772,6 @@ impl MessageIn {
     /// implement yet and must refuse with a 422.
     pub fn unsupported_fields(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
-        if self.deliver_at.is_some() {
-            out.push("deliverAt");
-        }
         if self.transformations_params.is_some() {
             out.push("transformationsParams");
         }
@@ -814,7 +812,7 @@ pub struct MessageOut {
     /// Ingest time.
     #[serde(with = "time::serde::rfc3339")]
     pub timestamp: OffsetDateTime,
-    /// Requested delayed delivery time, if any.
+    /// When its deliveries were scheduled for (`deliverAt`), if they were.
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     pub deliver_at: Option<OffsetDateTime>,
 }
@@ -1345,7 +1343,7 @@ mod tests {
         .unwrap();
         assert_eq!(m.payload.get(), "{}");
         assert_eq!(m.deliver_at, Some(datetime!(2030-01-01 0:00 UTC)));
-        assert_eq!(m.unsupported_fields(), vec!["deliverAt", "transformationsParams"]);
+        assert_eq!(m.unsupported_fields(), vec!["transformationsParams"]);
 
         let m: MessageIn = serde_json::from_str(r#"{"eventType":"x","payload":[1]}"#).unwrap();
         assert!(!m.payload_is_object());

@@ -32,6 +32,22 @@ pub(crate) fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), Ap
     Ok(())
 }
 
+/// How far ahead a message's `deliverAt` may be, in milliseconds: 24 hours, Svix's limit. A later time
+/// is a 422; an earlier one (the past included) is accepted, and a past one means at once.
+pub(crate) const MAX_SCHEDULE_AHEAD_MS: i64 = 24 * 3_600_000;
+
+/// A message's `deliverAt`, as Unix milliseconds, checked against the horizon at `now`.
+pub(crate) fn deliver_at(at: time::OffsetDateTime, now: i64) -> Result<i64, ApiError> {
+    let at_ms = crate::convert::millis(at);
+    if at_ms > now.saturating_add(MAX_SCHEDULE_AHEAD_MS) {
+        return Err(ApiError::body(
+            "deliverAt",
+            "must be at most 24 hours ahead (a time already past delivers at once)",
+        ));
+    }
+    Ok(at_ms)
+}
+
 /// The most tags a message may carry (Svix's `maxItems`).
 pub(crate) const MAX_TAGS: usize = 5;
 /// The longest message tag, in characters (Svix's `maxLength`).

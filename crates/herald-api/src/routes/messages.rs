@@ -104,6 +104,10 @@ async fn create(
     JsonBody(mut input): JsonBody<MessageIn>,
 ) -> ApiResult<(StatusCode, Json<MessageOut>)> {
     check(&input, &state)?;
+    let deliver_at = input
+        .deliver_at
+        .map(|at| validate::deliver_at(at, herald_core::clock::now_ms()))
+        .transpose()?;
     let idempotency_key = crate::idempotency::key_of(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app_id = match input.application.take() {
@@ -120,7 +124,7 @@ async fn create(
         idempotency_key,
         ordering_key: input.ordering_key,
         tags: input.tags.map(|set| set.into_iter().collect()),
-        deliver_at: None,
+        deliver_at,
         payload_retention_ms,
     };
     // Kept to compare with the stored message should the key turn out to be taken.
