@@ -38,6 +38,22 @@ async fn publish(herald: &Herald, app: &str, body: Value) -> (String, Value) {
     (answer["id"].as_str().expect("id").to_owned(), answer)
 }
 
+/// An application with one endpoint on a new receiver, and one message scheduled `ahead`: the receiver,
+/// the application, the message, its `deliverAt` and the instant that stands for.
+async fn one_scheduled(herald: &Herald, ahead: Duration) -> (Receiver, String, String, String, Instant) {
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("scheduled").await;
+    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let (at, due) = deliver_at(ahead);
+    let (scheduled, _) = publish(
+        herald,
+        &app,
+        json!({"eventType": "a.b", "payload": {}, "deliverAt": at}),
+    )
+    .await;
+    (receiver, app, scheduled, at, due)
+}
+
 /// When the receiver first got the message, if it did.
 fn first_arrival(receiver: &Receiver, msg: &str) -> Option<Instant> {
     receiver
@@ -107,18 +123,9 @@ async fn a_scheduled_message_is_not_delivered_before_its_time_and_others_are_not
 async fn a_scheduled_delivery_that_fails_is_retried_as_any_other() {
     let schedule = schedule();
     let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", schedule.as_str())]).await;
-    let receiver = Receiver::start(Reply::status(200)).await;
+    let (receiver, app, scheduled, _, due) = one_scheduled(&herald, Duration::from_secs(2)).await;
     // The first request of each message is refused (a 503): the scheduled one is retried after it.
     receiver.first_of_each(Reply::status(503));
-    let app = herald.app("scheduled-retry").await;
-    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
-    let (at, due) = deliver_at(Duration::from_secs(2));
-    let (scheduled, _) = publish(
-        &herald,
-        &app,
-        json!({"eventType": "a.b", "payload": {}, "deliverAt": at}),
-    )
-    .await;
     let attempts = herald
         .wait_attempts(&app, &scheduled, Duration::from_secs(15), |a| {
             a.iter().any(|x| x["status"] == 0)
@@ -147,16 +154,7 @@ async fn a_scheduled_message_survives_kill_9_on_postgres() {
 }
 
 async fn survives_kill_9(mut herald: Herald) {
-    let receiver = Receiver::start(Reply::status(200)).await;
-    let app = herald.app("scheduled-custody").await;
-    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
-    let (at, due) = deliver_at(Duration::from_secs(4));
-    let (scheduled, _) = publish(
-        &herald,
-        &app,
-        json!({"eventType": "a.b", "payload": {}, "deliverAt": at}),
-    )
-    .await;
+    let (receiver, app, scheduled, at, due) = one_scheduled(&herald, Duration::from_secs(4)).await;
     // Killed with the delivery waiting on its timer: only the store knows of it now.
     herald.kill9();
     herald.restart().await;
