@@ -50,7 +50,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
   "endpoint.bulkReplay",
-  "endpoint.sendExample",
   "message.expungeAllContents",
   "messageAttempt.expungeContent",
   "backgroundTask.list",
@@ -392,6 +391,26 @@ async function scenario(s, receiver, step) {
   const scheduledAttempts = await waitAttempts(s, app.id, scheduled.id);
   const firstAttempt = scheduledAttempts[scheduledAttempts.length - 1];
   expect(new Date(firstAttempt.timestamp).getTime() >= at.getTime(), `attempted at ${firstAttempt.timestamp}, before its deliverAt ${at.toISOString()}`);
+
+  step("send example");
+  const exampleType = `compat.example.${suffix}`;
+  const schema = { type: "object", examples: [{ first: 1 }, { second: 2 }] };
+  await sdk.eventType.create({ name: exampleType, description: "with examples", schemas: { 1: schema } });
+  // The endpoint does not subscribe to this event type: the example goes to it all the same, and only to it.
+  const sent = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 1 });
+  expect(sent.eventType === exampleType && JSON.stringify(sent.payload) === JSON.stringify({ second: 2 }), `sendExample answered ${JSON.stringify(sent)}`);
+  const example = await receiver.waitFor(sent.id);
+  verifyDelivery(secret.key, example);
+  expect(JSON.stringify(JSON.parse(example.body)) === JSON.stringify({ second: 2 }), `example delivered as ${example.body}`);
+  const destinations = await sdk.messageAttempt.listAttemptedDestinations(app.id, sent.id);
+  expect(JSON.stringify(destinations.data.map((d) => d.id)) === JSON.stringify([ep.id]), `the example went to ${JSON.stringify(destinations.data)}`);
+  const firstExample = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType });
+  expect(JSON.stringify(firstExample.payload) === JSON.stringify({ first: 1 }), `the default example is the first: ${JSON.stringify(firstExample.payload)}`);
+  const ping = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: "svix.ping" });
+  expect(JSON.stringify(ping.payload) === JSON.stringify({ success: true }), `svix.ping example ${JSON.stringify(ping.payload)}`);
+  await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: etName });
+  await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 2 });
+  await s.error(404).sdk.endpoint.sendExample(app.id, ep.id, { eventType: `compat.none.${suffix}` });
 
   step("secret rotation, replay and recovery");
   await sdk.endpoint.rotateSecret(app.id, ep.id, {});

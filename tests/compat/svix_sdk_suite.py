@@ -71,7 +71,6 @@ NOT_OFFERED = {
     "endpoint.transformation_get",
     "endpoint.patch_transformation",
     "endpoint.bulk_replay",
-    "endpoint.send_example",
     "message.expunge_all_contents",
     "message_attempt.expunge_content",
     "background_task.list",
@@ -513,6 +512,27 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     receiver.wait_for(scheduled.id)
     first = wait_attempts(s, app.id, scheduled.id)[-1]
     expect(first.timestamp >= at, f"attempted at {first.timestamp!r}, before its deliverAt {at!r}")
+
+    step("send example")
+    example_type = f"compat.example.{suffix}"
+    schema = {"type": "object", "examples": [{"first": 1}, {"second": 2}]}
+    sdk.event_type.create(mk("EventTypeIn", name=example_type, description="with examples", schemas={"1": schema}))
+    # The endpoint does not subscribe to this event type: the example goes to it all the same, and only to it.
+    sent = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type, example_index=1))
+    expect(sent.event_type == example_type and sent.payload == {"second": 2}, f"send_example answered {sent!r}")
+    headers, body = receiver.wait_for(sent.id)
+    verify_delivery(secret.key, headers, body)
+    expect(json.loads(body) == {"second": 2}, f"example delivered as {body!r}")
+    destinations = sdk.message_attempt.list_attempted_destinations(app.id, sent.id)
+    expect([d.id for d in destinations.data] == [ep.id], f"the example went to {[d.id for d in destinations.data]}")
+    first_example = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type))
+    expect(first_example.payload == {"first": 1}, f"the default example is the first: {first_example.payload!r}")
+    ping = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type="svix.ping"))
+    expect(ping.payload == {"success": True}, f"svix.ping example {ping.payload!r}")
+    refused = s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=et_name))
+    expect(refused.detail[0].loc[-1] == "eventType", f"422 without an example names {refused.detail[0].loc!r}")
+    s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type, example_index=2))
+    s.error(404).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=f"compat.none.{suffix}"))
 
     step("secret rotation, replay and recovery")
     sdk.endpoint.rotate_secret(app.id, ep.id, mk("EndpointSecretRotateIn"))

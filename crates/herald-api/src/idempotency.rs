@@ -222,6 +222,7 @@ mod tests {
             ordering_key: None,
             tags: Some(vec!["t".into()]),
             deliver_at: None,
+            to_endpoint: None,
             payload_retention_ms: None,
         };
         assert!(check_same_message(&new, &stored).is_ok());

@@ -1106,6 +1106,20 @@ pub struct EndpointAttemptStatsOut {
     pub canceled: u64,
 }
 
+/// Body of `POST /app/{app_id}/endpoint/{endpoint_id}/send-example` (Svix `EventExampleIn`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventExampleIn {
+    /// The event type whose example is sent.
+    pub event_type: String,
+    /// Which of its schema's `examples` (from 0, the default).
+    #[serde(default, deserialize_with = "crate::whole::option")]
+    pub example_index: Option<i64>,
+    /// A payload to send instead of the schema's example (a JSON object).
+    #[serde(default)]
+    pub payload: Option<Box<RawValue>>,
+}
+
 /// Body of `POST /app/{app_id}/msg/precheck/active` (Svix `MessagePrecheckIn`).
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

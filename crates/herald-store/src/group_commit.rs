@@ -264,6 +264,7 @@ mod tests {
             ordering_key: None,
             tags: None,
             deliver_at: None,
+            to_endpoint: None,
             payload_retention_ms: None,
         };
         let outbox = outbox.map(|(seq, fence)| OutboxRow {

@@ -143,6 +143,9 @@ pub struct NewMessage {
     /// When its deliveries are first due (scheduled delivery); `None` for at once. Its deliveries are
     /// committed with it, their first attempt due then.
     pub deliver_at: Option<i64>,
+    /// Deliver to this one endpoint of the application (by id) instead of to its subscribers: an event
+    /// type's example sent to one endpoint. An id the application does not have gets no delivery.
+    pub to_endpoint: Option<String>,
     /// How long after its creation the payload is kept (`payloadRetentionPeriod`); `None` keeps it. The
     /// retention job expunges it once that has passed and no delivery of it is pending.
     pub payload_retention_ms: Option<i64>,

@@ -79,6 +79,8 @@ pub(crate) struct NewRow<'a> {
     pub(crate) job: usize,
     pub(crate) message: Message,
     pub(crate) idempotency_key: Option<&'a str>,
+    /// The one endpoint it goes to, when it does not go to the subscribers.
+    pub(crate) to_endpoint: Option<&'a str>,
     /// When the payload expires (the message's `payloadRetentionPeriod`, else its app's), if it does.
     pub(crate) payload_expires_at: Option<i64>,
 }
@@ -138,6 +140,7 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
             job: index,
             message,
             idempotency_key: new.idempotency_key.as_deref(),
+            to_endpoint: new.to_endpoint.as_deref(),
             // The message's own retention wins over its app's default.
             payload_expires_at: new
                 .payload_retention_ms
@@ -150,7 +153,8 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
 
 impl Plan<'_> {
     /// The deliveries of the new messages: one per subscribed endpoint of the message's app (disabled
-    /// endpoints included: their deliveries wait until the endpoint is enabled again or expire).
+    /// endpoints included: their deliveries wait until the endpoint is enabled again or expire), or to
+    /// its one endpoint when it names one.
     pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<String, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
         self.messages
             .iter()
@@ -160,7 +164,10 @@ impl Plan<'_> {
                     .get(message.app_id.as_str())
                     .into_iter()
                     .flatten()
-                    .filter(|ep| ep.subscribes_to(&message.event_type, message.channels.as_deref()))
+                    .filter(|ep| match row.to_endpoint {
+                        Some(only) => ep.id == only,
+                        None => ep.subscribes_to(&message.event_type, message.channels.as_deref()),
+                    })
                     .map(move |ep| FanOut {
                         job: row.job,
                         message,

@@ -10,6 +10,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 
 use super::apps;
@@ -126,28 +127,36 @@ async fn create(
         ordering_key: input.ordering_key,
         tags: input.tags.map(|set| set.into_iter().collect()),
         deliver_at,
+        to_endpoint: None,
         payload_retention_ms,
     };
     // Kept to compare with the stored message should the key turn out to be taken.
     let asked = new.idempotency_key.is_some().then(|| new.clone());
+    let (stored, duplicate) = ingest(&state, new).await?;
+    if duplicate && let Some(asked) = &asked {
+        crate::idempotency::check_same_message(asked, &stored)?;
+    }
+    let span = tracing::Span::current();
+    span.record("msg", stored.id.as_str());
+    span.record("duplicate", duplicate);
+    tracing::debug!(event_type = %stored.event_type, "message accepted");
+    Ok((StatusCode::ACCEPTED, Json(convert::message(&stored, with_content))))
+}
+
+/// Hand a message to the store, which answers once it and its deliveries are committed: the stored
+/// message, and whether it is an earlier one that this one repeats (by `eventId` or idempotency key).
+pub(super) async fn ingest(state: &AppState, new: NewMessage) -> ApiResult<(Message, bool)> {
     let ingested = state
         .store
         .ingest(new)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
-    let (stored, duplicate) = match &ingested {
+    let (stored, duplicate) = match ingested {
         Ingested::Created { message, .. } => (message, false),
         Ingested::Duplicate(message) => (message, true),
     };
-    if duplicate && let Some(asked) = &asked {
-        crate::idempotency::check_same_message(asked, stored)?;
-    }
     crate::metrics::ingested(duplicate);
-    let span = tracing::Span::current();
-    span.record("msg", stored.id.as_str());
-    span.record("duplicate", duplicate);
-    tracing::debug!(event_type = %stored.event_type, "message accepted");
-    Ok((StatusCode::ACCEPTED, Json(convert::message(stored, with_content))))
+    Ok((stored, duplicate))
 }
 
 async fn list(

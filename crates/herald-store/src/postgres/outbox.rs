@@ -209,6 +209,7 @@ async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
                     ordering_key: row.try_get("ordering_key")?,
                     tags: None,
                     deliver_at: None,
+                    to_endpoint: None,
                     payload_retention_ms: None,
                 },
             })
