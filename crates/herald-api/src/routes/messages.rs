@@ -16,6 +16,7 @@ use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{ListResponse, MessageEndpointOut, MessageIn, MessageOut};
 use crate::query::Query;
 use crate::state::AppState;
@@ -105,7 +106,7 @@ async fn create(
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app_id = match input.application.take() {
         Some(application) => apps::resolve_or_create(&state, &app_id, application).await?,
-        None => apps::resolve_id(&state, &app_id).await?,
+        None => lookup::app_id(&state, &app_id).await?,
     };
     let payload_retention_ms = payload_retention_ms(&input)?;
     let new = NewMessage {
@@ -155,7 +156,7 @@ async fn list(
         channel: query.get(&["channel"]).map(str::to_owned),
         oldest_first: false,
     };
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let found = state
         .store
         .list_messages(&app.id, &filter, &page)
@@ -170,7 +171,7 @@ async fn read(
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<MessageOut>> {
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
 }
@@ -183,7 +184,7 @@ async fn deliveries(
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let page = Query::of(&uri).page()?;
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     let found = state
         .store
