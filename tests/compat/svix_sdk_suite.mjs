@@ -49,7 +49,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationPartialUpdate",
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
-  "endpoint.bulkReplay",
   "message.expungeAllContents",
   "messageAttempt.expungeContent",
   "backgroundTask.list",
@@ -360,6 +359,28 @@ async function scenario(s, receiver, step) {
   await sdk.messageAttempt.resend(app.id, msg.id, ep.id);
   await waitAttempts(s, app.id, msg.id, 2);
 
+  step("secret rotation, replay and recovery");
+  await sdk.endpoint.rotateSecret(app.id, ep.id, {});
+  const since = new Date(Date.now() - 3600 * 1000);
+  await sdk.endpoint.replayMissing(app.id, ep.id, { since });
+  const recovered = await sdk.endpoint.recover(app.id, ep.id, { since });
+  await sdk.backgroundTask.get(recovered.id);
+  // The message was delivered (and resent): a bulk replay of its event type sends it once more.
+  const replay = await sdk.endpoint.bulkReplay(app.id, ep.id, { since, eventTypes: [etName] });
+  expect(replay.task === "endpoint.bulk-replay", `ReplayOut.task ${replay.task}`);
+  let task = await sdk.backgroundTask.get(replay.id);
+  for (const deadline = Date.now() + 20000; task.status === "running" && Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    task = await sdk.backgroundTask.get(replay.id);
+  }
+  expect(task.status === "finished" && task.data.messagesSent === 1, `bulk replay task ${JSON.stringify(task)}`);
+  await waitAttempts(s, app.id, msg.id, 3);
+  await sdk.message.expungeContent(app.id, msg.id);
+  if (typeof s.client.message.bulkExpungeContent === "function") {
+    const bulk = await sdk.message.bulkExpungeContent(app.id, { ids: [msg.id, "msg_unknown"] });
+    expect(bulk.results[msg.id] === "expunged" && bulk.results.msg_unknown === "not-found", `bulk expunge ${JSON.stringify(bulk)}`);
+  }
+
   step("message tags");
   const tag = `order/${suffix}#1`;
   const sameTags = (tags) => JSON.stringify([...(tags ?? [])].sort()) === JSON.stringify([tag, "compat"].sort());
@@ -400,7 +421,8 @@ async function scenario(s, receiver, step) {
   const sent = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 1 });
   expect(sent.eventType === exampleType && JSON.stringify(sent.payload) === JSON.stringify({ second: 2 }), `sendExample answered ${JSON.stringify(sent)}`);
   const example = await receiver.waitFor(sent.id);
-  verifyDelivery(secret.key, example);
+  // Signed with the endpoint's key as rotated above.
+  verifyDelivery((await sdk.endpoint.getSecret(app.id, ep.id)).key, example);
   expect(JSON.stringify(JSON.parse(example.body)) === JSON.stringify({ second: 2 }), `example delivered as ${example.body}`);
   const destinations = await sdk.messageAttempt.listAttemptedDestinations(app.id, sent.id);
   expect(JSON.stringify(destinations.data.map((d) => d.id)) === JSON.stringify([ep.id]), `the example went to ${JSON.stringify(destinations.data)}`);
@@ -411,18 +433,6 @@ async function scenario(s, receiver, step) {
   await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: etName });
   await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 2 });
   await s.error(404).sdk.endpoint.sendExample(app.id, ep.id, { eventType: `compat.none.${suffix}` });
-
-  step("secret rotation, replay and recovery");
-  await sdk.endpoint.rotateSecret(app.id, ep.id, {});
-  const since = new Date(Date.now() - 3600 * 1000);
-  await sdk.endpoint.replayMissing(app.id, ep.id, { since });
-  const recovered = await sdk.endpoint.recover(app.id, ep.id, { since });
-  await sdk.backgroundTask.get(recovered.id);
-  await sdk.message.expungeContent(app.id, msg.id);
-  if (typeof s.client.message.bulkExpungeContent === "function") {
-    const bulk = await sdk.message.bulkExpungeContent(app.id, { ids: [msg.id, "msg_unknown"] });
-    expect(bulk.results[msg.id] === "expunged" && bulk.results.msg_unknown === "not-found", `bulk expunge ${JSON.stringify(bulk)}`);
-  }
 
   step("portal access");
   const access = await sdk.authentication.appPortalAccess(app.id, {});

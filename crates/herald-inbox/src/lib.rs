@@ -46,7 +46,7 @@ use tower_http::normalize_path::{NormalizePath, NormalizePathLayer};
 pub use config::{ConfigError, InboxConfig, Source};
 pub use error::HttpError;
 pub use metrics::Snapshot;
-pub use store::{Status, StoreError};
+pub use store::{DatabaseOptions, Status, StoreError};
 
 use crate::client::{ClientError, ForwardClient};
 use crate::forwarder::Forwarder;
@@ -61,11 +61,12 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://./herald-inbox.db";
 /// The inbox could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The store could not be opened.
-    #[error("opening the inbox store: {0}")]
+    /// The store could not be opened. (Its error is the source, not repeated in the message: callers
+    /// print the whole chain.)
+    #[error("opening the inbox store")]
     Store(#[from] StoreError),
     /// The forwarding client could not be built.
-    #[error("forwarding client: {0}")]
+    #[error("building the forwarding client")]
     Client(#[from] ClientError),
 }
 
@@ -97,7 +98,7 @@ impl Inbox {
     ///
     /// [`StartError`] when the store cannot be opened or the HTTP client built.
     pub async fn start(config: InboxConfig, database_url: &str) -> Result<Self, StartError> {
-        let store = store::open(database_url).await?;
+        let store = store::open_with(database_url, &config.database).await?;
         let client = ForwardClient::new(config.forward_timeout)?;
         let sources: HashMap<String, Arc<Source>> =
             config.sources.iter().map(|s| (s.name.clone(), s.clone())).collect();
