@@ -78,7 +78,7 @@ impl HttpError {
     pub fn store(error: &StoreError) -> Self {
         tracing::error!(%error, "inbox store failure");
         match error.fault() {
-            Some(herald_store::custody::Fault::Full) => Self::new(
+            Some(herald_sql::custody::Fault::Full) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage_full",
                 "the inbox's disk is full; nothing was stored, retry later",

@@ -62,7 +62,7 @@ async fn health(State(state): State<InboxState>) -> (StatusCode, axum::Json<Valu
         Err(error) => {
             // `full` while writes fail for lack of space, as on `herald serve`.
             let database = match error.fault() {
-                Some(herald_store::custody::Fault::Full) => "full",
+                Some(herald_sql::custody::Fault::Full) => "full",
                 _ => "unreachable",
             };
             (

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_store::custody::Fault;
+use herald_sql::custody::Fault;
 
 /// What became of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -226,22 +226,22 @@ pub enum StoreError {
     /// The version guard's mark of this resource (`source/key`) kept changing under concurrent writers.
     #[error("the version mark of {0} kept changing; try again")]
     Contended(String),
-    /// The database did not answer within the bound of [`herald_store::custody::Bound`].
+    /// The database did not answer within the bound of [`herald_sql::custody::Bound`].
     #[error("the database did not answer within {0:?}")]
     TimedOut(Duration),
 }
 
-impl From<herald_store::custody::TimedOut> for StoreError {
-    fn from(timed_out: herald_store::custody::TimedOut) -> Self {
+impl From<herald_sql::custody::TimedOut> for StoreError {
+    fn from(timed_out: herald_sql::custody::TimedOut) -> Self {
         StoreError::TimedOut(timed_out.0)
     }
 }
 
 impl StoreError {
-    /// The storage fault behind this error, if it is one (see [`herald_store::custody`]).
+    /// The storage fault behind this error, if it is one (see [`herald_sql::custody`]).
     pub fn fault(&self) -> Option<Fault> {
         match self {
-            StoreError::Database(error) => herald_store::custody::fault_of(error),
+            StoreError::Database(error) => herald_sql::custody::fault_of(error),
             StoreError::StorageFull(_) => Some(Fault::Full),
             StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(Fault::Unavailable),
             _ => None,
@@ -279,9 +279,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// A shared handle to a store.
 pub type SharedInboxStore = Arc<dyn InboxStore>;
 
-herald_store::bounded_trait! {
+herald_sql::bounded_trait! {
 /// What the inbox needs from its storage. On PostgreSQL every `async` call is bounded on the client's
-/// side ([`BoundedInbox`]; see [`herald_store::bounded`]).
+/// side ([`BoundedInbox`]; see [`herald_sql::bounded_trait!`]).
 pub trait InboxStore: [Send + Sync], bounded in BoundedInbox {
     /// Store a verified event unless its `(source, event_id)` is already stored; returns only after the
     /// row is durably committed.
@@ -330,12 +330,12 @@ forwarded {
 }
 }
 
-/// An inbox store with every call given up after a bound (see [`herald_store::custody::Bound`]): a
+/// An inbox store with every call given up after a bound (see [`herald_sql::custody::Bound`]): a
 /// silent PostgreSQL fails the call with [`StoreError::TimedOut`], a 503 to the provider and a retry for
 /// the forwarder, instead of holding it until TCP gives up.
 pub struct BoundedInbox {
     inner: SharedInboxStore,
-    bound: herald_store::custody::Bound,
+    bound: herald_sql::custody::Bound,
 }
 
 /// Open the store named by `database_url` — `sqlite://PATH` (created if missing) or
@@ -348,7 +348,7 @@ pub struct BoundedInbox {
 pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
     if database_url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteInbox::open(database_url).await?))
-    } else if herald_store::is_postgres_url(database_url) {
+    } else if herald_sql::is_postgres_url(database_url) {
         let (inbox, bound) = postgres::PgInbox::open(database_url).await?;
         Ok(Arc::new(BoundedInbox {
             inner: Arc::new(inbox),

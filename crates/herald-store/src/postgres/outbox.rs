@@ -22,9 +22,9 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::custody::Bound;
 use crate::group_commit::{Fence, IngestJob, OutboxRow, Outcomes};
 use crate::{Ingested, NewMessage, StoreError, StoreResult};
+use herald_sql::custody::Bound;
 
 /// The channel `herald_outbox`'s insert trigger notifies (at commit).
 const CHANNEL: &str = "herald_outbox";
