@@ -4,6 +4,7 @@
 //! - [`custody`]: storage faults told from request errors, the SQLite writer's clean-state check, the
 //!   PostgreSQL timeouts and the client-side [`custody::Bound`] on every call, the write health `/health`
 //!   reports.
+//! - [`integrity`]: the start-up check of a SQLite file, so a damaged one is refused with what to do.
 //! - [`bounded_trait!`]: a store trait and its bounded decorator, written from one list of methods.
 //! - [`text`]: PostgreSQL's `text` cannot hold NUL; free text is stored escaped.
 //! - `tcp_nodelay`: `TCP_NODELAY` on every PostgreSQL connection over TCP.
@@ -11,6 +12,7 @@
 
 mod bounded;
 pub mod custody;
+pub mod integrity;
 mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;

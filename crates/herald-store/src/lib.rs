@@ -36,8 +36,8 @@ use herald_core::model::{
 };
 
 /// The storage plumbing this store shares with the inbox's ([`herald_sql`]): its types are part of this
-/// crate's own signatures (`StoreOptions::database`, `StoreError::fault`), so they are handed on here.
-pub use herald_sql::{custody, is_postgres_url};
+/// crate's own signatures (`StoreOptions`, `StoreError::fault`, `StoreError::Damaged`), so they are handed on here.
+pub use herald_sql::{custody, integrity, is_postgres_url};
 
 pub use crypto::{CryptoError, SecretCipher};
 pub use dialect::SqlStore;
@@ -78,6 +78,12 @@ pub enum StoreError {
     /// is freed.
     #[error("storage full: {0}")]
     StorageFull(String),
+    /// The database reports its file damaged (what it said): nothing was written.
+    #[error("the database file is damaged: {0}")]
+    FileCorrupt(String),
+    /// The start-up check found the SQLite file damaged (see [`integrity`]).
+    #[error(transparent)]
+    Damaged(#[from] integrity::Damaged),
     /// The secret key given to the store does not open the secrets stored with it (refused at open, so a
     /// wrong key never signs with garbage), or a stored secret does not decrypt.
     #[error("secret key: {0}")]
@@ -90,6 +96,7 @@ impl StoreError {
         match self {
             StoreError::Database(error) => custody::fault_of(error),
             StoreError::StorageFull(_) => Some(custody::Fault::Full),
+            StoreError::FileCorrupt(_) | StoreError::Damaged(_) => Some(custody::Fault::Corrupt),
             StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(custody::Fault::Unavailable),
             _ => None,
         }
@@ -100,6 +107,7 @@ impl StoreError {
     pub(crate) fn shared_by_batch(error: &StoreError) -> StoreError {
         match error.fault() {
             Some(custody::Fault::Full) => StoreError::StorageFull(error.to_string()),
+            Some(custody::Fault::Corrupt) => StoreError::FileCorrupt(error.to_string()),
             _ => StoreError::Batch(error.to_string()),
         }
     }
@@ -378,6 +386,43 @@ pub struct MessageFilter {
     pub oldest_first: bool,
 }
 
+/// Which deliveries of one endpoint a bulk re-queue takes (recover, bulk replay): finished ones (never
+/// pending) of messages created in `[since, until)` whose payload was not expunged, narrowed by the
+/// filters that are set.
+#[derive(Debug, Clone)]
+pub struct RequeueSelection {
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// Only deliveries in one of these states (pending ones are ignored: they are going out anyway).
+    pub statuses: Vec<DeliveryStatus>,
+    /// Messages created at or after this time.
+    pub since: i64,
+    /// Messages created before this time.
+    pub until: i64,
+    /// Only messages of these event types.
+    pub event_types: Option<Vec<String>>,
+    /// Only messages on this channel.
+    pub channel: Option<String>,
+    /// Only deliveries whose latest attempt got a response of this class (100, 200, … 500), or none
+    /// (0: no attempt, or no HTTP response).
+    pub status_class: Option<i64>,
+    /// Only deliveries with a `seq` above this one (a resumed task's progress).
+    pub after_seq: i64,
+    /// Only deliveries with a `seq` at most this one (what existed when the task started).
+    pub through_seq: i64,
+    /// The reason their next attempt is made.
+    pub trigger: AttemptTrigger,
+}
+
+/// What one [`Store::requeue_selected`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequeueChunk {
+    /// Deliveries made pending.
+    pub queued: u64,
+    /// The highest old `seq` taken; `None` when nothing was left to take.
+    pub last_seq: Option<i64>,
+}
+
 herald_sql::bounded_trait! {
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently. On
 /// PostgreSQL every `async` call is bounded on the client's side ([`bounded::BoundedStore`]).
@@ -587,18 +632,16 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue>;
-    /// Failed or dead deliveries of an endpoint whose messages were created in `[since, until)`.
-    async fn count_failed(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<u64>;
-    /// Re-queue up to `limit` of those (as [`Store::requeue_delivery`] with the recover trigger); returns
-    /// how many. Re-queued deliveries are pending, so calling again takes the next ones.
-    async fn requeue_failed(
-        &self,
-        endpoint_id: &str,
-        since: i64,
-        until: i64,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<u64>;
+    /// Deliveries of an endpoint that `selection` takes.
+    async fn count_selected(&self, selection: &RequeueSelection) -> StoreResult<u64>;
+    /// Re-queue up to `limit` of those, lowest `seq` first (as [`Store::requeue_delivery`] with the
+    /// selection's trigger), in one transaction. Re-queued deliveries are pending under new `seq`s above
+    /// every `through_seq` taken before, so calling again takes the next ones and never the same delivery
+    /// twice.
+    async fn requeue_selected(&self, selection: &RequeueSelection, limit: usize, now: i64) -> StoreResult<RequeueChunk>;
+    /// The highest delivery `seq` given out so far (0 when none): a bulk re-queue that goes no higher
+    /// takes only deliveries that existed when it started.
+    async fn last_delivery_seq(&self) -> StoreResult<i64>;
     /// Messages of an app created in `[since, until)`.
     async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64>;
     /// Scan up to `limit` messages of the endpoint's app created in `[since, until)` with an id after
@@ -641,8 +684,17 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// A task by id; `app_id` restricts it to one application.
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
-    /// Mark tasks left running by a previous process as failed (they were interrupted); returns how many.
-    async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64>;
+    /// Close the background tasks a stopped process left running — on SQLite every task still running when
+    /// a process starts (`starting`), on PostgreSQL, shared by nodes, those that made no progress for a
+    /// minute: those whose kind is in `resume` are claimed for the caller to carry on (their `updated_at`
+    /// becomes `now`; two callers never claim the same task) and returned, the others are marked failed.
+    /// Returns the claimed tasks and how many were failed.
+    async fn take_interrupted_tasks(
+        &self,
+        now: i64,
+        starting: bool,
+        resume: &[&str],
+    ) -> StoreResult<(Vec<BackgroundTask>, u64)>;
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
@@ -735,6 +787,8 @@ pub struct StoreOptions {
     pub attempt_retention: Duration,
     /// PostgreSQL: how long the database may keep a request waiting before it is answered 503.
     pub database: custody::DatabaseTimeouts,
+    /// SQLite: how much of the file is checked before it is served (see [`integrity`]).
+    pub sqlite_check: integrity::SqliteCheck,
 }
 
 impl Default for StoreOptions {
@@ -744,6 +798,7 @@ impl Default for StoreOptions {
             release_drain: Duration::from_secs(16),
             attempt_retention: Duration::from_secs(30 * 24 * 3600),
             database: custody::DatabaseTimeouts::default(),
+            sqlite_check: integrity::SqliteCheck::default(),
         }
     }
 }
@@ -759,6 +814,7 @@ pub type SharedStore = Arc<dyn Store>;
 /// error otherwise); secrets stored before encryption existed are encrypted then.
 pub async fn open_with(database_url: &str, cipher: SecretCipher, options: &StoreOptions) -> StoreResult<SharedStore> {
     if database_url.starts_with("sqlite:") {
+        integrity::check(database_url, options.sqlite_check).await?;
         Ok(Arc::new(sqlite::SqliteStore::open(database_url, cipher).await?))
     } else if is_postgres_url(database_url) {
         let store = postgres::PgStore::open(database_url, cipher, options).await?;
@@ -774,6 +830,7 @@ pub async fn open_with(database_url: &str, cipher: SecretCipher, options: &Store
 /// Run the migrations of the database at `database_url` and nothing else (`herald migrate`).
 pub async fn migrate(database_url: &str) -> StoreResult<()> {
     if database_url.starts_with("sqlite:") {
+        integrity::check(database_url, integrity::SqliteCheck::Basic).await?;
         sqlite::migrate(database_url).await
     } else if is_postgres_url(database_url) {
         postgres::migrate(database_url).await
