@@ -20,9 +20,9 @@ use futures::{StreamExt, stream};
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::RelayConfig;
-use crate::order::{self, Group};
+use crate::order::{self, Chunk, Group};
 use crate::outbox::{Outbox, SourceError};
-use crate::publish::{ClientError, Published, Publisher, Transient};
+use crate::publish::{BatchPublished, ClientError, Published, Publisher, Transient};
 use herald_core::backoff::Backoff;
 
 /// Why a relay could not start.
@@ -92,6 +92,11 @@ pub struct Relay {
 /// First and longest delay between failed batches.
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The most rows, and about the most payload bytes, in one `msg-batch` request: well within Herald's
+/// limits (500 messages; the body limit, 1 MiB plus 64 KiB by default), and a body larger than the
+/// server takes falls back to one row per request anyway.
+const CHUNK_ROWS: usize = 250;
+const CHUNK_BYTES: usize = 512 * 1024;
 /// How often the backlog (oldest row's age, rows waiting) is measured.
 const BACKLOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -108,12 +113,15 @@ impl Relay {
     pub fn new(config: RelayConfig) -> Result<Self, StartError> {
         let outbox = Outbox::open(&config.source, &config.table, config.relayed)?;
         let in_flight = Semaphore::new(config.concurrency);
-        let publisher = Publisher::new(
+        let mut publisher = Publisher::new(
             &config.herald,
             &config.token,
             config.concurrency,
             config.publish_timeout,
         )?;
+        if config.one_per_request {
+            publisher = publisher.one_per_request();
+        }
         Ok(Self {
             config,
             outbox,
@@ -142,6 +150,9 @@ impl Relay {
             lanes,
             "relay started"
         );
+        if self.config.one_per_request {
+            tracing::info!(relay = %name, "publishing one row per request (told to)");
+        }
         let (stop, stopped) = watch::channel(false);
         let work = futures::future::join(
             futures::future::join_all((0..lanes).map(|_| self.lane(stopped.clone()))),
@@ -246,11 +257,18 @@ impl Relay {
         };
         let groups = order::publishable(claimed, &unrelayed);
         report.held_back = report.claimed - groups.iter().map(Vec::len).sum::<usize>();
-        let outcomes: Vec<GroupOutcome> = stream::iter(groups)
-            .map(|group| self.publish_group(group))
-            .buffer_unordered(self.config.concurrency)
-            .collect()
-            .await;
+        let outcomes: Vec<GroupOutcome> = if self.publisher.offers_batch().await {
+            let packed = order::pack(groups, CHUNK_ROWS, CHUNK_BYTES);
+            report.held_back += packed.held_back;
+            let chunks = stream::iter(packed.chunks)
+                .map(|chunk| self.publish_chunk(chunk))
+                .buffer_unordered(self.config.concurrency)
+                .collect::<Vec<_>>();
+            let (chunks, singles) = futures::future::join(chunks, self.publish_groups(packed.one_by_one)).await;
+            chunks.into_iter().flatten().chain(singles).collect()
+        } else {
+            self.publish_groups(groups).await
+        };
         let mut published = Vec::new();
         let mut lags = Vec::new();
         let mut failed = None;
@@ -279,6 +297,47 @@ impl Relay {
         match failed {
             Some(error) => Err(error.into()),
             None => Ok(report),
+        }
+    }
+
+    /// Publish groups, each one row per request, up to `concurrency` at once.
+    async fn publish_groups(&self, groups: Vec<Group>) -> Vec<GroupOutcome> {
+        stream::iter(groups)
+            .map(|group| self.publish_group(group))
+            .buffer_unordered(self.config.concurrency)
+            .collect()
+            .await
+    }
+
+    /// Publish a chunk's rows in one request. If the server refuses the request for its content (a row
+    /// it would refuse), each group goes one row per request instead, so every row gets its own answer.
+    async fn publish_chunk(&self, chunk: Chunk) -> Vec<GroupOutcome> {
+        let answer = {
+            // Never closed, so a permit always comes: one per request in flight.
+            let Ok(_permit) = self.in_flight.acquire().await else {
+                return Vec::new();
+            };
+            self.publisher.publish_batch(&chunk.app, &chunk.rows()).await
+        };
+        match answer {
+            Ok(BatchPublished::Each(results)) => {
+                let mut outcome = GroupOutcome::default();
+                // The server answers a storage failure for the whole request, so a row that failed has no
+                // accepted row of its key after it (see `Store::ingest_many`).
+                for (row, result) in chunk.rows().into_iter().zip(results) {
+                    match result {
+                        Ok(Published::Accepted) => outcome.published.push((row.seq, row.created_at_ms)),
+                        Ok(Published::Rejected(reason)) => outcome.rejected.push((row.seq, reason)),
+                        Err(error) => outcome.failed = Some(error),
+                    }
+                }
+                vec![outcome]
+            }
+            Ok(BatchPublished::OneByOne) => self.publish_groups(chunk.groups).await,
+            Err(error) => vec![GroupOutcome {
+                failed: Some(error),
+                ..GroupOutcome::default()
+            }],
         }
     }
 
