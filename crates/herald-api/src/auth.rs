@@ -224,7 +224,7 @@ async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<
         return Ok(None);
     };
     // The same resolution the handlers use (id or uid, through the same cache).
-    match crate::routes::resolve_app_id(state, app).await {
+    match crate::lookup::app_id(state, app).await {
         Ok(id) => Ok(Some(id)),
         Err(error) if error.status == StatusCode::NOT_FOUND => Ok(None),
         Err(error) => Err(error),

@@ -69,7 +69,7 @@ pub(crate) fn event_type(et: EventType) -> EventTypeOut {
 pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
     let key = herald_signature::SigningKey::parse(&ep.secret).ok();
     EndpointOut {
-        signature_type: crate::routes::signature_type(key.as_ref()),
+        signature_type: crate::keys::signature_type(key.as_ref()),
         public_key: key.and_then(|k| k.public_key()).map(|k| k.to_whpk()),
         filter_types: FilterTypesOut(set(&ep.filter_types)),
         channels: set(&ep.channels),

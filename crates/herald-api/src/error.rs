@@ -245,11 +245,15 @@ impl ApiError {
     }
 
     /// 503: nothing was stored because the storage failed (`storage_full` when it is full,
-    /// `store_unavailable` otherwise); the client should retry later.
+    /// `store_corrupt` when its file is damaged, `store_unavailable` otherwise); the client should retry
+    /// later.
     pub fn store_fault(fault: Fault) -> Self {
         let detail = match fault {
             Fault::Full => "the store's disk is full; nothing was stored, retry later",
             Fault::Unavailable => "the store is unavailable; retry later",
+            Fault::Corrupt => {
+                "the store's database file is damaged; nothing was stored, retry once an operator restored it"
+            }
         };
         Self::new(StatusCode::SERVICE_UNAVAILABLE, fault.code(), detail)
     }

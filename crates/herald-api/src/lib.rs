@@ -14,6 +14,8 @@ mod dashboard;
 pub mod error;
 mod idempotency;
 mod json_errors;
+mod keys;
+mod lookup;
 pub mod metrics;
 pub mod model;
 mod not_offered;

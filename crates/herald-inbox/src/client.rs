@@ -5,7 +5,6 @@
 //! from the environment, no redirects (a 3xx is a failure, not a hop to somewhere unconfigured),
 //! bounded connect and total time, and only the start of a response body is read.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,16 +46,8 @@ impl ForwardClient {
     ///
     /// TLS or client construction errors.
     pub fn new(timeout: Duration) -> Result<Self, ClientError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ClientError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        // Without ALPN, HTTP/2 is never negotiated.
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // The same roots, versions and ALPN as the delivery client's.
+        let tls = herald_tls::client_config().map_err(|e| ClientError::Tls(e.to_string()))?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .no_proxy()

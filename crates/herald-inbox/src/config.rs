@@ -5,6 +5,9 @@
 //! max_body_bytes = 1048576                       # optional; larger requests get 413
 //! forward_timeout = "30s"                        # optional; time allowed for one forwarding attempt
 //! forward_concurrency = 16                       # optional; forwarding requests in flight at most
+//! database_timeout = "1s"                        # optional; PostgreSQL: longest wait for a connection
+//! database_statement_timeout = "5s"              # optional; PostgreSQL: statement and lock timeout
+//! sqlite_check = "basic"                         # optional; SQLite: start-up check, basic, quick or full
 //!
 //! [[source]]
 //! name = "billing"                      # POST /in/billing
@@ -98,6 +101,8 @@ pub struct InboxConfig {
     pub forward_timeout: Duration,
     /// Forwarding requests in flight at most.
     pub forward_concurrency: usize,
+    /// The store's database settings: PostgreSQL's timeouts, SQLite's start-up check.
+    pub database: crate::store::DatabaseOptions,
 }
 
 /// The signature schemes a source can use.
@@ -164,6 +169,9 @@ struct RawFile {
     max_body_bytes: Option<usize>,
     forward_timeout: Option<String>,
     forward_concurrency: Option<usize>,
+    database_timeout: Option<String>,
+    database_statement_timeout: Option<String>,
+    sqlite_check: Option<String>,
     #[serde(default)]
     source: Vec<RawSource>,
 }
@@ -238,12 +246,27 @@ impl InboxConfig {
                 "must be more than zero".into(),
             ));
         }
+        let defaults = crate::store::DatabaseOptions::default();
+        let database = crate::store::DatabaseOptions {
+            timeouts: defaults
+                .timeouts
+                .with_settings(
+                    raw.database_timeout.as_deref(),
+                    raw.database_statement_timeout.as_deref(),
+                )
+                .map_err(|reason| setting("database_timeout, database_statement_timeout", reason))?,
+            sqlite_check: match raw.sqlite_check {
+                Some(text) => text.parse().map_err(|reason| setting("sqlite_check", reason))?,
+                None => defaults.sqlite_check,
+            },
+        };
         Ok(Self {
             sources,
             retry_schedule,
             max_body_bytes,
             forward_timeout,
             forward_concurrency,
+            database,
         })
     }
 }
@@ -368,6 +391,27 @@ forward_to = "http://127.0.0.1:9000/handler"
 resource_key = "/data/id"
 version = "/data/version"
 "#;
+
+    #[test]
+    fn the_database_settings_are_read_from_the_file_and_default_to_the_senders() {
+        let defaults = InboxConfig::from_toml(ISSUE_EXAMPLE).unwrap().database;
+        assert_eq!(defaults, crate::store::DatabaseOptions::default());
+        let text = format!(
+            "database_timeout = \"250ms\"\ndatabase_statement_timeout = \"2s\"\nsqlite_check = \"quick\"\n{ISSUE_EXAMPLE}"
+        );
+        let database = InboxConfig::from_toml(&text).unwrap().database;
+        assert_eq!(database.timeouts.acquire, Duration::from_millis(250));
+        assert_eq!(database.timeouts.statement, Duration::from_secs(2));
+        assert_eq!(database.sqlite_check, herald_store::integrity::SqliteCheck::Quick);
+        for bad in [
+            "database_timeout = \"0s\"",
+            "database_statement_timeout = \"soon\"",
+            "sqlite_check = \"deep\"",
+        ] {
+            let error = InboxConfig::from_toml(&format!("{bad}\n{ISSUE_EXAMPLE}")).unwrap_err();
+            assert!(matches!(error, ConfigError::Setting { .. }), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn the_issue_example_loads_with_defaults() {

@@ -73,22 +73,18 @@ impl HttpError {
         )
     }
 
-    /// 503: the store failed (`storage_full` when it is full, `store_unavailable` otherwise). The error
-    /// is logged, not shown.
+    /// 503: the store failed (`storage_full` when it is full, `store_corrupt` when its file is damaged,
+    /// `store_unavailable` otherwise). The error is logged, not shown.
     pub fn store(error: &StoreError) -> Self {
+        use herald_store::custody::Fault;
         tracing::error!(%error, "inbox store failure");
-        match error.fault() {
-            Some(herald_store::custody::Fault::Full) => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "storage_full",
-                "the inbox's disk is full; nothing was stored, retry later",
-            ),
-            _ => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                "the store is unavailable; retry later",
-            ),
-        }
+        let fault = error.fault().unwrap_or(Fault::Unavailable);
+        let detail = match fault {
+            Fault::Full => "the inbox's disk is full; nothing was stored, retry later",
+            Fault::Corrupt => "the inbox's database file is damaged; nothing was stored, retry later",
+            Fault::Unavailable => "the store is unavailable; retry later",
+        };
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, fault.code(), detail)
     }
 }
 

@@ -46,7 +46,7 @@ use tower_http::normalize_path::{NormalizePath, NormalizePathLayer};
 pub use config::{ConfigError, InboxConfig, Source};
 pub use error::HttpError;
 pub use metrics::Snapshot;
-pub use store::{Status, StoreError};
+pub use store::{DatabaseOptions, Status, StoreError};
 
 use crate::client::{ClientError, ForwardClient};
 use crate::forwarder::Forwarder;
@@ -97,7 +97,7 @@ impl Inbox {
     ///
     /// [`StartError`] when the store cannot be opened or the HTTP client built.
     pub async fn start(config: InboxConfig, database_url: &str) -> Result<Self, StartError> {
-        let store = store::open(database_url).await?;
+        let store = store::open_with(database_url, &config.database).await?;
         let client = ForwardClient::new(config.forward_timeout)?;
         let sources: HashMap<String, Arc<Source>> =
             config.sources.iter().map(|s| (s.name.clone(), s.clone())).collect();

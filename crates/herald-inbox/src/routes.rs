@@ -60,11 +60,9 @@ async fn health(State(state): State<InboxState>) -> (StatusCode, axum::Json<Valu
     match state.store.ping().await {
         Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ok", "database": "ok"}))),
         Err(error) => {
-            // `full` while writes fail for lack of space, as on `herald serve`.
-            let database = match error.fault() {
-                Some(herald_store::custody::Fault::Full) => "full",
-                _ => "unreachable",
-            };
+            let database = error
+                .fault()
+                .map_or("unreachable", herald_store::custody::Fault::health);
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(json!({"status": "unavailable", "database": database})),

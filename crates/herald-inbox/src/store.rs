@@ -223,6 +223,12 @@ pub enum StoreError {
     /// A group commit failed because the storage is full: nothing of it was stored.
     #[error("storage full: {0}")]
     StorageFull(String),
+    /// The database reports its file damaged (what it said): nothing was written.
+    #[error("the database file is damaged: {0}")]
+    FileCorrupt(String),
+    /// The start-up check found the SQLite file damaged (see [`herald_store::integrity`]).
+    #[error(transparent)]
+    Damaged(#[from] herald_store::integrity::Damaged),
     /// The version guard's mark of this resource (`source/key`) kept changing under concurrent writers.
     #[error("the version mark of {0} kept changing; try again")]
     Contended(String),
@@ -243,6 +249,7 @@ impl StoreError {
         match self {
             StoreError::Database(error) => herald_store::custody::fault_of(error),
             StoreError::StorageFull(_) => Some(Fault::Full),
+            StoreError::FileCorrupt(_) | StoreError::Damaged(_) => Some(Fault::Corrupt),
             StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(Fault::Unavailable),
             _ => None,
         }
@@ -252,6 +259,7 @@ impl StoreError {
     pub(crate) fn shared_by_batch(&self) -> StoreError {
         match self.fault() {
             Some(Fault::Full) => StoreError::StorageFull(self.to_string()),
+            Some(Fault::Corrupt) => StoreError::FileCorrupt(self.to_string()),
             _ => StoreError::Batch(self.to_string()),
         }
     }
@@ -338,18 +346,39 @@ pub struct BoundedInbox {
     bound: herald_store::custody::Bound,
 }
 
-/// Open the store named by `database_url` — `sqlite://PATH` (created if missing) or
+/// How the inbox's store treats its database: PostgreSQL's timeouts (the sender's settings of the same
+/// names), and how much of a SQLite file is checked before it is served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DatabaseOptions {
+    /// PostgreSQL: how long a provider may wait before it is answered 503.
+    pub timeouts: herald_store::custody::DatabaseTimeouts,
+    /// SQLite: the start-up check (see [`herald_store::integrity`]).
+    pub sqlite_check: herald_store::integrity::SqliteCheck,
+}
+
+/// [`open_with`] the default options.
+///
+/// # Errors
+///
+/// See [`open_with`].
+pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
+    open_with(database_url, &DatabaseOptions::default()).await
+}
+
+/// Open the store named by `database_url` — `sqlite://PATH` (created if missing, checked first) or
 /// `postgres://USER@HOST/DATABASE` (`postgresql://` too; the database must exist) — and bring its schema up
 /// to date.
 ///
 /// # Errors
 ///
-/// [`StoreError::UnsupportedUrl`] for another kind of URL; database and migration errors.
-pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
+/// [`StoreError::UnsupportedUrl`] for another kind of URL; [`StoreError::Damaged`] for a damaged SQLite
+/// file; database and migration errors.
+pub async fn open_with(database_url: &str, options: &DatabaseOptions) -> StoreResult<SharedInboxStore> {
     if database_url.starts_with("sqlite:") {
+        herald_store::integrity::check(database_url, options.sqlite_check).await?;
         Ok(Arc::new(sqlite::SqliteInbox::open(database_url).await?))
     } else if herald_store::is_postgres_url(database_url) {
-        let (inbox, bound) = postgres::PgInbox::open(database_url).await?;
+        let (inbox, bound) = postgres::PgInbox::open(database_url, options.timeouts).await?;
         Ok(Arc::new(BoundedInbox {
             inner: Arc::new(inbox),
             bound,

@@ -75,6 +75,10 @@ pub struct Config {
     /// PostgreSQL: every session's `statement_timeout` and `lock_timeout`, and the client-side bound of a
     /// write transaction (plus `database_timeout`), e.g. `5s`.
     pub database_statement_timeout: String,
+    /// SQLite: how much of the database file is checked before it is served: `basic` (its header, length
+    /// and schema: microseconds), `quick` (`PRAGMA quick_check`: reads the whole file) or `full`
+    /// (`PRAGMA integrity_check`); see docs/reliability.md.
+    pub sqlite_check: String,
     /// Attempts older than this are deleted by the retention job, e.g. `30d`.
     pub retention: String,
     /// How often the retention job runs, e.g. `1h`.
@@ -153,6 +157,7 @@ impl Default for Config {
             lease_ttl: "10s".to_owned(),
             database_timeout: "1s".to_owned(),
             database_statement_timeout: "5s".to_owned(),
+            sqlite_check: "basic".to_owned(),
             retention: "30d".to_owned(),
             retention_interval: "1h".to_owned(),
             operational_webhook_url: String::new(),
@@ -224,6 +229,8 @@ pub struct Settings {
     pub lease_ttl: Duration,
     /// How long PostgreSQL may keep a request waiting (see [`herald_store::custody::DatabaseTimeouts`]).
     pub database_timeouts: herald_store::custody::DatabaseTimeouts,
+    /// How much of a SQLite file is checked at start-up.
+    pub sqlite_check: herald_store::integrity::SqliteCheck,
     /// Attempts older than this are deleted.
     pub retention: Duration,
     /// How often the retention job runs.
@@ -354,13 +361,9 @@ impl Config {
             );
         }
         let lease_ttl = parse_duration(&self.lease_ttl).context("lease_ttl")?;
-        let database_timeouts = herald_store::custody::DatabaseTimeouts {
-            acquire: parse_duration(&self.database_timeout).context("database_timeout")?,
-            statement: parse_duration(&self.database_statement_timeout).context("database_statement_timeout")?,
-        };
-        if database_timeouts.acquire.is_zero() || database_timeouts.statement.is_zero() {
-            bail!("database_timeout and database_statement_timeout must be more than 0");
-        }
+        let database_timeouts = herald_store::custody::DatabaseTimeouts::default()
+            .with_settings(Some(&self.database_timeout), Some(&self.database_statement_timeout))
+            .map_err(anyhow::Error::msg)?;
         if lease_ttl < Duration::from_secs(1) {
             bail!("lease_ttl must be at least 1s");
         }
@@ -494,6 +497,11 @@ impl Config {
             secret_key,
             lease_ttl,
             database_timeouts,
+            sqlite_check: self
+                .sqlite_check
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .context("sqlite_check")?,
             retention,
             retention_interval,
             operational_webhook,
@@ -535,6 +543,7 @@ fn expected_form(key: &str) -> String {
         | "request_body_timeout"
         | "response_write_timeout" => "\"30s\" (a number and a unit: ms, s, m, h or d)",
         "listen" => "\"127.0.0.1:8040\"",
+        "sqlite_check" => "\"basic\", \"quick\" or \"full\"",
         "database_url" => "\"sqlite://./herald.db\" or \"postgres://user@host/db\"",
         "allow_private_cidrs" => "\"10.0.0.0/8, 127.0.0.1\"",
         "allow_ports" => "\"443,8443\"",
@@ -756,6 +765,7 @@ mod tests {
             "database_timeout = \"0s\"",
             "database_statement_timeout = \"0ms\"",
             "database_timeout = \"fast\"",
+            "sqlite_check = \"thorough\"",
             "public_url = \"webhooks.example.com\"",
             "public_url = \"ftp://webhooks.example.com\"",
             "dashboard_frame_ancestors = \"https://a.example/path\"",

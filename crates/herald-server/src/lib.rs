@@ -103,6 +103,7 @@ impl Node {
             release_drain: settings.request_timeout.max(settings.max_request_timeout) + Duration::from_secs(1),
             attempt_retention: settings.retention,
             database: settings.database_timeouts,
+            sqlite_check: settings.sqlite_check,
         };
         let (cipher, generated_key) = secret_cipher(&settings.secret_key)?;
         let store = match herald_store::open_with(&settings.database_url, cipher, &store_options).await {

@@ -69,6 +69,7 @@ impl fmt::Debug for Config {
             lease_ttl,
             database_timeout,
             database_statement_timeout,
+            sqlite_check,
             retention,
             retention_interval,
             operational_webhook_url,
@@ -116,6 +117,7 @@ impl fmt::Debug for Config {
             .field("lease_ttl", lease_ttl)
             .field("database_timeout", database_timeout)
             .field("database_statement_timeout", database_statement_timeout)
+            .field("sqlite_check", sqlite_check)
             .field("retention", retention)
             .field("retention_interval", retention_interval)
             .field("operational_webhook_url", &Masked(operational_webhook_url))
@@ -165,6 +167,7 @@ impl fmt::Debug for Settings {
             proxy_url,
             lease_ttl,
             database_timeouts,
+            sqlite_check,
             retention,
             retention_interval,
             operational_webhook,
@@ -199,6 +202,7 @@ impl fmt::Debug for Settings {
             .field("proxy_url", &Masked(proxy_url))
             .field("lease_ttl", lease_ttl)
             .field("database_timeouts", database_timeouts)
+            .field("sqlite_check", sqlite_check)
             .field("retention", retention)
             .field("retention_interval", retention_interval)
             .field("operational_webhook", operational_webhook)

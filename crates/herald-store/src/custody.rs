@@ -39,9 +39,13 @@ pub(crate) const HEALTH_PROBE_KEY: &str = "health_probe";
 pub enum Fault {
     /// The disk (or the database's quota) is full: writes succeed again once space is freed.
     Full,
-    /// The storage failed otherwise (I/O error, failing fsync, read-only or corrupt file, database
-    /// refused, timed out or gone).
+    /// The storage failed otherwise (I/O error, failing fsync, read-only file, database refused, timed
+    /// out or gone).
     Unavailable,
+    /// The database reports its file damaged (SQLite's `SQLITE_CORRUPT` or `SQLITE_NOTADB`,
+    /// PostgreSQL's `data_corrupted` or `index_corrupted`): retrying does not help until an operator
+    /// restores or recovers it (see [`crate::integrity`]).
+    Corrupt,
 }
 
 impl Fault {
@@ -50,6 +54,17 @@ impl Fault {
         match self {
             Fault::Full => "storage_full",
             Fault::Unavailable => "store_unavailable",
+            Fault::Corrupt => "store_corrupt",
+        }
+    }
+
+    /// What `/api/v1/health` says of the database while writes fail on this fault (`database`): `full`,
+    /// `corrupt` or `unreachable`.
+    pub fn health(self) -> &'static str {
+        match self {
+            Fault::Full => "full",
+            Fault::Unavailable => "unreachable",
+            Fault::Corrupt => "corrupt",
         }
     }
 }
@@ -94,9 +109,8 @@ fn sqlite_fault(primary: i32) -> Option<Fault> {
     use sqlite_code::*;
     match primary {
         FULL => Some(Fault::Full),
-        BUSY | LOCKED | NOMEM | READONLY | INTERRUPT | IOERR | CORRUPT | CANTOPEN | PROTOCOL | NOTADB => {
-            Some(Fault::Unavailable)
-        }
+        CORRUPT | NOTADB => Some(Fault::Corrupt),
+        BUSY | LOCKED | NOMEM | READONLY | INTERRUPT | IOERR | CANTOPEN | PROTOCOL => Some(Fault::Unavailable),
         _ => None,
     }
 }
@@ -106,6 +120,8 @@ fn postgres_fault(sqlstate: &str) -> Option<Fault> {
     match sqlstate {
         // disk_full
         "53100" => Some(Fault::Full),
+        // data_corrupted, index_corrupted
+        "XX001" | "XX002" => Some(Fault::Corrupt),
         // query_canceled (statement_timeout), lock_not_available (lock_timeout), idle-session timeouts
         "57014" | "55P03" | "25P03" | "57P05" => Some(Fault::Unavailable),
         // connection exceptions, insufficient resources, operator intervention (shutdown, crash),
@@ -144,6 +160,22 @@ impl Default for DatabaseTimeouts {
 }
 
 impl DatabaseTimeouts {
+    /// These timeouts with the settings given as text (`database_timeout`, `database_statement_timeout`:
+    /// durations such as `1s` or `250ms`, more than zero) in place of their values; `None` keeps a
+    /// value. The error names the key at fault.
+    pub fn with_settings(self, acquire: Option<&str>, statement: Option<&str>) -> Result<Self, String> {
+        let parse = |key: &str, text: Option<&str>, kept: Duration| match text.map(herald_core::retry::parse_duration) {
+            None => Ok(kept),
+            Some(Ok(duration)) if !duration.is_zero() => Ok(duration),
+            Some(Ok(_)) => Err(format!("{key}: must be more than 0")),
+            Some(Err(error)) => Err(format!("{key}: {error}")),
+        };
+        Ok(Self {
+            acquire: parse("database_timeout", acquire, self.acquire)?,
+            statement: parse("database_statement_timeout", statement, self.statement)?,
+        })
+    }
+
     /// The session settings that make the server enforce `statement` (added to `options`).
     pub fn session(&self, options: PgConnectOptions) -> PgConnectOptions {
         let statement = self.statement.as_millis().to_string();
@@ -327,9 +359,14 @@ async fn in_clean_state(conn: &mut SqliteConnection) -> bool {
 /// Whether the last write failed on a storage fault, and how. Writers report every commit's outcome;
 /// health checks read it (and, while it is failing, probe with a real write, since a node that is taken
 /// out of rotation gets no other writes to tell it the storage is back).
+///
+/// A [`Fault::Corrupt`] stays reported until the process restarts, even when later writes commit: a
+/// damaged file does not heal, and its other pages may still hold the damage (the restart's check,
+/// [`crate::integrity`], decides whether the file is served again).
 #[derive(Debug, Default)]
 pub struct WriteHealth {
     failing: Mutex<Option<(Fault, String)>>,
+    corrupt: Mutex<Option<String>>,
 }
 
 impl WriteHealth {
@@ -344,9 +381,22 @@ impl WriteHealth {
 
     /// A write failed on a storage fault (`detail`: the error, for logs and health).
     pub fn failed(&self, fault: Fault, detail: impl Into<String>) {
-        if let Ok(mut failing) = self.failing.lock() {
-            *failing = Some((fault, detail.into()));
+        let detail = detail.into();
+        if fault == Fault::Corrupt
+            && let Ok(mut corrupt) = self.corrupt.lock()
+            && corrupt.is_none()
+        {
+            tracing::error!(%detail, "the database reports its file damaged; restore or recover it (docs/reliability.md)");
+            *corrupt = Some(detail.clone());
         }
+        if let Ok(mut failing) = self.failing.lock() {
+            *failing = Some((fault, detail));
+        }
+    }
+
+    /// What the database said when it first reported its file damaged, if it ever did.
+    pub fn corruption(&self) -> Option<String> {
+        self.corrupt.lock().ok()?.clone()
     }
 
     /// Report a write's outcome (`fault` classifies its error) and pass it on.
@@ -368,12 +418,17 @@ impl WriteHealth {
 
     /// For health checks: while writes fail, run `probe` (one small committed write) and report its
     /// outcome — only a committed write tells whether the storage is back, and a node taken out of
-    /// rotation gets no other write to find out. Healthy, nothing is written.
+    /// rotation gets no other write to find out. Healthy, nothing is written. Once the file was reported
+    /// damaged, `damaged` makes the error (with what the database said), probe or not.
     pub async fn recheck<E: std::fmt::Display>(
         &self,
         probe: impl Future<Output = Result<(), E>>,
         fault: impl Fn(&E) -> Option<Fault>,
+        damaged: impl FnOnce(String) -> E,
     ) -> Result<(), E> {
+        if let Some(detail) = self.corruption() {
+            return Err(damaged(detail));
+        }
         match self.failure() {
             Some((fault, detail)) => {
                 tracing::debug!(code = fault.code(), %detail, "store writes failing; probing");
@@ -422,5 +477,17 @@ mod tests {
         assert_eq!(health.failure().map(|f| f.0), Some(Fault::Full));
         health.succeeded();
         assert!(health.failure().is_none());
+    }
+
+    #[test]
+    fn a_damaged_file_stays_reported_after_writes_succeed() {
+        let health = WriteHealth::default();
+        health.failed(Fault::Corrupt, "database disk image is malformed");
+        health.succeeded();
+        assert!(health.failure().is_none());
+        assert_eq!(health.corruption().as_deref(), Some("database disk image is malformed"));
+        assert_eq!(sqlite_fault(sqlite_code::CORRUPT), Some(Fault::Corrupt));
+        assert_eq!(sqlite_fault(sqlite_code::NOTADB), Some(Fault::Corrupt));
+        assert_eq!(postgres_fault("XX001"), Some(Fault::Corrupt));
     }
 }

@@ -14,6 +14,7 @@ pub mod custody;
 mod dialect;
 mod events;
 mod group_commit;
+pub mod integrity;
 pub mod metrics;
 mod page;
 mod plan;
@@ -76,6 +77,12 @@ pub enum StoreError {
     /// is freed.
     #[error("storage full: {0}")]
     StorageFull(String),
+    /// The database reports its file damaged (what it said): nothing was written.
+    #[error("the database file is damaged: {0}")]
+    FileCorrupt(String),
+    /// The start-up check found the SQLite file damaged (see [`integrity`]).
+    #[error(transparent)]
+    Damaged(#[from] integrity::Damaged),
     /// The secret key given to the store does not open the secrets stored with it (refused at open, so a
     /// wrong key never signs with garbage), or a stored secret does not decrypt.
     #[error("secret key: {0}")]
@@ -88,6 +95,7 @@ impl StoreError {
         match self {
             StoreError::Database(error) => custody::fault_of(error),
             StoreError::StorageFull(_) => Some(custody::Fault::Full),
+            StoreError::FileCorrupt(_) | StoreError::Damaged(_) => Some(custody::Fault::Corrupt),
             StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(custody::Fault::Unavailable),
             _ => None,
         }
@@ -98,6 +106,7 @@ impl StoreError {
     pub(crate) fn shared_by_batch(error: &StoreError) -> StoreError {
         match error.fault() {
             Some(custody::Fault::Full) => StoreError::StorageFull(error.to_string()),
+            Some(custody::Fault::Corrupt) => StoreError::FileCorrupt(error.to_string()),
             _ => StoreError::Batch(error.to_string()),
         }
     }
@@ -733,6 +742,8 @@ pub struct StoreOptions {
     pub attempt_retention: Duration,
     /// PostgreSQL: how long the database may keep a request waiting before it is answered 503.
     pub database: custody::DatabaseTimeouts,
+    /// SQLite: how much of the file is checked before it is served (see [`integrity`]).
+    pub sqlite_check: integrity::SqliteCheck,
 }
 
 impl Default for StoreOptions {
@@ -742,6 +753,7 @@ impl Default for StoreOptions {
             release_drain: Duration::from_secs(16),
             attempt_retention: Duration::from_secs(30 * 24 * 3600),
             database: custody::DatabaseTimeouts::default(),
+            sqlite_check: integrity::SqliteCheck::default(),
         }
     }
 }
@@ -757,6 +769,7 @@ pub type SharedStore = Arc<dyn Store>;
 /// error otherwise); secrets stored before encryption existed are encrypted then.
 pub async fn open_with(database_url: &str, cipher: SecretCipher, options: &StoreOptions) -> StoreResult<SharedStore> {
     if database_url.starts_with("sqlite:") {
+        integrity::check(database_url, options.sqlite_check).await?;
         Ok(Arc::new(sqlite::SqliteStore::open(database_url, cipher).await?))
     } else if is_postgres_url(database_url) {
         let store = postgres::PgStore::open(database_url, cipher, options).await?;
@@ -772,6 +785,7 @@ pub async fn open_with(database_url: &str, cipher: SecretCipher, options: &Store
 /// Run the migrations of the database at `database_url` and nothing else (`herald migrate`).
 pub async fn migrate(database_url: &str) -> StoreResult<()> {
     if database_url.starts_with("sqlite:") {
+        integrity::check(database_url, integrity::SqliteCheck::Basic).await?;
         sqlite::migrate(database_url).await
     } else if is_postgres_url(database_url) {
         postgres::migrate(database_url).await

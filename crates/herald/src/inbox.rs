@@ -37,6 +37,46 @@ pub(crate) struct InboxArgs {
     /// The HTTP listener's timeouts and caps.
     #[command(flatten)]
     edge: EdgeArgs,
+    /// The store's database settings; override the file's keys of the same names.
+    #[command(flatten)]
+    database: DatabaseArgs,
+}
+
+/// `herald inbox`'s database settings, named as `herald serve`'s.
+#[derive(Debug, Args)]
+struct DatabaseArgs {
+    /// PostgreSQL: the longest a provider's request waits for a database connection before it is
+    /// answered 503 `store_unavailable`; overrides the file's `database_timeout` [default: 1s].
+    #[arg(long, env = "HERALD_DATABASE_TIMEOUT")]
+    database_timeout: Option<String>,
+    /// PostgreSQL: every session's statement_timeout and lock_timeout; every store call is given up
+    /// after this plus the database timeout; overrides the file's `database_statement_timeout`
+    /// [default: 5s].
+    #[arg(long, env = "HERALD_DATABASE_STATEMENT_TIMEOUT")]
+    database_statement_timeout: Option<String>,
+    /// SQLite: how much of the database file is checked before it is served: basic, quick or full (see
+    /// `herald serve --help`); overrides the file's `sqlite_check` [default: basic].
+    #[arg(long, env = "HERALD_SQLITE_CHECK")]
+    sqlite_check: Option<String>,
+}
+
+impl DatabaseArgs {
+    /// The file's settings with these overrides.
+    fn apply(&self, file: herald_inbox::DatabaseOptions) -> anyhow::Result<herald_inbox::DatabaseOptions> {
+        Ok(herald_inbox::DatabaseOptions {
+            timeouts: file
+                .timeouts
+                .with_settings(
+                    self.database_timeout.as_deref(),
+                    self.database_statement_timeout.as_deref(),
+                )
+                .map_err(anyhow::Error::msg)?,
+            sqlite_check: match &self.sqlite_check {
+                Some(text) => text.parse().map_err(anyhow::Error::msg).context("sqlite_check")?,
+                None => file.sqlite_check,
+            },
+        })
+    }
 }
 
 /// `herald inbox`'s settings, checked.
@@ -52,9 +92,11 @@ pub(crate) struct InboxSettings {
 impl InboxArgs {
     /// Load the configuration file and apply the overrides.
     pub(crate) fn settings(self) -> anyhow::Result<InboxSettings> {
+        let mut config = load(&self.config, self.retry_schedule.as_deref())?;
+        config.database = self.database.apply(config.database)?;
         Ok(InboxSettings {
             log_format: self.log_format,
-            config: load(&self.config, self.retry_schedule.as_deref())?,
+            config,
             listen: self.listen,
             database_url: self.database_url,
             admin_token: self.admin_token.filter(|t| !t.is_empty()),
@@ -143,8 +185,9 @@ impl EmbeddedInbox {
     /// next to a sender on `sender_database_url`.
     pub(crate) fn load(
         file: Option<&herald_server::InboxFile>,
-        sender_database_url: &str,
+        sender: &herald_server::Settings,
     ) -> anyhow::Result<Option<EmbeddedInbox>> {
+        let sender_database_url = sender.database_url.as_str();
         let Some(file) = file else {
             return Ok(None);
         };
@@ -155,10 +198,13 @@ impl EmbeddedInbox {
             None if herald_store::is_postgres_url(sender_database_url) => sender_database_url.to_owned(),
             None => herald_inbox::DEFAULT_DATABASE_URL.to_owned(),
         };
-        Ok(Some(EmbeddedInbox {
-            config: load(&file.path, file.retry_schedule.as_deref())?,
-            database_url,
-        }))
+        let mut config = load(&file.path, file.retry_schedule.as_deref())?;
+        // One process, one set of database settings: the sender's (`herald serve`'s options and file).
+        config.database = herald_inbox::DatabaseOptions {
+            timeouts: sender.database_timeouts,
+            sqlite_check: sender.sqlite_check,
+        };
+        Ok(Some(EmbeddedInbox { config, database_url }))
     }
 
     /// Open its store and start its forwarder.

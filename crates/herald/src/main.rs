@@ -228,6 +228,12 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_DATABASE_STATEMENT_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     database_statement_timeout: Option<String>,
+    /// SQLite: how much of the database file is checked before it is served: basic (header, length and
+    /// schema: microseconds), quick (PRAGMA quick_check: reads the whole file) or full (PRAGMA
+    /// integrity_check) [default: basic].
+    #[arg(long, env = "HERALD_SQLITE_CHECK")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sqlite_check: Option<String>,
     /// Also serve GET /metrics, without a token, on this address (e.g. 127.0.0.1:9040) [default: none;
     /// /metrics on the API port always answers, with the admin token].
     #[arg(long, env = "HERALD_METRICS_LISTEN")]
@@ -276,7 +282,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => {
                 let config = herald_server::Config::load(args.config.as_deref(), &*args)?;
                 let settings = config.settings()?;
-                let inbox = inbox::EmbeddedInbox::load(settings.inbox.as_ref(), &settings.database_url)?;
+                let inbox = inbox::EmbeddedInbox::load(settings.inbox.as_ref(), &settings)?;
                 serve::run(settings, inbox, json).await
             }
             Command::Inbox(args) => {

@@ -74,6 +74,7 @@ fn help_documents_every_setting() {
         "HERALD_LEASE_TTL",
         "HERALD_DATABASE_TIMEOUT",
         "HERALD_DATABASE_STATEMENT_TIMEOUT",
+        "HERALD_SQLITE_CHECK",
         "HERALD_RETENTION",
         "HERALD_CONFIG",
     ] {

@@ -679,3 +679,49 @@ async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledg
         faults::duplicates(&arrivals),
     );
 }
+
+/// `herald inbox`'s PostgreSQL timeouts are settings, as the sender's: with `HERALD_DATABASE_TIMEOUT`
+/// and `HERALD_DATABASE_STATEMENT_TIMEOUT` below their defaults, an insert whose connection goes silent
+/// is answered `503 store_unavailable` within their sum (0.5 s + 1 s), not the default's 6 s; the inbox
+/// takes events again at once, and the silent insert was not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_database_timeouts_are_settings_that_bound_a_silent_insert() {
+    let test = "inbox_database_timeouts_are_settings_that_bound_a_silent_insert";
+    let handler = Receiver::start(common::Reply::status(200)).await;
+    let env = [
+        ("HERALD_DATABASE_TIMEOUT", "500ms"),
+        ("HERALD_DATABASE_STATEMENT_TIMEOUT", "1s"),
+    ];
+    let Some((inbox, proxy)) = Herald::start_inbox_behind_proxy(test, &faults::inbox_config(&handler), &env).await
+    else {
+        return;
+    };
+    let bound = Duration::from_millis(1_500);
+    let mut events = Ledger::default();
+    post_until_acknowledged(&inbox, "before", &mut events).await;
+    proxy.cut_at_next(b"silent", CommitCut::SilentBefore);
+    let (status, body, elapsed) = post_timed(&inbox, "silent").await;
+    events.answer(200, status, &body);
+    assert!(!proxy.commit_cut_armed(), "the insert went through the proxy unseen");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "a silent insert: {body}"
+    );
+    assert!(
+        elapsed <= bound + SLACK,
+        "the silent insert was answered after {elapsed:?}, beyond the configured bound of {bound:?}"
+    );
+    post_until_acknowledged(&inbox, "after", &mut events).await;
+    events.assert_answers("store_unavailable", 1);
+    let stored = faults::inbox_events(&inbox).await;
+    assert!(
+        !stored.contains_key("silent"),
+        "the silent insert was stored: {stored:?}"
+    );
+    assert!(
+        stored.contains_key("before") && stored.contains_key("after"),
+        "{stored:?}"
+    );
+    println!("reliability: inbox, PostgreSQL, silent insert answered 503 after {elapsed:?} (bound {bound:?})");
+}

@@ -8,6 +8,7 @@ mod browser;
 mod cli;
 mod cluster;
 mod common;
+mod corrupt_database;
 mod dashboard;
 mod database_faults;
 mod delivery;

@@ -12,6 +12,7 @@ use herald_store::StoreError;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{ApplicationIn, ApplicationOut, ApplicationPatch, ListResponse};
 use crate::query::Query;
 use crate::state::AppState;
@@ -46,26 +47,6 @@ fn retention(days: Option<i64>) -> ApiResult<Option<u32>> {
         .transpose()
 }
 
-/// Look up an app by id or uid, answering 404 when missing.
-pub(crate) async fn find(state: &AppState, id_or_uid: &str) -> ApiResult<Application> {
-    state
-        .store
-        .get_app(id_or_uid)
-        .await
-        .map_err(|e| ApiError::from_store(e, "application"))
-}
-
-/// The id of the app an id or uid names, from memory when possible (the message hot path). The store
-/// re-checks that the app exists when it commits the message.
-pub(crate) async fn resolve_id(state: &AppState, id_or_uid: &str) -> ApiResult<String> {
-    if let Some(id) = state.app_ids.get(id_or_uid) {
-        return Ok(id);
-    }
-    let app = find(state, id_or_uid).await?;
-    state.app_ids.insert(id_or_uid, &app.id);
-    Ok(app.id)
-}
-
 /// The id of the app `id_or_uid` names, creating it from `input` when there is none (a message's inline
 /// `application`, as Svix: ignored when the app exists). The new app takes `id_or_uid` as its uid; a
 /// different `uid` in `input` is refused, as is a missing app named by an `app_…` id (ids are Herald's to
@@ -76,7 +57,7 @@ pub(crate) async fn resolve_or_create(
     mut input: ApplicationIn,
 ) -> ApiResult<String> {
     check_in(&input)?;
-    match resolve_id(state, id_or_uid).await {
+    match lookup::app_id(state, id_or_uid).await {
         Err(error) if error.status == StatusCode::NOT_FOUND => {}
         found => return found,
     }
@@ -89,7 +70,7 @@ pub(crate) async fn resolve_or_create(
     match create_new(state, input).await {
         Ok(app) => Ok(app.id),
         // Another request created it meanwhile: use that one.
-        Err(error) if error.status == StatusCode::CONFLICT => resolve_id(state, id_or_uid).await,
+        Err(error) if error.status == StatusCode::CONFLICT => lookup::app_id(state, id_or_uid).await,
         Err(error) => Err(error),
     }
 }
@@ -159,7 +140,7 @@ fn new_app(input: ApplicationIn) -> ApiResult<Application> {
 }
 
 async fn read(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<Json<ApplicationOut>> {
-    Ok(Json(convert::application(find(&state, &app_id).await?)))
+    Ok(Json(convert::application(lookup::app(&state, &app_id).await?)))
 }
 
 /// PUT replaces the app, creating it (with the path segment as its uid) when it does not exist, as
@@ -201,7 +182,7 @@ async fn patch(
     Path(app_id): Path<String>,
     JsonBody(input): JsonBody<ApplicationPatch>,
 ) -> ApiResult<Json<ApplicationOut>> {
-    let mut app = find(&state, &app_id).await?;
+    let mut app = lookup::app(&state, &app_id).await?;
     if let Some(name) = input.name {
         app.name = name;
     }
@@ -236,7 +217,7 @@ async fn save(state: &AppState, app: &mut Application) -> ApiResult<()> {
 }
 
 async fn remove(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<StatusCode> {
-    let app = find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let endpoints = state
         .store
         .app_endpoints(&app.id)

@@ -9,8 +9,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
 
-use super::{apps, endpoints};
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::EndpointAttemptStatsOut;
 use crate::query::Query;
 use crate::state::AppState;
@@ -29,8 +29,8 @@ async fn attempt_stats(
     // A window that ends before it starts holds nothing (the document cannot state a rule between two
     // parameters, so none is imposed): it counts zero.
     let until = query.time_ms(&["until"])?.unwrap_or_else(now_ms).max(since);
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let store_error = |e| ApiError::from_store(e, "endpoint");
     // The whole window as one bucket.
     let buckets = state

@@ -11,9 +11,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::model::{Attempt, Message};
 
-use super::{apps, endpoints};
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{ListResponse, MessageAttemptOut};
 use crate::query::Query;
 use crate::state::AppState;
@@ -65,7 +65,7 @@ pub(super) fn routes() -> Router<AppState> {
 }
 
 async fn message(state: &AppState, app_id: &str, msg_id: &str) -> ApiResult<Message> {
-    let app = apps::find(state, app_id).await?;
+    let app = lookup::app(state, app_id).await?;
     state
         .store
         .get_message(&app.id, msg_id)
@@ -131,7 +131,7 @@ async fn by_message(
             .map_err(|e| ApiError::from_store(e, "attempt"))?,
         Some(endpoint) => {
             // An endpoint's uid names it as well as its id.
-            let endpoint = endpoints::find(&state, &message.app_id, endpoint).await?;
+            let endpoint = lookup::endpoint(&state, &message.app_id, endpoint).await?;
             scan_message(&state, &message, &filter, &page, |a| a.endpoint_id == endpoint.id).await?
         }
     };
@@ -167,8 +167,8 @@ async fn by_endpoint(
 ) -> ApiResult<Json<ListResponse<MessageAttemptOut>>> {
     let query = Query::of(&uri);
     let (page, filter) = (query.page()?, filter(&query)?);
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let found = state
         .store
         .list_attempts_by_endpoint(&app.id, &endpoint.id, &filter, &page)

@@ -6,24 +6,20 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use base64::Engine as _;
 use herald_core::clock::now_ms;
 use herald_core::model::Endpoint;
-use herald_signature::{Ed25519SigningKey, HmacSecret, SigningKey};
+use herald_signature::SigningKey;
 
-use super::{apps, endpoints};
 use crate::body::{JsonBody, parse_json};
 use crate::custom_headers;
 use crate::error::{ApiError, ApiResult};
+use crate::keys::{KeyKind, generate_key, parse_key, secret_out};
+use crate::lookup;
 use crate::model::{
     EndpointHeadersIn, EndpointHeadersOut, EndpointHeadersPatchIn, EndpointSecretOut, EndpointSecretRotateIn,
 };
 use crate::state::AppState;
 
-/// HMAC key sizes accepted (bytes), per the Standard Webhooks recommendation.
-const SECRET_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
-/// Bytes of randomness in a generated HMAC key.
-const GENERATED_SECRET_BYTES: usize = 32;
 /// How long a replaced key keeps signing when the rotation does not say: a day, as Svix does, so
 /// receivers that poll their configuration daily never reject a request.
 pub(super) const DEFAULT_GRACE_SECONDS: u64 = 24 * 3600;
@@ -40,106 +36,9 @@ pub(super) fn routes() -> Router<AppState> {
         )
 }
 
-/// The two kinds of signing key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyKind {
-    /// `whsec_`, `v1` signatures.
-    Hmac,
-    /// `whsk_`, `v1a` signatures.
-    Ed25519,
-}
-
-impl KeyKind {
-    /// The `signatureType` named `name`.
-    pub(crate) fn parse(name: &str) -> ApiResult<Self> {
-        match name {
-            "hmac" => Ok(Self::Hmac),
-            "ed25519" => Ok(Self::Ed25519),
-            other => Err(ApiError::body(
-                "signatureType",
-                format!("must be \"hmac\" or \"ed25519\", got {other:?}"),
-            )),
-        }
-    }
-
-    fn of(key: &SigningKey) -> Self {
-        match key {
-            SigningKey::Hmac(_) => Self::Hmac,
-            SigningKey::Ed25519(_) => Self::Ed25519,
-        }
-    }
-}
-
-/// The `signatureType` an endpoint shows for its current key (`hmac` if it does not parse: that is what
-/// every key used to be).
-pub(crate) fn signature_type(key: Option<&SigningKey>) -> &'static str {
-    match key.map(KeyKind::of) {
-        Some(KeyKind::Ed25519) => "ed25519",
-        _ => "hmac",
-    }
-}
-
-/// A client-supplied key, validated, in canonical text form; `field` names it in errors.
-pub(crate) fn parse_key(field: &str, text: &str) -> ApiResult<String> {
-    let key = SigningKey::parse(text).map_err(|e| ApiError::body(field, format!("{e}")))?;
-    if let SigningKey::Hmac(secret) = &key
-        && !SECRET_BYTES.contains(&secret.len())
-    {
-        return Err(ApiError::body(
-            field,
-            format!(
-                "the key must be {} to {} bytes long, got {}",
-                SECRET_BYTES.start(),
-                SECRET_BYTES.end(),
-                secret.len()
-            ),
-        ));
-    }
-    Ok(key.to_text())
-}
-
-/// A fresh random key of `kind`.
-pub(crate) fn generate_key(kind: KeyKind) -> String {
-    match kind {
-        KeyKind::Hmac => {
-            let bytes: [u8; GENERATED_SECRET_BYTES] = rand::random();
-            format!(
-                "{}{}",
-                HmacSecret::PREFIX,
-                base64::engine::general_purpose::STANDARD.encode(bytes)
-            )
-        }
-        KeyKind::Ed25519 => {
-            let seed = zeroize::Zeroizing::new(rand::random::<[u8; 32]>());
-            Ed25519SigningKey::from_seed(&seed).to_whsk()
-        }
-    }
-}
-
-/// The key an endpoint is created with: the given one (whose kind must match `signatureType`, when that
-/// is given too) or a fresh one of the kind asked for.
-pub(crate) fn initial_key(given: Option<&str>, signature_type: Option<&str>) -> ApiResult<String> {
-    let kind = signature_type.map(KeyKind::parse).transpose()?;
-    match given {
-        Some(text) => {
-            let key = parse_key("secret", text)?;
-            if let Some(kind) = kind
-                && SigningKey::parse(&key).map(|k| KeyKind::of(&k)).ok() != Some(kind)
-            {
-                return Err(ApiError::body(
-                    "signatureType",
-                    "does not match the kind of the given secret (whsec_ is hmac, whsk_ is ed25519)",
-                ));
-            }
-            Ok(key)
-        }
-        None => Ok(generate_key(kind.unwrap_or(KeyKind::Hmac))),
-    }
-}
-
 async fn find(state: &AppState, app_id: &str, endpoint_id: &str) -> ApiResult<Endpoint> {
-    let app = apps::find(state, app_id).await?;
-    endpoints::find(state, &app.id, endpoint_id).await
+    let app = lookup::app(state, app_id).await?;
+    lookup::endpoint(state, &app.id, endpoint_id).await
 }
 
 async fn secret(
@@ -148,15 +47,6 @@ async fn secret(
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let endpoint = find(&state, &app_id, &endpoint_id).await?;
     Ok(Json(secret_out(endpoint.secret)))
-}
-
-/// The answer naming a signing key, with its public key for Ed25519 keys.
-pub(crate) fn secret_out(key: String) -> EndpointSecretOut {
-    let public_key = SigningKey::parse(&key)
-        .ok()
-        .and_then(|k| k.public_key())
-        .map(|k| k.to_whpk());
-    EndpointSecretOut { key, public_key }
 }
 
 /// Rotate the signing key. The body is optional (`{}` and no body both generate a key of the current

@@ -14,12 +14,12 @@ use herald_core::model::{Application, Endpoint, Headers, Ordering};
 use herald_delivery::verification;
 use herald_store::StoreError;
 
-use super::apps;
-use super::endpoint_secrets::{KeyKind, generate_key, initial_key, parse_key};
 use crate::body::JsonBody;
 use crate::convert;
 use crate::custom_headers;
 use crate::error::{ApiError, ApiResult};
+use crate::keys::{KeyKind, generate_key, initial_key, parse_key};
+use crate::lookup;
 use crate::model::{
     EndpointHealthOut, EndpointIn, EndpointOut, EndpointPatch, EndpointUpdate, ListResponse, Metadata, Patch,
 };
@@ -47,11 +47,6 @@ pub(super) fn routes() -> Router<AppState> {
 
 fn store_error(error: StoreError) -> ApiError {
     ApiError::from_store(error, "endpoint")
-}
-
-/// Look up an endpoint of an app by id or uid.
-pub(crate) async fn find(state: &AppState, app_id: &str, endpoint_id: &str) -> ApiResult<Endpoint> {
-    state.store.get_endpoint(app_id, endpoint_id).await.map_err(store_error)
 }
 
 /// The fields every write of an endpoint sets, validated.
@@ -219,7 +214,7 @@ async fn list(
     let page = query.page()?;
     // Newest first unless `order=ascending`, as Svix lists endpoints (the contract checked the value).
     let newest_first = query.get(&["order"]) != Some("ascending");
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let found = state
         .store
         .list_endpoints(&app.id, &page, newest_first)
@@ -233,7 +228,7 @@ async fn create(
     Path(app_id): Path<String>,
     JsonBody(input): JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let headers = match &input.headers {
         Some(given) => custom_headers::validate("headers", given)?,
         None => Headers::new(),
@@ -326,8 +321,8 @@ async fn read(
     State(state): State<AppState>,
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<Json<EndpointOut>> {
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let health = health(&state, &endpoint).await?;
     let mut out = convert::endpoint(endpoint);
     out.health = Some(health);
@@ -418,8 +413,8 @@ async fn verify(
     State(state): State<AppState>,
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let app = apps::find(&state, &app_id).await?;
-    let mut endpoint = find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let mut endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     await_verification(&mut endpoint);
     endpoint.updated_at = now_ms();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
@@ -434,7 +429,7 @@ async fn replace(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     JsonBody(input): JsonBody<EndpointUpdate>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     match state.store.get_endpoint(&app.id, &endpoint_id).await {
         Ok(existing) => Ok((
             StatusCode::OK,
@@ -461,8 +456,8 @@ async fn patch(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     JsonBody(input): JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
-    let app = apps::find(&state, &app_id).await?;
-    let mut endpoint = find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let mut endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     // `"secret": null` asks for a fresh random key of the current kind; a value sets that key. Either
     // replaces the key at once, as a rotation without grace period.
     let new_secret = match &input.secret {
@@ -495,8 +490,8 @@ async fn remove(
     State(state): State<AppState>,
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     state.store.delete_endpoint(&endpoint.id).await.map_err(store_error)?;
     state.endpoint_changed(&endpoint.id);
     Ok(StatusCode::NO_CONTENT)

@@ -17,6 +17,7 @@ use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult, Problem, Source};
+use crate::lookup;
 use crate::model::{
     ApplicationIn, ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut,
     MessageEndpointOut, MessageIn, MessageOut,
@@ -114,7 +115,7 @@ fn new_message(input: MessageIn, app_id: &str, idempotency_key: Option<String>) 
 async fn app_of(state: &AppState, app_id: &str, application: Option<ApplicationIn>) -> ApiResult<String> {
     match application {
         Some(application) => apps::resolve_or_create(state, app_id, application).await,
-        None => apps::resolve_id(state, app_id).await,
+        None => lookup::app_id(state, app_id).await,
     }
 }
 
@@ -253,7 +254,7 @@ async fn list(
         channel: query.get(&["channel"]).map(str::to_owned),
         oldest_first: false,
     };
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let found = state
         .store
         .list_messages(&app.id, &filter, &page)
@@ -268,7 +269,7 @@ async fn read(
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<MessageOut>> {
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
 }
@@ -281,7 +282,7 @@ async fn deliveries(
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let page = Query::of(&uri).page()?;
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     let found = state
         .store

@@ -5,8 +5,6 @@ mod attempt_stats;
 mod attempts;
 mod endpoint_secrets;
 mod endpoints;
-
-pub(crate) use endpoint_secrets::signature_type;
 mod event_type_import;
 mod event_types;
 mod health;
@@ -18,8 +16,6 @@ mod polling_endpoints;
 mod precheck;
 mod stats;
 mod tenancy;
-
-pub(crate) use apps::resolve_id as resolve_app_id;
 
 use axum::Router;
 use axum::body::Bytes;

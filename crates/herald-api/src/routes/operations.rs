@@ -20,10 +20,10 @@ use herald_core::clock::now_ms;
 use herald_core::model::{AttemptTrigger, DeliveryStatus};
 use herald_store::{MessageFilter, Requeue};
 
-use super::{apps, endpoints};
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{
     BackgroundTaskOut, BulkExpungeIn, BulkExpungeOut, CancelledOut, EndpointMessageOut, EndpointStatsOut, ListResponse,
     MessageOut, RepairIn,
@@ -76,7 +76,7 @@ async fn events(
         channel: query.get(&["channel"]).map(str::to_owned),
         oldest_first: true,
     };
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let found = state
         .store
         .list_messages(&app.id, &filter, &page)
@@ -99,13 +99,13 @@ async fn resend(
     State(state): State<AppState>,
     Path((app_id, msg_id, endpoint_id)): Path<(String, String, String)>,
 ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
         .get_message(&app.id, &msg_id)
         .await
         .map_err(store_error("message"))?;
-    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let outcome = state
         .store
         .requeue_delivery(&message.id, &endpoint.id, AttemptTrigger::Manual, now_ms())
@@ -148,8 +148,8 @@ async fn start_repair(
     input: &RepairIn,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     let (since, until) = window(input)?;
-    let app = apps::find(state, app_id).await?;
-    let endpoint = endpoints::find(state, &app.id, endpoint_id).await?;
+    let app = lookup::app(state, app_id).await?;
+    let endpoint = lookup::endpoint(state, &app.id, endpoint_id).await?;
     let task = tasks::start(state, repair, endpoint, since, until)
         .await
         .map_err(store_error("background task"))?;
@@ -196,7 +196,7 @@ async fn cancel_message(
     State(state): State<AppState>,
     Path((app_id, msg_id)): Path<(String, String)>,
 ) -> ApiResult<Json<CancelledOut>> {
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
         .get_message(&app.id, &msg_id)
@@ -210,8 +210,8 @@ async fn cancel_endpoint(
     State(state): State<AppState>,
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<Json<CancelledOut>> {
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let cancelled = cancel(&state, &app.id, None, Some(&endpoint.id)).await?;
     Ok(Json(CancelledOut { cancelled }))
 }
@@ -221,7 +221,7 @@ async fn expunge(
     State(state): State<AppState>,
     Path((app_id, msg_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     expunge_one(&state, &app.id, &msg_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -255,7 +255,7 @@ async fn bulk_expunge(
             format!("at most {MAX_BULK_EXPUNGE} messages at a time, got {}", ids.len()),
         ));
     }
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let mut results = std::collections::BTreeMap::new();
     for id in ids {
         let outcome = match expunge_one(&state, &app.id, &id).await {
@@ -303,9 +303,9 @@ async fn list_deliveries(
     let page = query.page()?;
     let status = status_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
-    let app = apps::find(state, app_id).await?;
+    let app = lookup::app(state, app_id).await?;
     let endpoint = match endpoint_id {
-        Some(id) => Some(endpoints::find(state, &app.id, id).await?.id),
+        Some(id) => Some(lookup::endpoint(state, &app.id, id).await?.id),
         None => None,
     };
     let found = state
@@ -343,8 +343,8 @@ async fn stats(
     let query = Query::of(&uri);
     let since = query.time_ms(&["since"])?.unwrap_or(0);
     let until = query.time_ms(&["until"])?.unwrap_or(i64::MAX);
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let s = state
         .store
         .endpoint_stats(&endpoint.id, since, until)

@@ -24,10 +24,10 @@ use herald_core::model::Message;
 use herald_store::{ConsumerOffset, PollingEndpoint, StoreError, StreamPage};
 use tokio::time::Instant;
 
-use super::polling_endpoints::find;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::MessageOut;
 use crate::polling_model::{
     PollerV2CommitIn, PollerV2MessageOut, PollerV2PollOut, PollingEndpointConsumerSeekIn,
@@ -199,7 +199,7 @@ async fn poll(
         channel: query.get(&["channel"]).map(str::to_owned),
     };
     let after = query.time_ms(&["after"])?;
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     let from = match (query.get(&["iterator"]).filter(|s| !s.is_empty()), after) {
         (Some(iterator), _) => parse_iterator(iterator)?,
         (None, Some(time)) => position_at(&state, &sink, time).await?,
@@ -231,7 +231,7 @@ async fn consumer_poll(
     consumer_id(&consumer)?;
     let query = Query::of(&uri);
     let params = ReadParams::of(&query)?;
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     let from = match query.get(&["iterator"]).filter(|s| !s.is_empty()) {
         // Coming back with the last answer's iterator acknowledges everything before it.
         Some(iterator) => {
@@ -263,7 +263,7 @@ async fn consumer_seek(
     JsonBody(input): JsonBody<PollingEndpointConsumerSeekIn>,
 ) -> ApiResult<Json<PollingEndpointConsumerSeekOut>> {
     consumer_id(&consumer)?;
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     let position = position_at(&state, &sink, convert::millis(input.after)).await?;
     state
         .store
@@ -306,7 +306,7 @@ async fn v2_poll(
             ));
         }
     };
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     let known = state
         .store
         .consumer_offset(&sink.id, &consumer)
@@ -363,7 +363,7 @@ async fn v2_commit(
     JsonBody(input): JsonBody<PollerV2CommitIn>,
 ) -> ApiResult<StatusCode> {
     consumer_id(&consumer)?;
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     let head = state.store.stream_head(&sink.app_id).await.map_err(store_error)?;
     // The document bounds `offset` (0 and up); one past the stream's head conflicts with the stream as
     // it is now (409, as the state of the resource decides it), rather than being malformed.

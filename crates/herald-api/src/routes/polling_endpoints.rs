@@ -13,11 +13,12 @@ use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
 use herald_store::{PollingEndpoint, StoreError};
 
-use super::endpoint_secrets::{initial_key, secret_out};
-use super::{apps, tenancy};
+use super::tenancy;
 use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::keys::{initial_key, secret_out};
+use crate::lookup;
 use crate::model::{EndpointSecretOut, ListResponse, Metadata};
 use crate::polling_model::{
     PollingEndpointIn, PollingEndpointPatch, PollingEndpointSinkOut, PollingEndpointTokenIn, PollingEndpointTokenOut,
@@ -44,16 +45,6 @@ pub(super) fn routes() -> Router<AppState> {
 
 fn store_error(error: StoreError) -> ApiError {
     ApiError::from_store(error, "polling endpoint")
-}
-
-/// The polling endpoint `sink_id` (id or uid) of the application `app_id` (id or uid).
-pub(crate) async fn find(state: &AppState, app_id: &str, sink_id: &str) -> ApiResult<PollingEndpoint> {
-    let app_id = apps::resolve_id(state, app_id).await?;
-    state
-        .store
-        .get_polling_endpoint(&app_id, sink_id)
-        .await
-        .map_err(store_error)
 }
 
 /// The fields a client sets, validated.
@@ -131,7 +122,7 @@ async fn list(
     if page.reverse {
         return Err(ApiError::query("iterator", "polling endpoints are listed forward only"));
     }
-    let app_id = apps::resolve_id(&state, &app_id).await?;
+    let app_id = lookup::app_id(&state, &app_id).await?;
     let mut found = state
         .store
         .list_polling_endpoints(&app_id, page.after.as_deref(), page.limit + 1)
@@ -153,7 +144,7 @@ async fn create(
     Path(app_id): Path<String>,
     JsonBody(input): JsonBody<PollingEndpointIn>,
 ) -> ApiResult<(StatusCode, Json<PollingEndpointSinkOut>)> {
-    let app_id = apps::resolve_id(&state, &app_id).await?;
+    let app_id = lookup::app_id(&state, &app_id).await?;
     let secret = initial_key(input.secret.as_deref(), None)?;
     let fields = SinkFields {
         uid: input.uid,
@@ -185,7 +176,7 @@ async fn read(
     State(state): State<AppState>,
     Path((app_id, sink_id)): Path<(String, String)>,
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
-    Ok(Json(out(find(&state, &app_id, &sink_id).await?)))
+    Ok(Json(out(lookup::polling_endpoint(&state, &app_id, &sink_id).await?)))
 }
 
 async fn patch(
@@ -193,7 +184,7 @@ async fn patch(
     Path((app_id, sink_id)): Path<(String, String)>,
     JsonBody(input): JsonBody<PollingEndpointPatch>,
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
-    let mut sink = find(&state, &app_id, &sink_id).await?;
+    let mut sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     SinkFields::of_patch(&sink, input).validate()?.apply(&mut sink);
     sink.updated_at = now_ms();
     state.store.update_polling_endpoint(&sink).await.map_err(store_error)?;
@@ -204,7 +195,7 @@ async fn remove(
     State(state): State<AppState>,
     Path((app_id, sink_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     state
         .store
         .delete_polling_endpoint(&sink.app_id, &sink.id)
@@ -217,7 +208,7 @@ async fn secret(
     State(state): State<AppState>,
     Path((app_id, sink_id)): Path<(String, String)>,
 ) -> ApiResult<Json<EndpointSecretOut>> {
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     Ok(Json(secret_out(sink.secret)))
 }
 
@@ -230,7 +221,7 @@ async fn issue_token(
     JsonBody(input): JsonBody<PollingEndpointTokenIn>,
 ) -> ApiResult<Json<PollingEndpointTokenOut>> {
     let expiry = tenancy::expiry_of(input.expiry)?;
-    let sink = find(&state, &app_id, &sink_id).await?;
+    let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     // Read-only: whatever else it could be allowed, it never writes (see `crate::auth`).
     let token = tenancy::mint(&state, TOKEN_PREFIX, &sink.app_id, Some(&sink.id), true, expiry).await?;
     Ok(Json(PollingEndpointTokenOut { token }))

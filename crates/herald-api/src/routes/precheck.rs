@@ -6,9 +6,9 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::apps;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{MessagePrecheckIn, MessagePrecheckOut};
 use crate::state::AppState;
 use crate::validate;
@@ -23,7 +23,7 @@ async fn precheck(
     JsonBody(input): JsonBody<MessagePrecheckIn>,
 ) -> ApiResult<Json<MessagePrecheckOut>> {
     validate::name("eventType", &input.event_type, false)?;
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let endpoints = state
         .store
         .app_endpoints(&app.id)

@@ -7,9 +7,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
 
-use super::{apps, endpoints};
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{AttemptStatisticsData, AttemptStatisticsResponse};
 use crate::query::Query;
 use crate::state::AppState;
@@ -75,8 +75,8 @@ async fn endpoint_attempts(
         query.time_ms(&["endDate", "end_date"])?,
         now_ms(),
     );
-    let app = apps::find(&state, &app_id).await?;
-    let endpoint = endpoints::find(&state, &app.id, &endpoint_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
+    let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let found = state
         .store
         .attempt_buckets(&endpoint.id, buckets.start, buckets.end, buckets.length)

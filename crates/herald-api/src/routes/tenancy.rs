@@ -20,6 +20,7 @@ use super::apps;
 use crate::auth::Principal;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
+use crate::lookup;
 use crate::model::{AppPortalAccessIn, AppPortalAccessOut, ApplicationTokenExpireIn, TokenInfoOut};
 use crate::state::AppState;
 use crate::validate;
@@ -147,7 +148,7 @@ async fn issue(
     if let Some(application) = &input.application {
         apps::check_in(application)?;
     }
-    let app = match (apps::find(state, app_id).await, input.application) {
+    let app = match (lookup::app(state, app_id).await, input.application) {
         (Ok(app), _) => app,
         // As Svix: `application` creates the application when the path names none.
         (Err(error), Some(mut application)) if error.status == StatusCode::NOT_FOUND => {
@@ -189,7 +190,7 @@ async fn expire_all(
         ));
     }
     let grace = input.expiry.unwrap_or(0).min(MAX_EXPIRY_SECONDS);
-    let app = apps::find(&state, &app_id).await?;
+    let app = lookup::app(&state, &app_id).await?;
     let at = now_ms().saturating_add(i64::try_from(grace * 1000).unwrap_or(i64::MAX));
     state
         .store

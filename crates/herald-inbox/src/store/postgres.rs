@@ -63,21 +63,20 @@ impl Drop for PgInbox {
 }
 
 impl PgInbox {
-    /// Connect to the database at `url` (`postgres://…`; it must exist) and run the inbox's migrations;
-    /// with the bound its calls are to be held to (see [`super::BoundedInbox`]), which its pool's
-    /// release check shares.
+    /// Connect to the database at `url` (`postgres://…`; it must exist) with these timeouts and run the
+    /// inbox's migrations; with the bound its calls are to be held to (see [`super::BoundedInbox`]),
+    /// which its pool's release check shares.
     ///
     /// # Errors
     ///
     /// Database and migration errors.
-    pub async fn open(url: &str) -> StoreResult<(Self, Bound)> {
+    pub async fn open(url: &str, timeouts: DatabaseTimeouts) -> StoreResult<(Self, Bound)> {
         let options = PgConnectOptions::from_str(url)?
             .application_name("herald-inbox")
             .options([("synchronous_commit", "on")]);
         // While the database refuses or stops answering, providers hear 503 within the acquire timeout
         // and retry later instead of piling up; the server cancels a statement or lock wait that runs
         // longer than the statement timeout.
-        let timeouts = DatabaseTimeouts::default();
         let bound = timeouts.bound();
         let pool = timeouts
             .pool(&bound)

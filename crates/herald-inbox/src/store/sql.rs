@@ -520,7 +520,7 @@ impl<B: Backend> InboxStore for B {
             let now = herald_core::clock::now_ms();
             conn.execute(fixed(statement::PROBE), params![now]).await.map(drop)
         };
-        health.recheck(probe, StoreError::fault).await
+        health.recheck(probe, StoreError::fault, StoreError::FileCorrupt).await
     }
 
     fn forwarding(&self) -> Forwarding {

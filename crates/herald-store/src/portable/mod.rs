@@ -974,7 +974,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         // While writes fail on a storage fault, a probe write tells when they succeed again.
         let now = herald_core::clock::now_ms().to_string();
         let probe = self.meta_set(crate::custody::HEALTH_PROBE_KEY, &now);
-        self.health.recheck(probe, StoreError::fault).await
+        self.health
+            .recheck(probe, StoreError::fault, StoreError::FileCorrupt)
+            .await
     }
 
     async fn shutdown(&self) {

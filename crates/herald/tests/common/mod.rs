@@ -101,6 +101,18 @@ impl Herald {
         Self::spawn(dir, test_env(extra_env), None, vec!["serve".into()], None).await
     }
 
+    /// Start with a fresh SQLite file (`herald.db` in its directory), whatever `HERALD_TEST_BACKEND` says.
+    pub(crate) async fn start_sqlite(extra_env: &[(&str, &str)]) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        Self::spawn(dir, test_env(extra_env), None, vec!["serve".into()], None).await
+    }
+
+    /// Start `herald inbox` with this configuration on a fresh SQLite file (`herald.db` in its
+    /// directory), whatever `HERALD_TEST_BACKEND` says.
+    pub(crate) async fn start_inbox_sqlite(config: &str) -> Self {
+        Self::spawn_inbox(config, &[], None, None).await
+    }
+
     /// Start `herald inbox` with this configuration (written to `inbox.toml` in a fresh directory), the
     /// test token, and a fresh database, on `addr` if given: a SQLite file, or a PostgreSQL database when
     /// `HERALD_TEST_BACKEND=postgres`.
@@ -227,13 +239,13 @@ impl Herald {
         self.dir.path().join("herald.db")
     }
 
-    async fn spawn(
-        dir: Arc<tempfile::TempDir>,
-        env: Vec<(String, String)>,
+    /// The command that starts `herald ARGS` in `dir` with the harness's environment and `env`.
+    fn command(
+        dir: &tempfile::TempDir,
+        env: &[(String, String)],
         addr: Option<SocketAddr>,
-        args: Vec<String>,
-        database: Option<Arc<TestDatabase>>,
-    ) -> Self {
+        args: &[String],
+    ) -> Command {
         let listen = addr.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
         // [`LAUNCHER`] in the settings: the binary is started through that command (e.g. `prlimit`).
         let launcher: Vec<&str> = env
@@ -250,7 +262,7 @@ impl Herald {
             None => Command::new(env!("CARGO_BIN_EXE_herald")),
         };
         command
-            .args(&args)
+            .args(args)
             .current_dir(dir.path())
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -259,12 +271,60 @@ impl Herald {
             .env(
                 "HERALD_DATABASE_URL",
                 format!("sqlite://{}", dir.path().join("herald.db").display()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            );
         for (k, v) in env.iter().filter(|(k, _)| k != LAUNCHER) {
             command.env(k, v);
         }
+        command
+    }
+
+    /// Start again on the same database with `extra_env` on top of this node's settings, expecting the
+    /// start to be refused: fails unless the process exits unsuccessfully within 30 s without serving;
+    /// answers what it printed on standard error. The node must be stopped ([`Herald::kill9`]).
+    pub(crate) fn start_refused(&self, extra_env: &[(&str, &str)]) -> String {
+        let mut env = self.env.clone();
+        for (k, v) in extra_env {
+            env.retain(|(key, _)| key != k);
+            env.push(((*k).into(), (*v).into()));
+        }
+        let mut child = Self::command(&self.dir, &env, None, &self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn herald");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("herald started (or hung) where it should have refused to start");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .expect("read stderr");
+        assert!(!status.success(), "herald exited successfully: {stderr}");
+        stderr
+    }
+
+    async fn spawn(
+        dir: Arc<tempfile::TempDir>,
+        env: Vec<(String, String)>,
+        addr: Option<SocketAddr>,
+        args: Vec<String>,
+        database: Option<Arc<TestDatabase>>,
+    ) -> Self {
+        let mut command = Self::command(&dir, &env, addr, &args);
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = command.spawn().expect("spawn herald");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();

@@ -1,0 +1,48 @@
+//! The lookups every resource shares: an application by id or uid, the id it resolves to, an endpoint or a
+//! polling endpoint of an application. They live apart from the routes so that authentication and the
+//! resources that nest under an application use them without importing one another.
+
+use herald_core::model::{Application, Endpoint};
+use herald_store::PollingEndpoint;
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Look up an app by id or uid, answering 404 when missing.
+pub(crate) async fn app(state: &AppState, id_or_uid: &str) -> ApiResult<Application> {
+    state
+        .store
+        .get_app(id_or_uid)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))
+}
+
+/// The id of the app an id or uid names, from memory when possible (the message hot path). The store
+/// re-checks that the app exists when it commits the message.
+pub(crate) async fn app_id(state: &AppState, id_or_uid: &str) -> ApiResult<String> {
+    if let Some(id) = state.app_ids.get(id_or_uid) {
+        return Ok(id);
+    }
+    let app = app(state, id_or_uid).await?;
+    state.app_ids.insert(id_or_uid, &app.id);
+    Ok(app.id)
+}
+
+/// Look up an endpoint of an app by id or uid.
+pub(crate) async fn endpoint(state: &AppState, app_id: &str, endpoint_id: &str) -> ApiResult<Endpoint> {
+    state
+        .store
+        .get_endpoint(app_id, endpoint_id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "endpoint"))
+}
+
+/// The polling endpoint `sink_id` (id or uid) of the application `app_id` (id or uid).
+pub(crate) async fn polling_endpoint(state: &AppState, app_id: &str, sink_id: &str) -> ApiResult<PollingEndpoint> {
+    let app_id = self::app_id(state, app_id).await?;
+    state
+        .store
+        .get_polling_endpoint(&app_id, sink_id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "polling endpoint"))
+}
