@@ -49,7 +49,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationPartialUpdate",
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
-  "endpoint.bulkReplay",
   "endpoint.sendExample",
   "message.expungeAllContents",
   "messageAttempt.expungeContent",
@@ -367,6 +366,16 @@ async function scenario(s, receiver, step) {
   await sdk.endpoint.replayMissing(app.id, ep.id, { since });
   const recovered = await sdk.endpoint.recover(app.id, ep.id, { since });
   await sdk.backgroundTask.get(recovered.id);
+  // The message was delivered (and resent): a bulk replay of its event type sends it once more.
+  const replay = await sdk.endpoint.bulkReplay(app.id, ep.id, { since, eventTypes: [etName] });
+  expect(replay.task === "endpoint.bulk-replay", `ReplayOut.task ${replay.task}`);
+  let task = await sdk.backgroundTask.get(replay.id);
+  for (const deadline = Date.now() + 20000; task.status === "running" && Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    task = await sdk.backgroundTask.get(replay.id);
+  }
+  expect(task.status === "finished" && task.data.messagesSent === 1, `bulk replay task ${JSON.stringify(task)}`);
+  await waitAttempts(s, app.id, msg.id, 3);
   await sdk.message.expungeContent(app.id, msg.id);
   if (typeof s.client.message.bulkExpungeContent === "function") {
     const bulk = await sdk.message.bulkExpungeContent(app.id, { ids: [msg.id, "msg_unknown"] });

@@ -70,7 +70,6 @@ NOT_OFFERED = {
     "endpoint.transformation_partial_update",
     "endpoint.transformation_get",
     "endpoint.patch_transformation",
-    "endpoint.bulk_replay",
     "endpoint.send_example",
     "message.expunge_all_contents",
     "message_attempt.expunge_content",
@@ -481,6 +480,14 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     sdk.endpoint.replay_missing(app.id, ep.id, mk("ReplayIn", since=since))
     recovered = sdk.endpoint.recover(app.id, ep.id, mk("RecoverIn", since=since))
     sdk.background_task.get(recovered.id)
+    # The message was delivered (and resent): a bulk replay of its event type sends it once more.
+    replay = sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, event_types=[et_name]))
+    expect(str(replay.task) == "endpoint.bulk-replay", f"ReplayOut.task {replay.task!r}")
+    deadline = time.monotonic() + 20
+    while str((task := sdk.background_task.get(replay.id)).status) == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    expect(str(task.status) == "finished" and task.data.get("messagesSent") == 1, f"bulk replay task {task!r}")
+    wait_attempts(s, app.id, msg.id, 3)
     sdk.message.expunge_content(app.id, msg.id)
     if gen2:  # 1.x has no bulk expunge
         bulk = sdk.message.bulk_expunge_content(app.id, mk("BulkExpungeContentsIn", ids=[msg.id, "msg_unknown"]))

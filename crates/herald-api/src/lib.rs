@@ -39,6 +39,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use error::{ApiError, ApiResult};
 pub use state::{AppState, Limits, Portal};
+pub use tasks::resume_interrupted;
 
 /// The HTTP service [`service`] builds: a router behind Herald's path normalisation (see [`normalize`]).
 pub type Service = MapRequest<NormalizePath<axum::Router>, fn(Request) -> Request>;

@@ -1012,6 +1012,36 @@ pub struct RepairIn {
     pub until: Option<OffsetDateTime>,
 }
 
+/// Body of `POST …/endpoint/{endpoint_id}/bulk-replay` (Svix `BulkReplayIn`): which of the messages sent
+/// to the endpoint to send again.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkReplayIn {
+    /// Start of the window (messages created at or after it).
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    /// End of the window (messages created before it); now when absent.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub until: Option<OffsetDateTime>,
+    /// Only messages of these event types.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    /// Only messages on this channel.
+    #[serde(default)]
+    pub channel: Option<String>,
+    /// Only messages with this tag (not offered yet: refused when set).
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// Only deliveries in this state (Svix `MessageStatus`: 0 success, 1 pending, 2 fail, 3 sending,
+    /// 4 canceled).
+    #[serde(default)]
+    pub status: Option<i64>,
+    /// Only deliveries whose latest attempt got a response of this class (Svix `StatusCodeClass`: 0 none,
+    /// 100, 200, 300, 400, 500).
+    #[serde(default)]
+    pub status_code_class: Option<i64>,
+}
+
 /// A background task, as started (Svix `RecoverOut`/`ReplayOut`) or read back (`BackgroundTaskOut`).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,5 +1,6 @@
 //! Bulk repairs run as tracked background tasks: `recover` (re-queue an endpoint's failed and dead
-//! deliveries in a window) and `replay-missing` (give an endpoint the messages of a window it never got).
+//! deliveries in a window), `replay-missing` (give an endpoint the messages of a window it never got) and
+//! `bulk-replay` (send an endpoint again the messages of a window it was sent, narrowed by filters).
 //!
 //! A task works in chunks, one short transaction each, and records its progress after every chunk, so
 //! `GET /background-task/{id}` shows how far it is and the single write connection is never held for
@@ -7,14 +8,20 @@
 //! which sends them through the endpoint's usual concurrency cap, pacing, circuit breaker and slow start —
 //! that is what keeps a recovering endpoint from being flooded. Only deliveries that are not already
 //! pending are touched, so running a repair twice never queues anything twice.
+//!
+//! Recover and bulk replay take deliveries in `seq` order up to the highest `seq` that existed when they
+//! started, and a re-queued delivery gets a new `seq` above it: each delivery is taken at most once, even
+//! if it is delivered again before the task ends. Their task rows carry the whole selection and the last
+//! `seq` taken, so a task interrupted by a stop (even `kill -9`) is carried on where it was by the next
+//! start ([`resume_interrupted`]); replay-missing is marked failed instead (running it again is safe).
 
 use std::time::Duration;
 
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{BackgroundTask, Endpoint};
-use herald_store::StoreResult;
-use serde_json::json;
+use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint};
+use herald_store::{RequeueSelection, StoreError, StoreResult};
+use serde_json::{Value, json};
 
 use crate::state::AppState;
 
@@ -22,6 +29,46 @@ use crate::state::AppState;
 const CHUNK: usize = 500;
 /// A pause between chunks, leaving the write connection to ingest and results.
 const BREATHER: Duration = Duration::from_millis(5);
+/// How often a running process looks for tasks that another, stopped node left behind (PostgreSQL).
+const ORPHAN_SWEEP: Duration = Duration::from_secs(20);
+
+/// The task kinds whose rows carry enough to be carried on after a stop.
+const RESUMABLE: [&str; 2] = [RECOVER, BULK_REPLAY];
+const RECOVER: &str = "endpoint.recover";
+const REPLAY: &str = "endpoint.replay";
+const BULK_REPLAY: &str = "endpoint.bulk-replay";
+
+/// What a bulk replay takes besides its window, as the caller gave it (Svix `BulkReplayIn`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ReplayFilter {
+    /// Only messages of these event types.
+    pub(crate) event_types: Option<Vec<String>>,
+    /// Only messages on this channel.
+    pub(crate) channel: Option<String>,
+    /// Svix's `MessageStatus` of the delivery (0 success, 1 pending, 2 fail, 3 sending, 4 canceled).
+    pub(crate) status: Option<i64>,
+    /// The latest attempt's status class (0 none, 100 … 500).
+    pub(crate) status_code_class: Option<i64>,
+}
+
+impl ReplayFilter {
+    /// The delivery states a bulk replay with this filter takes: every finished one, or those of the
+    /// Svix status asked for (pending and sending ones are on their way already, so none).
+    fn statuses(&self) -> Vec<DeliveryStatus> {
+        match self.status {
+            None => vec![
+                DeliveryStatus::Delivered,
+                DeliveryStatus::Failed,
+                DeliveryStatus::Dead,
+                DeliveryStatus::Cancelled,
+            ],
+            Some(0) => vec![DeliveryStatus::Delivered],
+            Some(2) => vec![DeliveryStatus::Failed, DeliveryStatus::Dead],
+            Some(4) => vec![DeliveryStatus::Cancelled],
+            Some(_) => Vec::new(),
+        }
+    }
+}
 
 /// Which repair to run.
 #[derive(Debug, Clone)]
@@ -30,14 +77,107 @@ pub(crate) enum Repair {
     Recover,
     /// Create the deliveries the endpoint never got.
     ReplayMissing,
+    /// Re-queue the finished deliveries that match the filter.
+    BulkReplay(ReplayFilter),
 }
 
 impl Repair {
     fn kind(&self) -> &'static str {
         match self {
-            Repair::Recover => "endpoint.recover",
-            Repair::ReplayMissing => "endpoint.replay",
+            Repair::Recover => RECOVER,
+            Repair::ReplayMissing => REPLAY,
+            Repair::BulkReplay(_) => BULK_REPLAY,
         }
+    }
+}
+
+/// A task's parameters and progress, as its row's `data` carries them.
+#[derive(Debug, Clone)]
+struct Plan {
+    endpoint_id: String,
+    since: i64,
+    until: i64,
+    repair: Repair,
+    /// Recover and bulk replay: the highest `seq` they take, and the last one taken so far.
+    through_seq: i64,
+    after_seq: i64,
+    /// Deliveries made pending so far.
+    queued: u64,
+}
+
+impl Plan {
+    /// The selection of a recover or bulk replay, from where it is.
+    fn selection(&self) -> Option<RequeueSelection> {
+        let (statuses, trigger, filter) = match &self.repair {
+            Repair::Recover => (
+                vec![DeliveryStatus::Failed, DeliveryStatus::Dead],
+                AttemptTrigger::Recover,
+                ReplayFilter::default(),
+            ),
+            // A replay asked for by hand, like a resend.
+            Repair::BulkReplay(filter) => (filter.statuses(), AttemptTrigger::Manual, filter.clone()),
+            Repair::ReplayMissing => return None,
+        };
+        Some(RequeueSelection {
+            endpoint_id: self.endpoint_id.clone(),
+            statuses,
+            since: self.since,
+            until: self.until,
+            event_types: filter.event_types,
+            channel: filter.channel,
+            status_class: filter.status_code_class,
+            after_seq: self.after_seq,
+            through_seq: self.through_seq,
+            trigger,
+        })
+    }
+
+    /// The task's `data`: everything needed to carry it on, and its result so far.
+    fn data(&self) -> Value {
+        let mut data = json!({
+            "endpointId": self.endpoint_id,
+            "since": self.since,
+            "until": self.until,
+            "queued": self.queued,
+        });
+        if !matches!(self.repair, Repair::ReplayMissing) {
+            data["throughSeq"] = json!(self.through_seq);
+            data["afterSeq"] = json!(self.after_seq);
+        }
+        if let Repair::BulkReplay(filter) = &self.repair {
+            // Svix's name for the result of a bulk replay.
+            data["messagesSent"] = json!(self.queued);
+            data["eventTypes"] = json!(filter.event_types);
+            data["channel"] = json!(filter.channel);
+            data["status"] = json!(filter.status);
+            data["statusCodeClass"] = json!(filter.status_code_class);
+        }
+        data
+    }
+
+    /// Read back what [`Plan::data`] wrote, for a task of `kind`; `None` if it does not carry it.
+    fn from_data(kind: &str, data: &str) -> Option<Plan> {
+        let data: Value = serde_json::from_str(data).ok()?;
+        let int = |key: &str| data.get(key).and_then(Value::as_i64);
+        let repair = match kind {
+            RECOVER => Repair::Recover,
+            BULK_REPLAY => Repair::BulkReplay(ReplayFilter {
+                event_types: serde_json::from_value(data.get("eventTypes")?.clone()).ok()?,
+                channel: serde_json::from_value(data.get("channel")?.clone()).ok()?,
+                status: int("status"),
+                status_code_class: int("statusCodeClass"),
+            }),
+            _ => return None,
+        };
+        Some(Plan {
+            endpoint_id: data.get("endpointId")?.as_str()?.to_owned(),
+            since: int("since")?,
+            until: int("until")?,
+            repair,
+            through_seq: int("throughSeq")?,
+            after_seq: int("afterSeq")?,
+            queued: data.get("queued")?.as_u64()?,
+        })
     }
 }
 
@@ -49,40 +189,110 @@ pub(crate) async fn start(
     since: i64,
     until: i64,
 ) -> StoreResult<BackgroundTask> {
-    let total = match repair {
-        Repair::Recover => state.store.count_failed(&endpoint.id, since, until).await?,
-        Repair::ReplayMissing => state.store.count_messages(&endpoint.app_id, since, until).await?,
+    let mut plan = Plan {
+        endpoint_id: endpoint.id.clone(),
+        since,
+        until,
+        repair,
+        through_seq: 0,
+        after_seq: 0,
+        queued: 0,
+    };
+    let total = match plan.selection() {
+        Some(mut selection) => {
+            plan.through_seq = state.store.last_delivery_seq().await?;
+            selection.through_seq = plan.through_seq;
+            state.store.count_selected(&selection).await?
+        }
+        None => state.store.count_messages(&endpoint.app_id, since, until).await?,
     };
     let now = now_ms();
     let task = BackgroundTask {
         id: new_id(IdKind::Task),
-        kind: repair.kind().to_owned(),
+        kind: plan.repair.kind().to_owned(),
         app_id: endpoint.app_id.clone(),
         state: "running".to_owned(),
         processed: 0,
         total,
-        data: json!({ "endpointId": endpoint.id, "since": since, "until": until }).to_string(),
+        data: plan.data().to_string(),
         created_at: now,
         updated_at: now,
     };
     state.store.create_task(&task).await?;
-    crate::metrics::task(repair.kind(), "started");
+    crate::metrics::task(plan.repair.kind(), "started");
+    spawn(state, task.clone(), plan, endpoint);
+    Ok(task)
+}
+
+/// Carry on the recover and bulk-replay tasks a stopped process left running, and mark the others
+/// failed; then, where several processes share the store (PostgreSQL), keep looking for tasks a node
+/// that stopped left behind. Called once at start, before the API serves.
+pub async fn resume_interrupted(state: &AppState) -> StoreResult<()> {
+    sweep(state, true).await?;
     let state = state.clone();
-    let running = task.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(ORPHAN_SWEEP).await;
+            if let Err(error) = sweep(&state, false).await {
+                tracing::warn!(%error, "looking for interrupted background tasks failed");
+            }
+        }
+    });
+    Ok(())
+}
+
+async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
+    let (claimed, failed) = state
+        .store
+        .take_interrupted_tasks(now_ms(), starting, &RESUMABLE)
+        .await?;
+    if failed > 0 {
+        tracing::warn!(failed, "background tasks interrupted by a stop are marked failed");
+    }
+    for mut task in claimed {
+        let endpoint = match Plan::from_data(&task.kind, &task.data) {
+            Some(plan) => state
+                .store
+                .get_endpoint(&task.app_id, &plan.endpoint_id)
+                .await
+                .map(|endpoint| (plan, endpoint)),
+            None => Err(StoreError::NotFound),
+        };
+        match endpoint {
+            Ok((plan, endpoint)) => {
+                tracing::warn!(task = %task.id, kind = %task.kind, "carrying on a background task a stop interrupted");
+                spawn(state, task, plan, endpoint);
+            }
+            Err(error) => {
+                // Its endpoint is gone (or its row unreadable): there is nothing left to do.
+                task.state = "failed".to_owned();
+                task.updated_at = now_ms();
+                task.data = json!({ "error": error.to_string() }).to_string();
+                state.store.update_task(&task).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run the task in the background and record how it ended.
+fn spawn(state: &AppState, running: BackgroundTask, plan: Plan, endpoint: Endpoint) {
+    let state = state.clone();
     tokio::spawn(async move {
         let mut task = running;
-        let outcome = run(&state, &repair, &endpoint, since, until, &mut task).await;
+        let mut plan = plan;
+        let kind = plan.repair.kind();
+        let outcome = run(&state, &mut plan, &endpoint, &mut task).await;
         task.updated_at = now_ms();
         match outcome {
-            Ok(queued) => {
-                crate::metrics::task(repair.kind(), "finished");
+            Ok(()) => {
+                crate::metrics::task(kind, "finished");
                 task.state = "finished".to_owned();
-                task.data =
-                    json!({ "endpointId": endpoint.id, "since": since, "until": until, "queued": queued }).to_string();
+                task.data = plan.data().to_string();
             }
             Err(error) => {
                 tracing::warn!(%error, task = %task.id, "background task failed");
-                crate::metrics::task(repair.kind(), "failed");
+                crate::metrics::task(kind, "failed");
                 task.state = "failed".to_owned();
                 task.data = json!({ "endpointId": endpoint.id, "error": error.to_string() }).to_string();
             }
@@ -91,34 +301,25 @@ pub(crate) async fn start(
             tracing::warn!(%error, task = %task.id, "recording the end of a background task failed");
         }
     });
-    Ok(task)
 }
 
-/// Work through the repair chunk by chunk; returns how many deliveries it made pending.
-async fn run(
-    state: &AppState,
-    repair: &Repair,
-    endpoint: &Endpoint,
-    since: i64,
-    until: i64,
-    task: &mut BackgroundTask,
-) -> StoreResult<u64> {
-    let mut queued = 0;
+/// Work through the repair chunk by chunk, recording progress in `task` after each.
+async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut BackgroundTask) -> StoreResult<()> {
     let mut cursor: Option<String> = None;
     loop {
         let now = now_ms();
-        let (done, made_pending, handled) = match repair {
-            Repair::Recover => {
-                let n = state
-                    .store
-                    .requeue_failed(&endpoint.id, since, until, CHUNK, now)
-                    .await?;
-                (n < CHUNK as u64, n, n)
+        let (done, made_pending, handled) = match plan.selection() {
+            Some(selection) => {
+                let chunk = state.store.requeue_selected(&selection, CHUNK, now).await?;
+                if let Some(last) = chunk.last_seq {
+                    plan.after_seq = last;
+                }
+                (chunk.last_seq.is_none(), chunk.queued, chunk.queued)
             }
-            Repair::ReplayMissing => {
+            None => {
                 let (last, created) = state
                     .store
-                    .add_missing_deliveries(endpoint, since, until, cursor.as_deref(), CHUNK, now)
+                    .add_missing_deliveries(endpoint, plan.since, plan.until, cursor.as_deref(), CHUNK, now)
                     .await?;
                 let done = last.is_none();
                 cursor = last;
@@ -131,17 +332,18 @@ async fn run(
                 (done, created, scanned)
             }
         };
-        queued += made_pending;
+        plan.queued += made_pending;
         task.processed += handled;
-        // Deliveries that failed after the count was taken make the job larger than announced.
+        // A count taken at the start can be overtaken (deliveries finished meanwhile).
         task.total = task.total.max(task.processed);
         task.updated_at = now_ms();
         if made_pending > 0 {
             state.engine_backlog(&endpoint.id);
         }
         if done {
-            return Ok(queued);
+            return Ok(());
         }
+        task.data = plan.data().to_string();
         state.store.update_task(task).await?;
         tokio::time::sleep(BREATHER).await;
     }

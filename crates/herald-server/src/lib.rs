@@ -118,17 +118,6 @@ impl Node {
             }
         };
         let (admin_token_sha256, generated_admin_token) = admin_token(&store, settings.admin_token.as_deref()).await?;
-        // A task that was running when the previous process stopped will not continue: say so.
-        let interrupted = store
-            .fail_interrupted_tasks(herald_core::clock::now_ms())
-            .await
-            .context("closing interrupted background tasks")?;
-        if interrupted > 0 {
-            tracing::warn!(
-                interrupted,
-                "background tasks interrupted by the last stop are marked failed"
-            );
-        }
         let extra_routes = extra_routes(&admin_token_sha256);
         let policy = Arc::new(
             AddressPolicy::new(settings.allow_private_cidrs.clone(), settings.allow_http)
@@ -170,6 +159,10 @@ impl Node {
         )
         .with_portal(settings.portal.clone())
         .with_metrics_top_endpoints(settings.metrics_top_endpoints);
+        // Carry on (or close) the background tasks the previous process left running, before serving.
+        herald_api::resume_interrupted(&state)
+            .await
+            .context("taking up interrupted background tasks")?;
         let metrics_addr = match settings.metrics_listen {
             Some(listen) => {
                 let (addr, task) = serve_metrics(listen, state.clone()).await?;

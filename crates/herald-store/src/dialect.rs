@@ -14,7 +14,9 @@ use crate::events::NewEvent;
 use crate::group_commit::IngestJob;
 use crate::rows::Columns;
 use crate::statement::Sql;
-use crate::{AttemptRecord, CommitFeed, Ownership, Requeue, RetentionStep, StoreResult};
+use crate::{
+    AttemptRecord, CommitFeed, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult,
+};
 
 /// A SQL store of dialect `D` ([`crate::sqlite::SqliteStore`], [`crate::postgres::PgStore`]).
 #[allow(private_bounds)] // The dialects are this crate's two; nothing outside names the trait.
@@ -125,6 +127,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// The column that orders rows of one table by insertion (SQLite's `rowid`, a serial `id` on
     /// PostgreSQL) — for `endpoint_secret`.
     const INSERTION_ORDER: &'static str;
+    /// How long a running background task must have made no progress before another process may take it
+    /// as interrupted; `None` where one process runs all of them (SQLite), so that every task still
+    /// running when it starts was interrupted, and none is while it runs.
+    const TASK_ORPHANED_AFTER_MS: Option<i64>;
 
     /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
     fn json_array_contains(column: &str, mark: &str) -> String;
@@ -187,15 +193,14 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         trigger: AttemptTrigger,
         now: i64,
     ) -> impl Future<Output = StoreResult<Requeue>> + Send + 'a;
-    /// See [`crate::Store::requeue_failed`].
-    fn requeue_failed<'a>(
+    /// See [`crate::Store::requeue_selected`] (the selection is [`crate::portable::selected`]; the lock and
+    /// the re-insert differ).
+    fn requeue_selected<'a>(
         store: &'a SqlStore<Self>,
-        endpoint_id: &'a str,
-        since: i64,
-        until: i64,
+        selection: &'a RequeueSelection,
         limit: usize,
         now: i64,
-    ) -> impl Future<Output = StoreResult<u64>> + Send + 'a;
+    ) -> impl Future<Output = StoreResult<RequeueChunk>> + Send + 'a;
     /// See [`crate::Store::add_missing_deliveries`].
     #[allow(clippy::too_many_arguments)]
     fn add_missing_deliveries<'a>(
@@ -207,9 +212,6 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         limit: usize,
         now: i64,
     ) -> impl Future<Output = StoreResult<(Option<String>, u64)>> + Send + 'a;
-    /// See [`crate::Store::fail_interrupted_tasks`] (PostgreSQL: only tasks stale for a while, since other
-    /// nodes run tasks too).
-    fn fail_interrupted_tasks(store: &SqlStore<Self>, now: i64) -> impl Future<Output = StoreResult<u64>> + Send + '_;
     /// See [`crate::Store::shutdown`].
     fn shutdown(store: &SqlStore<Self>) -> impl Future<Output = ()> + Send + '_;
     /// See [`crate::Store::ownership`].

@@ -379,6 +379,43 @@ pub struct MessageFilter {
     pub oldest_first: bool,
 }
 
+/// Which deliveries of one endpoint a bulk re-queue takes (recover, bulk replay): finished ones (never
+/// pending) of messages created in `[since, until)` whose payload was not expunged, narrowed by the
+/// filters that are set.
+#[derive(Debug, Clone)]
+pub struct RequeueSelection {
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// Only deliveries in one of these states (pending ones are ignored: they are going out anyway).
+    pub statuses: Vec<DeliveryStatus>,
+    /// Messages created at or after this time.
+    pub since: i64,
+    /// Messages created before this time.
+    pub until: i64,
+    /// Only messages of these event types.
+    pub event_types: Option<Vec<String>>,
+    /// Only messages on this channel.
+    pub channel: Option<String>,
+    /// Only deliveries whose latest attempt got a response of this class (100, 200, … 500), or none
+    /// (0: no attempt, or no HTTP response).
+    pub status_class: Option<i64>,
+    /// Only deliveries with a `seq` above this one (a resumed task's progress).
+    pub after_seq: i64,
+    /// Only deliveries with a `seq` at most this one (what existed when the task started).
+    pub through_seq: i64,
+    /// The reason their next attempt is made.
+    pub trigger: AttemptTrigger,
+}
+
+/// What one [`Store::requeue_selected`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequeueChunk {
+    /// Deliveries made pending.
+    pub queued: u64,
+    /// The highest old `seq` taken; `None` when nothing was left to take.
+    pub last_seq: Option<i64>,
+}
+
 crate::bounded_trait! {
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently. On
 /// PostgreSQL every `async` call is bounded on the client's side ([`bounded::BoundedStore`]).
@@ -594,18 +631,16 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue>;
-    /// Failed or dead deliveries of an endpoint whose messages were created in `[since, until)`.
-    async fn count_failed(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<u64>;
-    /// Re-queue up to `limit` of those (as [`Store::requeue_delivery`] with the recover trigger); returns
-    /// how many. Re-queued deliveries are pending, so calling again takes the next ones.
-    async fn requeue_failed(
-        &self,
-        endpoint_id: &str,
-        since: i64,
-        until: i64,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<u64>;
+    /// Deliveries of an endpoint that `selection` takes.
+    async fn count_selected(&self, selection: &RequeueSelection) -> StoreResult<u64>;
+    /// Re-queue up to `limit` of those, lowest `seq` first (as [`Store::requeue_delivery`] with the
+    /// selection's trigger), in one transaction. Re-queued deliveries are pending under new `seq`s above
+    /// every `through_seq` taken before, so calling again takes the next ones and never the same delivery
+    /// twice.
+    async fn requeue_selected(&self, selection: &RequeueSelection, limit: usize, now: i64) -> StoreResult<RequeueChunk>;
+    /// The highest delivery `seq` given out so far (0 when none): a bulk re-queue that goes no higher
+    /// takes only deliveries that existed when it started.
+    async fn last_delivery_seq(&self) -> StoreResult<i64>;
     /// Messages of an app created in `[since, until)`.
     async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64>;
     /// Scan up to `limit` messages of the endpoint's app created in `[since, until)` with an id after
@@ -648,8 +683,17 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// A task by id; `app_id` restricts it to one application.
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
-    /// Mark tasks left running by a previous process as failed (they were interrupted); returns how many.
-    async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64>;
+    /// Close the background tasks a stopped process left running — on SQLite every task still running when
+    /// a process starts (`starting`), on PostgreSQL, shared by nodes, those that made no progress for a
+    /// minute: those whose kind is in `resume` are claimed for the caller to carry on (their `updated_at`
+    /// becomes `now`; two callers never claim the same task) and returned, the others are marked failed.
+    /// Returns the claimed tasks and how many were failed.
+    async fn take_interrupted_tasks(
+        &self,
+        now: i64,
+        starting: bool,
+        resume: &[&str],
+    ) -> StoreResult<(Vec<BackgroundTask>, u64)>;
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;

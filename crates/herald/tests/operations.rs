@@ -466,3 +466,167 @@ async fn a_delivery_cancelled_while_waiting_for_its_retry_is_not_retried() {
     let state = herald.get(&format!("/app/{app}/msg/{msg}/endpoint")).await;
     assert_eq!(state["data"][0]["deliveryStatus"], "cancelled");
 }
+
+/// Per message id, how many requests the receiver got.
+fn sends(receiver: &Receiver) -> std::collections::HashMap<String, usize> {
+    receiver.per_message().into_iter().map(|(id, (n, _))| (id, n)).collect()
+}
+
+async fn bulk_replay(herald: &Herald, app: &str, ep: &str, body: Value) -> Value {
+    let task = herald
+        .post(&format!("/app/{app}/endpoint/{ep}/bulk-replay"), body)
+        .await;
+    assert_eq!(task["task"], "endpoint.bulk-replay", "{task}");
+    let task = finished(herald, &task).await;
+    assert_eq!(task["status"], "finished", "{task}");
+    task
+}
+
+#[tokio::test]
+async fn bulk_replay_sends_again_exactly_the_messages_its_filters_match() {
+    let herald = Herald::start(&FAST_DEATH).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    // A content rejection: the delivery fails for good on its first attempt.
+    receiver.rule("\"refuse\"", Reply::status(400));
+    let app = herald.app("shop").await;
+    let (ep, _) = herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let since = now_rfc3339();
+    let post = |body: Value| {
+        let (herald, app) = (&herald, app.clone());
+        async move {
+            herald.post(&format!("/app/{app}/msg"), body).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let delivered = post(json!({"eventType": "a.b", "payload": {"n": 1}})).await;
+    let failed = post(json!({"eventType": "a.b", "payload": {"refuse": true}})).await;
+    let other_type = post(json!({"eventType": "c.d", "payload": {"n": 3}})).await;
+    let on_channel = post(json!({"eventType": "a.b", "channels": ["eu"], "payload": {"n": 4}})).await;
+    wait_for_state(&herald, &app, &ep, "delivered", 3).await;
+    wait_for_state(&herald, &app, &ep, "failed", 1).await;
+    let once: std::collections::HashMap<String, usize> = [&delivered, &failed, &other_type, &on_channel]
+        .iter()
+        .map(|id| ((*id).clone(), 1))
+        .collect();
+    assert_eq!(sends(&receiver), once);
+
+    // The successes of one event type: two messages, each sent once more, nothing else.
+    let task = bulk_replay(
+        &herald,
+        &app,
+        &ep,
+        json!({"since": since, "eventTypes": ["a.b"], "status": 0}),
+    )
+    .await;
+    assert_eq!(task["data"]["messagesSent"], 2, "{task}");
+    assert_eq!(task["processed"], 2, "{task}");
+    wait_for_state(&herald, &app, &ep, "delivered", 3).await;
+    receiver.wait_for(6, WAIT).await;
+    let mut expected = once.clone();
+    expected.insert(delivered.clone(), 2);
+    expected.insert(on_channel.clone(), 2);
+    assert_eq!(sends(&receiver), expected);
+    let attempts = herald.attempts(&app, &delivered).await;
+    assert!(
+        attempts.iter().any(|a| a["triggerType"] == 1),
+        "a replay is a manual attempt: {attempts:?}"
+    );
+
+    // What got a 4xx, and what is on a channel.
+    let task = bulk_replay(&herald, &app, &ep, json!({"since": since, "statusCodeClass": 400})).await;
+    assert_eq!(task["data"]["messagesSent"], 1, "{task}");
+    wait_for_state(&herald, &app, &ep, "failed", 1).await;
+    let task = bulk_replay(&herald, &app, &ep, json!({"since": since, "channel": "eu"})).await;
+    assert_eq!(task["data"]["messagesSent"], 1, "{task}");
+    receiver.wait_for(8, WAIT).await;
+    expected.insert(failed.clone(), 2);
+    expected.insert(on_channel.clone(), 3);
+    wait_until("the channel's replay to be attempted", || async {
+        (sends(&receiver) == expected).then_some(())
+    })
+    .await;
+
+    // Pending is never replayed, and a window after every message takes nothing.
+    let task = bulk_replay(&herald, &app, &ep, json!({"since": since, "status": 1})).await;
+    assert_eq!(task["data"]["messagesSent"], 0, "{task}");
+    let task = bulk_replay(&herald, &app, &ep, json!({"since": now_rfc3339()})).await;
+    assert_eq!(task["data"]["messagesSent"], 0, "{task}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sends(&receiver), expected, "nothing more was sent");
+
+    for (body, field) in [
+        (json!({"since": since, "status": 7}), "status"),
+        (json!({"since": since, "statusCodeClass": 250}), "statusCodeClass"),
+        (json!({"since": since, "eventTypes": ["not a name"]}), "eventTypes"),
+        (json!({"since": since, "tag": "vip"}), "tag"),
+    ] {
+        let (status, error) = herald
+            .call("POST", &format!("/app/{app}/endpoint/{ep}/bulk-replay"), Some(body))
+            .await;
+        assert_eq!(status, 422, "{error}");
+        assert_eq!(error["detail"][0]["loc"][1], field, "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_bulk_replay_interrupted_by_kill_9_is_carried_on_at_the_next_start() {
+    const MESSAGES: usize = 1_200;
+    let mut herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("shop").await;
+    let (ep, _) = herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let since = now_rfc3339();
+    let matching: Vec<String> = futures::stream::iter(0..MESSAGES)
+        .map(|n| send(&herald, &app, "a.b", n))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let other = send(&herald, &app, "c.d", 0).await;
+    wait_for_state(&herald, &app, &ep, "pending", 0).await;
+    receiver.wait_for(MESSAGES + 1, Duration::from_secs(120)).await;
+    wait_until("every delivery to be recorded", || async {
+        let page = herald.get(&format!("/app/{app}/endpoint/{ep}/stats")).await;
+        (page["success"] == MESSAGES + 1).then_some(())
+    })
+    .await;
+
+    let task = herald
+        .post(
+            &format!("/app/{app}/endpoint/{ep}/bulk-replay"),
+            json!({"since": since, "eventTypes": ["a.b"]}),
+        )
+        .await;
+    assert_eq!(task["status"], "running", "{task}");
+    // No shutdown path: the task stops wherever its chunks were.
+    herald.kill9();
+    herald.restart().await;
+    let id = task["id"].as_str().unwrap().to_owned();
+    // On PostgreSQL, shared by nodes, a task is taken up once it has been idle a minute.
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let task = loop {
+        let t = herald.get(&format!("/background-task/{id}")).await;
+        if t["status"] != "running" {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "the task was not carried on: {t}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(task["status"], "finished", "{task}");
+    wait_until("every replay to arrive", || async {
+        let counts = sends(&receiver);
+        matching
+            .iter()
+            .all(|m| counts.get(m).copied().unwrap_or(0) >= 2)
+            .then_some(())
+    })
+    .await;
+    let counts = sends(&receiver);
+    assert_eq!(
+        counts.get(&other),
+        Some(&1),
+        "a message outside the filter is not replayed"
+    );
+    assert_eq!(counts.len(), MESSAGES + 1);
+}

@@ -3,8 +3,8 @@
 //! - `GET /app/{app_id}/events`: the reconciliation listing — every message of the app created in a window,
 //!   oldest first, with a cursor that stays valid while new messages arrive (receivers' repair path).
 //! - `POST /app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend`: send one message to one endpoint again.
-//! - `POST /app/{app_id}/endpoint/{endpoint_id}/recover` and `…/replay-missing`: bulk repairs, run as
-//!   background tasks (`GET /background-task/{task_id}`).
+//! - `POST /app/{app_id}/endpoint/{endpoint_id}/recover`, `…/replay-missing` and `…/bulk-replay`: bulk
+//!   repairs, run as background tasks (`GET /background-task/{task_id}`).
 //! - `POST /app/{app_id}/msg/{msg_id}/cancel`, `POST /app/{app_id}/endpoint/{endpoint_id}/cancel`: cancel
 //!   pending deliveries; `DELETE /app/{app_id}/msg/{msg_id}/content`: expunge a payload, and
 //!   `POST /app/{app_id}/msg/bulk-expunge` several.
@@ -25,12 +25,13 @@ use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::lookup;
 use crate::model::{
-    BackgroundTaskOut, BulkExpungeIn, BulkExpungeOut, CancelledOut, EndpointMessageOut, EndpointStatsOut, ListResponse,
-    MessageOut, RepairIn,
+    BackgroundTaskOut, BulkExpungeIn, BulkExpungeOut, BulkReplayIn, CancelledOut, EndpointMessageOut, EndpointStatsOut,
+    ListResponse, MessageOut, RepairIn,
 };
 use crate::query::Query;
 use crate::state::AppState;
-use crate::tasks::{self, Repair};
+use crate::tasks::{self, Repair, ReplayFilter};
+use crate::validate;
 
 /// The most messages one bulk expunge names.
 const MAX_BULK_EXPUNGE: usize = 1_000;
@@ -44,6 +45,7 @@ pub(super) fn routes() -> Router<AppState> {
             "/app/{app_id}/endpoint/{endpoint_id}/replay-missing",
             post(replay_missing),
         )
+        .route("/app/{app_id}/endpoint/{endpoint_id}/bulk-replay", post(bulk_replay))
         .route("/background-task/{task_id}", get(task))
         .route("/app/{app_id}/msg/{msg_id}/cancel", post(cancel_message))
         .route("/app/{app_id}/endpoint/{endpoint_id}/cancel", post(cancel_endpoint))
@@ -134,10 +136,10 @@ async fn resend(
 
 /// The window of a repair. One that ends before it starts is empty, like `until = since`: the task finds
 /// nothing to do (the document cannot state a rule between two fields, so none is imposed).
-fn window(input: &RepairIn) -> ApiResult<(i64, i64)> {
-    let since = convert::millis(input.since);
-    let until = input.until.map_or_else(now_ms, convert::millis).max(since);
-    Ok((since, until))
+fn window(since: time::OffsetDateTime, until: Option<time::OffsetDateTime>) -> (i64, i64) {
+    let since = convert::millis(since);
+    let until = until.map_or_else(now_ms, convert::millis).max(since);
+    (since, until)
 }
 
 async fn start_repair(
@@ -145,9 +147,8 @@ async fn start_repair(
     repair: Repair,
     app_id: &str,
     endpoint_id: &str,
-    input: &RepairIn,
+    (since, until): (i64, i64),
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
-    let (since, until) = window(input)?;
     let app = lookup::app(state, app_id).await?;
     let endpoint = lookup::endpoint(state, &app.id, endpoint_id).await?;
     let task = tasks::start(state, repair, endpoint, since, until)
@@ -161,7 +162,8 @@ async fn recover(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     JsonBody(input): JsonBody<RepairIn>,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
-    start_repair(&state, Repair::Recover, &app_id, &endpoint_id, &input).await
+    let window = window(input.since, input.until);
+    start_repair(&state, Repair::Recover, &app_id, &endpoint_id, window).await
 }
 
 async fn replay_missing(
@@ -169,7 +171,56 @@ async fn replay_missing(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     JsonBody(input): JsonBody<RepairIn>,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
-    start_repair(&state, Repair::ReplayMissing, &app_id, &endpoint_id, &input).await
+    let window = window(input.since, input.until);
+    start_repair(&state, Repair::ReplayMissing, &app_id, &endpoint_id, window).await
+}
+
+/// The most event types a bulk replay names.
+const MAX_REPLAY_EVENT_TYPES: usize = 250;
+
+/// `POST …/endpoint/{endpoint_id}/bulk-replay`: send the endpoint again the messages of the window it was
+/// sent — delivered, failed or cancelled alike — narrowed by the filters given.
+async fn bulk_replay(
+    State(state): State<AppState>,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    JsonBody(input): JsonBody<BulkReplayIn>,
+) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
+    if let Some(types) = &input.event_types {
+        validate::names("eventTypes", types, MAX_REPLAY_EVENT_TYPES, false)?;
+    }
+    if let Some(channel) = &input.channel {
+        validate::name("channel", channel, true)?;
+    }
+    if input.tag.is_some() {
+        return Err(ApiError::body(
+            "tag",
+            "filtering a bulk replay by message tag is not supported yet",
+        ));
+    }
+    if let Some(status) = input.status
+        && !(0..=4).contains(&status)
+    {
+        return Err(ApiError::body(
+            "status",
+            format!("expected 0 (success), 1 (pending), 2 (fail), 3 (sending) or 4 (canceled), got {status}"),
+        ));
+    }
+    if let Some(class) = input.status_code_class
+        && !matches!(class, 0 | 100 | 200 | 300 | 400 | 500)
+    {
+        return Err(ApiError::body(
+            "statusCodeClass",
+            format!("expected 0, 100, 200, 300, 400 or 500, got {class}"),
+        ));
+    }
+    let filter = ReplayFilter {
+        event_types: input.event_types,
+        channel: input.channel,
+        status: input.status,
+        status_code_class: input.status_code_class,
+    };
+    let window = window(input.since, input.until);
+    start_repair(&state, Repair::BulkReplay(filter), &app_id, &endpoint_id, window).await
 }
 
 async fn task(State(state): State<AppState>, Path(task_id): Path<String>) -> ApiResult<Json<BackgroundTaskOut>> {

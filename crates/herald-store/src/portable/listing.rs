@@ -10,7 +10,7 @@ use crate::statement::{Arg, Sql};
 use crate::{AttemptBucket, AttemptFilter, DeliveryRecord, MessageFilter, PageRequest, StoreError, StoreResult};
 
 /// Append ` AND column IN ($a, $b, …)`; an empty list matches nothing.
-fn push_in<'a>(sql: &mut Sql<'a>, column: &str, values: &'a [String]) {
+pub(super) fn push_in<'a>(sql: &mut Sql<'a>, column: &str, values: &'a [String]) {
     if values.is_empty() {
         sql.push(" AND 1 = 0");
         return;

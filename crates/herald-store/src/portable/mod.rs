@@ -26,7 +26,7 @@ use crate::statement::{Arg, Sql};
 use crate::{
     AppToken, AttemptBucket, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats,
     DeliveryView, Ingested, MessageFilter, NewMessage, Ownership, Page, PageRequest, PendingDelivery, Remembered,
-    Requeue, RetentionStep, Store, StoreError, StoreResult,
+    Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError, StoreResult,
 };
 
 #[allow(private_bounds)]
@@ -127,18 +127,48 @@ fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCiphe
         .bind(ep.updated_at)
 }
 
-/// The failed or dead deliveries of an endpoint over messages created in a window (`$1`…`$5`).
-pub(crate) const FAILED_IN_WINDOW: &str = "FROM delivery d JOIN message m ON m.id = d.message_id \
-     WHERE d.endpoint_id = $1 AND d.status IN ($2, $3) AND m.created_at >= $4 AND m.created_at < $5 \
-     AND NOT m.expunged";
-
-/// Bind [`FAILED_IN_WINDOW`]'s placeholders.
-pub(crate) fn failed_in_window<'a>(sql: Sql<'a>, endpoint_id: &'a str, since: i64, until: i64) -> Sql<'a> {
-    sql.bind(endpoint_id)
-        .bind(DeliveryStatus::Failed.code())
-        .bind(DeliveryStatus::Dead.code())
-        .bind(since)
-        .bind(until)
+/// `SELECT {what}` over the deliveries `selection` takes (see [`RequeueSelection`]); the dialects append
+/// their order, limit and lock to re-queue them.
+pub(crate) fn selected<'a, D: Dialect>(what: &str, selection: &'a RequeueSelection) -> Sql<'a> {
+    let mut sql = Sql::new(format!(
+        "SELECT {what} FROM delivery d JOIN message m ON m.id = d.message_id \
+         WHERE d.endpoint_id = $1 AND m.created_at >= $2 AND m.created_at < $3 AND d.seq > $4 AND d.seq <= $5 \
+         AND NOT m.expunged"
+    ))
+    .bind(selection.endpoint_id.as_str())
+    .bind(selection.since)
+    .bind(selection.until)
+    .bind(selection.after_seq)
+    .bind(selection.through_seq);
+    // A pending delivery is on its way already: it is never taken twice.
+    let statuses: Vec<i64> = selection
+        .statuses
+        .iter()
+        .filter(|s| **s != DeliveryStatus::Pending)
+        .map(|s| s.code())
+        .collect();
+    if statuses.is_empty() {
+        sql.push(" AND 1 = 0");
+    } else {
+        let marks = sql.marks(statuses);
+        sql.push(&format!(" AND d.status IN ({marks})"));
+    }
+    if let Some(types) = &selection.event_types {
+        listing::push_in(&mut sql, "m.event_type", types);
+    }
+    if let Some(channel) = &selection.channel {
+        let mark = sql.mark(channel);
+        sql.push(" AND ").push(&D::json_array_contains("m.channels", &mark));
+    }
+    if let Some(class) = selection.status_class {
+        // The latest attempt's status class; no attempt, or one without an HTTP response, is class 0.
+        sql.push(
+            " AND COALESCE((SELECT a.response_status FROM attempt a WHERE a.message_id = d.message_id \
+             AND a.endpoint_id = d.endpoint_id ORDER BY a.id DESC LIMIT 1) / 100 * 100, 0) = ",
+        )
+        .push_bind(class);
+    }
+    sql
 }
 
 #[async_trait::async_trait]
@@ -802,25 +832,25 @@ impl<D: Dialect> Store for SqlStore<D> {
         D::requeue_delivery(self, message_id, endpoint_id, trigger, now).await
     }
 
-    async fn count_failed(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<u64> {
-        let sql = failed_in_window(
-            Sql::new(format!("SELECT COUNT(*) AS n {FAILED_IN_WINDOW}")),
-            endpoint_id,
-            since,
-            until,
-        );
+    async fn count_selected(&self, selection: &RequeueSelection) -> StoreResult<u64> {
+        let sql = selected::<D>("COUNT(*) AS n", selection);
         Ok(unsigned(sql.fetch_one(self.reads()).await?.int("n")?))
     }
 
-    async fn requeue_failed(
+    async fn requeue_selected(
         &self,
-        endpoint_id: &str,
-        since: i64,
-        until: i64,
+        selection: &RequeueSelection,
         limit_n: usize,
         now: i64,
-    ) -> StoreResult<u64> {
-        D::requeue_failed(self, endpoint_id, since, until, limit_n, now).await
+    ) -> StoreResult<RequeueChunk> {
+        D::requeue_selected(self, selection, limit_n, now).await
+    }
+
+    async fn last_delivery_seq(&self) -> StoreResult<i64> {
+        let row = Sql::new("SELECT COALESCE(MAX(seq), 0) AS n FROM delivery")
+            .fetch_one(self.reads())
+            .await?;
+        Ok(row.int("n")?)
     }
 
     async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64> {
@@ -965,8 +995,44 @@ impl<D: Dialect> Store for SqlStore<D> {
         rows::background_task(&row)
     }
 
-    async fn fail_interrupted_tasks(&self, now: i64) -> StoreResult<u64> {
-        D::fail_interrupted_tasks(self, now).await
+    async fn take_interrupted_tasks(
+        &self,
+        now: i64,
+        starting: bool,
+        resume: &[&str],
+    ) -> StoreResult<(Vec<BackgroundTask>, u64)> {
+        let stale_before = match D::TASK_ORPHANED_AFTER_MS {
+            Some(ms) => now.saturating_sub(ms),
+            None if starting => i64::MAX,
+            None => return Ok((Vec::new(), 0)),
+        };
+        let found = Sql::new("SELECT * FROM background_task WHERE state = 'running' AND updated_at < $1")
+            .bind(stale_before)
+            .fetch_all(self.reads())
+            .await?;
+        let (mut claimed, mut failed) = (Vec::new(), 0);
+        for row in &found {
+            let mut task = rows::background_task(row)?;
+            let carry_on = resume.contains(&task.kind.as_str());
+            // Only the caller that still sees the row as it was read takes it.
+            let changed = Sql::new(
+                "UPDATE background_task SET state = $1, updated_at = $2 \
+                 WHERE id = $3 AND state = 'running' AND updated_at = $4",
+            )
+            .bind(if carry_on { "running" } else { "failed" })
+            .bind(now)
+            .bind(&task.id)
+            .bind(task.updated_at)
+            .execute(self.writes())
+            .await?;
+            if changed == 1 && carry_on {
+                task.updated_at = now;
+                claimed.push(task);
+            } else if changed == 1 {
+                failed += 1;
+            }
+        }
+        Ok((claimed, failed))
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -37,7 +37,10 @@ use crate::dialect::{Dialect, On, SqlStore, Tx};
 use crate::events::NewEvent;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
-use crate::{AttemptRecord, Ownership, Requeue, RetentionStep, StoreOptions, StoreResult, group_commit, rows};
+use crate::{
+    AttemptRecord, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreOptions, StoreResult,
+    group_commit, rows,
+};
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
@@ -177,6 +180,9 @@ impl Dialect for Postgres {
     const LEAST: &'static str = "LEAST";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const INSERTION_ORDER: &'static str = "id";
+    // Several nodes share the table; a running task records progress after every chunk, so only one
+    // that has made none for a minute can be the orphan of a stopped node.
+    const TASK_ORPHANED_AFTER_MS: Option<i64> = Some(60_000);
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}::jsonb) c WHERE c = {mark})")
@@ -306,15 +312,13 @@ impl Dialect for Postgres {
         operations::requeue_delivery(&store.writes, message_id, endpoint_id, trigger, now).await
     }
 
-    async fn requeue_failed<'a>(
+    async fn requeue_selected<'a>(
         store: &'a PgStore,
-        endpoint_id: &'a str,
-        since: i64,
-        until: i64,
+        selection: &'a RequeueSelection,
         limit: usize,
         now: i64,
-    ) -> StoreResult<u64> {
-        operations::requeue_failed(&store.writes, endpoint_id, since, until, limit, now).await
+    ) -> StoreResult<RequeueChunk> {
+        operations::requeue_selected(&store.writes, selection, limit, now).await
     }
 
     async fn add_missing_deliveries<'a>(
@@ -327,10 +331,6 @@ impl Dialect for Postgres {
         now: i64,
     ) -> StoreResult<(Option<String>, u64)> {
         operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
-    }
-
-    async fn fail_interrupted_tasks(store: &PgStore, now: i64) -> StoreResult<u64> {
-        operations::fail_interrupted_tasks(&store.writes, now).await
     }
 
     async fn shutdown(store: &PgStore) {

@@ -6,12 +6,15 @@
 //! node — reads it. These writes come from the API on any node, like ingest, so they are not fenced.
 
 use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
-use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
+use super::Postgres;
 use super::channels::{INGEST_LOCK, WORK_CHANNEL};
-use crate::portable::FAILED_IN_WINDOW;
+use crate::dialect::{Dialect, On};
+use crate::portable::selected;
+use crate::rows::Columns;
 use crate::sql::limit;
-use crate::{Requeue, StoreError, StoreResult, rows};
+use crate::{Requeue, RequeueChunk, RequeueSelection, StoreError, StoreResult, rows};
 
 /// The work-channel payload of a repair: no node's id, so every node's watcher looks.
 const REPAIR_PAYLOAD: &str = "repair";
@@ -91,29 +94,26 @@ pub(super) async fn requeue_delivery(
     fresh.first().copied().map(Requeue::Queued).ok_or(StoreError::NotFound)
 }
 
-pub(super) async fn requeue_failed(
+pub(super) async fn requeue_selected(
     pool: &PgPool,
-    endpoint_id: &str,
-    since: i64,
-    until: i64,
+    selection: &RequeueSelection,
     limit_n: usize,
     now: i64,
-) -> StoreResult<u64> {
+) -> StoreResult<RequeueChunk> {
+    let mut sql = selected::<Postgres>("d.seq", selection);
+    sql.push(" ORDER BY d.seq LIMIT ")
+        .push_bind(limit(limit_n))
+        .push(" FOR UPDATE OF d");
     let mut tx = pool.begin().await?;
     order_lock(&mut tx).await?;
-    let sql = format!("SELECT d.seq {FAILED_IN_WINDOW} ORDER BY d.seq LIMIT $6 FOR UPDATE OF d");
-    let seqs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql))
-        .bind(endpoint_id)
-        .bind(DeliveryStatus::Failed.code())
-        .bind(DeliveryStatus::Dead.code())
-        .bind(since)
-        .bind(until)
-        .bind(limit(limit_n))
-        .fetch_all(&mut *tx)
-        .await?;
-    let fresh = reinsert(&mut tx, &seqs, AttemptTrigger::Recover, now).await?;
+    let found = Postgres::fetch_all(On::Tx(&mut tx), &sql).await?;
+    let seqs = found.iter().map(|row| row.int("seq")).collect::<Result<Vec<_>, _>>()?;
+    let fresh = reinsert(&mut tx, &seqs, selection.trigger, now).await?;
     tx.commit().await?;
-    Ok(fresh.len() as u64)
+    Ok(RequeueChunk {
+        queued: fresh.len() as u64,
+        last_seq: seqs.last().copied(),
+    })
 }
 
 pub(super) async fn add_missing_deliveries(
@@ -165,18 +165,4 @@ pub(super) async fn add_missing_deliveries(
         found.last().map(|row| row.try_get::<String, _>("id")).transpose()?
     };
     Ok((last, missing.len() as u64))
-}
-
-/// On PostgreSQL several nodes share the table: only a task that has made no progress for a while can be
-/// an orphan of a stopped node (a running task records progress after every chunk).
-pub(super) async fn fail_interrupted_tasks(pool: &PgPool, now: i64) -> StoreResult<u64> {
-    const STALE_MS: i64 = 60_000;
-    let result = sqlx::query(
-        "UPDATE background_task SET state = 'failed', updated_at = $1 WHERE state = 'running' AND updated_at < $2",
-    )
-    .bind(now)
-    .bind(now - STALE_MS)
-    .execute(pool)
-    .await?;
-    Ok(result.rows_affected())
 }

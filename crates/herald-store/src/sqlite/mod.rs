@@ -27,7 +27,9 @@ use crate::dialect::{Dialect, On, SqlStore, Tx};
 use crate::events::NewEvent;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
-use crate::{AttemptRecord, Ownership, Requeue, RetentionStep, StoreResult, group_commit, rows};
+use crate::{
+    AttemptRecord, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult, group_commit, rows,
+};
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
@@ -126,6 +128,7 @@ impl Dialect for Sqlite {
     const LEAST: &'static str = "MIN";
     const FOR_UPDATE: &'static str = "";
     const INSERTION_ORDER: &'static str = "rowid";
+    const TASK_ORPHANED_AFTER_MS: Option<i64> = None;
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = {mark})")
@@ -249,15 +252,13 @@ impl Dialect for Sqlite {
         operations::requeue_delivery(&store.writes, message_id, endpoint_id, trigger, now).await
     }
 
-    async fn requeue_failed<'a>(
+    async fn requeue_selected<'a>(
         store: &'a SqliteStore,
-        endpoint_id: &'a str,
-        since: i64,
-        until: i64,
+        selection: &'a RequeueSelection,
         limit: usize,
         now: i64,
-    ) -> StoreResult<u64> {
-        operations::requeue_failed(&store.writes, endpoint_id, since, until, limit, now).await
+    ) -> StoreResult<RequeueChunk> {
+        operations::requeue_selected(&store.writes, selection, limit, now).await
     }
 
     async fn add_missing_deliveries<'a>(
@@ -270,13 +271,6 @@ impl Dialect for Sqlite {
         now: i64,
     ) -> StoreResult<(Option<String>, u64)> {
         operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
-    }
-
-    async fn fail_interrupted_tasks(store: &SqliteStore, now: i64) -> StoreResult<u64> {
-        // One process runs a SQLite file's tasks: every task still running at start-up was interrupted.
-        let sql =
-            Sql::new("UPDATE background_task SET state = 'failed', updated_at = $1 WHERE state = 'running'").bind(now);
-        Ok(sql.execute(store.writes()).await?)
     }
 
     async fn shutdown(_store: &SqliteStore) {}

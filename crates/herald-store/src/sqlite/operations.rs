@@ -8,9 +8,12 @@
 use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqliteConnection, SqlitePool};
 
+use super::Sqlite;
 use super::chunk::{ROWS_PER_INSERT, marks};
-use crate::portable::FAILED_IN_WINDOW;
-use crate::{Requeue, StoreError, StoreResult, rows};
+use crate::dialect::{Dialect, On};
+use crate::portable::selected;
+use crate::rows::Columns;
+use crate::{Requeue, RequeueChunk, RequeueSelection, StoreError, StoreResult, rows};
 
 /// Re-insert the deliveries `seqs` as pending with a fresh schedule, then delete the old rows; returns
 /// the new sequence numbers.
@@ -79,29 +82,23 @@ pub(super) async fn requeue_delivery(
     fresh.first().copied().map(Requeue::Queued).ok_or(StoreError::NotFound)
 }
 
-pub(super) async fn requeue_failed(
+pub(super) async fn requeue_selected(
     write: &SqlitePool,
-    endpoint_id: &str,
-    since: i64,
-    until: i64,
+    selection: &RequeueSelection,
     limit: usize,
     now: i64,
-) -> StoreResult<u64> {
-    let mut conn = write.acquire().await?;
-    let mut tx = conn.begin().await?;
-    let sql = format!("SELECT d.seq {FAILED_IN_WINDOW} ORDER BY d.seq LIMIT $6");
-    let seqs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql))
-        .bind(endpoint_id)
-        .bind(DeliveryStatus::Failed.code())
-        .bind(DeliveryStatus::Dead.code())
-        .bind(since)
-        .bind(until)
-        .bind(crate::sql::limit(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-    let fresh = reinsert(&mut tx, &seqs, AttemptTrigger::Recover, now).await?;
+) -> StoreResult<RequeueChunk> {
+    let mut sql = selected::<Sqlite>("d.seq", selection);
+    sql.push(" ORDER BY d.seq LIMIT ").push_bind(crate::sql::limit(limit));
+    let mut tx = write.begin().await?;
+    let found = Sqlite::fetch_all(On::Tx(&mut tx), &sql).await?;
+    let seqs = found.iter().map(|row| row.int("seq")).collect::<Result<Vec<_>, _>>()?;
+    let fresh = reinsert(&mut tx, &seqs, selection.trigger, now).await?;
     tx.commit().await?;
-    Ok(fresh.len() as u64)
+    Ok(RequeueChunk {
+        queued: fresh.len() as u64,
+        last_seq: seqs.last().copied(),
+    })
 }
 
 pub(super) async fn add_missing_deliveries(
