@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use herald_core::model::AttemptTrigger;
 
-use crate::custody::WriteHealth;
 use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
+use herald_sql::custody::WriteHealth;
 
 /// The most messages committed in one transaction.
 pub(crate) const MAX_BATCH: usize = 512;
@@ -198,11 +198,22 @@ async fn write_batch<W: BatchWriter>(
     deadline: Option<Duration>,
 ) -> StoreResult<Outcomes> {
     let mut conn = pool.acquire().await?;
-    let written = crate::custody::within(deadline, write_on(&mut *conn, writer, batch)).await;
+    let written = within(deadline, write_on(&mut *conn, writer, batch)).await;
     if written.is_err() {
         conn.close_on_drop();
     }
     written
+}
+
+/// Run `work`, giving it up after `limit` (when there is one) with [`StoreError::TimedOut`]: whatever it
+/// was doing is then of unknown outcome, so the caller must not acknowledge it.
+async fn within<T>(limit: Option<Duration>, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, work)
+            .await
+            .unwrap_or(Err(StoreError::TimedOut(limit))),
+        None => work.await,
+    }
 }
 
 async fn write_on<W: BatchWriter>(

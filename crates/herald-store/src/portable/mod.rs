@@ -29,6 +29,9 @@ use crate::{
     Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError, StoreResult,
 };
 
+/// The `meta` key the health probe writes while writes fail (see [`herald_sql::custody::WriteHealth::recheck`]).
+const HEALTH_PROBE_KEY: &str = "health_probe";
+
 #[allow(private_bounds)]
 impl<D: Dialect> SqlStore<D> {
     /// Queue one message at the group-commit writer (see [`Fence`] for `fence`); the writer's answer.
@@ -1039,7 +1042,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Sql::new("SELECT 1").execute(self.reads()).await?;
         // While writes fail on a storage fault, a probe write tells when they succeed again.
         let now = herald_core::clock::now_ms().to_string();
-        let probe = self.meta_set(crate::custody::HEALTH_PROBE_KEY, &now);
+        let probe = self.meta_set(HEALTH_PROBE_KEY, &now);
         self.health
             .recheck(probe, StoreError::fault, StoreError::FileCorrupt)
             .await
