@@ -174,6 +174,8 @@ impl Relay {
     async fn lane(&self, mut stop: watch::Receiver<bool>) {
         let name = &self.config.name;
         let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
+        // Empty claims in a row: how long the outbox has been idle.
+        let mut idle: u32 = 0;
         while !*stop.borrow() {
             let wait = match self.batch().await {
                 Ok(report) => {
@@ -181,8 +183,11 @@ impl Relay {
                         tracing::info!(relay = %name, "relay recovered: publishing again");
                     }
                     backoff.succeeded();
+                    idle = if report.claimed == 0 { idle.saturating_add(1) } else { 0 };
                     if report.moved_rows() {
                         Duration::ZERO
+                    } else if report.claimed == 0 {
+                        idle_wait(idle, self.config.poll_interval)
                     } else {
                         self.config.poll_interval
                     }
@@ -363,6 +368,18 @@ impl Relay {
     }
 }
 
+/// The first wait after an empty claim; each further empty claim doubles it, up to `poll_interval`.
+const FIRST_IDLE_WAIT: Duration = Duration::from_millis(1);
+
+/// How long a lane waits after its `idle`-th empty claim in a row: 1 ms, 2 ms, 4 ms… up to
+/// `poll_interval`. A row committed just after the outbox emptied is claimed within a few milliseconds
+/// (rows tend to come in bursts), while an outbox that stays empty is looked at only every
+/// `poll_interval`.
+fn idle_wait(idle: u32, poll_interval: Duration) -> Duration {
+    let doubled = FIRST_IDLE_WAIT.saturating_mul(1_u32 << idle.saturating_sub(1).min(20));
+    doubled.min(poll_interval)
+}
+
 /// How long ago a Unix-millisecond instant was (zero if in the future: clocks differ a little).
 fn age_of(at_ms: i64) -> Duration {
     let now_ms = herald_core::clock::now_ms();
@@ -407,5 +424,19 @@ impl Progress {
         );
         self.last = Instant::now();
         self.last_published = published;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_lane_looks_again_soon_then_every_poll_interval() {
+        let poll = Duration::from_millis(20);
+        let waits: Vec<u128> = (1..=7).map(|n| idle_wait(n, poll).as_millis()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 20, 20]);
+        assert_eq!(idle_wait(u32::MAX, poll), poll);
+        assert_eq!(idle_wait(1, Duration::ZERO), Duration::ZERO);
     }
 }
