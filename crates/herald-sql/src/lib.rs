@@ -13,7 +13,7 @@
 mod bounded;
 pub mod custody;
 pub mod integrity;
-mod tcp_nodelay;
+pub mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;
 pub mod text;

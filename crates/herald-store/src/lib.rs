@@ -494,6 +494,12 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
     /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
+    /// queued after it is written either (each is answered with the batch's error), so what was stored
+    /// is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
     /// List an app's messages, newest first.
