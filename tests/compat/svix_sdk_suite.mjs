@@ -50,8 +50,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
   "endpoint.sendExample",
-  "message.expungeAllContents",
-  "messageAttempt.expungeContent",
   "backgroundTask.list",
   "backgroundTask.listByEndpoint",
   "authentication.logout",
@@ -381,6 +379,16 @@ async function scenario(s, receiver, step) {
     const bulk = await sdk.message.bulkExpungeContent(app.id, { ids: [msg.id, "msg_unknown"] });
     expect(bulk.results[msg.id] === "expunged" && bulk.results.msg_unknown === "not-found", `bulk expunge ${JSON.stringify(bulk)}`);
   }
+  await sdk.messageAttempt.expungeContent(app.id, msg.id, attempts[0].id);
+  expect((await sdk.messageAttempt.get(app.id, msg.id, attempts[0].id)).response === "", "attempt response not expunged");
+  const purge = await sdk.message.expungeAllContents(app.id);
+  expect(purge.task === "application.purge_content", `ExpungeAllContentsOut.task ${purge.task}`);
+  let purged = await sdk.backgroundTask.get(purge.id);
+  for (const deadline = Date.now() + 20000; purged.status === "running" && Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    purged = await sdk.backgroundTask.get(purge.id);
+  }
+  expect(purged.status === "finished" && "messagesPurged" in purged.data, `expunge-all task ${JSON.stringify(purged)}`);
 
   step("portal access");
   const access = await sdk.authentication.appPortalAccess(app.id, {});

@@ -71,8 +71,6 @@ NOT_OFFERED = {
     "endpoint.transformation_get",
     "endpoint.patch_transformation",
     "endpoint.send_example",
-    "message.expunge_all_contents",
-    "message_attempt.expunge_content",
     "background_task.list",
     "authentication.logout",
 }
@@ -495,6 +493,14 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
             {k: str(v) for k, v in bulk.results.items()} == {msg.id: "expunged", "msg_unknown": "not-found"},
             f"bulk expunge results {bulk.results!r}",
         )
+    sdk.message_attempt.expunge_content(app.id, msg.id, attempts[0].id)
+    expect(sdk.message_attempt.get(app.id, msg.id, attempts[0].id).response == "", "attempt response not expunged")
+    purge = sdk.message.expunge_all_contents(app.id)
+    expect(str(purge.task) == "application.purge_content", f"ExpungeAllContentsOut.task {purge.task!r}")
+    deadline = time.monotonic() + 20
+    while str((task := sdk.background_task.get(purge.id)).status) == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    expect(str(task.status) == "finished" and "messagesPurged" in task.data, f"expunge-all task {task!r}")
 
     step("portal access")
     access = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn"))

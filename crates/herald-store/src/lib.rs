@@ -661,6 +661,19 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     ) -> StoreResult<Vec<(String, i64)>>;
     /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
     async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()>;
+    /// Expunge up to `limit` payloads of an app's messages created at or before `before` that still have
+    /// theirs, in one transaction, cancelling their pending deliveries (nothing is left to send). Returns
+    /// how many were expunged and the (endpoint id, seq) of each delivery cancelled; fewer than `limit`
+    /// means none is left.
+    async fn expunge_app_payloads(
+        &self,
+        app_id: &str,
+        before: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<(u64, Vec<(String, i64)>)>;
+    /// Remove the response body stored with one attempt of a message (it becomes empty).
+    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()>;
     /// Deliveries of an app, newest first, optionally of one endpoint and one status.
     async fn list_deliveries(
         &self,

@@ -889,6 +889,53 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
+    async fn expunge_app_payloads(
+        &self,
+        app_id: &str,
+        before: i64,
+        limit_n: usize,
+        now: i64,
+    ) -> StoreResult<(u64, Vec<(String, i64)>)> {
+        let mut tx = self.begin().await?;
+        let found = Sql::new(format!(
+            "SELECT id FROM message WHERE app_id = $1 AND created_at <= $2 AND NOT expunged ORDER BY id LIMIT $3{}",
+            D::FOR_UPDATE
+        ))
+        .free(app_id)
+        .bind(before)
+        .bind(limit(limit_n))
+        .fetch_all(tx.on())
+        .await?;
+        let ids = decode_all(&found, |row| row.text("id"))?;
+        if ids.is_empty() {
+            return Ok((0, Vec::new()));
+        }
+        let mut cancel =
+            Sql::new("UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND message_id IN (")
+                .bind(DeliveryStatus::Cancelled.code())
+                .bind(now);
+        let marks = cancel.marks(&ids);
+        cancel.push(&marks).push(") RETURNING endpoint_id, seq");
+        let cancelled = cancel.fetch_all(tx.on()).await?;
+        let cancelled = decode_all(&cancelled, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))?;
+        let mut expunge = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE id IN (").bind(&b"{}"[..]);
+        let marks = expunge.marks(&ids);
+        expunge.push(&marks).push(")");
+        let expunged = expunge.execute(tx.on()).await?;
+        tx.commit().await?;
+        Ok((expunged, cancelled))
+    }
+
+    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()> {
+        let changed = Sql::new("UPDATE attempt SET response = '' WHERE app_id = $1 AND message_id = $2 AND id = $3")
+            .free(app_id)
+            .free(message_id)
+            .free(attempt_id)
+            .execute(self.writes())
+            .await?;
+        one_changed(changed)
+    }
+
     async fn list_deliveries(
         &self,
         app_id: &str,
