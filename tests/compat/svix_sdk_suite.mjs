@@ -50,9 +50,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
   "endpoint.sendExample",
-  "backgroundTask.list",
-  "backgroundTask.listByEndpoint",
-  "authentication.logout",
 ]);
 
 class Mismatch extends Error {}
@@ -104,6 +101,7 @@ function recorder(target, prefix, suite) {
 
 class Suite {
   constructor(url, token) {
+    this.url = url;
     this.client = new Svix(token, { serverUrl: url });
     this.noRetry = new Svix(token, { serverUrl: url, retryScheduleInMs: [], numRetries: 0 });
     this.sdk = recorder(this.client, "", this);
@@ -389,6 +387,14 @@ async function scenario(s, receiver, step) {
     purged = await sdk.backgroundTask.get(purge.id);
   }
   expect(purged.status === "finished" && "messagesPurged" in purged.data, `expunge-all task ${JSON.stringify(purged)}`);
+  const listed = await sdk.backgroundTask.list({ limit: 250 });
+  expect(listed.data.some((t) => t.id === purge.id), `backgroundTask.list lacks ${purge.id}`);
+  const byKind = await sdk.backgroundTask.list({ task: "endpoint.bulk-replay" });
+  expect(byKind.data.length === 1 && byKind.data[0].id === replay.id, `backgroundTask.list by kind ${JSON.stringify(byKind)}`);
+  if (typeof s.client.backgroundTask.listByEndpoint === "function") {
+    const again = await sdk.backgroundTask.listByEndpoint({ limit: 250 });
+    expect(again.data.some((t) => t.id === purge.id), "backgroundTask.listByEndpoint");
+  }
 
   step("portal access");
   const access = await sdk.authentication.appPortalAccess(app.id, {});
@@ -398,6 +404,18 @@ async function scenario(s, receiver, step) {
     const dashboard = await sdk.authentication.dashboardAccess(app.id);
     expect(Boolean(dashboard.token) && /^https?:\/\//.test(dashboard.url), `dashboard access ${JSON.stringify(dashboard)}`);
   }
+  // A logout ends the portal token that makes it; the admin token cannot log out.
+  const portal = new Svix(access.token, { serverUrl: s.url });
+  await s.call("authentication.logout", () => portal.authentication.logout());
+  let stillWorks = true;
+  try {
+    await portal.application.get(app.id);
+  } catch (err) {
+    stillWorks = false;
+    expect(err instanceof ApiException && err.code === 401, `a logged-out token got ${describe(err)}`);
+  }
+  expect(!stillWorks, "a logged-out portal token still works");
+  await s.error(403).sdk.authentication.logout();
   await sdk.authentication.expireAll(app.id, {});
 }
 

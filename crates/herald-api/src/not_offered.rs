@@ -39,8 +39,6 @@ fn api_v1_feature(rest: &[&str]) -> Option<&'static str> {
         ["app", _, "endpoint", _, "transformation"] => Some("Transformations"),
         // Sender operations Herald does not implement yet; docs/svix-compatibility.md lists them.
         ["app", _, "endpoint", _, "send-example"] => Some("Sending an example event"),
-        ["background-task"] => Some("Listing background tasks"),
-        ["auth", "logout"] => Some("Logging out a token"),
         _ => None,
     }
 }

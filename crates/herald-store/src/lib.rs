@@ -567,6 +567,9 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Make every token of an application expire at `at` at the latest (revocation, with an optional grace
     /// period); returns how many tokens were shortened.
     async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
+    /// Make the one token with this digest expire at `at` at the latest (a logout); `NotFound` if there is
+    /// none.
+    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()>;
 
     /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
     /// created before `attempts_before`; expunge up to `limit` payloads whose expiry is at or before `now`
@@ -688,6 +691,15 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
+    /// Every task, newest first unless not `newest_first`, optionally in one state (`running`, `finished`,
+    /// `failed`) and of one kind.
+    async fn list_tasks(
+        &self,
+        state: Option<&str>,
+        kind: Option<&str>,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<BackgroundTask>>;
     /// A task by id; `app_id` restricts it to one application.
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
     /// Close the background tasks a stopped process left running — on SQLite every task still running when

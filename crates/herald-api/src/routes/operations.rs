@@ -48,6 +48,7 @@ pub(super) fn routes() -> Router<AppState> {
             post(replay_missing),
         )
         .route("/app/{app_id}/endpoint/{endpoint_id}/bulk-replay", post(bulk_replay))
+        .route("/background-task", get(tasks_list))
         .route("/background-task/{task_id}", get(task))
         .route("/app/{app_id}/msg/{msg_id}/cancel", post(cancel_message))
         .route("/app/{app_id}/endpoint/{endpoint_id}/cancel", post(cancel_endpoint))
@@ -228,6 +229,23 @@ async fn bulk_replay(
     };
     let window = window(input.since, input.until);
     start_repair(&state, Repair::BulkReplay(filter), &app_id, &endpoint_id, window).await
+}
+
+/// `GET /background-task`: every application's tasks (admin only), newest first unless
+/// `order=ascending`, filtered by `status` and `task` (the document's contract checked their values).
+async fn tasks_list(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<BackgroundTaskOut>>> {
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    let newest_first = query.get(&["order"]) != Some("ascending");
+    let found = state
+        .store
+        .list_tasks(query.get(&["status"]), query.get(&["task"]), &page, newest_first)
+        .await
+        .map_err(store_error("background task"))?;
+    Ok(Json(convert::list(found, convert::task)))
 }
 
 async fn task(State(state): State<AppState>, Path(task_id): Path<String>) -> ApiResult<Json<BackgroundTaskOut>> {

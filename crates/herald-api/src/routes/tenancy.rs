@@ -38,6 +38,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/auth/dashboard-access/{app_id}", post(dashboard_access))
         .route("/auth/app/{app_id}/expire-all", post(expire_all))
         .route("/auth/token", get(token_info))
+        .route("/auth/logout", post(logout))
 }
 
 /// Where the dashboard is for someone outside, always an absolute URL (the SDKs' schema says so): the
@@ -198,6 +199,27 @@ async fn expire_all(
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /auth/logout`: the application token making the call stops working at once (as Svix: "trying to
+/// log out other tokens will fail"). The admin token cannot log out: it is configured, not issued, and a
+/// logout would lock the operator out until a restart with a new `HERALD_ADMIN_TOKEN`.
+async fn logout(State(state): State<AppState>, Extension(principal): Extension<Principal>) -> ApiResult<StatusCode> {
+    match principal {
+        Principal::Admin => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "the admin token cannot log out (it is set by HERALD_ADMIN_TOKEN); only application tokens can",
+        )),
+        Principal::App(token) => {
+            state
+                .store
+                .expire_app_token(&token.token_sha256, now_ms())
+                .await
+                .map_err(|e| ApiError::from_store(e, "token"))?;
+            Ok(StatusCode::NO_CONTENT)
+        }
+    }
 }
 
 async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInfoOut> {

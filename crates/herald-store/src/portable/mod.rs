@@ -684,6 +684,18 @@ impl<D: Dialect> Store for SqlStore<D> {
         )
     }
 
+    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()> {
+        let changed = Sql::new(format!(
+            "UPDATE app_token SET expires_at = {}(expires_at, $1) WHERE token_sha256 = $2",
+            D::LEAST
+        ))
+        .bind(at)
+        .bind(token_sha256)
+        .execute(self.writes())
+        .await?;
+        one_changed(changed)
+    }
+
     async fn retention_step(&self, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
         self.watched(D::retention_step(self, attempts_before, now, limit_n).await)
     }
@@ -1010,6 +1022,26 @@ impl<D: Dialect> Store for SqlStore<D> {
         .execute(self.writes())
         .await?;
         one_changed(changed)
+    }
+
+    async fn list_tasks(
+        &self,
+        state: Option<&str>,
+        kind: Option<&str>,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<BackgroundTask>> {
+        let keyset = Keyset::new("id", page, newest_first);
+        let mut sql =
+            Sql::new("SELECT * FROM background_task WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR kind = $2)")
+                .opt_free(state)
+                .opt_free(kind);
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(decode_all(&found, rows::background_task)?, page, |t| {
+            t.id.clone()
+        }))
     }
 
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
