@@ -404,7 +404,19 @@ async function scenario(s, receiver, step) {
     const dashboard = await sdk.authentication.dashboardAccess(app.id);
     expect(Boolean(dashboard.token) && /^https?:\/\//.test(dashboard.url), `dashboard access ${JSON.stringify(dashboard)}`);
   }
-  // A logout ends the portal token that makes it; the admin token cannot log out.
+  // expireAll with sessionIds ends only the tokens issued for those sessions.
+  const session = await sdk.authentication.appPortalAccess(app.id, { sessionId: "compat-session" });
+  await sdk.authentication.expireAll(app.id, { sessionIds: ["compat-session"] });
+  let sessionWorks = true;
+  try {
+    await new Svix(session.token, { serverUrl: s.url }).application.get(app.id);
+  } catch (err) {
+    sessionWorks = false;
+    expect(err instanceof ApiException && err.code === 401, `a token of an expired session got ${describe(err)}`);
+  }
+  expect(!sessionWorks, "a token of an expired session still works");
+  // A logout ends the portal token that makes it (still working: not of that session); the admin token
+  // cannot log out.
   const portal = new Svix(access.token, { serverUrl: s.url });
   await s.call("authentication.logout", () => portal.authentication.logout());
   let stillWorks = true;

@@ -512,7 +512,16 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     if not gen2:  # the deprecated dashboard access, 1.x only
         dashboard = sdk.authentication.dashboard_access(app.id)
         expect(bool(dashboard.token) and dashboard.url.startswith("http"), f"dashboard access {dashboard!r}")
-    # A logout ends the portal token that makes it; the admin token cannot log out.
+    # expire_all with sessionIds ends only the tokens issued for those sessions.
+    session = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn", session_id="compat-session"))
+    sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn", session_ids=["compat-session"]))
+    try:
+        Svix(session.token, SvixOptions(server_url=s.url, timeout=10.0, retry_schedule=[])).application.get(app.id)
+        raise Mismatch("a token of an expired session still works")
+    except HttpError as exc:
+        expect(exc.status_code == 401, f"a token of an expired session got {exc.status_code}")
+    # A logout ends the portal token that makes it (still working: not of that session); the admin token
+    # cannot log out.
     portal = Svix(access.token, SvixOptions(server_url=s.url, timeout=10.0))
     s.call("authentication.logout", portal.authentication.logout)
     try:

@@ -339,6 +339,8 @@ pub struct AppToken {
     /// The one polling endpoint of the application it may read (its stream and its consumers' offsets,
     /// nothing else); `None` for a token of the whole application.
     pub sink_id: Option<String>,
+    /// The session it was issued for (`sessionId`), if any: `expire-all` may end only some sessions.
+    pub session_id: Option<String>,
     /// When it was issued.
     pub created_at: i64,
     /// When it stops working.
@@ -564,9 +566,10 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
     /// The token with this digest, if it exists and has not expired at `now`.
     async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>>;
-    /// Make every token of an application expire at `at` at the latest (revocation, with an optional grace
-    /// period); returns how many tokens were shortened.
-    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
+    /// Make every token of an application — or, with `sessions`, only those issued for one of these
+    /// sessions — expire at `at` at the latest (revocation, with an optional grace period); returns how
+    /// many tokens were shortened.
+    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64>;
     /// Make the one token with this digest expire at `at` at the latest (a logout); `NotFound` if there is
     /// none.
     async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()>;

@@ -378,3 +378,49 @@ async fn background_tasks_are_listed_to_the_admin_by_state_and_kind_newest_first
         "tasks span applications: {body}"
     );
 }
+
+#[tokio::test]
+async fn expire_all_with_session_ids_ends_only_those_sessions_tokens() {
+    let h = Herald::start(&[]).await;
+    let a = tenant(&h, "alpha").await;
+    let alice = issue(&h, &a.id, json!({ "sessionId": "alice" })).await;
+    let bob = issue(&h, &a.id, json!({ "sessionId": "bob" })).await;
+    let plain = issue(&h, &a.id, json!({})).await;
+    let (status, body) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": ["alice"] })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    for (token, expected) in [(&alice, 401), (&bob, 200), (&plain, 200)] {
+        let (status, _) = call_as(&h, token, "GET", "/app/alpha", None).await;
+        assert_eq!(status, expected);
+    }
+    let (status, body) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": [""] })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["detail"][0]["loc"][1].as_str()),
+        (422, Some("sessionIds")),
+        "{body}"
+    );
+    // An empty list, as no list: every token.
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": [] })),
+        )
+        .await;
+    assert_eq!(status, 204);
+    for token in [&bob, &plain] {
+        let (status, _) = call_as(&h, token, "GET", "/app/alpha", None).await;
+        assert_eq!(status, 401);
+    }
+}

@@ -650,13 +650,14 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
         Sql::new(
-            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, session_id, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&token.token_sha256)
         .bind(&token.app_id)
         .bind(token.read_only)
         .bind(&token.sink_id)
+        .opt_free(token.session_id.as_deref())
         .bind(token.created_at)
         .bind(token.expires_at)
         .execute(self.writes())
@@ -674,14 +675,19 @@ impl<D: Dialect> Store for SqlStore<D> {
         row.as_ref().map(rows::app_token).transpose()
     }
 
-    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
-        Ok(
-            Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
-                .bind(at)
-                .bind(app_id)
-                .execute(self.writes())
-                .await?,
-        )
+    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
+        let mut sql = Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
+            .bind(at)
+            .bind(app_id);
+        if let Some(sessions) = sessions {
+            if sessions.is_empty() {
+                sql.push(" AND 1 = 0");
+            } else {
+                let marks = sql.marks(sessions.iter().map(|s| Arg::free(s)));
+                sql.push(&format!(" AND session_id IN ({marks})"));
+            }
+        }
+        Ok(sql.execute(self.writes()).await?)
     }
 
     async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()> {
