@@ -61,11 +61,12 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://./herald-inbox.db";
 /// The inbox could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The store could not be opened.
-    #[error("opening the inbox store: {0}")]
+    /// The store could not be opened. (Its error is the source, not repeated in the message: callers
+    /// print the whole chain.)
+    #[error("opening the inbox store")]
     Store(#[from] StoreError),
     /// The forwarding client could not be built.
-    #[error("forwarding client: {0}")]
+    #[error("building the forwarding client")]
     Client(#[from] ClientError),
 }
 

@@ -97,41 +97,42 @@ pub async fn check(url: &str, depth: SqliteCheck) -> Result<(), Damaged> {
         return Ok(());
     }
     // Opened like the stores open it (WAL, so a log left by `kill -9` is replayed first), never created.
-    let judged = |error: sqlx::Error| {
+    // Each step is named, so that the refusal says which one SQLite failed.
+    let judged = |step: &str, error: sqlx::Error| {
         if custody::fault_of(&error) == Some(Fault::Corrupt) {
-            Err(damaged(format!("SQLite said: {error}")))
+            Err(damaged(format!("{step}: SQLite said: {error}")))
         } else {
-            tracing::warn!(%error, path = %path.display(), "the start-up check of the SQLite file could not run");
+            tracing::warn!(%error, path = %path.display(), step, "the start-up check of the SQLite file could not run");
             Ok(())
         }
     };
     let mut conn = match options.create_if_missing(false).connect().await {
         Ok(conn) => conn,
-        Err(error) => return judged(error),
+        Err(error) => return judged("opening it", error),
     };
-    let outcome = async {
-        // Page 1 and the schema, which every statement reads first.
-        sqlx::query("SELECT count(*) FROM sqlite_schema")
-            .execute(&mut conn)
-            .await?;
-        let pragma = match depth {
-            SqliteCheck::Basic => return Ok(None),
-            SqliteCheck::Quick => "PRAGMA quick_check(20)",
-            SqliteCheck::Full => "PRAGMA integrity_check(20)",
-        };
+    let pragma = match depth {
+        SqliteCheck::Basic => None,
+        SqliteCheck::Quick => Some("PRAGMA quick_check(20)"),
+        SqliteCheck::Full => Some("PRAGMA integrity_check(20)"),
+    };
+    // Page 1 and the schema, which every statement reads first.
+    let mut outcome = match sqlx::query("SELECT count(*) FROM sqlite_schema")
+        .execute(&mut conn)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) => judged("reading its schema", error),
+    };
+    if let (Ok(()), Some(pragma)) = (&outcome, pragma) {
         // One row `ok`, or up to 20 rows naming what is wrong.
-        let rows: Vec<String> = sqlx::query_scalar(pragma).fetch_all(&mut conn).await?;
-        Ok::<_, sqlx::Error>(
-            (rows.first().is_none_or(|row| row != "ok")).then(|| format!("{pragma} found: {}", rows.join("; "))),
-        )
+        outcome = match sqlx::query_scalar::<_, String>(pragma).fetch_all(&mut conn).await {
+            Ok(rows) if rows.first().is_some_and(|row| row == "ok") => Ok(()),
+            Ok(rows) => Err(damaged(format!("{pragma} found: {}", rows.join("; ")))),
+            Err(error) => judged(pragma, error),
+        };
     }
-    .await;
     let _ = conn.close().await;
-    match outcome {
-        Ok(None) => Ok(()),
-        Ok(Some(found)) => Err(damaged(found)),
-        Err(error) => judged(error),
-    }
+    outcome
 }
 
 enum HeaderError {

@@ -725,3 +725,67 @@ async fn inbox_database_timeouts_are_settings_that_bound_a_silent_insert() {
     );
     println!("reliability: inbox, PostgreSQL, silent insert answered 503 after {elapsed:?} (bound {bound:?})");
 }
+
+/// The outbox reader's marking of a row that cannot become a message (its app is unknown) is a store
+/// call like every other, held to the bound: its connection gone silent, the reader gives that session
+/// up within it and reads on, so rows published after it still become messages — before, the reader
+/// waited on the silent connection until TCP gave up (about 15 minutes), and no outbox row was read
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_reads_on() {
+    let test = "the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_reads_on";
+    let Some((herald, proxy)) = start_with_short_bounds(test).await else {
+        return;
+    };
+    let app = herald.app("shop").await;
+    let url = herald.database.as_ref().expect("database").url.clone();
+    // The producer reaches the database directly, not through the proxy.
+    let producer = sqlx::PgPool::connect(&url).await.expect("producer connects");
+    // The row-by-row marking is the only statement with this text (a batch marks rows with UNNEST).
+    proxy.cut_at_next(b"SET error = $2 WHERE seq = $1", CommitCut::SilentBefore);
+    // A row `herald_publish` would have refused (its app is unknown), as one whose app was deleted after
+    // it was published.
+    sqlx::query("INSERT INTO herald_outbox (app_id, event_type, payload, event_id) VALUES ('no-such-app', 'invoice.paid', '{}', 'orphan')")
+        .execute(&producer)
+        .await
+        .expect("insert the orphan row");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while proxy.commit_cut_armed() {
+        assert!(Instant::now() < deadline, "the reader never marked the orphan row");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let silenced = Instant::now();
+    sqlx::query("SELECT herald_publish($1, 'invoice.paid', '{\"n\": 1}', 'after-the-silence')")
+        .bind(&app)
+        .execute(&producer)
+        .await
+        .expect("herald_publish");
+    // The bound (3 s), the reader's first back-off (0.2 s) and a loaded machine's slack.
+    let within = TIMEOUT + STATEMENT_TIMEOUT + Duration::from_millis(200) + SLACK + Duration::from_secs(2);
+    loop {
+        let (status, body) = herald
+            .call("GET", &format!("/app/{app}/msg/after-the-silence"), None)
+            .await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            silenced.elapsed() < within,
+            "the row published after the silent marking is still not a message after {:?}: {status} {body}",
+            silenced.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let error: Option<String> = sqlx::query_scalar("SELECT error FROM herald_outbox WHERE event_id = 'orphan'")
+        .fetch_one(&producer)
+        .await
+        .expect("the orphan row is kept");
+    assert!(
+        error.is_some_and(|e| !e.is_empty()),
+        "the orphan row is kept with its reason"
+    );
+    println!(
+        "reliability: outbox reader, silent marking given up; the next row a message after {:?}",
+        silenced.elapsed()
+    );
+}

@@ -126,7 +126,7 @@ async fn read_locked(
         if measured.elapsed() >= MEASURE_EVERY {
             measured = Instant::now();
             if let Err(error) = bound.run(measure(pool)).await {
-                return abandon(pool, in_flight, error).await;
+                return abandon(pool, bound, in_flight, error).await;
             }
         }
         if in_flight.len() < DEPTH {
@@ -136,7 +136,7 @@ async fn read_locked(
                 .collect();
             let rows = match bound.run(pending(pool, &queued)).await {
                 Ok(rows) => rows,
-                Err(error) => return abandon(pool, in_flight, error).await,
+                Err(error) => return abandon(pool, bound, in_flight, error).await,
             };
             if !rows.is_empty() {
                 match submit(ingest, rows, &fence).await {
@@ -153,10 +153,10 @@ async fn read_locked(
             }
             continue;
         };
-        match settle_round(pool, round).await {
+        match settle_round(pool, bound, round).await {
             Ok(true) => {}
             Ok(false) => return Ok(()),
-            Err(error) => return abandon(pool, in_flight, error).await,
+            Err(error) => return abandon(pool, bound, in_flight, error).await,
         }
     }
 }
@@ -169,9 +169,9 @@ type Round = Vec<(i64, oneshot::Receiver<StoreResult<Ingested>>)>;
 
 /// Give up this reading session because of `error`, after the rounds still in flight are answered (so
 /// that the next session reads again only rows nobody is writing).
-async fn abandon(pool: &PgPool, in_flight: VecDeque<Round>, error: StoreError) -> StoreResult<()> {
+async fn abandon(pool: &PgPool, bound: &Bound, in_flight: VecDeque<Round>, error: StoreError) -> StoreResult<()> {
     for round in in_flight {
-        if let Ok(false) = settle_round(pool, round).await {
+        if let Ok(false) = settle_round(pool, bound, round).await {
             return Ok(());
         }
     }
@@ -234,14 +234,17 @@ async fn submit(ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>, fence: &Ar
     Some(round)
 }
 
-/// Wait for every answer of a round. `Ok(false)`: the writer is gone (the node is shutting down); an
-/// error: a batch failed as a whole (its rows stay, read again after the back-off).
-async fn settle_round(pool: &PgPool, round: Round) -> StoreResult<bool> {
+/// Wait for every answer of a round. `Ok(false)`: the writer is gone (the node is shutting down: it
+/// dropped the answer); an error: a batch failed as a whole (its rows stay, read again after the
+/// back-off). A row's own [`StoreError::Closed`] is such a failure, not a shutdown: the writer is still
+/// there, and taking it for one would stop this node's reader for the node's life. The marking of a
+/// refused row is a store call like any other, held to `bound`.
+async fn settle_round(pool: &PgPool, bound: &Bound, round: Round) -> StoreResult<bool> {
     let mut failed_batch = None;
     let (mut published, mut refused) = (0_u64, 0_u64);
     for (seq, answer) in round {
         match answer.await {
-            Err(_) | Ok(Err(StoreError::Closed)) => return Ok(false),
+            Err(_) => return Ok(false),
             Ok(Ok(_)) => published += 1,
             // Not this row's fault (the batch's transaction failed, the database is unavailable or
             // full): the row stays, read again after the back-off.
@@ -251,10 +254,15 @@ async fn settle_round(pool: &PgPool, round: Round) -> StoreResult<bool> {
             Ok(Err(error)) => {
                 refused += 1;
                 tracing::error!(seq, %error, "an outbox row cannot become a message; it is kept with the reason in herald_outbox.error");
-                sqlx::query("UPDATE herald_outbox SET error = $2 WHERE seq = $1 AND error IS NULL")
-                    .bind(seq)
-                    .bind(error.to_string())
-                    .execute(pool)
+                bound
+                    .run(async {
+                        sqlx::query("UPDATE herald_outbox SET error = $2 WHERE seq = $1 AND error IS NULL")
+                            .bind(seq)
+                            .bind(error.to_string())
+                            .execute(pool)
+                            .await
+                            .map_err(StoreError::from)
+                    })
                     .await?;
             }
         }
@@ -312,4 +320,38 @@ async fn measure(pool: &PgPool) -> StoreResult<()> {
     .await?;
     crate::metrics::outbox_backlog(row.try_get("waiting")?, row.try_get("age")?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A round whose answers are `outcomes`, sent before it is settled.
+    fn answered(outcomes: Vec<StoreResult<Ingested>>) -> Round {
+        outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(seq, outcome)| {
+                let (reply, answer) = oneshot::channel();
+                let _ = reply.send(outcome);
+                (seq as i64, answer)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_rows_closed_answer_fails_the_round_and_only_a_dropped_answer_means_shutdown() {
+        // Never connected: the outcomes below settle without a statement.
+        let pool = PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").expect("lazy pool");
+        let bound = Bound::new(Duration::from_secs(1));
+        let settled = settle_round(&pool, &bound, answered(vec![Err(StoreError::Closed)])).await;
+        assert!(
+            matches!(settled, Err(StoreError::Closed)),
+            "a row's Closed is a failed batch (read again), not a shutdown: {settled:?}"
+        );
+        let (reply, answer) = oneshot::channel::<StoreResult<Ingested>>();
+        drop(reply);
+        let settled = settle_round(&pool, &bound, vec![(1, answer)]).await;
+        assert!(matches!(settled, Ok(false)), "{settled:?}");
+    }
 }

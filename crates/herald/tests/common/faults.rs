@@ -92,7 +92,8 @@ impl Ballast {
 pub(crate) struct Ledger {
     /// Ids the server acknowledged (2xx).
     pub acknowledged: BTreeSet<String>,
-    /// Refusals by error code (each must be a 503 with a storage code).
+    /// Refusals by error code (each must be a 503 with a storage code: `storage_full`,
+    /// `store_unavailable` or `store_corrupt`).
     pub refused: BTreeMap<String, usize>,
     /// Answers that are neither an acknowledgement nor an allowed refusal.
     pub violations: Vec<String>,
@@ -111,7 +112,7 @@ impl Ledger {
             return;
         }
         let code = body["code"].as_str().unwrap_or("");
-        if status == 503 && matches!(code, "storage_full" | "store_unavailable") {
+        if status == 503 && matches!(code, "storage_full" | "store_unavailable" | "store_corrupt") {
             *self.refused.entry(code.to_owned()).or_insert(0) += 1;
         } else {
             self.violations.push(format!("{status} {body}"));
