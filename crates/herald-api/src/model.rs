@@ -1124,6 +1124,37 @@ pub struct BulkExpungeOut {
     pub results: BTreeMap<String, &'static str>,
 }
 
+/// Body of `POST /app/{app_id}/msg-batch` (Herald extension): many messages in one request.
+#[derive(Debug, serde::Deserialize)]
+pub struct MessageBatchIn {
+    /// The messages, in the order they are to be created (1 to [`MAX_BATCH_MESSAGES`]).
+    pub messages: Vec<MessageIn>,
+}
+
+/// Most messages one `POST /app/{app_id}/msg-batch` may carry.
+pub const MAX_BATCH_MESSAGES: usize = 500;
+
+/// Answer of `POST /app/{app_id}/msg-batch`: one result per message, in the order given.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MessageBatchOut {
+    /// The results.
+    pub data: Vec<MessageBatchItemOut>,
+}
+
+/// One message's result in a [`MessageBatchOut`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MessageBatchItemOut {
+    /// What `POST /app/{app_id}/msg` would have answered for this message alone: 202, or the error's
+    /// status.
+    pub status: u16,
+    /// The message (new, or the one this `eventId` already names), when `status` is 202.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageOut>,
+    /// Why the message was not stored, otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::error::ErrorOut>,
+}
+
 /// Answer of `GET …/endpoint/{endpoint_id}/attempt-stats` (Svix `EndpointAttemptStats`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EndpointAttemptStatsOut {

@@ -10,11 +10,9 @@
 
 pub mod bounded;
 pub mod crypto;
-pub mod custody;
 mod dialect;
 mod events;
 mod group_commit;
-pub mod integrity;
 pub mod metrics;
 mod page;
 mod plan;
@@ -26,7 +24,6 @@ mod sealing;
 mod sql;
 pub mod sqlite;
 mod statement;
-mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;
 
@@ -37,6 +34,10 @@ use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret,
 };
+
+/// The storage plumbing this store shares with the inbox's ([`herald_sql`]): its types are part of this
+/// crate's own signatures (`StoreOptions`, `StoreError::fault`, `StoreError::Damaged`), so they are handed on here.
+pub use herald_sql::{custody, integrity, is_postgres_url};
 
 pub use crypto::{CryptoError, SecretCipher};
 pub use dialect::SqlStore;
@@ -114,6 +115,12 @@ impl StoreError {
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl From<custody::TimedOut> for StoreError {
+    fn from(timed_out: custody::TimedOut) -> Self {
+        StoreError::TimedOut(timed_out.0)
+    }
+}
 
 /// A response remembered for an idempotency key, and the request it answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -418,7 +425,7 @@ pub struct RequeueChunk {
     pub last_seq: Option<i64>,
 }
 
-crate::bounded_trait! {
+herald_sql::bounded_trait! {
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently. On
 /// PostgreSQL every `async` call is bounded on the client's side ([`bounded::BoundedStore`]).
 pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::BoundedStore {
@@ -489,6 +496,12 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
     /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
+    /// queued after it is written either (each is answered with the batch's error), so what was stored
+    /// is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
     /// List an app's messages, newest first.
@@ -860,9 +873,4 @@ pub async fn migrate(database_url: &str) -> StoreResult<()> {
             "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"
         )))
     }
-}
-
-/// Whether a URL names a PostgreSQL database.
-pub fn is_postgres_url(database_url: &str) -> bool {
-    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }

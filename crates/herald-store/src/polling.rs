@@ -159,7 +159,7 @@ impl StreamPage {
     }
 }
 
-crate::bounded_trait! {
+herald_sql::bounded_trait! {
 /// What pull delivery needs from the store; every [`crate::Store`] is one.
 pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::BoundedStore {
     /// Create a polling endpoint; `Conflict("uid")` if its uid is taken within the app, `NotFound` if the

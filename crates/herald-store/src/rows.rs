@@ -61,7 +61,7 @@ macro_rules! impl_columns {
 }
 
 impl_columns!(sqlx::sqlite::SqliteRow, std::convert::identity);
-impl_columns!(sqlx::postgres::PgRow, crate::postgres::text::unescape);
+impl_columns!(sqlx::postgres::PgRow, herald_sql::text::unescape);
 
 pub(crate) fn encode_list(list: &Option<Vec<String>>) -> Option<String> {
     list.as_ref()

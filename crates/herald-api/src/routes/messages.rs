@@ -1,4 +1,5 @@
-//! Messages: `POST /app/{app_id}/msg` (the hot path), listing and reading.
+//! Messages: `POST /app/{app_id}/msg` (the hot path), `POST /app/{app_id}/msg-batch` (many at once, a
+//! Herald extension), listing and reading.
 //!
 //! Creating a message answers 202 only once the message and one delivery per subscribed endpoint are
 //! committed to disk (see the store's group commit); a repeated `eventId` or `idempotency-key` answers
@@ -15,9 +16,12 @@ use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Problem, Source};
 use crate::lookup;
-use crate::model::{ListResponse, MessageEndpointOut, MessageIn, MessageOut};
+use crate::model::{
+    ApplicationIn, ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut,
+    MessageEndpointOut, MessageIn, MessageOut,
+};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
@@ -30,6 +34,7 @@ const MAX_KEY_LEN: usize = 256;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/app/{app_id}/msg", post(create).get(list))
+        .route("/app/{app_id}/msg-batch", post(create_batch))
         .route("/app/{app_id}/msg/{msg_id}", get(read))
         .route("/app/{app_id}/msg/{msg_id}/endpoint", get(deliveries))
 }
@@ -91,6 +96,29 @@ fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
     }
 }
 
+/// The message to store for `input`, which [`check`] accepted (the app already resolved to its id).
+fn new_message(input: MessageIn, app_id: &str, idempotency_key: Option<String>) -> ApiResult<NewMessage> {
+    let payload_retention_ms = payload_retention_ms(&input)?;
+    Ok(NewMessage {
+        app_id: app_id.to_owned(),
+        event_id: input.event_id,
+        event_type: input.event_type,
+        channels: input.channels.map(|set| set.into_iter().collect()),
+        payload: Arc::from(input.payload.get().as_bytes()),
+        idempotency_key,
+        ordering_key: input.ordering_key,
+        payload_retention_ms,
+    })
+}
+
+/// The app of the path (its id), created first when `application` asks for it and the path names none.
+async fn app_of(state: &AppState, app_id: &str, application: Option<ApplicationIn>) -> ApiResult<String> {
+    match application {
+        Some(application) => apps::resolve_or_create(state, app_id, application).await,
+        None => lookup::app_id(state, app_id).await,
+    }
+}
+
 /// One span per ingest request (`ingest`): the application as given, then the message id and whether it
 /// was new, so the request's log lines and its trace carry the `msg_…` that the dashboard shows.
 #[tracing::instrument(name = "ingest", skip_all, fields(app = %app_id, msg = tracing::field::Empty, duplicate = tracing::field::Empty))]
@@ -104,21 +132,8 @@ async fn create(
     check(&input, &state)?;
     let idempotency_key = crate::idempotency::key_of(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app_id = match input.application.take() {
-        Some(application) => apps::resolve_or_create(&state, &app_id, application).await?,
-        None => lookup::app_id(&state, &app_id).await?,
-    };
-    let payload_retention_ms = payload_retention_ms(&input)?;
-    let new = NewMessage {
-        app_id,
-        event_id: input.event_id,
-        event_type: input.event_type,
-        channels: input.channels.map(|set| set.into_iter().collect()),
-        payload: Arc::from(input.payload.get().as_bytes()),
-        idempotency_key,
-        ordering_key: input.ordering_key,
-        payload_retention_ms,
-    };
+    let app_id = app_of(&state, &app_id, input.application.take()).await?;
+    let new = new_message(input, &app_id, idempotency_key)?;
     // Kept to compare with the stored message should the key turn out to be taken.
     let asked = new.idempotency_key.is_some().then(|| new.clone());
     let ingested = state
@@ -126,19 +141,102 @@ async fn create(
         .ingest(new)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
-    let (stored, duplicate) = match &ingested {
-        Ingested::Created { message, .. } => (message, false),
-        Ingested::Duplicate(message) => (message, true),
-    };
+    let (stored, duplicate) = stored_of(&ingested);
     if duplicate && let Some(asked) = &asked {
         crate::idempotency::check_same_message(asked, stored)?;
     }
-    crate::metrics::ingested(duplicate);
     let span = tracing::Span::current();
     span.record("msg", stored.id.as_str());
     span.record("duplicate", duplicate);
     tracing::debug!(event_type = %stored.event_type, "message accepted");
     Ok((StatusCode::ACCEPTED, Json(convert::message(stored, with_content))))
+}
+
+/// The stored message of an ingest and whether it was there already (counted in the metrics).
+fn stored_of(ingested: &Ingested) -> (&herald_core::model::Message, bool) {
+    let (stored, duplicate) = match ingested {
+        Ingested::Created { message, .. } => (message, false),
+        Ingested::Duplicate(message) => (message, true),
+    };
+    crate::metrics::ingested(duplicate);
+    (stored, duplicate)
+}
+
+/// `POST /app/{app_id}/msg-batch` (Herald extension): many messages in one request, each as
+/// `POST /app/{app_id}/msg` would take it, with an `eventId` each (so that a retry of the whole request
+/// adds nothing). Every message is checked before any is stored (one invalid message is a 422 naming it
+/// by its index); then all are queued at the group-commit writer in the order given, so they share its
+/// commits and one ordering key's messages are created in that order. The answer lists one result per
+/// message. A storage failure answers the whole request 503, even if some messages committed before
+/// it: a retry with the same body finds those by their `eventId`.
+#[tracing::instrument(name = "ingest_batch", skip_all, fields(app = %app_id, messages = tracing::field::Empty))]
+async fn create_batch(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+    JsonBody(input): JsonBody<MessageBatchIn>,
+) -> ApiResult<Json<MessageBatchOut>> {
+    let with_content = Query::of(&uri).flag("with_content", true)?;
+    let count = input.messages.len();
+    if !(1..=MAX_BATCH_MESSAGES).contains(&count) {
+        return Err(ApiError::body(
+            "messages",
+            format!("from 1 to {MAX_BATCH_MESSAGES} messages at a time, got {count}"),
+        ));
+    }
+    tracing::Span::current().record("messages", count);
+    for (index, message) in input.messages.iter().enumerate() {
+        let at = ["messages".to_owned(), index.to_string()];
+        check(message, &state).map_err(|e| e.nested(&at))?;
+        payload_retention_ms(message).map_err(|e| e.nested(&at))?;
+        if message.event_id.is_none() {
+            return Err(ApiError::invalid(
+                Source::Body,
+                &format!("messages.{index}.eventId"),
+                Problem::Missing,
+                "every message of a batch needs an eventId (so that a retry stores nothing twice)",
+            ));
+        }
+    }
+    let mut messages = input.messages;
+    let application = messages.iter_mut().find_map(|m| m.application.take());
+    let app_id = app_of(&state, &app_id, application).await?;
+    let batch = messages
+        .into_iter()
+        .map(|message| new_message(message, &app_id, None))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let outcomes = state
+        .store
+        .ingest_many(batch)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    // A failed write is never answered 2xx, not even inside a list: the whole request fails, and its
+    // retry is harmless (every message has its eventId).
+    if let Some(fault) = outcomes
+        .iter()
+        .find_map(|o| o.as_ref().err().and_then(StoreError::fault))
+    {
+        return Err(ApiError::store_fault(fault));
+    }
+    let data = outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok(ingested) => MessageBatchItemOut {
+                status: StatusCode::ACCEPTED.as_u16(),
+                message: Some(convert::message(stored_of(&ingested).0, with_content)),
+                error: None,
+            },
+            Err(error) => {
+                let error = ApiError::from_store(error, "application");
+                MessageBatchItemOut {
+                    status: error.status.as_u16(),
+                    message: None,
+                    error: Some(error.to_out()),
+                }
+            }
+        })
+        .collect();
+    Ok(Json(MessageBatchOut { data }))
 }
 
 async fn list(

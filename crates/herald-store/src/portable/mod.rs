@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore};
 use crate::events::{self, NewEvent};
-use crate::group_commit::IngestJob;
+use crate::group_commit::{Fence, IngestJob};
 use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
@@ -29,8 +29,28 @@ use crate::{
     Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError, StoreResult,
 };
 
+/// The `meta` key the health probe writes while writes fail (see [`herald_sql::custody::WriteHealth::recheck`]).
+const HEALTH_PROBE_KEY: &str = "health_probe";
+
 #[allow(private_bounds)]
 impl<D: Dialect> SqlStore<D> {
+    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`); the writer's answer.
+    async fn queue_ingest(
+        &self,
+        new: NewMessage,
+        fence: Option<Arc<Fence>>,
+    ) -> StoreResult<oneshot::Receiver<StoreResult<Ingested>>> {
+        let (reply, answer) = oneshot::channel();
+        let job = IngestJob {
+            new,
+            reply,
+            outbox: None,
+            fence,
+        };
+        self.ingest.send(job).await.map_err(|_| StoreError::Closed)?;
+        Ok(answer)
+    }
+
     /// Decode an endpoint row, opening its secret and headers.
     fn endpoint(&self, row: &D::Row) -> StoreResult<Endpoint> {
         rows::endpoint(row, Some(&self.cipher))
@@ -427,23 +447,26 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
-        let (reply, answer) = oneshot::channel();
-        let queued = async {
-            self.ingest
-                .send(IngestJob {
-                    new,
-                    reply,
-                    outbox: None,
-                })
-                .await
-                .map_err(|_| StoreError::Closed)?;
-            answer.await.map_err(|_| StoreError::Closed)?
-        };
         // On PostgreSQL the wait is bounded like every call (see `crate::bounded`), by the writer's own
         // transaction bound, not by the acquire timeout alone: a burst of thousands of messages
         // legitimately queues for longer than a second. A message whose wait ran out is not acknowledged,
         // though its batch may still commit (a retry with the same `eventId` or `idempotency-key` finds it).
-        queued.await
+        let answer = self.queue_ingest(new, None).await?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        let fence = Arc::new(Fence::default());
+        let mut answers = Vec::with_capacity(batch.len());
+        // Queued one after the other (never concurrently), so the writer sees them in the given order.
+        for new in batch {
+            answers.push(self.queue_ingest(new, Some(fence.clone())).await?);
+        }
+        let mut outcomes = Vec::with_capacity(answers.len());
+        for answer in answers {
+            outcomes.push(answer.await.map_err(|_| StoreError::Closed)?);
+        }
+        Ok(outcomes)
     }
 
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {
@@ -1104,7 +1127,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Sql::new("SELECT 1").execute(self.reads()).await?;
         // While writes fail on a storage fault, a probe write tells when they succeed again.
         let now = herald_core::clock::now_ms().to_string();
-        let probe = self.meta_set(crate::custody::HEALTH_PROBE_KEY, &now);
+        let probe = self.meta_set(HEALTH_PROBE_KEY, &now);
         self.health
             .recheck(probe, StoreError::fault, StoreError::FileCorrupt)
             .await

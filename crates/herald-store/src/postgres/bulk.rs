@@ -16,10 +16,10 @@ use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::channels::{INGEST_LOCK, WORK_CHANNEL};
 use super::lease::Leases;
-use super::text::escape;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
+use herald_sql::text::escape;
 
 /// PostgreSQL's [`BatchWriter`].
 pub(crate) struct PgBatches {
