@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret,
 };
 
@@ -538,9 +538,9 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn set_endpoint_state(
         &self,
         endpoint_id: &str,
-        expected_reason: &str,
+        expected_reason: &DisabledReason,
         disabled: bool,
-        reason: Option<&str>,
+        reason: Option<&DisabledReason>,
         now: i64,
     ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Headers, Message,
-    Metadata, OperationalEvent, Ordering,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Headers,
+    Message, Metadata, OperationalEvent, Ordering,
 };
 use sqlx::Row;
 
@@ -137,7 +137,10 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
         filter_types: decode_list(row.opt_text("filter_types")?)?,
         channels: decode_list(row.opt_text("channels")?)?,
         disabled: row.flag("disabled")?,
-        disabled_reason: row.opt_free_text("disabled_reason")?,
+        disabled_reason: row
+            .opt_free_text("disabled_reason")?
+            .as_deref()
+            .map(DisabledReason::parse),
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         max_concurrency: u32_opt(row.opt_int("max_concurrency")?),
         request_timeout_ms: u32_opt(row.opt_int("request_timeout_ms")?),

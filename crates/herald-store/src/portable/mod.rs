@@ -11,7 +11,7 @@ pub(crate) mod secrets;
 use std::sync::Arc;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret,
 };
 use tokio::sync::oneshot;
@@ -119,7 +119,7 @@ fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCiphe
         .bind(rows::encode_list(&ep.filter_types))
         .bind(rows::encode_list(&ep.channels))
         .bind(ep.disabled)
-        .opt_free(ep.disabled_reason.as_deref())
+        .opt_free(ep.disabled_reason.as_ref().map(DisabledReason::as_str))
         .bind(ep.rate_limit.map(i64::from))
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
@@ -592,9 +592,9 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn set_endpoint_state(
         &self,
         endpoint_id: &str,
-        expected_reason: &str,
+        expected_reason: &DisabledReason,
         disabled: bool,
-        reason: Option<&str>,
+        reason: Option<&DisabledReason>,
         now: i64,
     ) -> StoreResult<bool> {
         let changed = Sql::new(
@@ -602,10 +602,10 @@ impl<D: Dialect> Store for SqlStore<D> {
              WHERE id = $4 AND disabled_reason = $5",
         )
         .bind(disabled)
-        .opt_free(reason)
+        .opt_free(reason.map(DisabledReason::as_str))
         .bind(now)
         .free(endpoint_id)
-        .free(expected_reason)
+        .free(expected_reason.as_str())
         .execute(self.writes())
         .await?
             == 1;
