@@ -200,6 +200,14 @@ async fn msg_batch_answers_each_message_in_order_and_checks_them_all_first() {
         .call("POST", "/app/shop/msg-batch", Some(json!({"messages": []})))
         .await;
     assert_eq!(status, 422);
+    let creating =
+        json!({"messages": [{"eventType": "t", "eventId": "e", "payload": {}, "application": {"name": "x"}}]});
+    let (status, answer) = herald.call("POST", "/app/new-app/msg-batch", Some(creating)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        answer["detail"][0]["loc"],
+        json!(["body", "messages", "0", "application"])
+    );
     let too_many: Vec<Value> = (100..601).map(item).collect();
     let (status, _) = herald
         .call("POST", "/app/shop/msg-batch", Some(json!({"messages": too_many})))

@@ -189,6 +189,12 @@ async fn create_batch(
         let at = ["messages".to_owned(), index.to_string()];
         check(message, &state).map_err(|e| e.nested(&at))?;
         payload_retention_ms(message).map_err(|e| e.nested(&at))?;
+        if message.application.is_some() {
+            return Err(ApiError::body(
+                &format!("messages.{index}.application"),
+                "a batch does not create the application; create it first",
+            ));
+        }
         if message.event_id.is_none() {
             return Err(ApiError::invalid(
                 Source::Body,
@@ -198,10 +204,9 @@ async fn create_batch(
             ));
         }
     }
-    let mut messages = input.messages;
-    let application = messages.iter_mut().find_map(|m| m.application.take());
-    let app_id = app_of(&state, &app_id, application).await?;
-    let batch = messages
+    let app_id = lookup::app_id(&state, &app_id).await?;
+    let batch = input
+        .messages
         .into_iter()
         .map(|message| new_message(message, &app_id, None))
         .collect::<ApiResult<Vec<_>>>()?;
