@@ -49,11 +49,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationPartialUpdate",
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
-  "message.expungeAllContents",
-  "messageAttempt.expungeContent",
-  "backgroundTask.list",
-  "backgroundTask.listByEndpoint",
-  "authentication.logout",
 ]);
 
 class Mismatch extends Error {}
@@ -105,6 +100,7 @@ function recorder(target, prefix, suite) {
 
 class Suite {
   constructor(url, token) {
+    this.url = url;
     this.client = new Svix(token, { serverUrl: url });
     this.noRetry = new Svix(token, { serverUrl: url, retryScheduleInMs: [], numRetries: 0 });
     this.sdk = recorder(this.client, "", this);
@@ -380,6 +376,24 @@ async function scenario(s, receiver, step) {
     const bulk = await sdk.message.bulkExpungeContent(app.id, { ids: [msg.id, "msg_unknown"] });
     expect(bulk.results[msg.id] === "expunged" && bulk.results.msg_unknown === "not-found", `bulk expunge ${JSON.stringify(bulk)}`);
   }
+  await sdk.messageAttempt.expungeContent(app.id, msg.id, attempts[0].id);
+  expect((await sdk.messageAttempt.get(app.id, msg.id, attempts[0].id)).response === "", "attempt response not expunged");
+  const purge = await sdk.message.expungeAllContents(app.id);
+  expect(purge.task === "application.purge_content", `ExpungeAllContentsOut.task ${purge.task}`);
+  let purged = await sdk.backgroundTask.get(purge.id);
+  for (const deadline = Date.now() + 20000; purged.status === "running" && Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    purged = await sdk.backgroundTask.get(purge.id);
+  }
+  expect(purged.status === "finished" && "messagesPurged" in purged.data, `expunge-all task ${JSON.stringify(purged)}`);
+  const listed = await sdk.backgroundTask.list({ limit: 250 });
+  expect(listed.data.some((t) => t.id === purge.id), `backgroundTask.list lacks ${purge.id}`);
+  const byKind = await sdk.backgroundTask.list({ task: "endpoint.bulk-replay" });
+  expect(byKind.data.length === 1 && byKind.data[0].id === replay.id, `backgroundTask.list by kind ${JSON.stringify(byKind)}`);
+  if (typeof s.client.backgroundTask.listByEndpoint === "function") {
+    const again = await sdk.backgroundTask.listByEndpoint({ limit: 250 });
+    expect(again.data.some((t) => t.id === purge.id), "backgroundTask.listByEndpoint");
+  }
 
   step("message tags");
   const tag = `order/${suffix}#1`;
@@ -442,6 +456,30 @@ async function scenario(s, receiver, step) {
     const dashboard = await sdk.authentication.dashboardAccess(app.id);
     expect(Boolean(dashboard.token) && /^https?:\/\//.test(dashboard.url), `dashboard access ${JSON.stringify(dashboard)}`);
   }
+  // expireAll with sessionIds ends only the tokens issued for those sessions.
+  const session = await sdk.authentication.appPortalAccess(app.id, { sessionId: "compat-session" });
+  await sdk.authentication.expireAll(app.id, { sessionIds: ["compat-session"] });
+  let sessionWorks = true;
+  try {
+    await new Svix(session.token, { serverUrl: s.url }).application.get(app.id);
+  } catch (err) {
+    sessionWorks = false;
+    expect(err instanceof ApiException && err.code === 401, `a token of an expired session got ${describe(err)}`);
+  }
+  expect(!sessionWorks, "a token of an expired session still works");
+  // A logout ends the portal token that makes it (still working: not of that session); the admin token
+  // cannot log out.
+  const portal = new Svix(access.token, { serverUrl: s.url });
+  await s.call("authentication.logout", () => portal.authentication.logout());
+  let stillWorks = true;
+  try {
+    await portal.application.get(app.id);
+  } catch (err) {
+    stillWorks = false;
+    expect(err instanceof ApiException && err.code === 401, `a logged-out token got ${describe(err)}`);
+  }
+  expect(!stillWorks, "a logged-out portal token still works");
+  await s.error(403).sdk.authentication.logout();
   await sdk.authentication.expireAll(app.id, {});
 }
 

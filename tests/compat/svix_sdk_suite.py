@@ -70,10 +70,6 @@ NOT_OFFERED = {
     "endpoint.transformation_partial_update",
     "endpoint.transformation_get",
     "endpoint.patch_transformation",
-    "message.expunge_all_contents",
-    "message_attempt.expunge_content",
-    "background_task.list",
-    "authentication.logout",
 }
 
 
@@ -119,6 +115,7 @@ class Recorder:
 
 class Suite:
     def __init__(self, url: str, token: str) -> None:
+        self.url = url
         self.client = Svix(token, SvixOptions(server_url=url, timeout=10.0))
         # Not-offered operations answer 5xx, which the SDK retries: no retries there, to keep the run short.
         self.no_retry = Svix(token, SvixOptions(server_url=url, timeout=10.0, retry_schedule=[]))
@@ -494,6 +491,18 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
             {k: str(v) for k, v in bulk.results.items()} == {msg.id: "expunged", "msg_unknown": "not-found"},
             f"bulk expunge results {bulk.results!r}",
         )
+    sdk.message_attempt.expunge_content(app.id, msg.id, attempts[0].id)
+    expect(sdk.message_attempt.get(app.id, msg.id, attempts[0].id).response == "", "attempt response not expunged")
+    purge = sdk.message.expunge_all_contents(app.id)
+    expect(str(purge.task) == "application.purge_content", f"ExpungeAllContentsOut.task {purge.task!r}")
+    deadline = time.monotonic() + 20
+    while str((task := sdk.background_task.get(purge.id)).status) == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    expect(str(task.status) == "finished" and "messagesPurged" in task.data, f"expunge-all task {task!r}")
+    listed = sdk.background_task.list(options("BackgroundTaskListOptions", limit=250))
+    expect(purge.id in [t.id for t in listed.data], f"background_task.list lacks {purge.id}")
+    finished = sdk.background_task.list(options("BackgroundTaskListOptions", task=models.BackgroundTaskType("endpoint.bulk-replay")))
+    expect([t.id for t in finished.data] == [replay.id], f"background_task.list by kind: {finished!r}")
 
     step("message tags")
     tag = f"order/{suffix}#1"
@@ -563,6 +572,24 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     if not gen2:  # the deprecated dashboard access, 1.x only
         dashboard = sdk.authentication.dashboard_access(app.id)
         expect(bool(dashboard.token) and dashboard.url.startswith("http"), f"dashboard access {dashboard!r}")
+    # expire_all with sessionIds ends only the tokens issued for those sessions.
+    session = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn", session_id="compat-session"))
+    sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn", session_ids=["compat-session"]))
+    try:
+        Svix(session.token, SvixOptions(server_url=s.url, timeout=10.0, retry_schedule=[])).application.get(app.id)
+        raise Mismatch("a token of an expired session still works")
+    except HttpError as exc:
+        expect(exc.status_code == 401, f"a token of an expired session got {exc.status_code}")
+    # A logout ends the portal token that makes it (still working: not of that session); the admin token
+    # cannot log out.
+    portal = Svix(access.token, SvixOptions(server_url=s.url, timeout=10.0))
+    s.call("authentication.logout", portal.authentication.logout)
+    try:
+        portal.application.get(app.id)
+        raise Mismatch("a logged-out portal token still works")
+    except HttpError as exc:
+        expect(exc.status_code == 401, f"a logged-out token got {exc.status_code}")
+    s.error(403).sdk.authentication.logout()
     sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn"))
 
 

@@ -40,6 +40,11 @@ def before_call(context, case, kwargs):
     for name in list(headers):
         if name.lower() == "idempotency-key" and isinstance(headers[name], str) and _KEY.fullmatch(headers[name]):
             headers[name] = f"st-{next(_counter)}"
+    # With a `secret`, `signatureType` must name its kind (a rule between two fields, which the document
+    # states in words only): a valid case gets the kind of the key it was generated with.
+    body = case.body
+    if isinstance(body, dict) and isinstance(body.get("secret"), str) and body.get("signatureType") is not None:
+        body["signatureType"] = "ed25519" if body["secret"].strip().startswith("whsk_") else "hmac"
 
 
 # Signing keys (`format: herald-signing-key`): the document's pattern says what a key looks like, but an

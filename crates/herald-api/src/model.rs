@@ -1254,7 +1254,7 @@ pub struct AppPortalAccessIn {
     /// Descriptive; accepted and ignored.
     #[serde(default)]
     pub feature_flags: Option<Vec<String>>,
-    /// Descriptive; accepted and ignored.
+    /// The session the token is for: `expire-all` with `sessionIds` can end it alone.
     #[serde(default)]
     pub session_id: Option<String>,
     /// Create the application (with the path segment as its uid) when it does not exist.
@@ -1299,7 +1299,7 @@ pub struct ApplicationTokenExpireIn {
     /// Seconds the tokens keep working (a grace period); default 0, at once.
     #[serde(default, deserialize_with = "crate::whole::option")]
     pub expiry: Option<u64>,
-    /// Expiring only some sessions is not supported (refused with a 422).
+    /// Expire only the tokens issued with one of these `sessionId`s (empty or absent: every token).
     #[serde(default)]
     pub session_ids: Option<Vec<String>>,
 }

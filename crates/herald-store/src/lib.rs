@@ -356,6 +356,8 @@ pub struct AppToken {
     /// The one polling endpoint of the application it may read (its stream and its consumers' offsets,
     /// nothing else); `None` for a token of the whole application.
     pub sink_id: Option<String>,
+    /// The session it was issued for (`sessionId`), if any: `expire-all` may end only some sessions.
+    pub session_id: Option<String>,
     /// When it was issued.
     pub created_at: i64,
     /// When it stops working.
@@ -589,9 +591,13 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
     /// The token with this digest, if it exists and has not expired at `now`.
     async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>>;
-    /// Make every token of an application expire at `at` at the latest (revocation, with an optional grace
-    /// period); returns how many tokens were shortened.
-    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
+    /// Make every token of an application — or, with `sessions`, only those issued for one of these
+    /// sessions — expire at `at` at the latest (revocation, with an optional grace period); returns how
+    /// many tokens were shortened.
+    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64>;
+    /// Make the one token with this digest expire at `at` at the latest (a logout); `NotFound` if there is
+    /// none.
+    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()>;
 
     /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
     /// created before `attempts_before`; expunge up to `limit` payloads whose expiry is at or before `now`
@@ -686,6 +692,19 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     ) -> StoreResult<Vec<(String, i64)>>;
     /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
     async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()>;
+    /// Expunge up to `limit` payloads of an app's messages created at or before `before` that still have
+    /// theirs, in one transaction, cancelling their pending deliveries (nothing is left to send). Returns
+    /// how many were expunged and the (endpoint id, seq) of each delivery cancelled; fewer than `limit`
+    /// means none is left.
+    async fn expunge_app_payloads(
+        &self,
+        app_id: &str,
+        before: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<(u64, Vec<(String, i64)>)>;
+    /// Remove the response body stored with one attempt of a message (it becomes empty).
+    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()>;
     /// Deliveries of an app, newest first, optionally of one endpoint, one status and messages with one tag.
     async fn list_deliveries(
         &self,
@@ -701,6 +720,15 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
+    /// Every task, newest first unless not `newest_first`, optionally in one state (`running`, `finished`,
+    /// `failed`) and of one kind.
+    async fn list_tasks(
+        &self,
+        state: Option<&str>,
+        kind: Option<&str>,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<BackgroundTask>>;
     /// A task by id; `app_id` restricts it to one application.
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
     /// Close the background tasks a stopped process left running — on SQLite every task still running when

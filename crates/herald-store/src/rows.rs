@@ -257,6 +257,7 @@ pub(crate) fn app_token(row: &impl Columns) -> StoreResult<AppToken> {
         app_id: row.text("app_id")?,
         read_only: row.flag("read_only")?,
         sink_id: row.opt_text("sink_id")?,
+        session_id: row.opt_text("session_id")?,
         created_at: row.int("created_at")?,
         expires_at: row.int("expires_at")?,
     })

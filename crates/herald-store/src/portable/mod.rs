@@ -673,13 +673,14 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
         Sql::new(
-            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, session_id, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&token.token_sha256)
         .bind(&token.app_id)
         .bind(token.read_only)
         .bind(&token.sink_id)
+        .opt_free(token.session_id.as_deref())
         .bind(token.created_at)
         .bind(token.expires_at)
         .execute(self.writes())
@@ -697,14 +698,31 @@ impl<D: Dialect> Store for SqlStore<D> {
         row.as_ref().map(rows::app_token).transpose()
     }
 
-    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
-        Ok(
-            Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
-                .bind(at)
-                .bind(app_id)
-                .execute(self.writes())
-                .await?,
-        )
+    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
+        let mut sql = Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
+            .bind(at)
+            .bind(app_id);
+        if let Some(sessions) = sessions {
+            if sessions.is_empty() {
+                sql.push(" AND 1 = 0");
+            } else {
+                let marks = sql.marks(sessions.iter().map(|s| Arg::free(s)));
+                sql.push(&format!(" AND session_id IN ({marks})"));
+            }
+        }
+        Ok(sql.execute(self.writes()).await?)
+    }
+
+    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()> {
+        let changed = Sql::new(format!(
+            "UPDATE app_token SET expires_at = {}(expires_at, $1) WHERE token_sha256 = $2",
+            D::LEAST
+        ))
+        .bind(at)
+        .bind(token_sha256)
+        .execute(self.writes())
+        .await?;
+        one_changed(changed)
     }
 
     async fn retention_step(&self, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
@@ -912,6 +930,53 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
+    async fn expunge_app_payloads(
+        &self,
+        app_id: &str,
+        before: i64,
+        limit_n: usize,
+        now: i64,
+    ) -> StoreResult<(u64, Vec<(String, i64)>)> {
+        let mut tx = self.begin().await?;
+        let found = Sql::new(format!(
+            "SELECT id FROM message WHERE app_id = $1 AND created_at <= $2 AND NOT expunged ORDER BY id LIMIT $3{}",
+            D::FOR_UPDATE
+        ))
+        .free(app_id)
+        .bind(before)
+        .bind(limit(limit_n))
+        .fetch_all(tx.on())
+        .await?;
+        let ids = decode_all(&found, |row| row.text("id"))?;
+        if ids.is_empty() {
+            return Ok((0, Vec::new()));
+        }
+        let mut cancel =
+            Sql::new("UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND message_id IN (")
+                .bind(DeliveryStatus::Cancelled.code())
+                .bind(now);
+        let marks = cancel.marks(&ids);
+        cancel.push(&marks).push(") RETURNING endpoint_id, seq");
+        let cancelled = cancel.fetch_all(tx.on()).await?;
+        let cancelled = decode_all(&cancelled, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))?;
+        let mut expunge = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE id IN (").bind(&b"{}"[..]);
+        let marks = expunge.marks(&ids);
+        expunge.push(&marks).push(")");
+        let expunged = expunge.execute(tx.on()).await?;
+        tx.commit().await?;
+        Ok((expunged, cancelled))
+    }
+
+    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()> {
+        let changed = Sql::new("UPDATE attempt SET response = '' WHERE app_id = $1 AND message_id = $2 AND id = $3")
+            .free(app_id)
+            .free(message_id)
+            .free(attempt_id)
+            .execute(self.writes())
+            .await?;
+        one_changed(changed)
+    }
+
     async fn list_deliveries(
         &self,
         app_id: &str,
@@ -987,6 +1052,26 @@ impl<D: Dialect> Store for SqlStore<D> {
         .execute(self.writes())
         .await?;
         one_changed(changed)
+    }
+
+    async fn list_tasks(
+        &self,
+        state: Option<&str>,
+        kind: Option<&str>,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<BackgroundTask>> {
+        let keyset = Keyset::new("id", page, newest_first);
+        let mut sql =
+            Sql::new("SELECT * FROM background_task WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR kind = $2)")
+                .opt_free(state)
+                .opt_free(kind);
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(decode_all(&found, rows::background_task)?, page, |t| {
+            t.id.clone()
+        }))
     }
 
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
