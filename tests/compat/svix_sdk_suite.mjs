@@ -401,8 +401,8 @@ async function scenario(s, receiver, step) {
   const tagged = await sdk.message.create(app.id, { eventType: etName, payload: { tagged: 1 }, tags: [tag, "compat"] });
   expect(sameTags(tagged.tags), `MessageOut.tags on create ${JSON.stringify(tagged.tags)}`);
   expect(sameTags((await sdk.message.get(app.id, tagged.id)).tags), "MessageOut.tags on get");
-  const listed = await sdk.message.list(app.id, { tag });
-  expect(JSON.stringify(listed.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `message.list tag: ${JSON.stringify(listed.data)}`);
+  const byTag = await sdk.message.list(app.id, { tag });
+  expect(JSON.stringify(byTag.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `message.list tag: ${JSON.stringify(byTag.data)}`);
   expect((await sdk.message.list(app.id, { tag: `none-${suffix}` })).data.length === 0, "unknown tag listed");
   // Svix's bounds: at most 5 tags, each of `[a-zA-Z0-9-_./\\#]`, 1-128 characters.
   await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, tags: ["no spaces"] });
