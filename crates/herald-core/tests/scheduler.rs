@@ -122,13 +122,13 @@ fn window_overflow_defers_then_refills_in_order() {
         let (k, job) = s.next(0).unwrap();
         s.finish(k, Verdict::Success, Finished::Done(job), 0);
     }
-    let wanted = s.refills_wanted();
+    let mut wanted = s.refills_wanted();
     assert_eq!(wanted.len(), 1);
     assert_eq!(wanted[0].after_seq, 4);
     assert!(s.refills_wanted().is_empty(), "one refill at a time");
     // While the refill reads, another offer arrives: it is deferred and must not be forgotten.
     assert_eq!(s.offer("a", 6, 0, 6, 0), Offer::Deferred);
-    s.refilled("a", vec![Loaded { seq: 5, due: 0, job: 5 }], true, 0);
+    s.refilled(wanted.remove(0), vec![Loaded { seq: 5, due: 0, job: 5 }], true, 0);
     assert!(s.refills_wanted().is_empty(), "three resident: above half the window");
     let mut sent = Vec::new();
     for _ in 0..2 {
@@ -137,14 +137,14 @@ fn window_overflow_defers_then_refills_in_order() {
         s.finish(k, Verdict::Success, Finished::Done(job), 0);
     }
     assert_eq!(sent, [3, 4]);
-    let again = s.refills_wanted();
+    let mut again = s.refills_wanted();
     assert_eq!(
         again.len(),
         1,
         "seq 6 may have been missed by the refill, so read again"
     );
     assert_eq!(again[0].after_seq, 5);
-    s.refilled("a", vec![Loaded { seq: 6, due: 0, job: 6 }], true, 0);
+    s.refilled(again.remove(0), vec![Loaded { seq: 6, due: 0, job: 6 }], true, 0);
     assert!(s.refills_wanted().is_empty());
     // Ingest's own copy of 6 arriving late changes nothing.
     assert_eq!(s.offer("a", 6, 0, 6, 0), Offer::AlreadyResident);
@@ -153,13 +153,57 @@ fn window_overflow_defers_then_refills_in_order() {
 }
 
 #[test]
+fn a_read_that_outlived_its_queue_is_not_taken_by_the_next_one() {
+    // The endpoint's partition goes to another node while a refill reads (seq 1 sent, 2 and 3 resident,
+    // the read after 3 on its way), then comes back: the new queue reads everything from the start.
+    let mut s = sched(4);
+    s.mark_backlog("a", limits(1));
+    let mut first = s.refills_wanted();
+    s.refilled(
+        first.remove(0),
+        (1..=3).map(|seq| Loaded { seq, due: 0, job: seq }).collect(),
+        false,
+        0,
+    );
+    let (k, job) = s.next(0).expect("seq 1 is ready");
+    s.finish(k, Verdict::Success, Finished::Done(job), 0);
+    let stale = s
+        .refills_wanted()
+        .pop()
+        .expect("two resident: a second read, after seq 3");
+    assert_eq!(stale.after_seq, 3);
+    s.remove_endpoint(&"a");
+    s.mark_backlog("a", limits(1));
+    let fresh = s.refills_wanted().pop().expect("the new queue reads from the start");
+    assert_eq!(fresh.after_seq, 0);
+    // The old read answers first, with what lay past its cursor: it must not move the new cursor past 2 and 3.
+    s.refilled(stale, vec![Loaded { seq: 9, due: 0, job: 9 }], true, 0);
+    s.refilled(
+        fresh,
+        [2, 3, 9]
+            .into_iter()
+            .map(|seq| Loaded { seq, due: 0, job: seq })
+            .collect(),
+        true,
+        0,
+    );
+    let jobs: Vec<i64> = std::iter::from_fn(|| {
+        let (k, job) = s.next(0)?;
+        s.finish(k, Verdict::Success, Finished::Done(job), 0);
+        Some(job)
+    })
+    .collect();
+    assert_eq!(jobs, [2, 3, 9], "every pending delivery is sent once");
+}
+
+#[test]
 fn backlog_marked_at_start_is_refilled() {
     let mut s = sched(10);
     s.mark_backlog("a", limits(1));
-    let wanted = s.refills_wanted();
+    let mut wanted = s.refills_wanted();
     assert_eq!(wanted.len(), 1);
     assert_eq!((wanted[0].after_seq, wanted[0].limit), (0, 10));
-    s.refilled("a", vec![Loaded { seq: 7, due: 0, job: 7 }], true, 0);
+    s.refilled(wanted.remove(0), vec![Loaded { seq: 7, due: 0, job: 7 }], true, 0);
     assert_eq!(s.next(0), Some(("a", 7)));
 }
 
@@ -219,7 +263,7 @@ proptest! {
             (rows, exhausted)
         };
         let answer = |s: &mut Sched, r: &Refill<&'static str>, (rows, exhausted): StoreRead, now| {
-            s.refilled(r.endpoint, rows.into_iter().map(|q| Loaded { seq: q, due: now, job: q }).collect(), exhausted, now);
+            s.refilled(r.clone(), rows.into_iter().map(|q| Loaded { seq: q, due: now, job: q }).collect(), exhausted, now);
         };
         let mut outstanding: Vec<(Refill<&'static str>, StoreRead)> = Vec::new();
         for op in ops {
@@ -673,7 +717,7 @@ proptest! {
             for r in s.refills_wanted() {
                 let rows: Vec<Keyed> = store.iter().filter(|j| j.0 > r.after_seq).take(r.limit).cloned().collect();
                 let exhausted = rows.len() < r.limit;
-                s.refilled("a", rows.into_iter().map(|j| Loaded { seq: j.0, due: now, job: j }).collect(), exhausted, now);
+                s.refilled(r, rows.into_iter().map(|j| Loaded { seq: j.0, due: now, job: j }).collect(), exhausted, now);
             }
         };
         for op in ops {
@@ -781,14 +825,15 @@ fn pending_and_oldest_age_follow_offers_retries_refills_and_results() {
     assert_eq!(gauges(&s), (1, None));
     // The refill reads the deferred one; the store has no more.
     let refill = s.refills_wanted().pop().unwrap();
+    let limit = refill.limit;
     s.refilled(
-        "a",
+        refill,
         vec![Loaded {
             seq: 3,
             due: 0,
             job: Since(300),
         }],
-        refill.limit > 1,
+        limit > 1,
         10,
     );
     assert_eq!(gauges(&s), (1, Some(300)));

@@ -27,7 +27,9 @@ use herald_core::breaker::{BreakerConfig, BreakerState};
 use herald_core::clock::now_ms;
 use herald_core::model::{DisabledReason, Endpoint, Ordering, PreviousSecret};
 use herald_core::retry::RetrySchedule;
-use herald_core::scheduler::{EndpointLimits, EndpointSnapshot, Finished, Loaded, Scheduler, SchedulerConfig, Verdict};
+use herald_core::scheduler::{
+    EndpointLimits, EndpointSnapshot, Finished, Loaded, Refill, Scheduler, SchedulerConfig, Verdict,
+};
 use herald_store::{AttemptRecord, CommitFeed, OwnershipEvent, PendingDelivery, SharedStore, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -93,12 +95,12 @@ enum Event {
         outcome: Outcome,
     },
     Refilled {
-        endpoint: Arc<str>,
+        refill: Refill<Arc<str>>,
         loaded: Vec<PendingDelivery>,
         exhausted: bool,
     },
     RefillFailed {
-        endpoint: Arc<str>,
+        refill: Refill<Arc<str>>,
     },
     /// Boxed: an endpoint record is large and this event is rare. With the keys it rotated away from that
     /// still sign.
@@ -433,7 +435,7 @@ impl Engine {
                     Ok(loaded) => {
                         let exhausted = loaded.len() < refill.limit;
                         Event::Refilled {
-                            endpoint: refill.endpoint,
+                            refill,
                             loaded,
                             exhausted,
                         }
@@ -441,9 +443,7 @@ impl Engine {
                     Err(error) => {
                         tracing::warn!(%error, endpoint = %refill.endpoint, "loading backlog failed");
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        Event::RefillFailed {
-                            endpoint: refill.endpoint,
-                        }
+                        Event::RefillFailed { refill }
                     }
                 };
                 let _ = events.send(event);
@@ -573,7 +573,7 @@ impl Engine {
                 }
             }
             Event::Refilled {
-                endpoint,
+                refill,
                 loaded,
                 exhausted,
             } => {
@@ -585,9 +585,9 @@ impl Engine {
                         job: Job::of(d),
                     })
                     .collect();
-                self.scheduler.refilled(endpoint, loaded, exhausted, now);
+                self.scheduler.refilled(refill, loaded, exhausted, now);
             }
-            Event::RefillFailed { endpoint } => self.scheduler.refilled(endpoint, Vec::new(), false, now),
+            Event::RefillFailed { refill } => self.scheduler.refilled(refill, Vec::new(), false, now),
             Event::Backlog(id) => {
                 if let Some(key) = self.key_for(&id) {
                     let limits = self.unloaded_limits();

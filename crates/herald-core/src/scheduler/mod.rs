@@ -145,6 +145,11 @@ pub struct Refill<K> {
     pub after_seq: i64,
     /// Read at most this many.
     pub limit: usize,
+    /// Which read this is. Its answer is taken only by the queue that asked for it: a read that outlived
+    /// its queue (the endpoint was removed — its partition went to another node — and came back while the
+    /// read was on its way) must not move the new queue's cursor past deliveries it never read, which
+    /// would leave them in the store unsent until a restart.
+    pub ticket: u64,
 }
 
 /// One delivery read back from the store by a refill.
@@ -246,6 +251,8 @@ pub struct Scheduler<K, J> {
     in_flight: u64,
     /// Endpoints with deliveries in the store beyond their window: the only ones a refill can concern.
     overflowing: HashSet<K>,
+    /// The last [`Refill::ticket`] handed out.
+    refill_tickets: u64,
 }
 
 impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
@@ -260,6 +267,7 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
             timer_order: 0,
             in_flight: 0,
             overflowing: HashSet::new(),
+            refill_tickets: 0,
         }
     }
 
@@ -346,23 +354,32 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
                 continue;
             };
             if !queue.refilling && queue.resident <= window / 2 {
+                self.refill_tickets += 1;
                 queue.refilling = true;
+                queue.refill_ticket = self.refill_tickets;
                 queue.deferred_while_refilling = false;
                 wanted.push(Refill {
                     endpoint: key.clone(),
                     after_seq: queue.cursor,
                     limit: window - queue.resident,
+                    ticket: self.refill_tickets,
                 });
             }
         }
         wanted
     }
 
-    /// The answer to a refill: the deliveries read (in `seq` order) and whether the store had no more.
-    pub fn refilled(&mut self, endpoint: K, loaded: Vec<Loaded<J>>, store_exhausted: bool, now: Millis) {
+    /// The answer to `refill`: the deliveries read (in `seq` order) and whether the store had no more
+    /// (a failed read answers nothing, not exhausted). An answer to a read the endpoint's current queue
+    /// did not ask for is dropped (see [`Refill::ticket`]).
+    pub fn refilled(&mut self, refill: Refill<K>, loaded: Vec<Loaded<J>>, store_exhausted: bool, now: Millis) {
+        let endpoint = refill.endpoint;
         let Some(queue) = self.endpoints.get_mut(&endpoint) else {
             return;
         };
+        if !queue.refilling || queue.refill_ticket != refill.ticket {
+            return;
+        }
         queue.refilling = false;
         if store_exhausted && !queue.deferred_while_refilling {
             queue.overflow = false;

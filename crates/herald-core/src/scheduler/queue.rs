@@ -36,6 +36,8 @@ pub(super) struct EndpointQueue<J> {
     /// The highest store `seq` made resident; every pending delivery at or below it is resident.
     pub(super) cursor: i64,
     pub(super) refilling: bool,
+    /// The ticket of the refill in progress (see `Refill::ticket`).
+    pub(super) refill_ticket: u64,
     /// An offer was deferred while a refill was reading: the refill may have missed it.
     pub(super) deferred_while_refilling: bool,
     pub(super) breaker: Breaker,
@@ -66,6 +68,7 @@ impl<J: Queued> EndpointQueue<J> {
             overflow: false,
             cursor: 0,
             refilling: false,
+            refill_ticket: 0,
             deferred_while_refilling: false,
             breaker: Breaker::new(breaker),
             hold_until: 0,
