@@ -49,12 +49,6 @@ const NOT_OFFERED = new Set([
   "endpoint.transformationPartialUpdate",
   "endpoint.transformationGet",
   "endpoint.patchTransformation",
-  "endpoint.sendExample",
-  "message.expungeAllContents",
-  "messageAttempt.expungeContent",
-  "backgroundTask.list",
-  "backgroundTask.listByEndpoint",
-  "authentication.logout",
 ]);
 
 class Mismatch extends Error {}
@@ -106,6 +100,7 @@ function recorder(target, prefix, suite) {
 
 class Suite {
   constructor(url, token) {
+    this.url = url;
     this.client = new Svix(token, { serverUrl: url });
     this.noRetry = new Svix(token, { serverUrl: url, retryScheduleInMs: [], numRetries: 0 });
     this.sdk = recorder(this.client, "", this);
@@ -381,6 +376,77 @@ async function scenario(s, receiver, step) {
     const bulk = await sdk.message.bulkExpungeContent(app.id, { ids: [msg.id, "msg_unknown"] });
     expect(bulk.results[msg.id] === "expunged" && bulk.results.msg_unknown === "not-found", `bulk expunge ${JSON.stringify(bulk)}`);
   }
+  await sdk.messageAttempt.expungeContent(app.id, msg.id, attempts[0].id);
+  expect((await sdk.messageAttempt.get(app.id, msg.id, attempts[0].id)).response === "", "attempt response not expunged");
+  const purge = await sdk.message.expungeAllContents(app.id);
+  expect(purge.task === "application.purge_content", `ExpungeAllContentsOut.task ${purge.task}`);
+  let purged = await sdk.backgroundTask.get(purge.id);
+  for (const deadline = Date.now() + 20000; purged.status === "running" && Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    purged = await sdk.backgroundTask.get(purge.id);
+  }
+  expect(purged.status === "finished" && "messagesPurged" in purged.data, `expunge-all task ${JSON.stringify(purged)}`);
+  const listed = await sdk.backgroundTask.list({ limit: 250 });
+  expect(listed.data.some((t) => t.id === purge.id), `backgroundTask.list lacks ${purge.id}`);
+  const byKind = await sdk.backgroundTask.list({ task: "endpoint.bulk-replay" });
+  expect(byKind.data.length === 1 && byKind.data[0].id === replay.id, `backgroundTask.list by kind ${JSON.stringify(byKind)}`);
+  if (typeof s.client.backgroundTask.listByEndpoint === "function") {
+    const again = await sdk.backgroundTask.listByEndpoint({ limit: 250 });
+    expect(again.data.some((t) => t.id === purge.id), "backgroundTask.listByEndpoint");
+  }
+
+  step("message tags");
+  const tag = `order/${suffix}#1`;
+  const sameTags = (tags) => JSON.stringify([...(tags ?? [])].sort()) === JSON.stringify([tag, "compat"].sort());
+  const tagged = await sdk.message.create(app.id, { eventType: etName, payload: { tagged: 1 }, tags: [tag, "compat"] });
+  expect(sameTags(tagged.tags), `MessageOut.tags on create ${JSON.stringify(tagged.tags)}`);
+  expect(sameTags((await sdk.message.get(app.id, tagged.id)).tags), "MessageOut.tags on get");
+  const byTag = await sdk.message.list(app.id, { tag });
+  expect(JSON.stringify(byTag.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `message.list tag: ${JSON.stringify(byTag.data)}`);
+  expect((await sdk.message.list(app.id, { tag: `none-${suffix}` })).data.length === 0, "unknown tag listed");
+  // Svix's bounds: at most 5 tags, each of `[a-zA-Z0-9-_./\\#]`, 1-128 characters.
+  await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, tags: ["no spaces"] });
+  await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, tags: ["t0", "t1", "t2", "t3", "t4", "t5"] });
+  await waitAttempts(s, app.id, tagged.id);
+  const byEndpoint = await sdk.messageAttempt.listByEndpoint(app.id, ep.id, { tag, withMsg: true });
+  expect(byEndpoint.data.length > 0 && byEndpoint.data.every((a) => a.msgId === tagged.id), `attempts by endpoint, tag: ${JSON.stringify(byEndpoint.data)}`);
+  expect(sameTags(byEndpoint.data[0].msg?.tags), "withMsg message has no tags");
+  expect((await sdk.messageAttempt.listByMsg(app.id, tagged.id, { tag })).data.length === 1, "attempts by message, its own tag");
+  expect((await sdk.messageAttempt.listByMsg(app.id, msg.id, { tag })).data.length === 0, "attempts by message, a tag it does not carry");
+  const attempted = await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id, { tag });
+  expect(JSON.stringify(attempted.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `attempted messages, tag: ${JSON.stringify(attempted.data)}`);
+
+  step("scheduled delivery");
+  const at = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
+  const scheduled = await sdk.message.create(app.id, { eventType: etName, payload: { scheduled: 1 }, deliverAt: at });
+  expect(new Date(scheduled.deliverAt).getTime() === at.getTime(), `MessageOut.deliverAt ${scheduled.deliverAt}, sent ${at.toISOString()}`);
+  expect(new Date((await sdk.message.get(app.id, scheduled.id)).deliverAt).getTime() === at.getTime(), "MessageOut.deliverAt on get");
+  await s.error(422).sdk.message.create(app.id, { eventType: etName, payload: {}, deliverAt: new Date(Date.now() + 25 * 3600 * 1000) });
+  await receiver.waitFor(scheduled.id);
+  const scheduledAttempts = await waitAttempts(s, app.id, scheduled.id);
+  const firstAttempt = scheduledAttempts[scheduledAttempts.length - 1];
+  expect(new Date(firstAttempt.timestamp).getTime() >= at.getTime(), `attempted at ${firstAttempt.timestamp}, before its deliverAt ${at.toISOString()}`);
+
+  step("send example");
+  const exampleType = `compat.example.${suffix}`;
+  const schema = { type: "object", examples: [{ first: 1 }, { second: 2 }] };
+  await sdk.eventType.create({ name: exampleType, description: "with examples", schemas: { 1: schema } });
+  // The endpoint does not subscribe to this event type: the example goes to it all the same, and only to it.
+  const sent = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 1 });
+  expect(sent.eventType === exampleType && JSON.stringify(sent.payload) === JSON.stringify({ second: 2 }), `sendExample answered ${JSON.stringify(sent)}`);
+  const example = await receiver.waitFor(sent.id);
+  // Signed with the endpoint's key as rotated above.
+  verifyDelivery((await sdk.endpoint.getSecret(app.id, ep.id)).key, example);
+  expect(JSON.stringify(JSON.parse(example.body)) === JSON.stringify({ second: 2 }), `example delivered as ${example.body}`);
+  const destinations = await sdk.messageAttempt.listAttemptedDestinations(app.id, sent.id);
+  expect(JSON.stringify(destinations.data.map((d) => d.id)) === JSON.stringify([ep.id]), `the example went to ${JSON.stringify(destinations.data)}`);
+  const firstExample = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType });
+  expect(JSON.stringify(firstExample.payload) === JSON.stringify({ first: 1 }), `the default example is the first: ${JSON.stringify(firstExample.payload)}`);
+  const ping = await sdk.endpoint.sendExample(app.id, ep.id, { eventType: "svix.ping" });
+  expect(JSON.stringify(ping.payload) === JSON.stringify({ success: true }), `svix.ping example ${JSON.stringify(ping.payload)}`);
+  await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: etName });
+  await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 2 });
+  await s.error(404).sdk.endpoint.sendExample(app.id, ep.id, { eventType: `compat.none.${suffix}` });
 
   step("portal access");
   const access = await sdk.authentication.appPortalAccess(app.id, {});
@@ -390,6 +456,30 @@ async function scenario(s, receiver, step) {
     const dashboard = await sdk.authentication.dashboardAccess(app.id);
     expect(Boolean(dashboard.token) && /^https?:\/\//.test(dashboard.url), `dashboard access ${JSON.stringify(dashboard)}`);
   }
+  // expireAll with sessionIds ends only the tokens issued for those sessions.
+  const session = await sdk.authentication.appPortalAccess(app.id, { sessionId: "compat-session" });
+  await sdk.authentication.expireAll(app.id, { sessionIds: ["compat-session"] });
+  let sessionWorks = true;
+  try {
+    await new Svix(session.token, { serverUrl: s.url }).application.get(app.id);
+  } catch (err) {
+    sessionWorks = false;
+    expect(err instanceof ApiException && err.code === 401, `a token of an expired session got ${describe(err)}`);
+  }
+  expect(!sessionWorks, "a token of an expired session still works");
+  // A logout ends the portal token that makes it (still working: not of that session); the admin token
+  // cannot log out.
+  const portal = new Svix(access.token, { serverUrl: s.url });
+  await s.call("authentication.logout", () => portal.authentication.logout());
+  let stillWorks = true;
+  try {
+    await portal.application.get(app.id);
+  } catch (err) {
+    stillWorks = false;
+    expect(err instanceof ApiException && err.code === 401, `a logged-out token got ${describe(err)}`);
+  }
+  expect(!stillWorks, "a logged-out portal token still works");
+  await s.error(403).sdk.authentication.logout();
   await sdk.authentication.expireAll(app.id, {});
 }
 

@@ -70,11 +70,6 @@ NOT_OFFERED = {
     "endpoint.transformation_partial_update",
     "endpoint.transformation_get",
     "endpoint.patch_transformation",
-    "endpoint.send_example",
-    "message.expunge_all_contents",
-    "message_attempt.expunge_content",
-    "background_task.list",
-    "authentication.logout",
 }
 
 
@@ -120,6 +115,7 @@ class Recorder:
 
 class Suite:
     def __init__(self, url: str, token: str) -> None:
+        self.url = url
         self.client = Svix(token, SvixOptions(server_url=url, timeout=10.0))
         # Not-offered operations answer 5xx, which the SDK retries: no retries there, to keep the run short.
         self.no_retry = Svix(token, SvixOptions(server_url=url, timeout=10.0, retry_schedule=[]))
@@ -495,6 +491,79 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
             {k: str(v) for k, v in bulk.results.items()} == {msg.id: "expunged", "msg_unknown": "not-found"},
             f"bulk expunge results {bulk.results!r}",
         )
+    sdk.message_attempt.expunge_content(app.id, msg.id, attempts[0].id)
+    expect(sdk.message_attempt.get(app.id, msg.id, attempts[0].id).response == "", "attempt response not expunged")
+    purge = sdk.message.expunge_all_contents(app.id)
+    expect(str(purge.task) == "application.purge_content", f"ExpungeAllContentsOut.task {purge.task!r}")
+    deadline = time.monotonic() + 20
+    while str((task := sdk.background_task.get(purge.id)).status) == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    expect(str(task.status) == "finished" and "messagesPurged" in task.data, f"expunge-all task {task!r}")
+    listed = sdk.background_task.list(options("BackgroundTaskListOptions", limit=250))
+    expect(purge.id in [t.id for t in listed.data], f"background_task.list lacks {purge.id}")
+    finished = sdk.background_task.list(options("BackgroundTaskListOptions", task=models.BackgroundTaskType("endpoint.bulk-replay")))
+    expect([t.id for t in finished.data] == [replay.id], f"background_task.list by kind: {finished!r}")
+
+    step("message tags")
+    tag = f"order/{suffix}#1"
+    tagged = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={"tagged": 1}, tags=[tag, "compat"]))
+    expect(sorted(tagged.tags or []) == sorted([tag, "compat"]), f"MessageOut.tags on create {tagged.tags!r}")
+    expect(sorted(sdk.message.get(app.id, tagged.id).tags or []) == sorted([tag, "compat"]), "MessageOut.tags on get")
+    listed = sdk.message.list(app.id, options("MessageListOptions", tag=tag))
+    expect([m.id for m in listed.data] == [tagged.id], f"message.list tag={tag!r}: {[m.id for m in listed.data]}")
+    expect(sdk.message.list(app.id, options("MessageListOptions", tag=f"none-{suffix}")).data == [], "unknown tag listed")
+    # Svix's bounds: at most 5 tags, each of `[a-zA-Z0-9-_./\\#]`, 1-128 characters.
+    refused = s.error(422).sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={}, tags=["no spaces"]))
+    expect(refused.detail[0].loc[-1] == "tags", f"422 for a bad tag names {refused.detail[0].loc!r}")
+    s.error(422).sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={}, tags=[f"t{i}" for i in range(6)]))
+    wait_attempts(s, app.id, tagged.id)
+    by_endpoint = sdk.message_attempt.list_by_endpoint(
+        app.id, ep.id, options("MessageAttemptListByEndpointOptions", tag=tag, with_msg=True)
+    )
+    expect({a.msg_id for a in by_endpoint.data} == {tagged.id}, f"attempts by endpoint, tag: {by_endpoint.data!r}")
+    expect(sorted(by_endpoint.data[0].msg.tags or []) == sorted([tag, "compat"]), "with_msg message has no tags")
+    expect(len(sdk.message_attempt.list_by_msg(app.id, tagged.id, options("MessageAttemptListByMsgOptions", tag=tag)).data) == 1,
+           "attempts by message, its own tag")
+    expect(sdk.message_attempt.list_by_msg(app.id, msg.id, options("MessageAttemptListByMsgOptions", tag=tag)).data == [],
+           "attempts by message, a tag it does not carry")
+    attempted = sdk.message_attempt.list_attempted_messages(
+        app.id, ep.id, options("MessageAttemptListAttemptedMessagesOptions", tag=tag)
+    )
+    expect([m.id for m in attempted.data] == [tagged.id], f"attempted messages, tag: {[m.id for m in attempted.data]}")
+
+    step("scheduled delivery")
+    at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)).replace(microsecond=0) + dt.timedelta(seconds=1)
+    scheduled = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={"scheduled": 1}, deliver_at=at))
+    expect(scheduled.deliver_at == at, f"MessageOut.deliverAt {scheduled.deliver_at!r}, sent {at!r}")
+    expect(sdk.message.get(app.id, scheduled.id).deliver_at == at, "MessageOut.deliverAt on get")
+    late = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=25)
+    refused = s.error(422).sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={}, deliver_at=late))
+    expect(refused.detail[0].loc[-1] == "deliverAt", f"422 past the horizon names {refused.detail[0].loc!r}")
+    receiver.wait_for(scheduled.id)
+    first = wait_attempts(s, app.id, scheduled.id)[-1]
+    expect(first.timestamp >= at, f"attempted at {first.timestamp!r}, before its deliverAt {at!r}")
+
+    step("send example")
+    example_type = f"compat.example.{suffix}"
+    schema = {"type": "object", "examples": [{"first": 1}, {"second": 2}]}
+    sdk.event_type.create(mk("EventTypeIn", name=example_type, description="with examples", schemas={"1": schema}))
+    # The endpoint does not subscribe to this event type: the example goes to it all the same, and only to it.
+    sent = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type, example_index=1))
+    expect(sent.event_type == example_type and sent.payload == {"second": 2}, f"send_example answered {sent!r}")
+    headers, body = receiver.wait_for(sent.id)
+    # Signed with the endpoint's key as rotated above.
+    verify_delivery(sdk.endpoint.get_secret(app.id, ep.id).key, headers, body)
+    expect(json.loads(body) == {"second": 2}, f"example delivered as {body!r}")
+    destinations = sdk.message_attempt.list_attempted_destinations(app.id, sent.id)
+    expect([d.id for d in destinations.data] == [ep.id], f"the example went to {[d.id for d in destinations.data]}")
+    first_example = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type))
+    expect(first_example.payload == {"first": 1}, f"the default example is the first: {first_example.payload!r}")
+    ping = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type="svix.ping"))
+    expect(ping.payload == {"success": True}, f"svix.ping example {ping.payload!r}")
+    refused = s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=et_name))
+    expect(refused.detail[0].loc[-1] == "eventType", f"422 without an example names {refused.detail[0].loc!r}")
+    s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type, example_index=2))
+    s.error(404).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=f"compat.none.{suffix}"))
 
     step("portal access")
     access = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn"))
@@ -503,6 +572,24 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     if not gen2:  # the deprecated dashboard access, 1.x only
         dashboard = sdk.authentication.dashboard_access(app.id)
         expect(bool(dashboard.token) and dashboard.url.startswith("http"), f"dashboard access {dashboard!r}")
+    # expire_all with sessionIds ends only the tokens issued for those sessions.
+    session = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn", session_id="compat-session"))
+    sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn", session_ids=["compat-session"]))
+    try:
+        Svix(session.token, SvixOptions(server_url=s.url, timeout=10.0, retry_schedule=[])).application.get(app.id)
+        raise Mismatch("a token of an expired session still works")
+    except HttpError as exc:
+        expect(exc.status_code == 401, f"a token of an expired session got {exc.status_code}")
+    # A logout ends the portal token that makes it (still working: not of that session); the admin token
+    # cannot log out.
+    portal = Svix(access.token, SvixOptions(server_url=s.url, timeout=10.0))
+    s.call("authentication.logout", portal.authentication.logout)
+    try:
+        portal.application.get(app.id)
+        raise Mismatch("a logged-out portal token still works")
+    except HttpError as exc:
+        expect(exc.status_code == 401, f"a logged-out token got {exc.status_code}")
+    s.error(403).sdk.authentication.logout()
     sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn"))
 
 

@@ -188,7 +188,9 @@ async fn authorize(
     if let Some(sink_id) = &token.sink_id {
         return authorize_sink(state, token, sink_id, access, params).await;
     }
-    if token.read_only && method != Method::GET && method != Method::HEAD {
+    // `shared` operations are open to every token, read-only ones too: the only one that writes is a
+    // logout, which takes rights away.
+    if token.read_only && method != Method::GET && method != Method::HEAD && access != Access::Shared {
         return Err(forbidden("this token is read-only"));
     }
     match access {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent,
 };
 use herald_store::{DeliveryRecord, DeliveryView};
@@ -77,7 +77,7 @@ pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
         max_concurrency: ep.max_concurrency,
         ordering: ep.ordering.as_str(),
         request_timeout_ms: ep.request_timeout_ms,
-        disabled_reason: ep.disabled_reason,
+        disabled_reason: ep.disabled_reason.map(DisabledReason::into_text),
         health: None,
         id: ep.id,
         uid: ep.uid,
@@ -108,9 +108,9 @@ pub(crate) fn message(msg: &Message, with_content: bool) -> MessageOut {
         event_type: msg.event_type.clone(),
         payload,
         channels: set(&msg.channels),
-        tags: None,
+        tags: set(&msg.tags),
         timestamp: datetime(msg.created_at),
-        deliver_at: None,
+        deliver_at: msg.deliver_at.map(datetime),
     }
 }
 

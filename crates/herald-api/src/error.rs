@@ -112,6 +112,16 @@ struct Body<'a> {
     detail: &'a Detail,
 }
 
+/// An error's body as a value, for an answer that carries errors inside it (a batch's per-message
+/// results).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorOut {
+    /// The error's `code`.
+    pub code: &'static str,
+    /// Its `detail`.
+    pub detail: Detail,
+}
+
 impl ApiError {
     /// Build an error whose detail is a sentence (any status but 422: see [`ApiError::invalid`]).
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
@@ -166,6 +176,28 @@ impl ApiError {
     /// 422: the request header `name` has an unacceptable value.
     pub fn header(name: &str, msg: impl Into<String>) -> Self {
         Self::invalid(Source::Header, name, Problem::Value, msg)
+    }
+
+    /// The same error for a value nested at `path` (keys and list indices) inside the body: each invalid
+    /// value's `loc` gets `path` after its source, so `["body", "eventType"]` of one message of a batch
+    /// becomes `["body", "messages", "3", "eventType"]`.
+    pub fn nested(mut self, path: &[String]) -> Self {
+        if let Detail::Fields(errors) = &mut self.detail {
+            for error in errors {
+                let rest = error.loc.split_off(1.min(error.loc.len()));
+                error.loc.extend(path.iter().cloned());
+                error.loc.extend(rest);
+            }
+        }
+        self
+    }
+
+    /// The error as a value (see [`ErrorOut`]).
+    pub fn to_out(&self) -> ErrorOut {
+        ErrorOut {
+            code: self.code,
+            detail: self.detail.clone(),
+        }
     }
 
     /// The invalid values of a 422 (empty for other errors).
@@ -282,6 +314,14 @@ mod tests {
     fn a_parameter_with_an_empty_name_is_still_named_in_loc() {
         let error = ApiError::invalid(Source::Query, "", Problem::Extra, "unknown");
         assert_eq!(error.field_errors()[0].loc, ["query", ""]);
+    }
+
+    #[test]
+    fn a_nested_error_names_its_whole_path() {
+        let error = ApiError::body("eventType", "bad").nested(&["messages".to_owned(), "3".to_owned()]);
+        assert_eq!(error.field_errors()[0].loc, ["body", "messages", "3", "eventType"]);
+        let text = ApiError::not_found("application").nested(&["messages".to_owned()]);
+        assert_eq!(text.detail, Detail::Text("application not found".into()));
     }
 
     #[test]

@@ -66,14 +66,18 @@ pub(crate) fn check_same_message(new: &NewMessage, stored: &Message) -> ApiResul
     if new.idempotency_key.is_none() || (new.event_id.is_some() && new.event_id == stored.event_id) {
         return Ok(());
     }
-    let channels = |list: &Option<Vec<String>>| {
+    // Channels and tags are sets.
+    let set = |list: &Option<Vec<String>>| {
         let mut sorted = list.clone().unwrap_or_default();
         sorted.sort();
+        sorted.dedup();
         sorted
     };
     let same = new.event_id == stored.event_id
         && new.event_type == stored.event_type
-        && channels(&new.channels) == channels(&stored.channels)
+        && set(&new.channels) == set(&stored.channels)
+        && set(&new.tags) == set(&stored.tags)
+        && new.deliver_at == stored.deliver_at
         && new.ordering_key == stored.ordering_key
         // An expunged payload (retention, or an operator) can no longer be compared.
         && (stored.payload.is_empty() || new.payload == stored.payload);
@@ -204,6 +208,8 @@ mod tests {
             channels: Some(vec!["x".into(), "y".into()]),
             payload: Arc::from(&b"{\"n\":1}"[..]),
             ordering_key: None,
+            tags: Some(vec!["t".into()]),
+            deliver_at: None,
             created_at: 0,
         };
         let new = NewMessage {
@@ -214,6 +220,9 @@ mod tests {
             payload: Arc::from(&b"{\"n\":1}"[..]),
             idempotency_key: Some("k".into()),
             ordering_key: None,
+            tags: Some(vec!["t".into()]),
+            deliver_at: None,
+            to_endpoint: None,
             payload_retention_ms: None,
         };
         assert!(check_same_message(&new, &stored).is_ok());
@@ -222,6 +231,11 @@ mod tests {
             ..new.clone()
         };
         assert!(check_same_message(&other, &stored).is_err());
+        let retagged = NewMessage {
+            tags: Some(vec!["u".into()]),
+            ..new.clone()
+        };
+        assert!(check_same_message(&retagged, &stored).is_err());
         let retyped = NewMessage {
             event_type: "a.c".into(),
             ..new

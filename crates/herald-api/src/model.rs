@@ -716,14 +716,15 @@ pub struct EndpointHeadersOut {
 ///
 /// Fields that change delivery semantics and that Herald must either implement or refuse with a
 /// 422 naming the field (never silently ignore):
-/// * `deliverAt` — delayed delivery;
+/// * `deliverAt` — scheduled delivery: its deliveries' first attempt is due then (at most
+///   [`crate::validate::MAX_SCHEDULE_AHEAD_MS`] ahead; a past time means at once);
 /// * `transformationsParams` — `rawPayload` replaces the delivered body and `headers` (e.g.
 ///   `content-type`) change the request; the SDK's `message_in_raw()` sends `payload: {}` with
 ///   `transformationsParams.rawPayload`, so ignoring it would deliver `{}`;
 /// * `application` — implicitly creates the application when the path's id/uid does not exist
 ///   (ignored by Svix when the application exists).
 ///
-/// Purely descriptive fields that may be stored or ignored: `tags`. `payloadRetentionPeriod` and
+/// `tags` are stored, echoed and indexed for the `tag` filter; they do not change delivery. `payloadRetentionPeriod` and
 /// `payloadRetentionHours` set when the retention job expunges the payload.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -743,8 +744,11 @@ pub struct MessageIn {
     /// extension; e.g. the id of the resource the event is about).
     #[serde(default)]
     pub ordering_key: Option<String>,
-    /// Free-form tags for filtering message listings (descriptive).
-    #[serde(default)]
+    /// Free-form tags the message can be listed by (at most five, capped as sent).
+    #[serde(
+        default,
+        deserialize_with = "crate::sets::option::<_, { crate::validate::MAX_TAGS }>"
+    )]
     pub tags: Option<BTreeSet<String>>,
     /// Create-application-on-the-fly request (changes semantics, see above).
     #[serde(default)]
@@ -752,7 +756,7 @@ pub struct MessageIn {
     /// Transformation parameters incl. `rawPayload` / `headers` (changes semantics, see above).
     #[serde(default)]
     pub transformations_params: Option<serde_json::Value>,
-    /// Requested delayed delivery time (changes semantics, see above).
+    /// When the deliveries are first attempted (scheduled delivery, see above).
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub deliver_at: Option<OffsetDateTime>,
     /// Payload retention in days: the retention job expunges the payload after that.
@@ -768,9 +772,6 @@ impl MessageIn {
     /// implement yet and must refuse with a 422.
     pub fn unsupported_fields(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
-        if self.deliver_at.is_some() {
-            out.push("deliverAt");
-        }
         if self.transformations_params.is_some() {
             out.push("transformationsParams");
         }
@@ -811,7 +812,7 @@ pub struct MessageOut {
     /// Ingest time.
     #[serde(with = "time::serde::rfc3339")]
     pub timestamp: OffsetDateTime,
-    /// Requested delayed delivery time, if any.
+    /// When its deliveries were scheduled for (`deliverAt`), if they were.
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     pub deliver_at: Option<OffsetDateTime>,
 }
@@ -1124,6 +1125,37 @@ pub struct BulkExpungeOut {
     pub results: BTreeMap<String, &'static str>,
 }
 
+/// Body of `POST /app/{app_id}/msg-batch` (Herald extension): many messages in one request.
+#[derive(Debug, serde::Deserialize)]
+pub struct MessageBatchIn {
+    /// The messages, in the order they are to be created (1 to [`MAX_BATCH_MESSAGES`]).
+    pub messages: Vec<MessageIn>,
+}
+
+/// Most messages one `POST /app/{app_id}/msg-batch` may carry.
+pub const MAX_BATCH_MESSAGES: usize = 500;
+
+/// Answer of `POST /app/{app_id}/msg-batch`: one result per message, in the order given.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MessageBatchOut {
+    /// The results.
+    pub data: Vec<MessageBatchItemOut>,
+}
+
+/// One message's result in a [`MessageBatchOut`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MessageBatchItemOut {
+    /// What `POST /app/{app_id}/msg` would have answered for this message alone: 202, or the error's
+    /// status.
+    pub status: u16,
+    /// The message (new, or the one this `eventId` already names), when `status` is 202.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageOut>,
+    /// Why the message was not stored, otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::error::ErrorOut>,
+}
+
 /// Answer of `GET …/endpoint/{endpoint_id}/attempt-stats` (Svix `EndpointAttemptStats`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EndpointAttemptStatsOut {
@@ -1133,6 +1165,20 @@ pub struct EndpointAttemptStatsOut {
     pub fail: u64,
     /// Deliveries of the window's messages canceled before they were made.
     pub canceled: u64,
+}
+
+/// Body of `POST /app/{app_id}/endpoint/{endpoint_id}/send-example` (Svix `EventExampleIn`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventExampleIn {
+    /// The event type whose example is sent.
+    pub event_type: String,
+    /// Which of its schema's `examples` (from 0, the default).
+    #[serde(default, deserialize_with = "crate::whole::option")]
+    pub example_index: Option<i64>,
+    /// A payload to send instead of the schema's example (a JSON object).
+    #[serde(default)]
+    pub payload: Option<Box<RawValue>>,
 }
 
 /// Body of `POST /app/{app_id}/msg/precheck/active` (Svix `MessagePrecheckIn`).
@@ -1208,7 +1254,7 @@ pub struct AppPortalAccessIn {
     /// Descriptive; accepted and ignored.
     #[serde(default)]
     pub feature_flags: Option<Vec<String>>,
-    /// Descriptive; accepted and ignored.
+    /// The session the token is for: `expire-all` with `sessionIds` can end it alone.
     #[serde(default)]
     pub session_id: Option<String>,
     /// Create the application (with the path segment as its uid) when it does not exist.
@@ -1253,7 +1299,7 @@ pub struct ApplicationTokenExpireIn {
     /// Seconds the tokens keep working (a grace period); default 0, at once.
     #[serde(default, deserialize_with = "crate::whole::option")]
     pub expiry: Option<u64>,
-    /// Expiring only some sessions is not supported (refused with a 422).
+    /// Expire only the tokens issued with one of these `sessionId`s (empty or absent: every token).
     #[serde(default)]
     pub session_ids: Option<Vec<String>>,
 }
@@ -1372,7 +1418,7 @@ mod tests {
         .unwrap();
         assert_eq!(m.payload.get(), "{}");
         assert_eq!(m.deliver_at, Some(datetime!(2030-01-01 0:00 UTC)));
-        assert_eq!(m.unsupported_fields(), vec!["deliverAt", "transformationsParams"]);
+        assert_eq!(m.unsupported_fields(), vec!["transformationsParams"]);
 
         let m: MessageIn = serde_json::from_str(r#"{"eventType":"x","payload":[1]}"#).unwrap();
         assert!(!m.payload_is_object());

@@ -37,12 +37,6 @@ fn api_v1_feature(rest: &[&str]) -> Option<&'static str> {
         ["app", _, "destination", ..] => Some("Destinations"),
         ["app", _, "autoconfig", ..] => Some("Autoconfig subscriptions"),
         ["app", _, "endpoint", _, "transformation"] => Some("Transformations"),
-        // Sender operations Herald does not implement yet; docs/svix-compatibility.md lists them.
-        ["app", _, "endpoint", _, "send-example"] => Some("Sending an example event"),
-        ["app", _, "msg", "expunge-all-contents"] => Some("Expunging every payload of an application"),
-        ["app", _, "msg", _, "attempt", _, "content"] => Some("Expunging one attempt's response"),
-        ["background-task"] => Some("Listing background tasks"),
-        ["auth", "logout"] => Some("Logging out a token"),
         _ => None,
     }
 }

@@ -1,6 +1,7 @@
 //! Bulk repairs run as tracked background tasks: `recover` (re-queue an endpoint's failed and dead
 //! deliveries in a window), `replay-missing` (give an endpoint the messages of a window it never got) and
-//! `bulk-replay` (send an endpoint again the messages of a window it was sent, narrowed by filters).
+//! `bulk-replay` (send an endpoint again the messages of a window it was sent, narrowed by filters); and
+//! `expunge-all-contents` (remove the payload of every message of an application).
 //!
 //! A task works in chunks, one short transaction each, and records its progress after every chunk, so
 //! `GET /background-task/{id}` shows how far it is and the single write connection is never held for
@@ -13,7 +14,9 @@
 //! started, and a re-queued delivery gets a new `seq` above it: each delivery is taken at most once, even
 //! if it is delivered again before the task ends. Their task rows carry the whole selection and the last
 //! `seq` taken, so a task interrupted by a stop (even `kill -9`) is carried on where it was by the next
-//! start ([`resume_interrupted`]); replay-missing is marked failed instead (running it again is safe).
+//! start ([`resume_interrupted`]), and so is an expunge of every payload (it takes only payloads not yet
+//! expunged, so it simply starts over); replay-missing is marked failed instead (running it again is
+//! safe).
 
 use std::time::Duration;
 
@@ -33,10 +36,12 @@ const BREATHER: Duration = Duration::from_millis(5);
 const ORPHAN_SWEEP: Duration = Duration::from_secs(20);
 
 /// The task kinds whose rows carry enough to be carried on after a stop.
-const RESUMABLE: [&str; 2] = [RECOVER, BULK_REPLAY];
+const RESUMABLE: [&str; 3] = [RECOVER, BULK_REPLAY, PURGE];
 const RECOVER: &str = "endpoint.recover";
 const REPLAY: &str = "endpoint.replay";
 const BULK_REPLAY: &str = "endpoint.bulk-replay";
+/// Svix's name for expunging every payload of an application.
+const PURGE: &str = "application.purge_content";
 
 /// What a bulk replay takes besides its window, as the caller gave it (Svix `BulkReplayIn`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -220,7 +225,27 @@ pub(crate) async fn start(
     };
     state.store.create_task(&task).await?;
     crate::metrics::task(plan.repair.kind(), "started");
-    spawn(state, task.clone(), plan, endpoint);
+    spawn_plan(state, task.clone(), plan, endpoint);
+    Ok(task)
+}
+
+/// Record a task expunging the payload of every message of `app_id` created until now, and start it.
+pub(crate) async fn start_purge(state: &AppState, app_id: &str) -> StoreResult<BackgroundTask> {
+    let now = now_ms();
+    let task = BackgroundTask {
+        id: new_id(IdKind::Task),
+        kind: PURGE.to_owned(),
+        app_id: app_id.to_owned(),
+        state: "running".to_owned(),
+        processed: 0,
+        total: state.store.count_messages(app_id, 0, now.saturating_add(1)).await?,
+        data: json!({ "before": now, "messagesPurged": 0 }).to_string(),
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.create_task(&task).await?;
+    crate::metrics::task(PURGE, "started");
+    spawn_purge(state, task.clone(), now);
     Ok(task)
 }
 
@@ -250,6 +275,16 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         tracing::warn!(failed, "background tasks interrupted by a stop are marked failed");
     }
     for mut task in claimed {
+        if task.kind == PURGE {
+            let before = serde_json::from_str::<Value>(&task.data)
+                .ok()
+                .and_then(|data| data.get("before").and_then(Value::as_i64));
+            if let Some(before) = before {
+                tracing::warn!(task = %task.id, kind = %task.kind, "carrying on a background task a stop interrupted");
+                spawn_purge(state, task, before);
+                continue;
+            }
+        }
         let endpoint = match Plan::from_data(&task.kind, &task.data) {
             Some(plan) => state
                 .store
@@ -261,7 +296,7 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         match endpoint {
             Ok((plan, endpoint)) => {
                 tracing::warn!(task = %task.id, kind = %task.kind, "carrying on a background task a stop interrupted");
-                spawn(state, task, plan, endpoint);
+                spawn_plan(state, task, plan, endpoint);
             }
             Err(error) => {
                 // Its endpoint is gone (or its row unreadable): there is nothing left to do.
@@ -275,26 +310,82 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
     Ok(())
 }
 
-/// Run the task in the background and record how it ended.
-fn spawn(state: &AppState, running: BackgroundTask, plan: Plan, endpoint: Endpoint) {
+/// Run a repair in the background.
+fn spawn_plan(state: &AppState, task: BackgroundTask, mut plan: Plan, endpoint: Endpoint) {
+    let kind = plan.repair.kind();
+    spawn(state, task, kind, move |state, task| {
+        Box::pin(async move {
+            run(&state, &mut plan, &endpoint, task).await?;
+            Ok(plan.data())
+        })
+    });
+}
+
+/// Expunge the app's payloads in the background, chunk by chunk, cancelling their pending deliveries.
+fn spawn_purge(state: &AppState, task: BackgroundTask, before: i64) {
+    spawn(state, task, PURGE, move |state, task| {
+        Box::pin(async move {
+            let mut purged = serde_json::from_str::<Value>(&task.data)
+                .ok()
+                .and_then(|data| data.get("messagesPurged").and_then(Value::as_u64))
+                .unwrap_or(0);
+            loop {
+                let (expunged, cancelled) = state
+                    .store
+                    .expunge_app_payloads(&task.app_id, before, CHUNK, now_ms())
+                    .await?;
+                state.engine_cancelled(cancelled);
+                purged += expunged;
+                task.processed += expunged;
+                task.total = task.total.max(task.processed);
+                task.updated_at = now_ms();
+                task.data = json!({ "before": before, "messagesPurged": purged }).to_string();
+                if expunged < CHUNK as u64 {
+                    return Ok(json!({ "before": before, "messagesPurged": purged }));
+                }
+                state.store.update_task(task).await?;
+                tokio::time::sleep(BREATHER).await;
+            }
+        })
+    });
+}
+
+/// The work of a task: it updates the task's progress and returns the task's final `data`.
+type Work = Box<
+    dyn for<'a> FnOnce(
+            AppState,
+            &'a mut BackgroundTask,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = StoreResult<Value>> + Send + 'a>>
+        + Send,
+>;
+
+/// Run `work` for `task` in the background and record how it ended.
+fn spawn<W>(state: &AppState, running: BackgroundTask, kind: &'static str, work: W)
+where
+    W: for<'a> FnOnce(
+            AppState,
+            &'a mut BackgroundTask,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = StoreResult<Value>> + Send + 'a>>
+        + Send
+        + 'static,
+{
+    let work: Work = Box::new(work);
     let state = state.clone();
     tokio::spawn(async move {
         let mut task = running;
-        let mut plan = plan;
-        let kind = plan.repair.kind();
-        let outcome = run(&state, &mut plan, &endpoint, &mut task).await;
+        let outcome = work(state.clone(), &mut task).await;
         task.updated_at = now_ms();
         match outcome {
-            Ok(()) => {
+            Ok(data) => {
                 crate::metrics::task(kind, "finished");
                 task.state = "finished".to_owned();
-                task.data = plan.data().to_string();
+                task.data = data.to_string();
             }
             Err(error) => {
                 tracing::warn!(%error, task = %task.id, "background task failed");
                 crate::metrics::task(kind, "failed");
                 task.state = "failed".to_owned();
-                task.data = json!({ "endpointId": endpoint.id, "error": error.to_string() }).to_string();
+                task.data = json!({ "error": error.to_string() }).to_string();
             }
         }
         if let Err(error) = state.store.update_task(&task).await {

@@ -32,6 +32,46 @@ pub(crate) fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), Ap
     Ok(())
 }
 
+/// How far ahead a message's `deliverAt` may be, in milliseconds: 24 hours, Svix's limit. A later time
+/// is a 422; an earlier one (the past included) is accepted, and a past one means at once.
+pub(crate) const MAX_SCHEDULE_AHEAD_MS: i64 = 24 * 3_600_000;
+
+/// A message's `deliverAt`, as Unix milliseconds, checked against the horizon at `now`.
+pub(crate) fn deliver_at(at: time::OffsetDateTime, now: i64) -> Result<i64, ApiError> {
+    let at_ms = crate::convert::millis(at);
+    if at_ms > now.saturating_add(MAX_SCHEDULE_AHEAD_MS) {
+        return Err(ApiError::body(
+            "deliverAt",
+            "must be at most 24 hours ahead (a time already past delivers at once)",
+        ));
+    }
+    Ok(at_ms)
+}
+
+/// The most tags a message may carry (Svix's `maxItems`).
+pub(crate) const MAX_TAGS: usize = 5;
+/// The longest message tag, in characters (Svix's `maxLength`).
+pub(crate) const MAX_TAG_LEN: usize = 128;
+
+/// Whether `value` is a message tag as Svix defines one: 1 to [`MAX_TAG_LEN`] of letters, digits and
+/// `-`, `_`, `.`, `/`, `\`, `#` (the pattern `^[a-zA-Z0-9\-_./\\#]+$`).
+fn is_tag(value: &str) -> bool {
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | '\\' | '#');
+    !value.is_empty() && value.len() <= MAX_TAG_LEN && value.chars().all(valid_char)
+}
+
+/// A message's `tags` (their count is capped as sent, see [`crate::sets`]). The `tag` filter of the
+/// listings is checked against the same pattern by the query contract ([`crate::contract`]).
+pub(crate) fn tags<'a>(values: impl IntoIterator<Item = &'a String>) -> Result<(), ApiError> {
+    match values.into_iter().find(|tag| !is_tag(tag)) {
+        Some(_) => Err(ApiError::body(
+            "tags",
+            format!("each must be 1 to {MAX_TAG_LEN} characters of letters, digits, '-', '_', '.', '/', '\\', '#'"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A uid must also not look like an id of the same kind, or lookups by "id or uid" would be ambiguous.
 pub(crate) fn uid(value: &str, kind: herald_core::id::IdKind) -> Result<(), ApiError> {
     name("uid", value, false)?;

@@ -54,6 +54,65 @@ pub struct EventType {
     pub updated_at: i64,
 }
 
+/// Why Herald disabled an endpoint: stored as `disabled_reason` and shown as `disabledReason`, both as
+/// the text [`DisabledReason::as_str`] gives, which [`DisabledReason::parse`] reads back exactly. The store
+/// parses it on reading, the API prints it on answering; in between, the engine, the ownership check and
+/// the API tell the states apart by variant instead of by comparing strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisabledReason {
+    /// Held until its ownership check passes (`awaiting ownership verification`).
+    AwaitingVerification,
+    /// Its ownership check failed. The whole text, which begins with `ownership verification failed`
+    /// (built by [`DisabledReason::verification_failed`]).
+    VerificationFailed(String),
+    /// Herald disabled it on its own (a 410 answer, attempts failing for too long): the reason.
+    Automatic(String),
+}
+
+impl DisabledReason {
+    /// The text of [`DisabledReason::AwaitingVerification`].
+    const AWAITING_VERIFICATION: &'static str = "awaiting ownership verification";
+    /// The beginning of the text of [`DisabledReason::VerificationFailed`].
+    const VERIFICATION_FAILED: &'static str = "ownership verification failed";
+
+    /// The reason a stored or shown text names.
+    pub fn parse(text: &str) -> Self {
+        if text == Self::AWAITING_VERIFICATION {
+            Self::AwaitingVerification
+        } else if text.starts_with(Self::VERIFICATION_FAILED) {
+            Self::VerificationFailed(text.to_owned())
+        } else {
+            Self::Automatic(text.to_owned())
+        }
+    }
+
+    /// A failed ownership check, `why` saying how it failed.
+    pub fn verification_failed(why: &str) -> Self {
+        Self::VerificationFailed(format!("{}: {why}", Self::VERIFICATION_FAILED))
+    }
+
+    /// The text stored and shown.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::AwaitingVerification => Self::AWAITING_VERIFICATION,
+            Self::VerificationFailed(text) | Self::Automatic(text) => text,
+        }
+    }
+
+    /// The text stored and shown, owned.
+    pub fn into_text(self) -> String {
+        match self {
+            Self::AwaitingVerification => Self::AWAITING_VERIFICATION.to_owned(),
+            Self::VerificationFailed(text) | Self::Automatic(text) => text,
+        }
+    }
+
+    /// Whether the endpoint is held because of its ownership check (pending or failed).
+    pub fn held_by_verification(&self) -> bool {
+        matches!(self, Self::AwaitingVerification | Self::VerificationFailed(_))
+    }
+}
+
 /// A receiver's URL and what it subscribes to. `Debug` leaves the secret out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -73,8 +132,8 @@ pub struct Endpoint {
     pub channels: Option<Vec<String>>,
     /// A disabled endpoint receives nothing; its deliveries wait.
     pub disabled: bool,
-    /// Why Herald disabled it, when Herald did (e.g. a 410 answer).
-    pub disabled_reason: Option<String>,
+    /// Why Herald disabled it, when Herald did (e.g. a 410 answer, a pending ownership check).
+    pub disabled_reason: Option<DisabledReason>,
     /// Deliveries per second, if limited (Svix's `throttleRate`), paced evenly.
     pub rate_limit: Option<u32>,
     /// The most requests in flight to this endpoint; `None` for the operator's default.
@@ -217,8 +276,20 @@ pub struct Message {
     pub payload: Arc<[u8]>,
     /// Deliveries with the same key go one at a time to endpoints in ordered mode (e.g. a resource id).
     pub ordering_key: Option<String>,
+    /// Free-form tags the message can be listed by (`tags`); they do not change its delivery.
+    pub tags: Option<Vec<String>>,
+    /// When its deliveries are first attempted (`deliverAt`, scheduled delivery); `None` for at once.
+    pub deliver_at: Option<i64>,
     /// Creation time.
     pub created_at: i64,
+}
+
+impl Message {
+    /// When the first attempt of each of its deliveries is due: its `deliverAt`, or its creation when it
+    /// has none or when that time had already passed at creation.
+    pub fn due_at(&self) -> i64 {
+        self.deliver_at.map_or(self.created_at, |at| at.max(self.created_at))
+    }
 }
 
 /// Where a delivery (one message to one endpoint) stands.
@@ -418,5 +489,27 @@ mod tests {
         let both = endpoint(Some(&["a"]), Some(&["x"]));
         assert!(both.subscribes_to("a", Some(&chans(&["x"]))));
         assert!(!both.subscribes_to("b", Some(&chans(&["x"]))));
+    }
+
+    #[test]
+    fn a_disabled_reason_reads_back_its_own_text() {
+        for reason in [
+            DisabledReason::AwaitingVerification,
+            DisabledReason::verification_failed("the endpoint answered 500"),
+            DisabledReason::Automatic("the endpoint answered 410 Gone".to_owned()),
+        ] {
+            assert_eq!(DisabledReason::parse(reason.as_str()), reason);
+            assert_eq!(reason.clone().into_text(), reason.as_str());
+        }
+        assert_eq!(
+            DisabledReason::AwaitingVerification.as_str(),
+            "awaiting ownership verification"
+        );
+        assert_eq!(
+            DisabledReason::verification_failed("no echo").as_str(),
+            "ownership verification failed: no echo"
+        );
+        assert!(DisabledReason::parse("ownership verification failed: x").held_by_verification());
+        assert!(!DisabledReason::parse("gone").held_by_verification());
     }
 }

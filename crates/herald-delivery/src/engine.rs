@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use herald_core::breaker::{BreakerConfig, BreakerState};
 use herald_core::clock::now_ms;
-use herald_core::model::{Endpoint, Ordering, PreviousSecret};
+use herald_core::model::{DisabledReason, Endpoint, Ordering, PreviousSecret};
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{EndpointLimits, EndpointSnapshot, Finished, Loaded, Scheduler, SchedulerConfig, Verdict};
 use herald_store::{AttemptRecord, CommitFeed, OwnershipEvent, PendingDelivery, SharedStore, StoreError};
@@ -823,7 +823,7 @@ impl Engine {
         }
         let mut record = (*entry.endpoint).clone();
         record.disabled = true;
-        record.disabled_reason = Some(reason.clone());
+        record.disabled_reason = Some(DisabledReason::Automatic(reason.clone()));
         let limits = self.limits_of(&record);
         if let Some(entry) = self.endpoints.get_mut(key) {
             entry.endpoint = Arc::new(record);

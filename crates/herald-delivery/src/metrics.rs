@@ -292,8 +292,9 @@ pub fn select(all: &[EndpointGauges], top_n: usize) -> (Vec<usize>, Unlisted) {
     (chosen, unlisted)
 }
 
+/// How long ago `since` was; never negative (a delivery scheduled for later is pending from its due time).
 fn age_seconds(now: Millis, since: Option<Millis>) -> f64 {
-    since.map_or(0.0, |since| seconds(now - since))
+    since.map_or(0.0, |since| seconds(now.saturating_sub(since).max(0)))
 }
 
 /// A per-endpoint gauge family: its name, kind, help, and how to read it from a row at a time.

@@ -8,24 +8,13 @@
 
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::Endpoint;
+use herald_core::model::{DisabledReason, Endpoint};
 use herald_core::outcome::AttemptResult;
 use herald_signature::SigningKey;
 use herald_store::SharedStore;
 
 use crate::attempt::signed_headers;
 use crate::client::DeliveryClient;
-
-/// The `disabledReason` of an endpoint whose ownership check has not passed yet.
-pub const AWAITING_VERIFICATION: &str = "awaiting ownership verification";
-
-/// The beginning of the `disabledReason` of an endpoint whose ownership check failed.
-pub const VERIFICATION_FAILED: &str = "ownership verification failed";
-
-/// Whether an endpoint is disabled because of its ownership check (pending or failed).
-pub fn held_by_verification(disabled_reason: Option<&str>) -> bool {
-    disabled_reason.is_some_and(|r| r == AWAITING_VERIFICATION || r.starts_with(VERIFICATION_FAILED))
-}
 
 /// Run the check for an endpoint awaiting it; returns whether the endpoint's state changed (so the engine
 /// reloads it). An endpoint whose reason changed meanwhile is left alone.
@@ -37,20 +26,20 @@ pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoin
             return false;
         }
     };
-    if endpoint.disabled_reason.as_deref() != Some(AWAITING_VERIFICATION) {
+    if endpoint.disabled_reason != Some(DisabledReason::AwaitingVerification) {
         return false;
     }
     let verdict = challenge(client, &endpoint).await;
     let (disabled, reason) = match &verdict {
         Ok(()) => (false, None),
-        Err(why) => (true, Some(format!("{VERIFICATION_FAILED}: {why}"))),
+        Err(why) => (true, Some(DisabledReason::verification_failed(why))),
     };
     match store
         .set_endpoint_state(
             endpoint_id,
-            AWAITING_VERIFICATION,
+            &DisabledReason::AwaitingVerification,
             disabled,
-            reason.as_deref(),
+            reason.as_ref(),
             now_ms(),
         )
         .await

@@ -402,7 +402,7 @@ version = "/data/version"
         let database = InboxConfig::from_toml(&text).unwrap().database;
         assert_eq!(database.timeouts.acquire, Duration::from_millis(250));
         assert_eq!(database.timeouts.statement, Duration::from_secs(2));
-        assert_eq!(database.sqlite_check, herald_store::integrity::SqliteCheck::Quick);
+        assert_eq!(database.sqlite_check, herald_sql::integrity::SqliteCheck::Quick);
         for bad in [
             "database_timeout = \"0s\"",
             "database_statement_timeout = \"soon\"",

@@ -76,7 +76,7 @@ impl HttpError {
     /// 503: the store failed (`storage_full` when it is full, `store_corrupt` when its file is damaged,
     /// `store_unavailable` otherwise). The error is logged, not shown.
     pub fn store(error: &StoreError) -> Self {
-        use herald_store::custody::Fault;
+        use herald_sql::custody::Fault;
         tracing::error!(%error, "inbox store failure");
         let fault = error.fault().unwrap_or(Fault::Unavailable);
         let detail = match fault {

@@ -60,9 +60,7 @@ async fn health(State(state): State<InboxState>) -> (StatusCode, axum::Json<Valu
     match state.store.ping().await {
         Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ok", "database": "ok"}))),
         Err(error) => {
-            let database = error
-                .fault()
-                .map_or("unreachable", herald_store::custody::Fault::health);
+            let database = error.fault().map_or("unreachable", herald_sql::custody::Fault::health);
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(json!({"status": "unavailable", "database": database})),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_store::custody::Fault;
+use herald_sql::custody::Fault;
 
 /// What became of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -226,28 +226,28 @@ pub enum StoreError {
     /// The database reports its file damaged (what it said): nothing was written.
     #[error("the database file is damaged: {0}")]
     FileCorrupt(String),
-    /// The start-up check found the SQLite file damaged (see [`herald_store::integrity`]).
+    /// The start-up check found the SQLite file damaged (see [`herald_sql::integrity`]).
     #[error(transparent)]
-    Damaged(#[from] herald_store::integrity::Damaged),
+    Damaged(#[from] herald_sql::integrity::Damaged),
     /// The version guard's mark of this resource (`source/key`) kept changing under concurrent writers.
     #[error("the version mark of {0} kept changing; try again")]
     Contended(String),
-    /// The database did not answer within the bound of [`herald_store::custody::Bound`].
+    /// The database did not answer within the bound of [`herald_sql::custody::Bound`].
     #[error("the database did not answer within {0:?}")]
     TimedOut(Duration),
 }
 
-impl From<herald_store::custody::TimedOut> for StoreError {
-    fn from(timed_out: herald_store::custody::TimedOut) -> Self {
+impl From<herald_sql::custody::TimedOut> for StoreError {
+    fn from(timed_out: herald_sql::custody::TimedOut) -> Self {
         StoreError::TimedOut(timed_out.0)
     }
 }
 
 impl StoreError {
-    /// The storage fault behind this error, if it is one (see [`herald_store::custody`]).
+    /// The storage fault behind this error, if it is one (see [`herald_sql::custody`]).
     pub fn fault(&self) -> Option<Fault> {
         match self {
-            StoreError::Database(error) => herald_store::custody::fault_of(error),
+            StoreError::Database(error) => herald_sql::custody::fault_of(error),
             StoreError::StorageFull(_) => Some(Fault::Full),
             StoreError::FileCorrupt(_) | StoreError::Damaged(_) => Some(Fault::Corrupt),
             StoreError::Batch(_) | StoreError::Closed | StoreError::TimedOut(_) => Some(Fault::Unavailable),
@@ -287,9 +287,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// A shared handle to a store.
 pub type SharedInboxStore = Arc<dyn InboxStore>;
 
-herald_store::bounded_trait! {
+herald_sql::bounded_trait! {
 /// What the inbox needs from its storage. On PostgreSQL every `async` call is bounded on the client's
-/// side ([`BoundedInbox`]; see [`herald_store::bounded`]).
+/// side ([`BoundedInbox`]; see [`herald_sql::bounded_trait!`]).
 pub trait InboxStore: [Send + Sync], bounded in BoundedInbox {
     /// Store a verified event unless its `(source, event_id)` is already stored; returns only after the
     /// row is durably committed.
@@ -338,12 +338,12 @@ forwarded {
 }
 }
 
-/// An inbox store with every call given up after a bound (see [`herald_store::custody::Bound`]): a
+/// An inbox store with every call given up after a bound (see [`herald_sql::custody::Bound`]): a
 /// silent PostgreSQL fails the call with [`StoreError::TimedOut`], a 503 to the provider and a retry for
 /// the forwarder, instead of holding it until TCP gives up.
 pub struct BoundedInbox {
     inner: SharedInboxStore,
-    bound: herald_store::custody::Bound,
+    bound: herald_sql::custody::Bound,
 }
 
 /// How the inbox's store treats its database: PostgreSQL's timeouts (the sender's settings of the same
@@ -351,9 +351,9 @@ pub struct BoundedInbox {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DatabaseOptions {
     /// PostgreSQL: how long a provider may wait before it is answered 503.
-    pub timeouts: herald_store::custody::DatabaseTimeouts,
-    /// SQLite: the start-up check (see [`herald_store::integrity`]).
-    pub sqlite_check: herald_store::integrity::SqliteCheck,
+    pub timeouts: herald_sql::custody::DatabaseTimeouts,
+    /// SQLite: the start-up check (see [`herald_sql::integrity`]).
+    pub sqlite_check: herald_sql::integrity::SqliteCheck,
 }
 
 /// [`open_with`] the default options.
@@ -375,9 +375,9 @@ pub async fn open(database_url: &str) -> StoreResult<SharedInboxStore> {
 /// file; database and migration errors.
 pub async fn open_with(database_url: &str, options: &DatabaseOptions) -> StoreResult<SharedInboxStore> {
     if database_url.starts_with("sqlite:") {
-        herald_store::integrity::check(database_url, options.sqlite_check).await?;
+        herald_sql::integrity::check(database_url, options.sqlite_check).await?;
         Ok(Arc::new(sqlite::SqliteInbox::open(database_url).await?))
-    } else if herald_store::is_postgres_url(database_url) {
+    } else if herald_sql::is_postgres_url(database_url) {
         let (inbox, bound) = postgres::PgInbox::open(database_url, options.timeouts).await?;
         Ok(Arc::new(BoundedInbox {
             inner: Arc::new(inbox),

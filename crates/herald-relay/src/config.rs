@@ -37,6 +37,8 @@ pub struct RelaySection {
     pub publish_timeout: String,
     /// How often the relay logs its progress (relayed, rate, lag, backlog); `0s`: never.
     pub report_interval: String,
+    /// Publish one message per request even when the server offers `POST …/msg-batch`.
+    pub one_per_request: bool,
 }
 
 impl Default for RelaySection {
@@ -53,6 +55,7 @@ impl Default for RelaySection {
             keep: false,
             publish_timeout: "10s".to_owned(),
             report_interval: "10s".to_owned(),
+            one_per_request: false,
         }
     }
 }
@@ -82,6 +85,8 @@ pub struct RelayConfig {
     pub publish_timeout: Duration,
     /// Progress log period; `None`: no progress lines.
     pub report_interval: Option<Duration>,
+    /// Never use `POST …/msg-batch`.
+    pub one_per_request: bool,
 }
 
 /// The start of a relay's `Debug` dump, the fields both forms share: the URLs with their passwords
@@ -116,6 +121,7 @@ impl fmt::Debug for RelaySection {
             keep,
             publish_timeout,
             report_interval,
+            one_per_request,
         } = self;
         debug_head(f, "RelaySection", name, [source, table, herald, token])
             .field("batch_size", batch_size)
@@ -124,6 +130,7 @@ impl fmt::Debug for RelaySection {
             .field("keep", keep)
             .field("publish_timeout", publish_timeout)
             .field("report_interval", report_interval)
+            .field("one_per_request", one_per_request)
             .finish()
     }
 }
@@ -143,6 +150,7 @@ impl fmt::Debug for RelayConfig {
             relayed,
             publish_timeout,
             report_interval,
+            one_per_request,
         } = self;
         debug_head(f, "RelayConfig", name, [source, table, herald, token])
             .field("batch_size", batch_size)
@@ -151,6 +159,7 @@ impl fmt::Debug for RelayConfig {
             .field("relayed", relayed)
             .field("publish_timeout", publish_timeout)
             .field("report_interval", report_interval)
+            .field("one_per_request", one_per_request)
             .finish()
     }
 }
@@ -221,6 +230,7 @@ impl RelaySection {
             relayed: if self.keep { Relayed::Mark } else { Relayed::Delete },
             publish_timeout: duration("publish_timeout", &self.publish_timeout)?,
             report_interval: (!report.is_zero()).then_some(report),
+            one_per_request: self.one_per_request,
         })
     }
 }

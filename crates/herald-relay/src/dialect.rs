@@ -70,6 +70,20 @@ impl Dialect {
         }
     }
 
+    /// The connection's own port and the server's, as the server sees them (NULL or 0 over a Unix
+    /// socket), so the relay can set `TCP_NODELAY` on its socket (sqlx 0.9.0 leaves Nagle on, which holds
+    /// the second half of some exchanges for the server's delayed ACK, ~40 ms). `None`: SQLite, a file.
+    pub fn ports_query(self) -> Option<&'static str> {
+        match self {
+            Self::Postgres => Some("SELECT inet_client_port()::bigint, inet_server_port()::bigint"),
+            Self::MySql => Some(
+                "SELECT CAST(SUBSTRING_INDEX(HOST, ':', -1) AS SIGNED), CAST(@@port AS SIGNED) \
+                 FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
+            ),
+            Self::Sqlite => None,
+        }
+    }
+
     /// How many batches a relay works on at once (see `relay`): two where rows are locked one by one, so
     /// one batch is claimed while another publishes; one on SQLite, whose batch holds the database's
     /// write lock (a second would only wait for it).

@@ -59,6 +59,89 @@ pub fn publishable(claimed: Vec<OutboxRow>, unrelayed: &[(i64, String)]) -> Vec<
     groups
 }
 
+/// Rows of one app to publish in one request (`POST …/msg-batch`), whole groups only, so a key's rows go
+/// together, in `seq` order.
+#[derive(Debug)]
+pub struct Chunk {
+    /// The app every row names.
+    pub app: String,
+    /// The groups, each still in `seq` order.
+    pub groups: Vec<Group>,
+}
+
+impl Chunk {
+    /// The rows in `seq` order (a key's rows keep theirs; Herald creates them in the order sent).
+    pub fn rows(&self) -> Vec<&OutboxRow> {
+        let mut rows: Vec<&OutboxRow> = self.groups.iter().flatten().collect();
+        rows.sort_by_key(|row| row.seq);
+        rows
+    }
+}
+
+/// [`pack`]'s result.
+#[derive(Debug, Default)]
+pub struct Packed {
+    /// Requests of many rows each.
+    pub chunks: Vec<Chunk>,
+    /// Groups whose rows name more than one app (a batch request is for one app): published row by row.
+    pub one_by_one: Vec<Group>,
+    /// Rows left for a later batch: the tail of a group longer than one request may carry.
+    pub held_back: usize,
+}
+
+/// Pack groups into requests of one app each, at most `max_rows` rows and about `max_bytes` of payload
+/// per request. A group is never split across requests (two requests in flight at once could be created
+/// in either order): a group longer than `max_rows` keeps its first rows, and the rest is released for a
+/// later batch, where they are the oldest rows of their key.
+pub fn pack(groups: Vec<Group>, max_rows: usize, max_bytes: usize) -> Packed {
+    let max_rows = max_rows.max(1);
+    let mut packed = Packed::default();
+    let mut open: BTreeMap<String, (Vec<Group>, usize, usize)> = BTreeMap::new();
+    for mut group in groups {
+        let Some(app) = group.first().map(|row| row.app.clone()) else {
+            continue;
+        };
+        if group.iter().any(|row| row.app != app) {
+            packed.one_by_one.push(group);
+            continue;
+        }
+        if group.len() > max_rows {
+            packed.held_back += group.len() - max_rows;
+            group.truncate(max_rows);
+        }
+        let bytes: usize = group.iter().map(size_of_row).sum();
+        let entry = open.entry(app.clone()).or_default();
+        if !entry.0.is_empty() && (entry.1 + group.len() > max_rows || entry.2 + bytes > max_bytes) {
+            let full = std::mem::take(&mut entry.0);
+            packed.chunks.push(Chunk {
+                app: app.clone(),
+                groups: full,
+            });
+            entry.1 = 0;
+            entry.2 = 0;
+        }
+        entry.1 += group.len();
+        entry.2 += bytes;
+        entry.0.push(group);
+    }
+    for (app, (groups, _, _)) in open {
+        if !groups.is_empty() {
+            packed.chunks.push(Chunk { app, groups });
+        }
+    }
+    packed
+}
+
+/// About what a row adds to a batch request's body.
+fn size_of_row(row: &OutboxRow) -> usize {
+    row.payload.len()
+        + row.event_id.len()
+        + row.event_type.len()
+        + row.channels.as_ref().map_or(0, String::len)
+        + row.ordering_key.as_ref().map_or(0, String::len)
+        + 64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +192,59 @@ mod tests {
         let claimed = vec![row(1, Some("a")), row(4, Some("a"))];
         let unrelayed = vec![(1, "a".into()), (2, "a".into()), (4, "a".into())];
         assert_eq!(seqs(&publishable(claimed, &unrelayed)), vec![vec![1]]);
+    }
+
+    fn of_app(mut r: OutboxRow, app: &str) -> OutboxRow {
+        r.app = app.to_owned();
+        r
+    }
+
+    #[test]
+    fn packing_keeps_groups_whole_and_requests_per_app() {
+        let groups = vec![
+            vec![row(1, Some("a")), row(3, Some("a"))],
+            vec![row(2, None)],
+            vec![of_app(row(4, None), "other")],
+            vec![row(5, Some("b")), row(6, Some("b")), row(7, Some("b"))],
+        ];
+        let packed = pack(groups, 3, usize::MAX);
+        let shape: Vec<(String, Vec<i64>)> = packed
+            .chunks
+            .iter()
+            .map(|c| (c.app.clone(), c.rows().iter().map(|r| r.seq).collect()))
+            .collect();
+        // Group {1,3} and {2} fill the first request of `app`; {5,6,7} would not fit: a second one.
+        assert_eq!(
+            shape,
+            vec![
+                ("app".to_owned(), vec![1, 2, 3]),
+                ("app".to_owned(), vec![5, 6, 7]),
+                ("other".to_owned(), vec![4]),
+            ]
+        );
+        assert_eq!(packed.held_back, 0);
+        assert!(packed.one_by_one.is_empty());
+    }
+
+    #[test]
+    fn a_group_longer_than_a_request_keeps_its_first_rows() {
+        let groups = vec![vec![row(1, Some("a")), row(2, Some("a")), row(3, Some("a"))]];
+        let packed = pack(groups, 2, usize::MAX);
+        assert_eq!(packed.chunks.len(), 1);
+        assert_eq!(
+            packed.chunks[0].rows().iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(packed.held_back, 1);
+    }
+
+    #[test]
+    fn a_group_across_apps_goes_row_by_row_and_bytes_bound_a_request() {
+        let mixed = vec![row(1, Some("a")), of_app(row(2, Some("a")), "other")];
+        let packed = pack(vec![mixed, vec![row(3, None)], vec![row(4, None)]], 100, 1);
+        assert_eq!(packed.one_by_one.len(), 1);
+        // Each row is over the byte budget: one row per request (never none).
+        assert_eq!(packed.chunks.len(), 2);
     }
 
     #[test]

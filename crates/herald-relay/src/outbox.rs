@@ -49,13 +49,20 @@ impl Outbox {
         let dialect = Dialect::of_url(url)?;
         let table = TableName::parse(table)?;
         let setup = dialect.session_setup();
+        let ports = dialect.ports_query();
         let pool = AnyPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if let Some(statement) = setup {
-                        sqlx::query(statement).execute(conn).await?;
+                        sqlx::query(statement).execute(&mut *conn).await?;
+                    }
+                    // Every exchange of a batch waits on this socket: no Nagle delay on it.
+                    if let Some(query) = ports {
+                        let (client, server): (Option<i64>, Option<i64>) =
+                            sqlx::query_as(query).fetch_one(&mut *conn).await?;
+                        herald_sql::tcp_nodelay::set_on_reported_ports(client, server).await;
                     }
                     Ok(())
                 })
@@ -164,4 +171,45 @@ fn decode(row: &AnyRow) -> Result<OutboxRow, sqlx::Error> {
         ordering_key: row.try_get(6)?,
         created_at_ms: row.try_get(7)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ports of one of `outbox`'s connections, and whether its socket has `TCP_NODELAY`.
+    async fn nodelay_of(outbox: &Outbox) -> bool {
+        let query = outbox.dialect.ports_query().expect("a networked database");
+        let mut conn = outbox.pool.acquire().await.expect("connection");
+        let (client, server): (Option<i64>, Option<i64>) =
+            sqlx::query_as(query).fetch_one(&mut *conn).await.expect("ports");
+        let port = |p: Option<i64>| u16::try_from(p.expect("a TCP connection")).expect("a port");
+        herald_sql::tcp_nodelay::is_set_on_ports(port(client), port(server)).expect("the socket")
+    }
+
+    #[tokio::test]
+    async fn source_connections_over_tcp_have_tcp_nodelay() {
+        if let Some(db) = herald_sql::testdb::fresh("relay_tcp_nodelay").await {
+            let outbox = Outbox::open(&db.url, "herald_outbox", Relayed::Delete).expect("outbox");
+            assert!(nodelay_of(&outbox).await, "PostgreSQL source over TCP: {}", db.url);
+            outbox.close().await;
+        }
+        let mariadb =
+            std::env::var("HERALD_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned());
+        let outbox = Outbox::open(&mariadb, "herald_outbox", Relayed::Delete).expect("outbox");
+        match outbox.pool.acquire().await {
+            Ok(conn) => {
+                drop(conn);
+                assert!(nodelay_of(&outbox).await, "MariaDB source over TCP");
+            }
+            Err(error) => {
+                assert!(
+                    !std::env::var("HERALD_REQUIRE_MARIADB").is_ok_and(|v| v == "1"),
+                    "MariaDB required: {error}"
+                );
+                eprintln!("SKIPPED MariaDB half of source_connections_over_tcp_have_tcp_nodelay: {error}");
+            }
+        }
+        outbox.close().await;
+    }
 }

@@ -1,6 +1,10 @@
 //! Publishing a row through the Svix-compatible API: `POST /api/v1/app/{app}/msg` with `eventId` = the
 //! row's event id, so that publishing a row twice (after a crash between publish and delete) is answered
 //! with the original message and adds nothing.
+//!
+//! Where the server offers it (its OpenAPI document lists [`BATCH_PATH`]: Herald does, Svix does not),
+//! many rows of one app go in one `POST /api/v1/app/{app}/msg-batch`, answered per row; each still
+//! carries its `eventId`, so a repeated batch adds nothing either.
 
 use std::time::Duration;
 
@@ -57,13 +61,47 @@ struct MessageIn<'a> {
     ordering_key: Option<&'a str>,
 }
 
+/// The batch call's path in the server's OpenAPI document.
+pub const BATCH_PATH: &str = "/api/v1/app/{app_id}/msg-batch";
+
+/// The body of `POST /app/{app}/msg-batch`.
+#[derive(Serialize)]
+struct BatchIn<'a> {
+    messages: Vec<&'a RawValue>,
+}
+
+/// The answer of `POST /app/{app}/msg-batch`: one result per message, in order.
+#[derive(serde::Deserialize)]
+struct BatchOut {
+    data: Vec<BatchItemOut>,
+}
+
+#[derive(serde::Deserialize)]
+struct BatchItemOut {
+    status: u16,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+/// What became of a batch request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchPublished {
+    /// The server answered each row (in the order given).
+    Each(Vec<Result<Published, Transient>>),
+    /// The server refused the request as a whole for a reason of its content (400, 413, 422: a row it
+    /// would refuse, or a body too large for it): publish these rows one by one to learn which.
+    OneByOne,
+}
+
 /// A client of one Herald (or any Svix-compatible server).
-#[derive(Clone)]
 pub struct Publisher {
     http: reqwest::Client,
     base: String,
     api: String,
     token: String,
+    /// Whether the server offers [`BATCH_PATH`], once known (`None`: not asked yet, or the question
+    /// failed; `Some(false)` also when the relay is told to publish one row per request).
+    batch: tokio::sync::OnceCell<bool>,
 }
 
 /// Why a publisher could not be built.
@@ -89,7 +127,123 @@ impl Publisher {
             api: format!("{base}/api/v1"),
             base,
             token: token.to_owned(),
+            batch: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Never publish more than one row per request.
+    pub fn one_per_request(self) -> Self {
+        Self {
+            batch: tokio::sync::OnceCell::new_with(Some(false)),
+            ..self
+        }
+    }
+
+    /// Whether the server takes many messages per request: asked once, from its OpenAPI document. A
+    /// server that cannot be asked now (unreachable) is asked again next time; one whose document cannot
+    /// be read or does not list the batch call is published to one row per request.
+    pub async fn offers_batch(&self) -> bool {
+        if let Some(known) = self.batch.get() {
+            return *known;
+        }
+        let asked = self
+            .http
+            .get(format!("{}/openapi.json", self.api))
+            .bearer_auth(&self.token)
+            .send()
+            .await;
+        let offered = match asked {
+            Err(_) => return false,
+            Ok(answer) if answer.status().is_server_error() => return false,
+            Ok(answer) if answer.status().is_success() => {
+                let document: Option<serde_json::Value> = answer.json().await.ok();
+                document.as_ref().is_some_and(lists_batch)
+            }
+            Ok(_) => false,
+        };
+        tracing::info!(herald = %self.base, batch = offered, "publishing {}", if offered { "many rows per request (msg-batch)" } else { "one row per request" });
+        *self.batch.get_or_init(|| async { offered }).await
+    }
+
+    /// Publish rows of one app in one request, in the order given.
+    pub async fn publish_batch(&self, app: &str, rows: &[&OutboxRow]) -> Result<BatchPublished, Transient> {
+        let bodies: Result<Vec<Box<RawValue>>, String> = rows
+            .iter()
+            .map(|row| body(row).and_then(|b| RawValue::from_string(b).map_err(|e| format!("encoding: {e}"))))
+            .collect();
+        // A row that can never be JSON is refused row by row (with its reason); its batch goes that way.
+        let Ok(bodies) = bodies else {
+            return Ok(BatchPublished::OneByOne);
+        };
+        let body = serde_json::to_string(&BatchIn {
+            messages: bodies.iter().map(AsRef::as_ref).collect(),
+        })
+        .map_err(|e| self.malformed(StatusCode::OK, &format!("encoding the batch: {e}")))?;
+        let url = format!("{}/app/{}/msg-batch?with_content=false", self.api, path_segment(app));
+        let answer = self.send(url, body).await?;
+        let status = answer.status();
+        let text = answer.text().await.unwrap_or_default();
+        if status.is_success() {
+            let parsed: BatchOut = serde_json::from_str(&text).map_err(|e| self.malformed(status, &e.to_string()))?;
+            if parsed.data.len() != rows.len() {
+                let why = format!("{} results for {} messages", parsed.data.len(), rows.len());
+                return Err(self.malformed(status, &why));
+            }
+            return Ok(BatchPublished::Each(
+                parsed.data.into_iter().map(|item| self.outcome(item)).collect(),
+            ));
+        }
+        if retryable(status) {
+            return Err(Transient::Refused {
+                url: self.base.clone(),
+                status: status.as_u16(),
+                detail: detail_of(&text),
+            });
+        }
+        // The rows' fault (a row Herald refuses, a body too large, an unknown app): row by row, each row
+        // gets its own answer.
+        Ok(BatchPublished::OneByOne)
+    }
+
+    /// One row's result in a batch answer.
+    fn outcome(&self, item: BatchItemOut) -> Result<Published, Transient> {
+        let status = StatusCode::from_u16(item.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_success() {
+            return Ok(Published::Accepted);
+        }
+        let detail = item.error.map(|e| detail_of(&e.to_string())).unwrap_or_default();
+        if retryable(status) {
+            Err(Transient::Refused {
+                url: self.base.clone(),
+                status: status.as_u16(),
+                detail,
+            })
+        } else {
+            Ok(Published::Rejected(format!("{}: {detail}", status.as_u16())))
+        }
+    }
+
+    fn malformed(&self, status: StatusCode, why: &str) -> Transient {
+        Transient::Refused {
+            url: self.base.clone(),
+            status: status.as_u16(),
+            detail: format!("unreadable batch answer: {why}"),
+        }
+    }
+
+    /// POST `body` (JSON) to `url`.
+    async fn send(&self, url: String, body: String) -> Result<reqwest::Response, Transient> {
+        self.http
+            .post(url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| Transient::Unreachable {
+                url: self.base.clone(),
+                detail: error_chain(&e),
+            })
     }
 
     /// The server's base URL.
@@ -104,18 +258,7 @@ impl Publisher {
             Err(reason) => return Ok(Published::Rejected(reason)),
         };
         let url = format!("{}/app/{}/msg", self.api, path_segment(&row.app));
-        let answer = self
-            .http
-            .post(url)
-            .bearer_auth(&self.token)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| Transient::Unreachable {
-                url: self.base.clone(),
-                detail: error_chain(&e),
-            })?;
+        let answer = self.send(url, body).await?;
         let status = answer.status();
         if status.is_success() {
             return Ok(Published::Accepted);
@@ -152,6 +295,14 @@ fn body(row: &OutboxRow) -> Result<String, String> {
         ordering_key: row.ordering_key.as_deref(),
     };
     serde_json::to_string(&message).map_err(|e| format!("encoding the message: {e}"))
+}
+
+/// Whether an OpenAPI document lists the batch call.
+fn lists_batch(document: &serde_json::Value) -> bool {
+    document
+        .get("paths")
+        .and_then(|paths| paths.get(BATCH_PATH))
+        .is_some_and(|path| path.get("post").is_some())
 }
 
 /// Statuses that are not the row's fault: the server is overloaded, down, or the relay's token is wrong.
@@ -235,6 +386,16 @@ mod tests {
         for status in [401, 403, 408, 429, 500, 502, 503] {
             assert!(retryable(StatusCode::from_u16(status).expect("status")), "{status}");
         }
+    }
+
+    #[test]
+    fn the_batch_call_is_used_only_where_the_document_lists_it() {
+        let herald = serde_json::json!({"paths": {BATCH_PATH: {"post": {}}, "/api/v1/app/{app_id}/msg": {"post": {}}}});
+        assert!(lists_batch(&herald));
+        let svix = serde_json::json!({"paths": {"/api/v1/app/{app_id}/msg": {"post": {}}}});
+        assert!(!lists_batch(&svix));
+        assert!(!lists_batch(&serde_json::json!({"paths": {BATCH_PATH: {"get": {}}}})));
+        assert!(!lists_batch(&serde_json::json!("not a document")));
     }
 
     #[test]

@@ -20,9 +20,9 @@ use futures::{StreamExt, stream};
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::RelayConfig;
-use crate::order::{self, Group};
+use crate::order::{self, Chunk, Group};
 use crate::outbox::{Outbox, SourceError};
-use crate::publish::{ClientError, Published, Publisher, Transient};
+use crate::publish::{BatchPublished, ClientError, Published, Publisher, Transient};
 use herald_core::backoff::Backoff;
 
 /// Why a relay could not start.
@@ -92,6 +92,11 @@ pub struct Relay {
 /// First and longest delay between failed batches.
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The most rows, and about the most payload bytes, in one `msg-batch` request: well within Herald's
+/// limits (500 messages; the body limit, 1 MiB plus 64 KiB by default), and a body larger than the
+/// server takes falls back to one row per request anyway.
+const CHUNK_ROWS: usize = 250;
+const CHUNK_BYTES: usize = 512 * 1024;
 /// How often the backlog (oldest row's age, rows waiting) is measured.
 const BACKLOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -108,12 +113,15 @@ impl Relay {
     pub fn new(config: RelayConfig) -> Result<Self, StartError> {
         let outbox = Outbox::open(&config.source, &config.table, config.relayed)?;
         let in_flight = Semaphore::new(config.concurrency);
-        let publisher = Publisher::new(
+        let mut publisher = Publisher::new(
             &config.herald,
             &config.token,
             config.concurrency,
             config.publish_timeout,
         )?;
+        if config.one_per_request {
+            publisher = publisher.one_per_request();
+        }
         Ok(Self {
             config,
             outbox,
@@ -142,6 +150,9 @@ impl Relay {
             lanes,
             "relay started"
         );
+        if self.config.one_per_request {
+            tracing::info!(relay = %name, "publishing one row per request (told to)");
+        }
         let (stop, stopped) = watch::channel(false);
         let work = futures::future::join(
             futures::future::join_all((0..lanes).map(|_| self.lane(stopped.clone()))),
@@ -163,6 +174,8 @@ impl Relay {
     async fn lane(&self, mut stop: watch::Receiver<bool>) {
         let name = &self.config.name;
         let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
+        // Empty claims in a row: how long the outbox has been idle.
+        let mut idle: u32 = 0;
         while !*stop.borrow() {
             let wait = match self.batch().await {
                 Ok(report) => {
@@ -170,8 +183,11 @@ impl Relay {
                         tracing::info!(relay = %name, "relay recovered: publishing again");
                     }
                     backoff.succeeded();
+                    idle = if report.claimed == 0 { idle.saturating_add(1) } else { 0 };
                     if report.moved_rows() {
                         Duration::ZERO
+                    } else if report.claimed == 0 {
+                        idle_wait(idle, self.config.poll_interval)
                     } else {
                         self.config.poll_interval
                     }
@@ -246,11 +262,18 @@ impl Relay {
         };
         let groups = order::publishable(claimed, &unrelayed);
         report.held_back = report.claimed - groups.iter().map(Vec::len).sum::<usize>();
-        let outcomes: Vec<GroupOutcome> = stream::iter(groups)
-            .map(|group| self.publish_group(group))
-            .buffer_unordered(self.config.concurrency)
-            .collect()
-            .await;
+        let outcomes: Vec<GroupOutcome> = if self.publisher.offers_batch().await {
+            let packed = order::pack(groups, CHUNK_ROWS, CHUNK_BYTES);
+            report.held_back += packed.held_back;
+            let chunks = stream::iter(packed.chunks)
+                .map(|chunk| self.publish_chunk(chunk))
+                .buffer_unordered(self.config.concurrency)
+                .collect::<Vec<_>>();
+            let (chunks, singles) = futures::future::join(chunks, self.publish_groups(packed.one_by_one)).await;
+            chunks.into_iter().flatten().chain(singles).collect()
+        } else {
+            self.publish_groups(groups).await
+        };
         let mut published = Vec::new();
         let mut lags = Vec::new();
         let mut failed = None;
@@ -282,6 +305,47 @@ impl Relay {
         }
     }
 
+    /// Publish groups, each one row per request, up to `concurrency` at once.
+    async fn publish_groups(&self, groups: Vec<Group>) -> Vec<GroupOutcome> {
+        stream::iter(groups)
+            .map(|group| self.publish_group(group))
+            .buffer_unordered(self.config.concurrency)
+            .collect()
+            .await
+    }
+
+    /// Publish a chunk's rows in one request. If the server refuses the request for its content (a row
+    /// it would refuse), each group goes one row per request instead, so every row gets its own answer.
+    async fn publish_chunk(&self, chunk: Chunk) -> Vec<GroupOutcome> {
+        let answer = {
+            // Never closed, so a permit always comes: one per request in flight.
+            let Ok(_permit) = self.in_flight.acquire().await else {
+                return Vec::new();
+            };
+            self.publisher.publish_batch(&chunk.app, &chunk.rows()).await
+        };
+        match answer {
+            Ok(BatchPublished::Each(results)) => {
+                let mut outcome = GroupOutcome::default();
+                // The server answers a storage failure for the whole request, so a row that failed has no
+                // accepted row of its key after it (see `Store::ingest_many`).
+                for (row, result) in chunk.rows().into_iter().zip(results) {
+                    match result {
+                        Ok(Published::Accepted) => outcome.published.push((row.seq, row.created_at_ms)),
+                        Ok(Published::Rejected(reason)) => outcome.rejected.push((row.seq, reason)),
+                        Err(error) => outcome.failed = Some(error),
+                    }
+                }
+                vec![outcome]
+            }
+            Ok(BatchPublished::OneByOne) => self.publish_groups(chunk.groups).await,
+            Err(error) => vec![GroupOutcome {
+                failed: Some(error),
+                ..GroupOutcome::default()
+            }],
+        }
+    }
+
     /// Publish a group's rows one after the other, stopping at the first that cannot be published now
     /// (the rows after it keep their order: they wait for the next batch).
     async fn publish_group(&self, group: Group) -> GroupOutcome {
@@ -302,6 +366,18 @@ impl Relay {
         }
         outcome
     }
+}
+
+/// The first wait after an empty claim; each further empty claim doubles it, up to `poll_interval`.
+const FIRST_IDLE_WAIT: Duration = Duration::from_millis(1);
+
+/// How long a lane waits after its `idle`-th empty claim in a row: 1 ms, 2 ms, 4 ms… up to
+/// `poll_interval`. A row committed just after the outbox emptied is claimed within a few milliseconds
+/// (rows tend to come in bursts), while an outbox that stays empty is looked at only every
+/// `poll_interval`.
+fn idle_wait(idle: u32, poll_interval: Duration) -> Duration {
+    let doubled = FIRST_IDLE_WAIT.saturating_mul(1_u32 << idle.saturating_sub(1).min(20));
+    doubled.min(poll_interval)
 }
 
 /// How long ago a Unix-millisecond instant was (zero if in the future: clocks differ a little).
@@ -348,5 +424,19 @@ impl Progress {
         );
         self.last = Instant::now();
         self.last_published = published;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_lane_looks_again_soon_then_every_poll_interval() {
+        let poll = Duration::from_millis(20);
+        let waits: Vec<u128> = (1..=7).map(|n| idle_wait(n, poll).as_millis()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 20, 20]);
+        assert_eq!(idle_wait(u32::MAX, poll), poll);
+        assert_eq!(idle_wait(1, Duration::ZERO), Duration::ZERO);
     }
 }

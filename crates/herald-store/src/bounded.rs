@@ -1,4 +1,4 @@
-//! Every call to a PostgreSQL store within the client-side bound ([`crate::custody::Bound`]).
+//! Every call to a PostgreSQL store within the client-side bound ([`herald_sql::custody::Bound`]).
 //!
 //! The store traits are declared through [`bounded_trait!`](crate::bounded_trait), which writes, from
 //! the one list of methods, both the trait and its bounded decorator: each `async` method of the
@@ -12,47 +12,7 @@
 //! answered 503 like one whose server went silent.
 
 use crate::SharedStore;
-use crate::custody::Bound;
-
-/// Declare a store trait (`async` methods, each returning a `Result` whose error converts from
-/// [`crate::custody::TimedOut`]) and implement it for a decorator type with fields `inner` (the store it
-/// wraps, reachable as the trait) and `bound` (a [`crate::custody::Bound`]): each `async` method runs the
-/// inner one within the bound. Methods that are not to be bounded (synchronous ones, defaults) go in the
-/// `unbounded` block, and their forwarding in the `forwarded` block.
-#[macro_export]
-macro_rules! bounded_trait {
-    (
-        $(#[$meta:meta])*
-        $vis:vis trait $name:ident: [$($supertraits:tt)*], bounded in $wrapper:ty {
-            $(
-                $(#[$method_meta:meta])*
-                async fn $method:ident(&self $(, $arg:ident: $arg_type:ty)* $(,)?) -> $result:ty;
-            )*
-        }
-        unbounded { $($unbounded:tt)* }
-        forwarded { $($forwarded:tt)* }
-    ) => {
-        $(#[$meta])*
-        #[async_trait::async_trait]
-        $vis trait $name: $($supertraits)* {
-            $(
-                $(#[$method_meta])*
-                async fn $method(&self $(, $arg: $arg_type)*) -> $result;
-            )*
-            $($unbounded)*
-        }
-
-        #[async_trait::async_trait]
-        impl $name for $wrapper {
-            $(
-                async fn $method(&self $(, $arg: $arg_type)*) -> $result {
-                    self.bound.run(self.inner.$method($($arg),*)).await
-                }
-            )*
-            $($forwarded)*
-        }
-    };
-}
+use herald_sql::custody::Bound;
 
 /// The sender's store with every call bounded (see the module's documentation).
 pub struct BoundedStore {

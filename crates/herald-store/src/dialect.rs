@@ -9,7 +9,6 @@ use herald_core::model::{AttemptTrigger, Endpoint};
 use tokio::sync::mpsc;
 
 use crate::crypto::SecretCipher;
-use crate::custody::WriteHealth;
 use crate::events::NewEvent;
 use crate::group_commit::IngestJob;
 use crate::rows::Columns;
@@ -17,6 +16,7 @@ use crate::statement::Sql;
 use crate::{
     AttemptRecord, CommitFeed, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult,
 };
+use herald_sql::custody::WriteHealth;
 
 /// A SQL store of dialect `D` ([`crate::sqlite::SqliteStore`], [`crate::postgres::PgStore`]).
 #[allow(private_bounds)] // The dialects are this crate's two; nothing outside names the trait.

@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use herald_core::model::AttemptTrigger;
 
-use crate::custody::WriteHealth;
 use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
+use herald_sql::custody::WriteHealth;
 
 /// The most messages committed in one transaction.
 pub(crate) const MAX_BATCH: usize = 512;
@@ -31,24 +31,20 @@ pub(crate) const MAX_BATCH: usize = 512;
 pub(crate) struct IngestJob {
     pub(crate) new: NewMessage,
     pub(crate) reply: oneshot::Sender<StoreResult<Ingested>>,
-    /// PostgreSQL: the `herald_outbox` row this message comes from, deleted (or marked) in the batch's
-    /// own transaction (see `postgres::outbox`); `None` for API requests.
-    pub(crate) outbox: Option<OutboxRow>,
+    /// PostgreSQL: the `seq` of the `herald_outbox` row this message comes from, deleted (or marked) in
+    /// the batch's own transaction (see `postgres::outbox`); `None` for API requests.
+    pub(crate) outbox: Option<i64>,
+    /// Shared by jobs queued together that must commit in their queued order (see [`Fence`]): every row
+    /// one outbox reader queued since it (re)started, or the messages of one `ingest_many` call.
+    pub(crate) fence: Option<Arc<Fence>>,
 }
 
-/// The outbox row an [`IngestJob`] comes from.
-pub(crate) struct OutboxRow {
-    /// The row's `seq`.
-    pub(crate) seq: i64,
-    /// Shared by every row one reader queued since it (re)started.
-    pub(crate) fence: Arc<Fence>,
-}
-
-/// Keeps a reader's queued outbox rows in order across a failed batch. The reader queues the next round
-/// while the previous one commits; should a batch fail as a whole, its rows stay in the outbox and are
-/// read again, so rows queued behind them must not commit first (a later row of an ordering key would
-/// overtake an earlier one). The writer breaks the fence of every row of a failed batch and answers the
-/// rows of a broken fence unwritten, as if their batch had failed too.
+/// Keeps jobs queued together in order across a failed batch. An outbox reader queues the next round
+/// while the previous one commits, and `Store::ingest_many` queues many messages at once, which may span
+/// two batches; should a batch fail as a whole, its jobs are not stored (the outbox rows stay and are
+/// read again; the API's caller retries), so jobs queued behind them must not commit first (a later
+/// message of an ordering key would overtake an earlier one). The writer breaks the fence of every job
+/// of a failed batch and answers the jobs of a broken fence unwritten, as if their batch had failed too.
 #[derive(Default)]
 pub(crate) struct Fence {
     broken: AtomicBool,
@@ -69,17 +65,17 @@ impl Fence {
 fn drop_fenced(batch: &mut Vec<IngestJob>) {
     if !batch
         .iter()
-        .any(|job| job.outbox.as_ref().is_some_and(|o| o.fence.is_broken()))
+        .any(|job| job.fence.as_ref().is_some_and(|f| f.is_broken()))
     {
         return;
     }
     let (fenced, kept): (Vec<IngestJob>, Vec<IngestJob>) = batch
         .drain(..)
-        .partition(|job| job.outbox.as_ref().is_some_and(|o| o.fence.is_broken()));
+        .partition(|job| job.fence.as_ref().is_some_and(|f| f.is_broken()));
     *batch = kept;
     for job in fenced {
         let _ = job.reply.send(Err(StoreError::Batch(
-            "an earlier outbox row's batch failed; read again after it".to_owned(),
+            "an earlier message's batch failed; this one was not written after it".to_owned(),
         )));
     }
 }
@@ -151,8 +147,8 @@ pub(crate) async fn run<W: BatchWriter>(
                     health.failed(fault, error.to_string());
                 }
                 for job in batch.drain(..) {
-                    if let Some(row) = &job.outbox {
-                        row.fence.break_now();
+                    if let Some(fence) = &job.fence {
+                        fence.break_now();
                     }
                     let _ = job.reply.send(Err(StoreError::shared_by_batch(&error)));
                 }
@@ -172,8 +168,8 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
                     endpoint_id: d.endpoint_id.clone(),
                     message: shared.clone(),
                     attempts: 0,
-                    next_attempt_at: message.created_at,
-                    window_start: message.created_at,
+                    next_attempt_at: message.due_at(),
+                    window_start: message.due_at(),
                     trigger: AttemptTrigger::Scheduled,
                 })
                 .collect()
@@ -202,11 +198,22 @@ async fn write_batch<W: BatchWriter>(
     deadline: Option<Duration>,
 ) -> StoreResult<Outcomes> {
     let mut conn = pool.acquire().await?;
-    let written = crate::custody::within(deadline, write_on(&mut *conn, writer, batch)).await;
+    let written = within(deadline, write_on(&mut *conn, writer, batch)).await;
     if written.is_err() {
         conn.close_on_drop();
     }
     written
+}
+
+/// Run `work`, giving it up after `limit` (when there is one) with [`StoreError::TimedOut`]: whatever it
+/// was doing is then of unknown outcome, so the caller must not acknowledge it.
+async fn within<T>(limit: Option<Duration>, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, work)
+            .await
+            .unwrap_or(Err(StoreError::TimedOut(limit))),
+        None => work.await,
+    }
 }
 
 async fn write_on<W: BatchWriter>(
@@ -262,13 +269,24 @@ mod tests {
             payload: Arc::from(b"{}".to_vec()),
             idempotency_key: None,
             ordering_key: None,
+            tags: None,
+            deliver_at: None,
+            to_endpoint: None,
             payload_retention_ms: None,
         };
-        let outbox = outbox.map(|(seq, fence)| OutboxRow {
-            seq,
-            fence: fence.clone(),
-        });
-        (IngestJob { new, reply, outbox }, answer)
+        let (outbox, fence) = match outbox {
+            Some((seq, fence)) => (Some(seq), Some(fence.clone())),
+            None => (None, None),
+        };
+        (
+            IngestJob {
+                new,
+                reply,
+                outbox,
+                fence,
+            },
+            answer,
+        )
     }
 
     #[test]
@@ -281,7 +299,7 @@ mod tests {
         let (api_2, _b) = job(None);
         let mut batch = vec![api, fenced, other, api_2];
         drop_fenced(&mut batch);
-        let kept: Vec<Option<i64>> = batch.iter().map(|j| j.outbox.as_ref().map(|o| o.seq)).collect();
+        let kept: Vec<Option<i64>> = batch.iter().map(|j| j.outbox).collect();
         assert_eq!(kept, vec![None, Some(2), None]);
         match fenced_answer.try_recv() {
             Ok(Err(error)) => assert!(error.fault().is_some(), "a batch failure, retried: {error}"),

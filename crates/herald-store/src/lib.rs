@@ -10,11 +10,9 @@
 
 pub mod bounded;
 pub mod crypto;
-pub mod custody;
 mod dialect;
 mod events;
 mod group_commit;
-pub mod integrity;
 pub mod metrics;
 mod page;
 mod plan;
@@ -26,7 +24,6 @@ mod sealing;
 mod sql;
 pub mod sqlite;
 mod statement;
-mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;
 
@@ -34,9 +31,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret,
 };
+
+/// The storage plumbing this store shares with the inbox's ([`herald_sql`]): its types are part of this
+/// crate's own signatures (`StoreOptions`, `StoreError::fault`, `StoreError::Damaged`), so they are handed on here.
+pub use herald_sql::{custody, integrity, is_postgres_url};
 
 pub use crypto::{CryptoError, SecretCipher};
 pub use dialect::SqlStore;
@@ -115,6 +116,12 @@ impl StoreError {
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl From<custody::TimedOut> for StoreError {
+    fn from(timed_out: custody::TimedOut) -> Self {
+        StoreError::TimedOut(timed_out.0)
+    }
+}
+
 /// A response remembered for an idempotency key, and the request it answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Remembered {
@@ -147,6 +154,14 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// The message's ordering key, for endpoints in ordered mode.
     pub ordering_key: Option<String>,
+    /// Its tags (each indexed, see [`MessageFilter::tag`]).
+    pub tags: Option<Vec<String>>,
+    /// When its deliveries are first due (scheduled delivery); `None` for at once. Its deliveries are
+    /// committed with it, their first attempt due then.
+    pub deliver_at: Option<i64>,
+    /// Deliver to this one endpoint of the application (by id) instead of to its subscribers: an event
+    /// type's example sent to one endpoint. An id the application does not have gets no delivery.
+    pub to_endpoint: Option<String>,
     /// How long after its creation the payload is kept (`payloadRetentionPeriod`); `None` keeps it. The
     /// retention job expunges it once that has passed and no delivery of it is pending.
     pub payload_retention_ms: Option<i64>,
@@ -321,6 +336,8 @@ pub struct AttemptFilter {
     pub status_code_class: Option<u16>,
     /// Only attempts of messages of these event types.
     pub event_types: Option<Vec<String>>,
+    /// Only attempts of messages with this tag.
+    pub tag: Option<String>,
     /// Only attempts made before this time.
     pub before: Option<i64>,
     /// Only attempts made at or after this time.
@@ -339,6 +356,8 @@ pub struct AppToken {
     /// The one polling endpoint of the application it may read (its stream and its consumers' offsets,
     /// nothing else); `None` for a token of the whole application.
     pub sink_id: Option<String>,
+    /// The session it was issued for (`sessionId`), if any: `expire-all` may end only some sessions.
+    pub session_id: Option<String>,
     /// When it was issued.
     pub created_at: i64,
     /// When it stops working.
@@ -375,6 +394,8 @@ pub struct MessageFilter {
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub channel: Option<String>,
+    /// Only messages with this tag (read from the tag index, so a rare tag costs no scan).
+    pub tag: Option<String>,
     /// List oldest first (the reconciliation listing) instead of newest first.
     pub oldest_first: bool,
 }
@@ -416,7 +437,7 @@ pub struct RequeueChunk {
     pub last_seq: Option<i64>,
 }
 
-crate::bounded_trait! {
+herald_sql::bounded_trait! {
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently. On
 /// PostgreSQL every `async` call is bounded on the client's side ([`bounded::BoundedStore`]).
 pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::BoundedStore {
@@ -487,6 +508,12 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
     /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
+    /// queued after it is written either (each is answered with the batch's error), so what was stored
+    /// is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
     /// List an app's messages, newest first.
@@ -523,9 +550,9 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn set_endpoint_state(
         &self,
         endpoint_id: &str,
-        expected_reason: &str,
+        expected_reason: &DisabledReason,
         disabled: bool,
-        reason: Option<&str>,
+        reason: Option<&DisabledReason>,
         now: i64,
     ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
@@ -564,9 +591,13 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
     /// The token with this digest, if it exists and has not expired at `now`.
     async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>>;
-    /// Make every token of an application expire at `at` at the latest (revocation, with an optional grace
-    /// period); returns how many tokens were shortened.
-    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64>;
+    /// Make every token of an application — or, with `sessions`, only those issued for one of these
+    /// sessions — expire at `at` at the latest (revocation, with an optional grace period); returns how
+    /// many tokens were shortened.
+    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64>;
+    /// Make the one token with this digest expire at `at` at the latest (a logout); `NotFound` if there is
+    /// none.
+    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()>;
 
     /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
     /// created before `attempts_before`; expunge up to `limit` payloads whose expiry is at or before `now`
@@ -661,12 +692,26 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     ) -> StoreResult<Vec<(String, i64)>>;
     /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
     async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()>;
-    /// Deliveries of an app, newest first, optionally of one endpoint and one status.
+    /// Expunge up to `limit` payloads of an app's messages created at or before `before` that still have
+    /// theirs, in one transaction, cancelling their pending deliveries (nothing is left to send). Returns
+    /// how many were expunged and the (endpoint id, seq) of each delivery cancelled; fewer than `limit`
+    /// means none is left.
+    async fn expunge_app_payloads(
+        &self,
+        app_id: &str,
+        before: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<(u64, Vec<(String, i64)>)>;
+    /// Remove the response body stored with one attempt of a message (it becomes empty).
+    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()>;
+    /// Deliveries of an app, newest first, optionally of one endpoint, one status and messages with one tag.
     async fn list_deliveries(
         &self,
         app_id: &str,
         endpoint_id: Option<&str>,
         status: Option<DeliveryStatus>,
+        tag: Option<&str>,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>>;
     /// Deliveries of an endpoint by status, over messages created in `[since, until)`.
@@ -675,6 +720,15 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
+    /// Every task, newest first unless not `newest_first`, optionally in one state (`running`, `finished`,
+    /// `failed`) and of one kind.
+    async fn list_tasks(
+        &self,
+        state: Option<&str>,
+        kind: Option<&str>,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<BackgroundTask>>;
     /// A task by id; `app_id` restricts it to one application.
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
     /// Close the background tasks a stopped process left running — on SQLite every task still running when
@@ -832,9 +886,4 @@ pub async fn migrate(database_url: &str) -> StoreResult<()> {
             "unsupported database URL {database_url:?}: expected sqlite://PATH or postgres://…"
         )))
     }
-}
-
-/// Whether a URL names a PostgreSQL database.
-pub fn is_postgres_url(database_url: &str) -> bool {
-    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }

@@ -79,6 +79,8 @@ pub(crate) struct NewRow<'a> {
     pub(crate) job: usize,
     pub(crate) message: Message,
     pub(crate) idempotency_key: Option<&'a str>,
+    /// The one endpoint it goes to, when it does not go to the subscribers.
+    pub(crate) to_endpoint: Option<&'a str>,
     /// When the payload expires (the message's `payloadRetentionPeriod`, else its app's), if it does.
     pub(crate) payload_expires_at: Option<i64>,
 }
@@ -121,6 +123,14 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
             channels: new.channels.clone(),
             payload: new.payload.clone(),
             ordering_key: new.ordering_key.clone(),
+            // A set: the tag index holds each tag of a message once.
+            tags: new.tags.as_ref().map(|tags| {
+                let mut tags = tags.clone();
+                tags.sort();
+                tags.dedup();
+                tags
+            }),
+            deliver_at: new.deliver_at,
             created_at: now,
         };
         earlier.remember(&message, new.idempotency_key.as_deref());
@@ -130,6 +140,7 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
             job: index,
             message,
             idempotency_key: new.idempotency_key.as_deref(),
+            to_endpoint: new.to_endpoint.as_deref(),
             // The message's own retention wins over its app's default.
             payload_expires_at: new
                 .payload_retention_ms
@@ -142,7 +153,8 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
 
 impl Plan<'_> {
     /// The deliveries of the new messages: one per subscribed endpoint of the message's app (disabled
-    /// endpoints included: their deliveries wait until the endpoint is enabled again or expire).
+    /// endpoints included: their deliveries wait until the endpoint is enabled again or expire), or to
+    /// its one endpoint when it names one.
     pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<String, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
         self.messages
             .iter()
@@ -152,7 +164,10 @@ impl Plan<'_> {
                     .get(message.app_id.as_str())
                     .into_iter()
                     .flatten()
-                    .filter(|ep| ep.subscribes_to(&message.event_type, message.channels.as_deref()))
+                    .filter(|ep| match row.to_endpoint {
+                        Some(only) => ep.id == only,
+                        None => ep.subscribes_to(&message.event_type, message.channels.as_deref()),
+                    })
                     .map(move |ep| FanOut {
                         job: row.job,
                         message,
@@ -175,6 +190,26 @@ impl Plan<'_> {
         }
         outcomes
     }
+}
+
+/// The rows of the tag index for new messages: (app id, tag, message id), one per message and tag.
+pub(crate) fn tag_rows<'a>(messages: &'a [NewRow<'_>]) -> Vec<(&'a str, &'a str, &'a str)> {
+    messages
+        .iter()
+        .flat_map(|row| {
+            let m = &row.message;
+            m.tags
+                .iter()
+                .flatten()
+                .map(move |tag| (m.app_id.as_str(), tag.as_str(), m.id.as_str()))
+        })
+        .collect()
+}
+
+/// A new delivery's stored time window start: its message's due time when delivery was scheduled for
+/// later (its retries and its lifetime count from then), else none (the message's creation is read).
+pub(crate) fn window_start(message: &Message) -> Option<i64> {
+    message.deliver_at.map(|_| message.due_at())
 }
 
 /// Match deliveries returned by an insert back to their jobs, by (message, endpoint), which is unique in

@@ -159,7 +159,7 @@ impl StreamPage {
     }
 }
 
-crate::bounded_trait! {
+herald_sql::bounded_trait! {
 /// What pull delivery needs from the store; every [`crate::Store`] is one.
 pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::BoundedStore {
     /// Create a polling endpoint; `Conflict("uid")` if its uid is taken within the app, `NotFound` if the
@@ -265,6 +265,8 @@ mod tests {
                 channels: None,
                 payload: Arc::from(&b"{}"[..]),
                 ordering_key: None,
+                tags: None,
+                deliver_at: None,
                 created_at: seq,
             },
         }

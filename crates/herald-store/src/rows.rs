@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Headers, Message,
-    Metadata, OperationalEvent, Ordering,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Headers,
+    Message, Metadata, OperationalEvent, Ordering,
 };
 use sqlx::Row;
 
@@ -61,7 +61,7 @@ macro_rules! impl_columns {
 }
 
 impl_columns!(sqlx::sqlite::SqliteRow, std::convert::identity);
-impl_columns!(sqlx::postgres::PgRow, crate::postgres::text::unescape);
+impl_columns!(sqlx::postgres::PgRow, herald_sql::text::unescape);
 
 pub(crate) fn encode_list(list: &Option<Vec<String>>) -> Option<String> {
     list.as_ref()
@@ -137,7 +137,10 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
         filter_types: decode_list(row.opt_text("filter_types")?)?,
         channels: decode_list(row.opt_text("channels")?)?,
         disabled: row.flag("disabled")?,
-        disabled_reason: row.opt_free_text("disabled_reason")?,
+        disabled_reason: row
+            .opt_free_text("disabled_reason")?
+            .as_deref()
+            .map(DisabledReason::parse),
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         max_concurrency: u32_opt(row.opt_int("max_concurrency")?),
         request_timeout_ms: u32_opt(row.opt_int("request_timeout_ms")?),
@@ -165,6 +168,8 @@ pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
         channels: decode_list(row.opt_text("m_channels")?)?,
         payload: Arc::from(payload),
         ordering_key: row.opt_free_text("m_ordering_key")?,
+        tags: decode_list(row.opt_text("m_tags")?)?,
+        deliver_at: row.opt_int("m_deliver_at")?,
         created_at: row.int("m_created_at")?,
     })
 }
@@ -172,7 +177,7 @@ pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
 /// The column list that [`message`] decodes, for table alias `m`.
 pub(crate) const MESSAGE_COLUMNS: &str = "m.id AS m_id, m.app_id AS m_app_id, m.event_id AS m_event_id, \
      m.event_type AS m_event_type, m.channels AS m_channels, m.payload AS m_payload, m.created_at AS m_created_at, \
-     m.ordering_key AS m_ordering_key";
+     m.ordering_key AS m_ordering_key, m.tags AS m_tags, m.deliver_at AS m_deliver_at";
 
 pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
     let trigger = row.int("trigger_type")?;
@@ -252,6 +257,7 @@ pub(crate) fn app_token(row: &impl Columns) -> StoreResult<AppToken> {
         app_id: row.text("app_id")?,
         read_only: row.flag("read_only")?,
         sink_id: row.opt_text("sink_id")?,
+        session_id: row.opt_text("session_id")?,
         created_at: row.int("created_at")?,
         expires_at: row.int("expires_at")?,
     })

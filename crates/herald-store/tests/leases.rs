@@ -72,6 +72,9 @@ async fn ingest(store: &PgStore, app_id: &str) -> (String, i64) {
         payload: Arc::from(&b"{}"[..]),
         idempotency_key: None,
         ordering_key: None,
+        tags: None,
+        deliver_at: None,
+        to_endpoint: None,
         payload_retention_ms: None,
     };
     match store.ingest(new).await.unwrap() {

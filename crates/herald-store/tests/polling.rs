@@ -209,6 +209,7 @@ async fn a_token_scoped_to_a_sink_round_trips_and_goes_with_its_sink(store: Shar
         app_id: owner.id.clone(),
         read_only: true,
         sink_id: Some(polling.id.clone()),
+        session_id: None,
         created_at: 1,
         expires_at: 1_000,
     };

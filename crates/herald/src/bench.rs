@@ -150,6 +150,9 @@ enum ScenarioArgs {
         /// fresh SQLite file]; its `herald_outbox` table is created if missing and emptied.
         #[arg(long)]
         source: Option<String>,
+        /// Producer connections in the lag phase, each committing one row per transaction [default: 8].
+        #[arg(long)]
+        producers: Option<usize>,
     },
     /// One consumer pulling a polling endpoint (docs/pull.md): messages pulled/s from a published
     /// backlog, then publish → consumer latency with long polls while messages are posted.
@@ -277,6 +280,7 @@ impl ScenarioArgs {
                 rate,
                 duration,
                 source,
+                producers,
             } => {
                 let base = if smoke {
                     OutboxParams::smoke()
@@ -288,6 +292,7 @@ impl ScenarioArgs {
                     rate: rate.unwrap_or(base.rate),
                     duration: duration.unwrap_or(base.duration),
                     source,
+                    producers: producers.unwrap_or(base.producers).max(1),
                 })
             }
             ScenarioArgs::Polling {

@@ -48,6 +48,9 @@ pub(crate) struct RelayArgs {
     /// How often to log progress (relayed, rate, lag, backlog); 0s: never.
     #[arg(long, default_value = "10s")]
     report_interval: String,
+    /// Publish one message per request even when the server offers POST …/msg-batch (many per request).
+    #[arg(long)]
+    one_per_request: bool,
     /// Serve the relay's Prometheus metrics at GET /metrics on this address (e.g. 127.0.0.1:9041).
     #[arg(long, env = "HERALD_RELAY_METRICS_LISTEN")]
     metrics_listen: Option<String>,
@@ -75,6 +78,7 @@ pub(crate) async fn run(args: RelayArgs, json: bool) -> anyhow::Result<()> {
         keep: args.keep,
         publish_timeout: args.publish_timeout,
         report_interval: args.report_interval,
+        one_per_request: args.one_per_request,
     };
     let config = section.check()?;
     let telemetry = crate::process::init_logs(if json { LogFormat::Json } else { LogFormat::Text })?;

@@ -976,6 +976,13 @@ async fn payload_over_the_limit_is_413_and_nothing_is_stored() {
 // Message bodies
 // ---------------------------------------------------------------------------------------------------
 
+/// RFC 3339 text for `hours` from now.
+fn in_hours(hours: i64) -> String {
+    let at = time::OffsetDateTime::now_utc() + time::Duration::hours(hours);
+    at.format(&time::format_description::well_known::Rfc3339)
+        .expect("format a date-time")
+}
+
 #[tokio::test]
 async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
     let fx = Fixture::start(&[]).await;
@@ -998,8 +1005,16 @@ async fn invalid_message_fields_are_422_naming_the_field_and_store_nothing() {
         (message_with("channels", channels(6)), "channels"),
         (message_with("channels", json!(["has space"])), "channels"),
         (message_with("channels", json!([""])), "channels"),
+        (message_with("tags", channels(6)), "tags"),
+        (message_with("tags", json!(["has space"])), "tags"),
+        (message_with("tags", json!([""])), "tags"),
+        (message_with("tags", json!(["t".repeat(129)])), "tags"),
+        (message_with("tags", json!(["ütf8"])), "tags"),
+        // Past the scheduling horizon (24 hours ahead), or not a date-time.
         (message_with("deliverAt", json!("2030-01-01T00:00:00Z")), "deliverAt"),
+        (message_with("deliverAt", json!(in_hours(25))), "deliverAt"),
         (message_with("deliverAt", json!("tomorrow")), "deliverAt"),
+        (message_with("deliverAt", json!(12)), "deliverAt"),
         (
             message_with("transformationsParams", json!({ "rawPayload": "x" })),
             "transformationsParams",

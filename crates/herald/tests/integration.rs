@@ -31,6 +31,7 @@ mod relay;
 mod repository;
 mod resources;
 mod retention;
+mod scheduled;
 mod secrets;
 mod ssrf;
 mod svix_compat;

@@ -630,3 +630,72 @@ async fn a_bulk_replay_interrupted_by_kill_9_is_carried_on_at_the_next_start() {
     );
     assert_eq!(counts.len(), MESSAGES + 1);
 }
+
+#[tokio::test]
+async fn expunging_every_payload_of_an_app_cancels_what_is_pending_and_an_attempts_response_can_go() {
+    let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "1h")]).await;
+    let receiver = Receiver::start(Reply::status(200).body("session=s3cret")).await;
+    let down = Receiver::start(Reply::status(503)).await;
+    let app = herald.app("shop").await;
+    let other_app = herald.app("other").await;
+    herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let (ep_down, _) = herald.endpoint(&app, json!({"url": down.url()})).await;
+    herald.endpoint(&other_app, json!({"url": receiver.url()})).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(send(&herald, &app, "a.b", n).await);
+    }
+    let kept = send(&herald, &other_app, "a.b", 9).await;
+    receiver.wait_for(4, WAIT).await;
+    down.wait_for(3, WAIT).await;
+    // The down endpoint's deliveries wait an hour for their retry.
+    wait_for_state(&herald, &app, &ep_down, "pending", 3).await;
+
+    let task = herald
+        .post(&format!("/app/{app}/msg/expunge-all-contents"), json!({}))
+        .await;
+    assert_eq!(task["task"], "application.purge_content", "{task}");
+    let task = finished(&herald, &task).await;
+    assert_eq!(task["status"], "finished", "{task}");
+    assert_eq!(task["data"]["messagesPurged"], 3, "{task}");
+    for id in &ids {
+        let read = herald.get(&format!("/app/{app}/msg/{id}")).await;
+        assert_eq!(read["payload"], json!({}), "{read}");
+    }
+    let read = herald.get(&format!("/app/{other_app}/msg/{kept}")).await;
+    assert_eq!(read["payload"], json!({"n": 9}), "another application's payloads stay");
+    wait_for_state(&herald, &app, &ep_down, "cancelled", 3).await;
+
+    // An attempt's stored response: gone, the attempt stays.
+    let attempts = herald
+        .wait_attempts(&app, &ids[0], WAIT, |a| {
+            a.iter().any(|a| a["responseStatusCode"] == 200)
+        })
+        .await;
+    let ok = attempts.iter().find(|a| a["responseStatusCode"] == 200).unwrap();
+    assert_eq!(ok["response"], "session=s3cret");
+    let attempt = ok["id"].as_str().unwrap();
+    let (status, _) = herald
+        .call(
+            "DELETE",
+            &format!("/app/{app}/msg/{}/attempt/{attempt}/content", ids[0]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let read = herald
+        .get(&format!("/app/{app}/msg/{}/attempt/{attempt}", ids[0]))
+        .await;
+    assert_eq!(
+        (read["response"].as_str(), read["responseStatusCode"].as_i64()),
+        (Some(""), Some(200))
+    );
+    let (status, error) = herald
+        .call(
+            "DELETE",
+            &format!("/app/{other_app}/msg/{kept}/attempt/{attempt}/content"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "another message's attempt: {error}");
+}

@@ -153,6 +153,107 @@ async fn two_relays_on_one_table_keep_each_keys_order() {
 }
 
 #[tokio::test]
+async fn msg_batch_answers_each_message_in_order_and_checks_them_all_first() {
+    let (herald, app, receiver) = herald_with_endpoint(json!({})).await;
+    let first = herald
+        .post(
+            "/app/shop/msg",
+            json!({"eventType": "invoice.paid", "eventId": "evt_0", "payload": {"n": 0}}),
+        )
+        .await;
+    let item = |n: usize| json!({"eventType": "invoice.paid", "eventId": format!("evt_{n}"), "payload": {"n": n}, "orderingKey": "inv_1"});
+    // evt_0 exists already, and evt_2 is given twice: one message each, the original answered.
+    let body = json!({"messages": [item(1), item(0), item(2), item(3), item(2)]});
+    let (status, answer) = herald
+        .call("POST", "/app/shop/msg-batch?with_content=false", Some(body))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let data = answer["data"].as_array().expect("data");
+    assert_eq!(data.len(), 5, "{answer}");
+    assert!(data.iter().all(|r| r["status"] == 202), "{answer}");
+    assert_eq!(
+        data[1]["message"]["id"], first["id"],
+        "a known eventId answers its message"
+    );
+    assert_eq!(data[2]["message"]["id"], data[4]["message"]["id"]);
+    assert_eq!(data[3]["message"]["payload"], json!({}), "with_content=false");
+    // Created in the order given, each delivered once.
+    let listed = messages(&herald, &app).await;
+    let order: Vec<&str> = listed.iter().map(|(event, _)| event.as_str()).collect();
+    assert_eq!(order, ["evt_0", "evt_1", "evt_2", "evt_3"]);
+    let got = wait_messages(&receiver, 4, Duration::from_secs(20)).await;
+    assert_eq!(distinct_messages(&got), 4);
+
+    // One invalid message refuses the whole request, naming it by its index; nothing is stored.
+    let bad = json!({"messages": [item(4), {"eventType": "bad type!", "eventId": "evt_5", "payload": {}}]});
+    let (status, answer) = herald.call("POST", "/app/shop/msg-batch", Some(bad)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        answer["detail"][0]["loc"],
+        json!(["body", "messages", "1", "eventType"])
+    );
+    let unnamed = json!({"messages": [{"eventType": "invoice.paid", "payload": {}}]});
+    let (status, answer) = herald.call("POST", "/app/shop/msg-batch", Some(unnamed)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["detail"][0]["loc"], json!(["body", "messages", "0", "eventId"]));
+    let (status, _) = herald
+        .call("POST", "/app/shop/msg-batch", Some(json!({"messages": []})))
+        .await;
+    assert_eq!(status, 422);
+    let creating =
+        json!({"messages": [{"eventType": "t", "eventId": "e", "payload": {}, "application": {"name": "x"}}]});
+    let (status, answer) = herald.call("POST", "/app/new-app/msg-batch", Some(creating)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        answer["detail"][0]["loc"],
+        json!(["body", "messages", "0", "application"])
+    );
+    let too_many: Vec<Value> = (100..601).map(item).collect();
+    let (status, _) = herald
+        .call("POST", "/app/shop/msg-batch", Some(json!({"messages": too_many})))
+        .await;
+    assert_eq!(status, 422);
+    let (status, answer) = herald
+        .call(
+            "POST",
+            "/app/no-such-app/msg-batch",
+            Some(json!({"messages": [item(6)]})),
+        )
+        .await;
+    assert_eq!((status, answer["code"].as_str()), (404, Some("not_found")));
+    assert_eq!(
+        messages(&herald, &app).await.len(),
+        4,
+        "nothing stored by refused requests"
+    );
+}
+
+#[tokio::test]
+async fn a_relay_sends_many_rows_per_request_where_offered_and_one_per_request_when_told() {
+    let producer = Producer::sqlite().await;
+    let (herald, app, receiver) = herald_with_endpoint(json!({"ordering": "key"})).await;
+    let events = |from: usize, to: usize| -> Vec<Event> {
+        (from..to)
+            .map(|n| Event::new(format!("k{}:{n}", n % 3), "shop", json!({"n": n})).keyed(&format!("k{}", n % 3)))
+            .collect()
+    };
+    producer.write(&events(0, 60), true).await;
+    let relay = RelayProcess::start(&producer, &base(&herald), &[]);
+    relay.wait_log("many rows per request", Duration::from_secs(10)).await;
+    producer.wait_rows(0, Duration::from_secs(30)).await;
+    drop(relay);
+    producer.write(&events(60, 90), true).await;
+    let relay = RelayProcess::start(&producer, &base(&herald), &["--one-per-request"]);
+    relay.wait_log("one row per request", Duration::from_secs(10)).await;
+    producer.wait_rows(0, Duration::from_secs(30)).await;
+    let listed = messages(&herald, &app).await;
+    let committed: Vec<String> = (0..90).map(|n| format!("k{}:{n}", n % 3)).collect();
+    check_one_message_per_row_in_order(&listed, &committed, &[]);
+    let got = wait_messages(&receiver, 90, Duration::from_secs(30)).await;
+    assert_eq!(distinct_messages(&got), 90);
+}
+
+#[tokio::test]
 async fn a_relay_backs_off_while_herald_is_down_and_catches_up() {
     let producer = Producer::sqlite().await;
     let (mut herald, app, receiver) = herald_with_endpoint(json!({})).await;

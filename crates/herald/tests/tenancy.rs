@@ -117,7 +117,12 @@ async fn an_app_token_gets_403_on_every_route_of_another_app_and_works_on_its_ow
     let a = tenant(&h, "alpha").await;
     let b = tenant(&h, "bravo").await;
     let token_a = issue(&h, &a.uid, json!({})).await;
-    let ops = operations(&h).await;
+    // A logout ends the very token under test: it has its own test below.
+    let ops: Vec<_> = operations(&h)
+        .await
+        .into_iter()
+        .filter(|(method, path, _)| (method.as_str(), path.as_str()) != ("POST", "/auth/logout"))
+        .collect();
 
     for (method, template, access) in &ops {
         for app_ref in [&b.id, &b.uid] {
@@ -314,4 +319,108 @@ async fn stored_bytes(h: &Herald) -> Vec<u8> {
         .expect("idempotent responses");
     stored.extend(responses.concat().into_bytes());
     stored
+}
+
+#[tokio::test]
+async fn a_logout_ends_the_calling_app_token_only_and_the_admin_token_cannot_log_out() {
+    let h = Herald::start(&[]).await;
+    let a = tenant(&h, "alpha").await;
+    let token = issue(&h, &a.id, json!({})).await;
+    let other = issue(&h, &a.id, json!({})).await;
+    let read_only = issue(&h, &a.id, json!({ "readOnly": true })).await;
+    let (status, _) = call_as(&h, &token, "GET", "/app/alpha", None).await;
+    assert_eq!(status, 200);
+    let (status, body) = call_as(&h, &token, "POST", "/auth/logout", None).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, _) = call_as(&h, &token, "GET", "/app/alpha", None).await;
+    assert_eq!(status, 401, "a logged-out token no longer works");
+    let (status, _) = call_as(&h, &other, "GET", "/app/alpha", None).await;
+    assert_eq!(status, 200, "another token of the same application still works");
+    // Logging out only takes rights away: a read-only token may.
+    let (status, body) = call_as(&h, &read_only, "POST", "/auth/logout", None).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, _) = call_as(&h, &read_only, "GET", "/app/alpha", None).await;
+    assert_eq!(status, 401);
+    let (status, body) = call_as(&h, TOKEN, "POST", "/auth/logout", None).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("forbidden")), "{body}");
+    let (status, _) = call_as(&h, TOKEN, "GET", "/app/alpha", None).await;
+    assert_eq!(status, 200, "the admin token cannot lock itself out");
+}
+
+#[tokio::test]
+async fn background_tasks_are_listed_to_the_admin_by_state_and_kind_newest_first() {
+    let h = Herald::start(&[]).await;
+    let a = tenant(&h, "alpha").await;
+    let b = tenant(&h, "bravo").await;
+    let page = h.get("/background-task?limit=1").await;
+    assert_eq!(page["data"][0]["id"].as_str(), Some(b.task.as_str()), "{page}");
+    assert_eq!(page["done"], false, "{page}");
+    let iterator = page["iterator"].as_str().expect("iterator");
+    let next = h.get(&format!("/background-task?limit=1&iterator={iterator}")).await;
+    assert_eq!(next["data"][0]["id"].as_str(), Some(a.task.as_str()), "{next}");
+    let oldest = h.get("/background-task?order=ascending&task=endpoint.recover").await;
+    let ids: Vec<&str> = oldest["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, [a.task.as_str(), b.task.as_str()]);
+    let none = h.get("/background-task?task=endpoint.bulk-replay").await;
+    assert_eq!(none["data"], json!([]), "{none}");
+    let (status, body) = call_as(&h, TOKEN, "GET", "/background-task?status=sleeping", None).await;
+    assert_eq!(status, 422, "{body}");
+    let token = issue(&h, &a.id, json!({})).await;
+    let (status, body) = call_as(&h, &token, "GET", "/background-task", None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "tasks span applications: {body}"
+    );
+}
+
+#[tokio::test]
+async fn expire_all_with_session_ids_ends_only_those_sessions_tokens() {
+    let h = Herald::start(&[]).await;
+    let a = tenant(&h, "alpha").await;
+    let alice = issue(&h, &a.id, json!({ "sessionId": "alice" })).await;
+    let bob = issue(&h, &a.id, json!({ "sessionId": "bob" })).await;
+    let plain = issue(&h, &a.id, json!({})).await;
+    let (status, body) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": ["alice"] })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    for (token, expected) in [(&alice, 401), (&bob, 200), (&plain, 200)] {
+        let (status, _) = call_as(&h, token, "GET", "/app/alpha", None).await;
+        assert_eq!(status, expected);
+    }
+    let (status, body) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": [""] })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["detail"][0]["loc"][1].as_str()),
+        (422, Some("sessionIds")),
+        "{body}"
+    );
+    // An empty list, as no list: every token.
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": [] })),
+        )
+        .await;
+    assert_eq!(status, 204);
+    for token in [&bob, &plain] {
+        let (status, _) = call_as(&h, token, "GET", "/app/alpha", None).await;
+        assert_eq!(status, 401);
+    }
 }

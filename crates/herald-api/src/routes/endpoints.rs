@@ -10,8 +10,7 @@ use axum::{Json, Router};
 use herald_core::breaker::BreakerState;
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{Application, Endpoint, Headers, Ordering};
-use herald_delivery::verification;
+use herald_core::model::{Application, DisabledReason, Endpoint, Headers, Ordering};
 use herald_store::StoreError;
 
 use crate::body::JsonBody;
@@ -295,7 +294,7 @@ async fn insert(
 /// Hold an endpoint until its ownership check passes (the engine enables it then).
 fn await_verification(endpoint: &mut Endpoint) {
     endpoint.disabled = true;
-    endpoint.disabled_reason = Some(verification::AWAITING_VERIFICATION.to_owned());
+    endpoint.disabled_reason = Some(DisabledReason::AwaitingVerification);
 }
 
 impl EndpointIn {
@@ -382,7 +381,10 @@ async fn save(
     fields: EndpointFields,
 ) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
-    let held = verification::held_by_verification(endpoint.disabled_reason.as_deref());
+    let held = endpoint
+        .disabled_reason
+        .as_ref()
+        .is_some_and(DisabledReason::held_by_verification);
     let url_changed = fields.url != endpoint.url;
     let credentials_changed = fields.url_credentials.is_some();
     fields.apply(&mut endpoint);

@@ -1,4 +1,5 @@
-//! Messages: `POST /app/{app_id}/msg` (the hot path), listing and reading.
+//! Messages: `POST /app/{app_id}/msg` (the hot path), `POST /app/{app_id}/msg-batch` (many at once, a
+//! Herald extension), listing and reading.
 //!
 //! Creating a message answers 202 only once the message and one delivery per subscribed endpoint are
 //! committed to disk (see the store's group commit); a repeated `eventId` or `idempotency-key` answers
@@ -10,14 +11,18 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 
 use super::apps;
 use crate::body::JsonBody;
 use crate::convert;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Problem, Source};
 use crate::lookup;
-use crate::model::{ListResponse, MessageEndpointOut, MessageIn, MessageOut};
+use crate::model::{
+    ApplicationIn, ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut,
+    MessageEndpointOut, MessageIn, MessageOut,
+};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::validate;
@@ -30,6 +35,7 @@ const MAX_KEY_LEN: usize = 256;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/app/{app_id}/msg", post(create).get(list))
+        .route("/app/{app_id}/msg-batch", post(create_batch))
         .route("/app/{app_id}/msg/{msg_id}", get(read))
         .route("/app/{app_id}/msg/{msg_id}/endpoint", get(deliveries))
 }
@@ -48,6 +54,12 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
     }
     if let Some(channels) = &input.channels {
         validate::names("channels", channels, MAX_CHANNELS, true)?;
+    }
+    if let Some(tags) = &input.tags {
+        validate::tags(tags)?;
+    }
+    if let Some(at) = input.deliver_at {
+        validate::deliver_at(at, herald_core::clock::now_ms())?;
     }
     if let Some(key) = &input.ordering_key {
         validate::text("orderingKey", key, true, MAX_KEY_LEN)?;
@@ -91,6 +103,33 @@ fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
     }
 }
 
+/// The message to store for `input`, which [`check`] accepted (the app already resolved to its id).
+fn new_message(input: MessageIn, app_id: &str, idempotency_key: Option<String>) -> ApiResult<NewMessage> {
+    let payload_retention_ms = payload_retention_ms(&input)?;
+    Ok(NewMessage {
+        app_id: app_id.to_owned(),
+        event_id: input.event_id,
+        event_type: input.event_type,
+        channels: input.channels.map(|set| set.into_iter().collect()),
+        payload: Arc::from(input.payload.get().as_bytes()),
+        idempotency_key,
+        ordering_key: input.ordering_key,
+        tags: input.tags.map(|set| set.into_iter().collect()),
+        // Within the horizon: `check` saw to it.
+        deliver_at: input.deliver_at.map(convert::millis),
+        to_endpoint: None,
+        payload_retention_ms,
+    })
+}
+
+/// The app of the path (its id), created first when `application` asks for it and the path names none.
+async fn app_of(state: &AppState, app_id: &str, application: Option<ApplicationIn>) -> ApiResult<String> {
+    match application {
+        Some(application) => apps::resolve_or_create(state, app_id, application).await,
+        None => lookup::app_id(state, app_id).await,
+    }
+}
+
 /// One span per ingest request (`ingest`): the application as given, then the message id and whether it
 /// was new, so the request's log lines and its trace carry the `msg_…` that the dashboard shows.
 #[tracing::instrument(name = "ingest", skip_all, fields(app = %app_id, msg = tracing::field::Empty, duplicate = tracing::field::Empty))]
@@ -104,41 +143,123 @@ async fn create(
     check(&input, &state)?;
     let idempotency_key = crate::idempotency::key_of(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app_id = match input.application.take() {
-        Some(application) => apps::resolve_or_create(&state, &app_id, application).await?,
-        None => lookup::app_id(&state, &app_id).await?,
-    };
-    let payload_retention_ms = payload_retention_ms(&input)?;
-    let new = NewMessage {
-        app_id,
-        event_id: input.event_id,
-        event_type: input.event_type,
-        channels: input.channels.map(|set| set.into_iter().collect()),
-        payload: Arc::from(input.payload.get().as_bytes()),
-        idempotency_key,
-        ordering_key: input.ordering_key,
-        payload_retention_ms,
-    };
+    let app_id = app_of(&state, &app_id, input.application.take()).await?;
+    let new = new_message(input, &app_id, idempotency_key)?;
     // Kept to compare with the stored message should the key turn out to be taken.
     let asked = new.idempotency_key.is_some().then(|| new.clone());
+    let (stored, duplicate) = ingest(&state, new).await?;
+    if duplicate && let Some(asked) = &asked {
+        crate::idempotency::check_same_message(asked, &stored)?;
+    }
+    let span = tracing::Span::current();
+    span.record("msg", stored.id.as_str());
+    span.record("duplicate", duplicate);
+    tracing::debug!(event_type = %stored.event_type, "message accepted");
+    Ok((StatusCode::ACCEPTED, Json(convert::message(&stored, with_content))))
+}
+
+/// Hand a message to the store, which answers once it and its deliveries are committed: the stored
+/// message, and whether it is an earlier one that this one repeats (by `eventId` or idempotency key).
+pub(super) async fn ingest(state: &AppState, new: NewMessage) -> ApiResult<(Message, bool)> {
     let ingested = state
         .store
         .ingest(new)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
-    let (stored, duplicate) = match &ingested {
+    let (stored, duplicate) = stored_of(&ingested);
+    Ok((stored.clone(), duplicate))
+}
+
+/// The stored message of an ingest and whether it was there already (counted in the metrics).
+fn stored_of(ingested: &Ingested) -> (&Message, bool) {
+    let (stored, duplicate) = match ingested {
         Ingested::Created { message, .. } => (message, false),
         Ingested::Duplicate(message) => (message, true),
     };
-    if duplicate && let Some(asked) = &asked {
-        crate::idempotency::check_same_message(asked, stored)?;
-    }
     crate::metrics::ingested(duplicate);
-    let span = tracing::Span::current();
-    span.record("msg", stored.id.as_str());
-    span.record("duplicate", duplicate);
-    tracing::debug!(event_type = %stored.event_type, "message accepted");
-    Ok((StatusCode::ACCEPTED, Json(convert::message(stored, with_content))))
+    (stored, duplicate)
+}
+
+/// `POST /app/{app_id}/msg-batch` (Herald extension): many messages in one request, each as
+/// `POST /app/{app_id}/msg` would take it, with an `eventId` each (so that a retry of the whole request
+/// adds nothing). Every message is checked before any is stored (one invalid message is a 422 naming it
+/// by its index); then all are queued at the group-commit writer in the order given, so they share its
+/// commits and one ordering key's messages are created in that order. The answer lists one result per
+/// message. A storage failure answers the whole request 503, even if some messages committed before
+/// it: a retry with the same body finds those by their `eventId`.
+#[tracing::instrument(name = "ingest_batch", skip_all, fields(app = %app_id, messages = tracing::field::Empty))]
+async fn create_batch(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
+    JsonBody(input): JsonBody<MessageBatchIn>,
+) -> ApiResult<Json<MessageBatchOut>> {
+    let with_content = Query::of(&uri).flag("with_content", true)?;
+    let count = input.messages.len();
+    if !(1..=MAX_BATCH_MESSAGES).contains(&count) {
+        return Err(ApiError::body(
+            "messages",
+            format!("from 1 to {MAX_BATCH_MESSAGES} messages at a time, got {count}"),
+        ));
+    }
+    tracing::Span::current().record("messages", count);
+    for (index, message) in input.messages.iter().enumerate() {
+        let at = ["messages".to_owned(), index.to_string()];
+        check(message, &state).map_err(|e| e.nested(&at))?;
+        payload_retention_ms(message).map_err(|e| e.nested(&at))?;
+        if message.application.is_some() {
+            return Err(ApiError::body(
+                &format!("messages.{index}.application"),
+                "a batch does not create the application; create it first",
+            ));
+        }
+        if message.event_id.is_none() {
+            return Err(ApiError::invalid(
+                Source::Body,
+                &format!("messages.{index}.eventId"),
+                Problem::Missing,
+                "every message of a batch needs an eventId (so that a retry stores nothing twice)",
+            ));
+        }
+    }
+    let app_id = lookup::app_id(&state, &app_id).await?;
+    let batch = input
+        .messages
+        .into_iter()
+        .map(|message| new_message(message, &app_id, None))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let outcomes = state
+        .store
+        .ingest_many(batch)
+        .await
+        .map_err(|e| ApiError::from_store(e, "application"))?;
+    // A failed write is never answered 2xx, not even inside a list: the whole request fails, and its
+    // retry is harmless (every message has its eventId).
+    if let Some(fault) = outcomes
+        .iter()
+        .find_map(|o| o.as_ref().err().and_then(StoreError::fault))
+    {
+        return Err(ApiError::store_fault(fault));
+    }
+    let data = outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok(ingested) => MessageBatchItemOut {
+                status: StatusCode::ACCEPTED.as_u16(),
+                message: Some(convert::message(stored_of(&ingested).0, with_content)),
+                error: None,
+            },
+            Err(error) => {
+                let error = ApiError::from_store(error, "application");
+                MessageBatchItemOut {
+                    status: error.status.as_u16(),
+                    message: None,
+                    error: Some(error.to_out()),
+                }
+            }
+        })
+        .collect();
+    Ok(Json(MessageBatchOut { data }))
 }
 
 async fn list(
@@ -154,6 +275,7 @@ async fn list(
         until: query.time_ms(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
+        tag: query.get(&["tag"]).map(str::to_owned),
         oldest_first: false,
     };
     let app = lookup::app(&state, &app_id).await?;

@@ -14,6 +14,7 @@ mod operations;
 mod poller;
 mod polling_endpoints;
 mod precheck;
+mod send_example;
 mod stats;
 mod tenancy;
 
@@ -46,6 +47,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(stats::routes())
         .merge(attempt_stats::routes())
         .merge(precheck::routes())
+        .merge(send_example::routes())
         .merge(event_type_import::routes())
         .merge(polling_endpoints::routes())
         .merge(poller::routes())

@@ -7,7 +7,9 @@
 //!   repairs, run as background tasks (`GET /background-task/{task_id}`).
 //! - `POST /app/{app_id}/msg/{msg_id}/cancel`, `POST /app/{app_id}/endpoint/{endpoint_id}/cancel`: cancel
 //!   pending deliveries; `DELETE /app/{app_id}/msg/{msg_id}/content`: expunge a payload, and
-//!   `POST /app/{app_id}/msg/bulk-expunge` several.
+//!   `POST /app/{app_id}/msg/bulk-expunge` several, `POST /app/{app_id}/msg/expunge-all-contents` all (a
+//!   background task); `DELETE /app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content`: an attempt's
+//!   stored response body.
 //! - `GET /app/{app_id}/endpoint/{endpoint_id}/msg` and `GET /app/{app_id}/delivery`: deliveries with their
 //!   latest attempt, filterable by status (dead letters: `deliveryStatus=dead`);
 //!   `GET /app/{app_id}/endpoint/{endpoint_id}/stats`.
@@ -46,11 +48,17 @@ pub(super) fn routes() -> Router<AppState> {
             post(replay_missing),
         )
         .route("/app/{app_id}/endpoint/{endpoint_id}/bulk-replay", post(bulk_replay))
+        .route("/background-task", get(tasks_list))
         .route("/background-task/{task_id}", get(task))
         .route("/app/{app_id}/msg/{msg_id}/cancel", post(cancel_message))
         .route("/app/{app_id}/endpoint/{endpoint_id}/cancel", post(cancel_endpoint))
         .route("/app/{app_id}/msg/{msg_id}/content", delete(expunge))
         .route("/app/{app_id}/msg/bulk-expunge", post(bulk_expunge))
+        .route("/app/{app_id}/msg/expunge-all-contents", post(expunge_all))
+        .route(
+            "/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content",
+            delete(expunge_attempt),
+        )
         .route("/app/{app_id}/endpoint/{endpoint_id}/msg", get(endpoint_messages))
         .route("/app/{app_id}/delivery", get(app_deliveries))
         .route("/app/{app_id}/endpoint/{endpoint_id}/stats", get(stats))
@@ -76,6 +84,7 @@ async fn events(
         until: query.time_ms(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
+        tag: None,
         oldest_first: true,
     };
     let app = lookup::app(&state, &app_id).await?;
@@ -223,6 +232,23 @@ async fn bulk_replay(
     start_repair(&state, Repair::BulkReplay(filter), &app_id, &endpoint_id, window).await
 }
 
+/// `GET /background-task`: every application's tasks (admin only), newest first unless
+/// `order=ascending`, filtered by `status` and `task` (the document's contract checked their values).
+async fn tasks_list(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+) -> ApiResult<Json<ListResponse<BackgroundTaskOut>>> {
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    let newest_first = query.get(&["order"]) != Some("ascending");
+    let found = state
+        .store
+        .list_tasks(query.get(&["status"]), query.get(&["task"]), &page, newest_first)
+        .await
+        .map_err(store_error("background task"))?;
+    Ok(Json(convert::list(found, convert::task)))
+}
+
 async fn task(State(state): State<AppState>, Path(task_id): Path<String>) -> ApiResult<Json<BackgroundTaskOut>> {
     let task = state
         .store
@@ -319,6 +345,39 @@ async fn bulk_expunge(
     Ok(Json(BulkExpungeOut { results }))
 }
 
+/// `POST /app/{app_id}/msg/expunge-all-contents`: expunge every payload of the application (messages
+/// created until now), cancelling their pending deliveries, as a background task.
+async fn expunge_all(
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
+    let app = lookup::app(&state, &app_id).await?;
+    let task = tasks::start_purge(&state, &app.id)
+        .await
+        .map_err(store_error("background task"))?;
+    Ok((StatusCode::ACCEPTED, Json(convert::task(task))))
+}
+
+/// `DELETE /app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content`: forget the response body an
+/// endpoint answered to one attempt (e.g. it echoed something sensitive); the attempt stays.
+async fn expunge_attempt(
+    State(state): State<AppState>,
+    Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    let app = lookup::app(&state, &app_id).await?;
+    let message = state
+        .store
+        .get_message(&app.id, &msg_id)
+        .await
+        .map_err(store_error("message"))?;
+    state
+        .store
+        .expunge_attempt_response(&app.id, &message.id, &attempt_id)
+        .await
+        .map_err(store_error("attempt"))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// The `deliveryStatus` filter (Herald's names) or Svix's integer `status`.
 fn status_filter(query: &Query) -> ApiResult<Option<DeliveryStatus>> {
     if let Some(name) = query.get(&["deliveryStatus", "delivery_status"]) {
@@ -353,6 +412,7 @@ async fn list_deliveries(
     let query = Query::of(uri);
     let page = query.page()?;
     let status = status_filter(&query)?;
+    let tag = query.get(&["tag"]).map(str::to_owned);
     let with_content = query.flag("with_content", true)?;
     let app = lookup::app(state, app_id).await?;
     let endpoint = match endpoint_id {
@@ -361,7 +421,7 @@ async fn list_deliveries(
     };
     let found = state
         .store
-        .list_deliveries(&app.id, endpoint.as_deref(), status, &page)
+        .list_deliveries(&app.id, endpoint.as_deref(), status, tag.as_deref(), &page)
         .await
         .map_err(store_error("delivery"))?;
     Ok(Json(convert::list(found, |r| {

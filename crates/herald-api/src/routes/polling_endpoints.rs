@@ -223,6 +223,6 @@ async fn issue_token(
     let expiry = tenancy::expiry_of(input.expiry)?;
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     // Read-only: whatever else it could be allowed, it never writes (see `crate::auth`).
-    let token = tenancy::mint(&state, TOKEN_PREFIX, &sink.app_id, Some(&sink.id), true, expiry).await?;
+    let token = tenancy::mint(&state, TOKEN_PREFIX, &sink.app_id, Some(&sink.id), None, true, expiry).await?;
     Ok(Json(PollingEndpointTokenOut { token }))
 }

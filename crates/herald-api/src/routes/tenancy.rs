@@ -38,6 +38,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/auth/dashboard-access/{app_id}", post(dashboard_access))
         .route("/auth/app/{app_id}/expire-all", post(expire_all))
         .route("/auth/token", get(token_info))
+        .route("/auth/logout", post(logout))
 }
 
 /// Where the dashboard is for someone outside, always an absolute URL (the SDKs' schema says so): the
@@ -99,6 +100,7 @@ pub(crate) async fn mint(
     prefix: &str,
     app_id: &str,
     sink_id: Option<&str>,
+    session_id: Option<&str>,
     read_only: bool,
     expiry_seconds: u64,
 ) -> ApiResult<String> {
@@ -114,6 +116,7 @@ pub(crate) async fn mint(
         app_id: app_id.to_owned(),
         read_only,
         sink_id: sink_id.map(str::to_owned),
+        session_id: session_id.map(str::to_owned),
         created_at: now,
         expires_at: now.saturating_add(expires_ms),
     };
@@ -128,6 +131,23 @@ pub(crate) async fn mint(
         )
     })?;
     Ok(token)
+}
+
+/// The most sessions one `expire-all` names.
+const MAX_SESSION_IDS: usize = 100;
+/// The longest session id, in characters.
+const MAX_SESSION_ID_LEN: usize = 256;
+
+/// A session id: any text of 1 to 256 characters (Svix prescribes no form; it is only compared).
+fn session_name(field: &str, value: &str) -> ApiResult<()> {
+    let length = value.chars().count();
+    if length == 0 || length > MAX_SESSION_ID_LEN {
+        return Err(ApiError::body(
+            field,
+            format!("a session id is 1 to {MAX_SESSION_ID_LEN} characters"),
+        ));
+    }
+    Ok(())
 }
 
 /// Issue an application token for the application `app_id` names (creating it when `input` says so).
@@ -145,6 +165,9 @@ async fn issue(
         ));
     }
     let expiry = expiry_of(input.expiry)?;
+    if let Some(session) = &input.session_id {
+        session_name("sessionId", session)?;
+    }
     if let Some(application) = &input.application {
         apps::check_in(application)?;
     }
@@ -167,6 +190,7 @@ async fn issue(
         TOKEN_PREFIX,
         &app.id,
         None,
+        input.session_id.as_deref(),
         input.read_only.unwrap_or(false),
         expiry,
     )
@@ -183,21 +207,46 @@ async fn expire_all(
     Path(app_id): Path<String>,
     JsonBody(input): JsonBody<ApplicationTokenExpireIn>,
 ) -> ApiResult<StatusCode> {
-    if input.session_ids.as_ref().is_some_and(|ids| !ids.is_empty()) {
-        return Err(ApiError::body(
-            "sessionIds",
-            "expiring single sessions is not supported; omit it to expire every token",
-        ));
+    // As Svix: a non-empty list ends only the tokens issued with one of these `sessionId`s.
+    let sessions = input.session_ids.filter(|ids| !ids.is_empty());
+    if let Some(ids) = &sessions {
+        if ids.len() > MAX_SESSION_IDS {
+            return Err(ApiError::body("sessionIds", format!("at most {MAX_SESSION_IDS} items")));
+        }
+        for id in ids {
+            session_name("sessionIds", id)?;
+        }
     }
     let grace = input.expiry.unwrap_or(0).min(MAX_EXPIRY_SECONDS);
     let app = lookup::app(&state, &app_id).await?;
     let at = now_ms().saturating_add(i64::try_from(grace * 1000).unwrap_or(i64::MAX));
     state
         .store
-        .expire_app_tokens(&app.id, at)
+        .expire_app_tokens(&app.id, sessions.as_deref(), at)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /auth/logout`: the application token making the call stops working at once (as Svix: "trying to
+/// log out other tokens will fail"). The admin token cannot log out: it is configured, not issued, and a
+/// logout would lock the operator out until a restart with a new `HERALD_ADMIN_TOKEN`.
+async fn logout(State(state): State<AppState>, Extension(principal): Extension<Principal>) -> ApiResult<StatusCode> {
+    match principal {
+        Principal::Admin => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "the admin token cannot log out (it is set by HERALD_ADMIN_TOKEN); only application tokens can",
+        )),
+        Principal::App(token) => {
+            state
+                .store
+                .expire_app_token(&token.token_sha256, now_ms())
+                .await
+                .map_err(|e| ApiError::from_store(e, "token"))?;
+            Ok(StatusCode::NO_CONTENT)
+        }
+    }
 }
 
 async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInfoOut> {

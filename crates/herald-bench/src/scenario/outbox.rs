@@ -29,7 +29,7 @@ use crate::unix_micros;
 
 const EVENT_TYPE: &str = "bench.outbox";
 const TABLE: &str = "herald_outbox";
-/// Producer connections in the lag phase (one row per transaction each).
+/// Producer connections in the lag phase (one row per transaction each), by default.
 const PRODUCERS: usize = 8;
 
 /// Parameters of `outbox`.
@@ -44,6 +44,8 @@ pub struct OutboxParams {
     /// The separate producer database (`None`: a fresh SQLite file).
     #[serde(skip)]
     pub source: Option<String>,
+    /// Producer connections in the lag phase.
+    pub producers: usize,
 }
 
 impl Default for OutboxParams {
@@ -53,6 +55,7 @@ impl Default for OutboxParams {
             rate: 1_000.0,
             duration: Duration::from_secs(10),
             source: None,
+            producers: PRODUCERS,
         }
     }
 }
@@ -65,6 +68,7 @@ impl OutboxParams {
             rate: 100.0,
             duration: Duration::from_secs(2),
             source: None,
+            producers: PRODUCERS,
         }
     }
 }
@@ -109,13 +113,21 @@ struct Producer {
     insert: String,
     ordering_key: bool,
     app: String,
+    /// Connections committing in the lag phase.
+    producers: usize,
 }
 
 impl Producer {
-    async fn connect(url: &str, insert: String, ordering_key: bool, app: &str) -> anyhow::Result<Self> {
+    async fn connect(
+        url: &str,
+        insert: String,
+        ordering_key: bool,
+        app: &str,
+        producers: usize,
+    ) -> anyhow::Result<Self> {
         sqlx::any::install_default_drivers();
         let pool = AnyPoolOptions::new()
-            .max_connections(PRODUCERS as u32 + 1)
+            .max_connections(u32::try_from(producers).unwrap_or(u32::MAX).saturating_add(1))
             .connect(url)
             .await
             .with_context(|| format!("connecting to {}", herald_server::redact(url)))?;
@@ -124,6 +136,7 @@ impl Producer {
             insert,
             ordering_key,
             app: app.to_owned(),
+            producers,
         })
     }
 
@@ -152,18 +165,19 @@ impl Producer {
         Ok(())
     }
 
-    /// One row per transaction at `rate` rows/s for `duration`, from [`PRODUCERS`] connections; the
+    /// One row per transaction at `rate` rows/s for `duration`, from `producers` connections; the
     /// number committed.
     async fn steady(&self, rate: f64, duration: Duration, run: &str) -> anyhow::Result<u64> {
-        let per_producer = Duration::from_secs_f64(PRODUCERS as f64 / rate.max(1.0));
+        let producers = self.producers;
+        let per_producer = Duration::from_secs_f64(producers as f64 / rate.max(1.0));
         let mut tasks = Vec::new();
-        for p in 0..PRODUCERS {
+        for p in 0..producers {
             let (producer, run) = (self.clone(), run.to_owned());
             tasks.push(tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(per_producer);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                 // Stagger the producers so that rows arrive evenly.
-                tokio::time::sleep(per_producer.mul_f64(p as f64 / PRODUCERS as f64)).await;
+                tokio::time::sleep(per_producer.mul_f64(p as f64 / producers as f64)).await;
                 let end = Instant::now() + duration;
                 let mut committed = 0_u64;
                 let mut n = p as u64;
@@ -171,7 +185,7 @@ impl Producer {
                     ticks.tick().await;
                     producer.row(n, &run).execute(&producer.pool).await?;
                     committed += 1;
-                    n += PRODUCERS as u64;
+                    n += producers as u64;
                 }
                 anyhow::Ok(committed)
             }));
@@ -210,7 +224,7 @@ pub async fn run(options: &Options, params: &OutboxParams) -> anyhow::Result<Out
         Some(url) if herald_store::is_postgres_url(url) => {
             // Herald's own outbox table has the same name as the producer's (`herald_outbox`).
             let insert = "SELECT herald_publish($2, $3, $4::jsonb, $1)".to_owned();
-            let producer = Producer::connect(url, insert, false, &app.app_id).await?;
+            let producer = Producer::connect(url, insert, false, &app.app_id, params.producers).await?;
             Some(measure(&env, &receiver, &producer, params, None, "same").await?)
         }
         _ => None,
@@ -222,7 +236,14 @@ pub async fn run(options: &Options, params: &OutboxParams) -> anyhow::Result<Out
         .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", dir.path().join("producer.db").display()));
     let dialect = Dialect::of_url(&source)?;
     let table = TableName::parse(TABLE)?;
-    let producer = Producer::connect(&dialect.driver_url(&source), dialect.insert(&table), true, &app.app_id).await?;
+    let producer = Producer::connect(
+        &dialect.driver_url(&source),
+        dialect.insert(&table),
+        true,
+        &app.app_id,
+        params.producers,
+    )
+    .await?;
     for statement in dialect.ddl_statements(&table) {
         sqlx::query(AssertSqlSafe(statement)).execute(&producer.pool).await?;
     }
@@ -313,10 +334,11 @@ impl OutboxReport {
     pub fn table(&self) -> Table {
         let p = &self.params;
         let mut table = Table::new(format!(
-            "outbox — {} rows at once, then {} rows/s for {} s (one per transaction)",
+            "outbox — {} rows at once, then {} rows/s for {} s (one per transaction, {} producers)",
             count(p.rows),
             p.rate,
-            p.duration.as_secs_f64()
+            p.duration.as_secs_f64(),
+            p.producers
         ));
         match &self.same_database {
             Some(path) => path.rows_into(&mut table, "same database: herald_publish"),

@@ -10,7 +10,7 @@
 //!   `sql::insert_one`), and an outcome is recorded in its own transaction.
 //! - Text: PostgreSQL's `text` cannot hold NUL, which event ids, resource keys and versions read from the
 //!   network may contain; every text value is stored escaped (the sender's scheme,
-//!   [`herald_store::postgres::text`]) and unescaped when read, so it round-trips exactly and equality
+//!   [`herald_sql::text`]) and unescaped when read, so it round-trips exactly and equality
 //!   and uniqueness behave as on the original values. Headers are JSON text, in which NUL is `\u0000`.
 //! - Coexistence: the tables are `inbox_…` and the migrations are recorded in `_herald_inbox_migrations`,
 //!   so the sender's store may use the same database.
@@ -25,7 +25,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use herald_store::custody::{Bound, DatabaseTimeouts};
+use herald_sql::custody::{Bound, DatabaseTimeouts};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection, PgPool};

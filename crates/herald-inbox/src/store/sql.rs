@@ -244,8 +244,8 @@ impl_db!(
     sqlx::PgConnection,
     sqlx::Postgres,
     sqlx::postgres::PgRow,
-    herald_store::postgres::text::escape,
-    herald_store::postgres::text::unescape
+    herald_sql::text::escape,
+    herald_sql::text::unescape
 );
 
 fn decode(row: &impl Columns) -> StoreResult<StoredEvent> {
@@ -412,7 +412,7 @@ pub(super) trait Backend: Send + Sync + 'static {
     fn forwarding(&self) -> Forwarding;
     /// The outcome of the last group commit, for backends that commit in groups (SQLite); its health
     /// check probes with a write while it failed.
-    fn write_health(&self) -> Option<&herald_store::custody::WriteHealth> {
+    fn write_health(&self) -> Option<&herald_sql::custody::WriteHealth> {
         None
     }
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use herald_store::custody::WriteHealth;
+use herald_sql::custody::WriteHealth;
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
@@ -90,7 +90,7 @@ async fn record_batch(pool: &SqlitePool, batch: &[RecordJob]) -> StoreResult<Vec
 /// Run `one` for every job in one transaction and commit it; the answers in order. After a failure the
 /// connection is closed, never reused: SQLite may have rolled the transaction back on its own (disk
 /// full, I/O error), and a connection whose transaction state nobody can vouch for would run the next
-/// batch inside a transaction that is never committed (see [`herald_store::custody`]).
+/// batch inside a transaction that is never committed (see [`herald_sql::custody`]).
 async fn commit_each<J, A>(
     pool: &SqlitePool,
     batch: &[J],

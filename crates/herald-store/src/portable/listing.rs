@@ -19,14 +19,30 @@ pub(super) fn push_in<'a>(sql: &mut Sql<'a>, column: &str, values: &'a [String])
     sql.push(&format!(" AND {column} IN ({marks})"));
 }
 
-/// An app's messages (see [`crate::Store::list_messages`]).
+/// Append ` AND column IN (the messages of the app ($1) with this tag)`, read from the tag index.
+fn push_tagged<'a>(sql: &mut Sql<'a>, column: &str, tag: &'a str) {
+    let mark = sql.mark(tag);
+    sql.push(&format!(
+        " AND {column} IN (SELECT message_id FROM message_tag WHERE app_id = $1 AND tag = {mark})"
+    ));
+}
+
+/// An app's messages (see [`crate::Store::list_messages`]). Filtered by a tag, the listing walks the tag
+/// index (`message_tag`, keyed by app, tag and message id) in id order and joins each message, so a page
+/// costs its own rows whether the tag is common or rare.
 pub(super) fn messages<'a, D: Dialect>(app_id: &'a str, filter: &'a MessageFilter, page: &'a PageRequest) -> Sql<'a> {
-    let keyset = Keyset::new("m.id", page, !filter.oldest_first);
-    let mut sql = Sql::new(format!(
-        "SELECT {} FROM message m WHERE m.app_id = $1",
-        rows::MESSAGE_COLUMNS
-    ))
-    .free(app_id);
+    let (from, key) = match filter.tag {
+        Some(_) => (
+            "message_tag t JOIN message m ON m.id = t.message_id WHERE t.app_id = $1",
+            "t.message_id",
+        ),
+        None => ("message m WHERE m.app_id = $1", "m.id"),
+    };
+    let keyset = Keyset::new(key, page, !filter.oldest_first);
+    let mut sql = Sql::new(format!("SELECT {} FROM {from}", rows::MESSAGE_COLUMNS)).free(app_id);
+    if let Some(tag) = &filter.tag {
+        sql.push(" AND t.tag = ").push_bind(tag);
+    }
     keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
     if let Some(since) = filter.since {
         sql.push(" AND m.created_at >= ").push_bind(since);
@@ -76,6 +92,9 @@ pub(super) fn attempts<'a>(
         push_in(&mut sql, "event_type", types);
         sql.push(")");
     }
+    if let Some(tag) = &filter.tag {
+        push_tagged(&mut sql, "message_id", tag);
+    }
     if let Some(before) = filter.before {
         sql.push(" AND created_at < ").push_bind(before);
     }
@@ -92,6 +111,7 @@ pub(super) fn deliveries<'a>(
     app_id: &'a str,
     endpoint_id: Option<&'a str>,
     status: Option<DeliveryStatus>,
+    tag: Option<&'a str>,
     page: &'a PageRequest,
 ) -> StoreResult<Sql<'a>> {
     let after = page
@@ -112,6 +132,9 @@ pub(super) fn deliveries<'a>(
     }
     if let Some(status) = status {
         sql.push(" AND d.status = ").push_bind(status.code());
+    }
+    if let Some(tag) = tag {
+        push_tagged(&mut sql, "d.message_id", tag);
     }
     keyset.order_and_limit(&mut sql, page);
     Ok(sql)

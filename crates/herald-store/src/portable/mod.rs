@@ -11,7 +11,7 @@ pub(crate) mod secrets;
 use std::sync::Arc;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, EventType, Message,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret,
 };
 use tokio::sync::oneshot;
@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore};
 use crate::events::{self, NewEvent};
-use crate::group_commit::IngestJob;
+use crate::group_commit::{Fence, IngestJob};
 use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
@@ -29,8 +29,28 @@ use crate::{
     Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError, StoreResult,
 };
 
+/// The `meta` key the health probe writes while writes fail (see [`herald_sql::custody::WriteHealth::recheck`]).
+const HEALTH_PROBE_KEY: &str = "health_probe";
+
 #[allow(private_bounds)]
 impl<D: Dialect> SqlStore<D> {
+    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`); the writer's answer.
+    async fn queue_ingest(
+        &self,
+        new: NewMessage,
+        fence: Option<Arc<Fence>>,
+    ) -> StoreResult<oneshot::Receiver<StoreResult<Ingested>>> {
+        let (reply, answer) = oneshot::channel();
+        let job = IngestJob {
+            new,
+            reply,
+            outbox: None,
+            fence,
+        };
+        self.ingest.send(job).await.map_err(|_| StoreError::Closed)?;
+        Ok(answer)
+    }
+
     /// Decode an endpoint row, opening its secret and headers.
     fn endpoint(&self, row: &D::Row) -> StoreResult<Endpoint> {
         rows::endpoint(row, Some(&self.cipher))
@@ -99,7 +119,7 @@ fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCiphe
         .bind(rows::encode_list(&ep.filter_types))
         .bind(rows::encode_list(&ep.channels))
         .bind(ep.disabled)
-        .opt_free(ep.disabled_reason.as_deref())
+        .opt_free(ep.disabled_reason.as_ref().map(DisabledReason::as_str))
         .bind(ep.rate_limit.map(i64::from))
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
@@ -427,23 +447,26 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
-        let (reply, answer) = oneshot::channel();
-        let queued = async {
-            self.ingest
-                .send(IngestJob {
-                    new,
-                    reply,
-                    outbox: None,
-                })
-                .await
-                .map_err(|_| StoreError::Closed)?;
-            answer.await.map_err(|_| StoreError::Closed)?
-        };
         // On PostgreSQL the wait is bounded like every call (see `crate::bounded`), by the writer's own
         // transaction bound, not by the acquire timeout alone: a burst of thousands of messages
         // legitimately queues for longer than a second. A message whose wait ran out is not acknowledged,
         // though its batch may still commit (a retry with the same `eventId` or `idempotency-key` finds it).
-        queued.await
+        let answer = self.queue_ingest(new, None).await?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        let fence = Arc::new(Fence::default());
+        let mut answers = Vec::with_capacity(batch.len());
+        // Queued one after the other (never concurrently), so the writer sees them in the given order.
+        for new in batch {
+            answers.push(self.queue_ingest(new, Some(fence.clone())).await?);
+        }
+        let mut outcomes = Vec::with_capacity(answers.len());
+        for answer in answers {
+            outcomes.push(answer.await.map_err(|_| StoreError::Closed)?);
+        }
+        Ok(outcomes)
     }
 
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {
@@ -569,9 +592,9 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn set_endpoint_state(
         &self,
         endpoint_id: &str,
-        expected_reason: &str,
+        expected_reason: &DisabledReason,
         disabled: bool,
-        reason: Option<&str>,
+        reason: Option<&DisabledReason>,
         now: i64,
     ) -> StoreResult<bool> {
         let changed = Sql::new(
@@ -579,10 +602,10 @@ impl<D: Dialect> Store for SqlStore<D> {
              WHERE id = $4 AND disabled_reason = $5",
         )
         .bind(disabled)
-        .opt_free(reason)
+        .opt_free(reason.map(DisabledReason::as_str))
         .bind(now)
         .free(endpoint_id)
-        .free(expected_reason)
+        .free(expected_reason.as_str())
         .execute(self.writes())
         .await?
             == 1;
@@ -650,13 +673,14 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()> {
         Sql::new(
-            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO app_token (token_sha256, app_id, read_only, sink_id, session_id, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&token.token_sha256)
         .bind(&token.app_id)
         .bind(token.read_only)
         .bind(&token.sink_id)
+        .opt_free(token.session_id.as_deref())
         .bind(token.created_at)
         .bind(token.expires_at)
         .execute(self.writes())
@@ -674,14 +698,31 @@ impl<D: Dialect> Store for SqlStore<D> {
         row.as_ref().map(rows::app_token).transpose()
     }
 
-    async fn expire_app_tokens(&self, app_id: &str, at: i64) -> StoreResult<u64> {
-        Ok(
-            Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
-                .bind(at)
-                .bind(app_id)
-                .execute(self.writes())
-                .await?,
-        )
+    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
+        let mut sql = Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
+            .bind(at)
+            .bind(app_id);
+        if let Some(sessions) = sessions {
+            if sessions.is_empty() {
+                sql.push(" AND 1 = 0");
+            } else {
+                let marks = sql.marks(sessions.iter().map(|s| Arg::free(s)));
+                sql.push(&format!(" AND session_id IN ({marks})"));
+            }
+        }
+        Ok(sql.execute(self.writes()).await?)
+    }
+
+    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()> {
+        let changed = Sql::new(format!(
+            "UPDATE app_token SET expires_at = {}(expires_at, $1) WHERE token_sha256 = $2",
+            D::LEAST
+        ))
+        .bind(at)
+        .bind(token_sha256)
+        .execute(self.writes())
+        .await?;
+        one_changed(changed)
     }
 
     async fn retention_step(&self, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
@@ -889,14 +930,62 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
+    async fn expunge_app_payloads(
+        &self,
+        app_id: &str,
+        before: i64,
+        limit_n: usize,
+        now: i64,
+    ) -> StoreResult<(u64, Vec<(String, i64)>)> {
+        let mut tx = self.begin().await?;
+        let found = Sql::new(format!(
+            "SELECT id FROM message WHERE app_id = $1 AND created_at <= $2 AND NOT expunged ORDER BY id LIMIT $3{}",
+            D::FOR_UPDATE
+        ))
+        .free(app_id)
+        .bind(before)
+        .bind(limit(limit_n))
+        .fetch_all(tx.on())
+        .await?;
+        let ids = decode_all(&found, |row| row.text("id"))?;
+        if ids.is_empty() {
+            return Ok((0, Vec::new()));
+        }
+        let mut cancel =
+            Sql::new("UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND message_id IN (")
+                .bind(DeliveryStatus::Cancelled.code())
+                .bind(now);
+        let marks = cancel.marks(&ids);
+        cancel.push(&marks).push(") RETURNING endpoint_id, seq");
+        let cancelled = cancel.fetch_all(tx.on()).await?;
+        let cancelled = decode_all(&cancelled, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))?;
+        let mut expunge = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE id IN (").bind(&b"{}"[..]);
+        let marks = expunge.marks(&ids);
+        expunge.push(&marks).push(")");
+        let expunged = expunge.execute(tx.on()).await?;
+        tx.commit().await?;
+        Ok((expunged, cancelled))
+    }
+
+    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()> {
+        let changed = Sql::new("UPDATE attempt SET response = '' WHERE app_id = $1 AND message_id = $2 AND id = $3")
+            .free(app_id)
+            .free(message_id)
+            .free(attempt_id)
+            .execute(self.writes())
+            .await?;
+        one_changed(changed)
+    }
+
     async fn list_deliveries(
         &self,
         app_id: &str,
         endpoint_id: Option<&str>,
         status: Option<DeliveryStatus>,
+        tag: Option<&str>,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>> {
-        let sql = listing::deliveries(app_id, endpoint_id, status, page)?;
+        let sql = listing::deliveries(app_id, endpoint_id, status, tag, page)?;
         let found = sql.fetch_all(self.reads()).await?;
         let mut records = decode_all(&found, |row| {
             Ok(DeliveryRecord {
@@ -965,6 +1054,26 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
+    async fn list_tasks(
+        &self,
+        state: Option<&str>,
+        kind: Option<&str>,
+        page: &PageRequest,
+        newest_first: bool,
+    ) -> StoreResult<Page<BackgroundTask>> {
+        let keyset = Keyset::new("id", page, newest_first);
+        let mut sql =
+            Sql::new("SELECT * FROM background_task WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR kind = $2)")
+                .opt_free(state)
+                .opt_free(kind);
+        keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
+        keyset.order_and_limit(&mut sql, page);
+        let found = sql.fetch_all(self.reads()).await?;
+        Ok(Page::assemble(decode_all(&found, rows::background_task)?, page, |t| {
+            t.id.clone()
+        }))
+    }
+
     async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
         let row = Sql::new("SELECT * FROM background_task WHERE id = $1 AND ($2 IS NULL OR app_id = $2)")
             .bind(id)
@@ -1019,7 +1128,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Sql::new("SELECT 1").execute(self.reads()).await?;
         // While writes fail on a storage fault, a probe write tells when they succeed again.
         let now = herald_core::clock::now_ms().to_string();
-        let probe = self.meta_set(crate::custody::HEALTH_PROBE_KEY, &now);
+        let probe = self.meta_set(HEALTH_PROBE_KEY, &now);
         self.health
             .recheck(probe, StoreError::fault, StoreError::FileCorrupt)
             .await

@@ -16,10 +16,10 @@ use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::channels::{INGEST_LOCK, WORK_CHANNEL};
 use super::lease::Leases;
-use super::text::escape;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
+use herald_sql::text::escape;
 
 /// PostgreSQL's [`BatchWriter`].
 pub(crate) struct PgBatches {
@@ -50,6 +50,7 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> S
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, earlier);
     insert_messages(conn, &plan.messages).await?;
+    insert_tags(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
     let deliveries = insert_deliveries(conn, &fan_out, node_id).await?;
     drop(fan_out);
@@ -140,10 +141,13 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
     let created: Vec<i64> = messages.iter().map(|r| r.message.created_at).collect();
     let expires: Vec<Option<i64>> = messages.iter().map(|r| r.payload_expires_at).collect();
+    let tags = m(|r| rows::encode_list(&r.message.tags));
+    let deliver_at: Vec<Option<i64>> = messages.iter().map(|r| r.message.deliver_at).collect();
     sqlx::query(
         "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
-         created_at, payload_expires_at) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], \
-         $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], $10::bigint[])",
+         created_at, payload_expires_at, tags, deliver_at) SELECT * FROM UNNEST($1::text[], $2::text[], \
+         $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], $10::bigint[], \
+         $11::text[], $12::bigint[])",
     )
     .bind(ids)
     .bind(apps)
@@ -155,6 +159,26 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     .bind(ordering)
     .bind(created)
     .bind(expires)
+    .bind(tags)
+    .bind(deliver_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Index the new messages' tags (one row per message and tag), in one statement.
+async fn insert_tags(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
+    let tagged = plan::tag_rows(messages);
+    if tagged.is_empty() {
+        return Ok(());
+    }
+    let column = |f: fn(&(&str, &str, &str)) -> String| tagged.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO message_tag (app_id, tag, message_id) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])",
+    )
+    .bind(column(|t| t.0.to_owned()))
+    .bind(column(|t| t.1.to_owned()))
+    .bind(column(|t| t.2.to_owned()))
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -175,14 +199,16 @@ async fn insert_deliveries(
     let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id).collect();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
     let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
+    let due: Vec<i64> = fan_out.iter().map(|f| f.message.due_at()).collect();
+    let windows: Vec<Option<i64>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
     // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
     // The notification rides in the same statement (one round trip less per batch).
     let found = sqlx::query(
         "WITH inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
-         next_attempt_at, updated_at) \
-         SELECT message_id, endpoint_id, partition, 0, 0, at, at \
-         FROM UNNEST($1::text[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY \
-         AS v (message_id, endpoint_id, partition, at, n) ORDER BY n \
+         next_attempt_at, updated_at, window_start) \
+         SELECT message_id, endpoint_id, partition, 0, 0, due, at, window_start \
+         FROM UNNEST($1::text[], $2::text[], $3::int[], $4::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY \
+         AS v (message_id, endpoint_id, partition, at, due, window_start, n) ORDER BY n \
          RETURNING seq, message_id, endpoint_id), \
          notified AS (SELECT pg_notify($5, $6)) \
          SELECT inserted.* FROM inserted, notified",
@@ -193,6 +219,8 @@ async fn insert_deliveries(
     .bind(times)
     .bind(WORK_CHANNEL)
     .bind(node_id)
+    .bind(due)
+    .bind(windows)
     .fetch_all(&mut *conn)
     .await?;
     let returned = found

@@ -1,6 +1,6 @@
 //! The PostgreSQL dialect: the same contract as SQLite, for production and for many nodes on one database.
 //! The store's statements are [`crate::portable`]'s; this module runs them on sqlx's PostgreSQL driver
-//! (free text escaped, see [`text`]) and holds what PostgreSQL does its own way:
+//! (free text escaped, see [`herald_sql::text`]) and holds what PostgreSQL does its own way:
 //!
 //! - Custody: ingest goes through the shared group-commit writer ([`crate::group_commit`]); a batch is one
 //!   transaction, committed (and so durable, with PostgreSQL's default `synchronous_commit`) before any
@@ -19,7 +19,6 @@ mod lease;
 mod operations;
 mod outbox;
 mod retention;
-pub mod text;
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -30,9 +29,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 use tokio::sync::mpsc;
 
 use self::channels::ENDPOINT_CHANNEL;
-use self::text::escape;
 use crate::crypto::SecretCipher;
-use crate::custody::{Bound, DatabaseTimeouts, WriteHealth};
 use crate::dialect::{Dialect, On, SqlStore, Tx};
 use crate::events::NewEvent;
 use crate::portable::secrets;
@@ -41,6 +38,8 @@ use crate::{
     AttemptRecord, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreOptions, StoreResult,
     group_commit, rows,
 };
+use herald_sql::custody::{Bound, DatabaseTimeouts, WriteHealth};
+use herald_sql::text::escape;
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
@@ -150,8 +149,8 @@ impl SqlStore<Postgres> {
     }
 }
 
-/// A portable statement on sqlx's PostgreSQL driver. Free text is bound escaped (see [`text`]): values
-/// that could never contain NUL are unchanged by it, and a NUL in a lookup then finds nothing, as on
+/// A portable statement on sqlx's PostgreSQL driver. Free text is bound escaped (see [`herald_sql::text`]):
+/// values that could never contain NUL are unchanged by it, and a NUL in a lookup then finds nothing, as on
 /// SQLite, instead of failing the statement. Text the store made holds no NUL; where a client's value
 /// reached a filter as such (an event type or channel in a query string) and holds one, it is escaped
 /// too, so that it matches nothing rather than failing the statement with a 503.

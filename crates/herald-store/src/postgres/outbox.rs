@@ -22,9 +22,9 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::custody::Bound;
-use crate::group_commit::{Fence, IngestJob, OutboxRow, Outcomes};
+use crate::group_commit::{Fence, IngestJob, Outcomes};
 use crate::{Ingested, NewMessage, StoreError, StoreResult};
+use herald_sql::custody::Bound;
 
 /// The channel `herald_outbox`'s insert trigger notifies (at commit).
 const CHANNEL: &str = "herald_outbox";
@@ -207,6 +207,9 @@ async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
                     payload: Arc::from(payload.into_bytes()),
                     idempotency_key: None,
                     ordering_key: row.try_get("ordering_key")?,
+                    tags: None,
+                    deliver_at: None,
+                    to_endpoint: None,
                     payload_retention_ms: None,
                 },
             })
@@ -223,10 +226,8 @@ async fn submit(ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>, fence: &Ar
         let job = IngestJob {
             new: row.new,
             reply,
-            outbox: Some(OutboxRow {
-                seq: row.seq,
-                fence: fence.clone(),
-            }),
+            outbox: Some(row.seq),
+            fence: Some(fence.clone()),
         };
         ingest.send(job).await.ok()?;
         round.push((row.seq, answer));
@@ -280,7 +281,7 @@ pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], o
     let mut done = Vec::new();
     let (mut failed, mut reasons) = (Vec::new(), Vec::new());
     for (job, outcome) in batch.iter().zip(outcomes) {
-        let Some(seq) = job.outbox.as_ref().map(|row| row.seq) else {
+        let Some(seq) = job.outbox else {
             continue;
         };
         match outcome {

@@ -6,9 +6,9 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, PgPool};
 use time::{Date, Month, OffsetDateTime};
 
-use crate::custody::Bound;
 use crate::sql::limit;
 use crate::{RetentionStep, StoreResult};
+use herald_sql::custody::Bound;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 /// Partitions are created this many days ahead, so a node that stops maintaining still writes into

@@ -47,6 +47,7 @@ async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &apps, earlier);
     insert_messages(conn, &plan.messages).await?;
+    insert_tags(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
     let deliveries = insert_deliveries(conn, &fan_out).await?;
     drop(fan_out);
@@ -114,10 +115,10 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
 
 async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
     for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, \
-             ordering_key, created_at, payload_expires_at) VALUES {values}"
+             ordering_key, created_at, payload_expires_at, tags, deliver_at) VALUES {values}"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
@@ -132,7 +133,24 @@ async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -
                 .bind(Arc::clone(&m.payload))
                 .bind(&m.ordering_key)
                 .bind(m.created_at)
-                .bind(row.payload_expires_at);
+                .bind(row.payload_expires_at)
+                .bind(rows::encode_list(&m.tags))
+                .bind(m.deliver_at);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Index the new messages' tags (one row per message and tag).
+async fn insert_tags(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
+    let tagged = plan::tag_rows(messages);
+    for chunk in tagged.chunks(ROWS_PER_INSERT) {
+        let values = vec!["(?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!("INSERT INTO message_tag (app_id, tag, message_id) VALUES {values}");
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for (app_id, tag, message_id) in chunk {
+            query = query.bind(*app_id).bind(*tag).bind(*message_id);
         }
         query.execute(&mut *conn).await?;
     }
@@ -146,18 +164,19 @@ async fn insert_deliveries(
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let mut by_job = HashMap::new();
     for chunk in fan_out.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, 0, 0, ?, ?)"; chunk.len()].join(", ");
+        let values = vec!["(?, ?, 0, 0, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
-            "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, updated_at) \
-             VALUES {values} RETURNING seq, message_id, endpoint_id"
+            "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, updated_at, \
+             window_start) VALUES {values} RETURNING seq, message_id, endpoint_id"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for f in chunk {
             query = query
                 .bind(&f.message.id)
                 .bind(f.endpoint_id)
+                .bind(f.message.due_at())
                 .bind(f.message.created_at)
-                .bind(f.message.created_at);
+                .bind(plan::window_start(f.message));
         }
         let returned = query
             .fetch_all(&mut *conn)

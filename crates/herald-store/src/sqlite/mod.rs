@@ -22,7 +22,6 @@ use sqlx::{Acquire, AssertSqlSafe, SqlitePool};
 use tokio::sync::mpsc;
 
 use crate::crypto::SecretCipher;
-use crate::custody::{self, WriteHealth};
 use crate::dialect::{Dialect, On, SqlStore, Tx};
 use crate::events::NewEvent;
 use crate::portable::secrets;
@@ -30,6 +29,7 @@ use crate::statement::{Arg, Sql};
 use crate::{
     AttemptRecord, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult, group_commit, rows,
 };
+use herald_sql::custody::{self, WriteHealth};
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;

@@ -29,11 +29,6 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnection, SqlitePoolOptions};
 use sqlx::{Connection, Executor};
 
-use crate::{StoreError, StoreResult};
-
-/// The sender's `meta` key its health probe writes while writes fail (see [`WriteHealth::recheck`]).
-pub(crate) const HEALTH_PROBE_KEY: &str = "health_probe";
-
 /// What kind of storage fault an error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -211,27 +206,10 @@ impl DatabaseTimeouts {
     }
 }
 
-/// Run `work`, giving it up after `limit` (when there is one) with [`StoreError::TimedOut`]: whatever it
-/// was doing is then of unknown outcome, so the caller must not acknowledge it.
-pub(crate) async fn within<T>(limit: Option<Duration>, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, work)
-            .await
-            .unwrap_or(Err(StoreError::TimedOut(limit))),
-        None => work.await,
-    }
-}
-
 /// A store call that ran out of its [`Bound`] (how long it had). Each store's error type converts it
 /// into its own `TimedOut`, a storage fault ([`Fault::Unavailable`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimedOut(pub Duration);
-
-impl From<TimedOut> for StoreError {
-    fn from(timed_out: TimedOut) -> Self {
-        StoreError::TimedOut(timed_out.0)
-    }
-}
 
 /// How long after a call was given up the pool still checks every connection it gets back (see
 /// [`Bound::pool`]): an abandoned call drops its connection at once, so this only has to outlast the

@@ -27,13 +27,26 @@ pub(crate) async fn set_on(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     let (client, server): (Option<i32>, Option<i32>) = sqlx::query_as("SELECT inet_client_port(), inet_server_port()")
         .fetch_one(&mut *conn)
         .await?;
-    // NULL over a Unix socket: no Nagle there.
+    set_on_reported_ports(client.map(i64::from), server.map(i64::from)).await;
+    Ok(())
+}
+
+/// Set `TCP_NODELAY` on this process's socket of a database connection whose server reported
+/// `client` (the connection's own port) and `server` (the server's port): the hook for connections
+/// opened by other drivers than this crate's pools (`herald relay`'s sources, on PostgreSQL and
+/// MariaDB/MySQL alike). `None`, 0 or out of range (a Unix socket): nothing to do. Best effort, as
+/// [`set_on`]: a debug line says why when the option could not be set.
+pub async fn set_on_reported_ports(client: Option<i64>, server: Option<i64>) {
+    // NULL (or 0) over a Unix socket: no Nagle there.
     let (Some(client), Some(server)) = (client, server) else {
-        return Ok(());
+        return;
     };
     let (Ok(client), Ok(server)) = (u16::try_from(client), u16::try_from(server)) else {
-        return Ok(());
+        return;
     };
+    if client == 0 || server == 0 {
+        return;
+    }
     // A few small reads of /proc: off the runtime's threads all the same.
     let outcome = tokio::task::spawn_blocking(move || set_on_ports(client, server)).await;
     match outcome {
@@ -42,11 +55,17 @@ pub(crate) async fn set_on(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
             client,
             server,
             why,
-            "PostgreSQL connection left with Nagle's algorithm on"
+            "database connection left with Nagle's algorithm on"
         ),
-        Err(error) => tracing::debug!(%error, "PostgreSQL connection left with Nagle's algorithm on"),
+        Err(error) => tracing::debug!(%error, "database connection left with Nagle's algorithm on"),
     }
-    Ok(())
+}
+
+/// Whether this process's TCP socket from local port `local` to remote port `remote` has `TCP_NODELAY`
+/// (for tests of other crates' connections).
+pub fn is_set_on_ports(local: u16, remote: u16) -> Result<bool, String> {
+    let own = socket_copy(local, remote)?;
+    rustix::net::sockopt::tcp_nodelay(&own).map_err(|error| format!("getsockopt(TCP_NODELAY): {error}"))
 }
 
 /// Find this process's TCP socket from local port `local` to remote port `remote` and set `TCP_NODELAY`.

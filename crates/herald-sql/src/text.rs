@@ -4,7 +4,7 @@
 //! itself (`U+FFFF U+FFFF`). The mapping is injective, so equality lookups and unique keys on escaped
 //! values behave as on the originals.
 //!
-//! Public because `herald inbox` stores what the network sends it on PostgreSQL too, with the same
+//! Both stores use it: `herald inbox` stores what the network sends it on PostgreSQL too, with the same
 //! escaping.
 
 use std::borrow::Cow;
