@@ -18,6 +18,8 @@ const SETUP_CONCURRENCY: usize = 16;
 #[derive(Clone)]
 pub struct Api {
     client: reqwest::Client,
+    /// `http://host:port`, as given.
+    server: Arc<str>,
     /// `http://host:port/api/v1`.
     base: Arc<str>,
     auth: HeaderValue,
@@ -103,9 +105,15 @@ impl Api {
             HeaderValue::from_str(&format!("Bearer {token}")).context("the token is not a valid header value")?;
         Ok(Self {
             client,
+            server: Arc::from(server_url),
             base: Arc::from(format!("{}/api/v1", server_url.trim_end_matches('/'))),
             auth,
         })
+    }
+
+    /// The server's base URL, as given.
+    pub fn server(&self) -> Arc<str> {
+        self.server.clone()
     }
 
     /// Check that the server answers and accepts the token.
@@ -158,16 +166,18 @@ impl Api {
             .await
     }
 
-    /// The URL messages of `app_id` are posted to (asking for a short answer without the payload).
-    pub fn message_url(&self, app_id: &str) -> String {
-        format!("{}/app/{app_id}/msg?with_content=false", self.base)
+    /// The path, under any node's API, that messages of `app_id` are posted to (asking for a short answer
+    /// without the payload). A path rather than a URL: with several nodes the same message may go to any.
+    pub fn message_path(app_id: &str) -> String {
+        format!("/app/{app_id}/msg?with_content=false")
     }
 
-    /// Post one message body to `url` (from [`Api::message_url`]); `Ok` when the server accepted it.
-    pub async fn post_message(&self, url: &str, body: String) -> anyhow::Result<()> {
+    /// Post one message body to `path` (from [`Api::message_path`]) on this node; `Ok` when the server
+    /// accepted it.
+    pub async fn post_message(&self, path: &str, body: String) -> anyhow::Result<()> {
         let response = self
             .client
-            .post(url)
+            .post(format!("{}{path}", self.base))
             .header(AUTHORIZATION, &self.auth)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(body)

@@ -24,11 +24,13 @@ pub enum Target {
         /// Per-endpoint concurrency cap of the node; Herald's default when `None`.
         endpoint_concurrency: Option<u32>,
     },
-    /// A running server with the Svix-compatible API.
+    /// A running server with the Svix-compatible API: one node, or several nodes of one cluster (on one
+    /// database) that the load is spread over.
     Remote {
-        /// Its base URL, e.g. `http://127.0.0.1:8040`.
-        url: String,
-        /// An admin bearer token.
+        /// The nodes' base URLs, e.g. `http://127.0.0.1:8040`; never empty. Applications, endpoints and
+        /// every read go through the first; messages go round-robin to all.
+        urls: Vec<String>,
+        /// An admin bearer token (the same on every node).
         token: String,
     },
 }
@@ -126,7 +128,7 @@ impl Machine {
 
 /// A running scenario environment: the API client, the load generator, and the node if in-process.
 pub struct Env {
-    /// The server's API.
+    /// The server's API (the first node's, with several).
     pub api: Api,
     /// The load generator.
     pub load: LoadGen,
@@ -136,7 +138,7 @@ pub struct Env {
     pub receiver_host: IpAddr,
     /// How the server was set up.
     pub setup: Setup,
-    /// The server's base URL (e.g. for a relay that publishes to it).
+    /// The server's base URL (the first node's; e.g. for a relay that publishes to it).
     pub url: String,
     /// Its admin token.
     pub token: String,
@@ -167,14 +169,28 @@ impl Env {
     /// Start the environment for one scenario.
     pub async fn start(options: &Options, tweaks: &NodeTweaks) -> anyhow::Result<Self> {
         let progress = Progress::new(options.progress);
+        let mut others = Vec::new();
         let (url, token, node, setup, database_url) = match &options.target {
             Target::InProcess {
                 database_url,
                 endpoint_concurrency,
             } => start_node(database_url.as_deref(), *endpoint_concurrency, tweaks).await?,
-            Target::Remote { url, token } => {
+            Target::Remote { urls, token } => {
+                let Some((url, rest)) = urls.split_first() else {
+                    anyhow::bail!("no server URL to measure");
+                };
+                others = rest.to_vec();
+                let server = if rest.is_empty() {
+                    url.clone()
+                } else {
+                    format!(
+                        "{} nodes, messages round-robin: {} (setup through the first)",
+                        urls.len(),
+                        urls.join(", ")
+                    )
+                };
                 let setup = Setup {
-                    server: url.clone(),
+                    server,
                     database: "as configured on the server".to_owned(),
                     durability: "as configured on the server".to_owned(),
                     settings: vec!["the server's own settings".to_owned()],
@@ -185,8 +201,17 @@ impl Env {
         };
         let api = Api::new(&url, &token, CONNECTIONS)?;
         api.check().await.context("the server is not usable")?;
+        let mut other_apis = Vec::with_capacity(others.len());
+        for other in &others {
+            let other_api = Api::new(other, &token, CONNECTIONS)?;
+            other_api
+                .check()
+                .await
+                .with_context(|| format!("the node at {other} is not usable"))?;
+            other_apis.push(other_api);
+        }
         Ok(Self {
-            load: LoadGen::new(api.clone(), options.payload_bytes),
+            load: LoadGen::new(api.clone(), other_apis, options.payload_bytes),
             api,
             progress,
             receiver_host: options.receiver_host,

@@ -3,6 +3,10 @@
 //!
 //! Every payload carries `"sent_at_us"` (Unix µs, taken just before the request is sent) and a sequence
 //! number, padded to the configured size.
+//!
+//! With several nodes (`--target` given more than once) sends go round-robin over them by that sequence
+//! number, so each node gets an equal share of the requests whatever the scenario (closed or open loop),
+//! and each outcome counts what every node accepted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,10 +24,10 @@ use crate::unix_micros;
 /// Requests an open-loop phase may have outstanding before it skips sends (and says so).
 const MAX_OUTSTANDING: usize = 4_096;
 
-/// Where one kind of message goes: an application's message URL and an event type.
+/// Where one kind of message goes: an application's message path and an event type.
 #[derive(Debug, Clone)]
 pub struct Target {
-    url: Arc<str>,
+    path: Arc<str>,
     event_type: Arc<str>,
 }
 
@@ -35,12 +39,12 @@ pub struct Mix {
 
 impl Mix {
     /// Cycle through `(app_id, event_type)` pairs.
-    pub fn new(api: &Api, targets: &[(&str, &str)]) -> Self {
+    pub fn new(targets: &[(&str, &str)]) -> Self {
         Self {
             targets: targets
                 .iter()
                 .map(|(app, event_type)| Target {
-                    url: Arc::from(api.message_url(app)),
+                    path: Arc::from(Api::message_path(app)),
                     event_type: Arc::from(*event_type),
                 })
                 .collect(),
@@ -48,8 +52,8 @@ impl Mix {
     }
 
     /// Every message to one application with one event type.
-    pub fn single(api: &Api, app_id: &str, event_type: &str) -> Self {
-        Self::new(api, &[(app_id, event_type)])
+    pub fn single(app_id: &str, event_type: &str) -> Self {
+        Self::new(&[(app_id, event_type)])
     }
 
     /// How many targets it cycles through.
@@ -84,6 +88,8 @@ pub struct LoadOutcome {
     pub accepted: u64,
     /// Accepted messages per target of the [`Mix`], by position.
     pub accepted_by_target: Vec<u64>,
+    /// Accepted and failed messages per node, in the order of the load generator's nodes.
+    pub by_node: Vec<NodeCount>,
     /// Messages refused or failed (non-2xx, connection errors, timeouts).
     pub errors: u64,
     /// Open loop only: sends skipped because too many requests were outstanding.
@@ -98,15 +104,39 @@ pub struct LoadOutcome {
     pub started_at_us: u64,
 }
 
+/// What one node did in a phase.
+#[derive(Debug, Clone, Default)]
+pub struct NodeCount {
+    /// The node's base URL.
+    pub node: Arc<str>,
+    /// Messages it accepted.
+    pub accepted: u64,
+    /// Messages it refused or failed.
+    pub errors: u64,
+}
+
 impl LoadOutcome {
-    fn with_targets(n: usize) -> Self {
+    fn new(targets: usize, nodes: &[Api]) -> Self {
         Self {
-            accepted_by_target: vec![0; n],
+            accepted_by_target: vec![0; targets],
+            by_node: nodes
+                .iter()
+                .map(|api| NodeCount {
+                    node: api.server(),
+                    ..NodeCount::default()
+                })
+                .collect(),
             ..Self::default()
         }
     }
 
-    fn add(&mut self, target: usize, result: anyhow::Result<Duration>, keep_latency: bool) {
+    fn add(&mut self, target: usize, node: usize, result: anyhow::Result<Duration>, keep_latency: bool) {
+        if let Some(count) = self.by_node.get_mut(node) {
+            match &result {
+                Ok(_) => count.accepted += 1,
+                Err(_) => count.errors += 1,
+            }
+        }
         match result {
             Ok(latency) => {
                 self.accepted += 1;
@@ -130,6 +160,10 @@ impl LoadOutcome {
         for (mine, theirs) in self.accepted_by_target.iter_mut().zip(other.accepted_by_target) {
             *mine += theirs;
         }
+        for (mine, theirs) in self.by_node.iter_mut().zip(other.by_node) {
+            mine.accepted += theirs.accepted;
+            mine.errors += theirs.errors;
+        }
         self.errors += other.errors;
         self.skipped += other.skipped;
         if self.first_error.is_none() {
@@ -149,8 +183,42 @@ impl LoadOutcome {
             seconds,
             accepted_per_s: rate(self.accepted, seconds),
             api_latency: LatencyStats::from_samples(self.latencies_us.clone()),
+            by_node: self.node_shares(),
         }
     }
+
+    /// Each node's part of the phase; empty with one node (it did everything).
+    fn node_shares(&self) -> Vec<NodeShare> {
+        if self.by_node.len() < 2 {
+            return Vec::new();
+        }
+        self.by_node
+            .iter()
+            .map(|count| NodeShare {
+                node: count.node.to_string(),
+                accepted: count.accepted,
+                errors: count.errors,
+                share: if self.accepted == 0 {
+                    0.0
+                } else {
+                    count.accepted as f64 / self.accepted as f64
+                },
+            })
+            .collect()
+    }
+}
+
+/// One node's part of a load phase spread over several nodes.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeShare {
+    /// The node's base URL.
+    pub node: String,
+    /// Messages it accepted.
+    pub accepted: u64,
+    /// Messages it refused or failed.
+    pub errors: u64,
+    /// Its fraction of all accepted messages (0 to 1).
+    pub share: f64,
 }
 
 /// A load phase as reported.
@@ -170,31 +238,41 @@ pub struct LoadSummary {
     pub accepted_per_s: f64,
     /// API latency of accepted messages.
     pub api_latency: Option<LatencyStats>,
+    /// With several nodes, each one's part (empty with one node).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_node: Vec<NodeShare>,
 }
 
 /// The load generator.
 #[derive(Clone)]
 pub struct LoadGen {
-    api: Api,
+    /// The nodes messages are posted to, round-robin; never empty.
+    nodes: Arc<[Api]>,
     pad: Arc<str>,
     sequence: Arc<AtomicU64>,
 }
 
 impl LoadGen {
-    /// Send through `api`, padding payloads to about `payload_bytes`.
-    pub fn new(api: Api, payload_bytes: usize) -> Self {
+    /// Send through `api` and the `others` nodes (round-robin), padding payloads to about
+    /// `payload_bytes`.
+    pub fn new(api: Api, others: Vec<Api>, payload_bytes: usize) -> Self {
         // The fixed part of the payload is about 60 bytes.
         let pad = "x".repeat(payload_bytes.saturating_sub(60));
         Self {
-            api,
+            nodes: std::iter::once(api).chain(others).collect(),
             pad: Arc::from(pad),
             sequence: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// Post one message to `target`; returns the API latency.
-    async fn send(&self, target: &Target) -> anyhow::Result<Duration> {
+    /// Post one message to `target`; returns the node it went to (by index) and the API latency.
+    async fn send(&self, target: &Target) -> (usize, anyhow::Result<Duration>) {
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let node = usize::try_from(seq % self.nodes.len() as u64).unwrap_or(0);
+        (node, self.send_to(node, seq, target).await)
+    }
+
+    async fn send_to(&self, node: usize, seq: u64, target: &Target) -> anyhow::Result<Duration> {
         let started = Instant::now();
         let body = format!(
             r#"{{"eventType":"{}","payload":{{"sent_at_us":{},"seq":{seq},"pad":"{}"}}}}"#,
@@ -202,14 +280,14 @@ impl LoadGen {
             unix_micros(),
             self.pad
         );
-        self.api.post_message(&target.url, body).await?;
+        self.nodes[node].post_message(&target.path, body).await?;
         Ok(started.elapsed())
     }
 
     /// Post one message to the `index`-th target of `mix`; returns when it was accepted (Unix µs).
     pub async fn send_nth(&self, mix: &Mix, index: usize) -> anyhow::Result<u64> {
         let (_, target) = mix.pick(index as u64);
-        self.send(target).await?;
+        self.send(target).await.1?;
         Ok(unix_micros())
     }
 
@@ -233,7 +311,7 @@ impl LoadGen {
             let issued = issued.clone();
             let bar = bar.clone();
             workers.spawn(async move {
-                let mut outcome = LoadOutcome::with_targets(mix.len());
+                let mut outcome = LoadOutcome::new(mix.len(), &load.nodes);
                 loop {
                     let n = issued.fetch_add(1, Ordering::Relaxed);
                     let done = match stop {
@@ -244,20 +322,25 @@ impl LoadGen {
                         break;
                     }
                     let (index, target) = mix.pick(n);
-                    let result = load.send(target).await;
+                    let (node, result) = load.send(target).await;
                     if result.is_ok() {
                         bar.inc(1);
                     }
-                    outcome.add(index, result, keep_latencies);
+                    outcome.add(index, node, result, keep_latencies);
                 }
                 outcome
             });
         }
-        let mut total = LoadOutcome::with_targets(mix.len());
+        let mut total = LoadOutcome::new(mix.len(), &self.nodes);
         while let Some(joined) = workers.join_next().await {
             match joined {
                 Ok(outcome) => total.merge(outcome),
-                Err(error) => total.add(0, Err(anyhow::anyhow!("load worker failed: {error}")), false),
+                Err(error) => total.add(
+                    0,
+                    usize::MAX,
+                    Err(anyhow::anyhow!("load worker failed: {error}")),
+                    false,
+                ),
             }
         }
         total.elapsed = started.elapsed();
@@ -272,7 +355,7 @@ impl LoadGen {
         let started_at_us = unix_micros();
         let interval = Duration::from_secs_f64(1.0 / per_second.max(0.001));
         let slots = Arc::new(Semaphore::new(MAX_OUTSTANDING));
-        let mut total = LoadOutcome::with_targets(mix.len());
+        let mut total = LoadOutcome::new(mix.len(), &self.nodes);
         let mut sends = JoinSet::new();
         for n in 0u64.. {
             let due = started + interval.mul_f64(n as f64);
@@ -291,9 +374,9 @@ impl LoadGen {
             let mix = mix.clone();
             sends.spawn(async move {
                 let (index, target) = mix.pick(n);
-                let result = load.send(target).await;
+                let (node, result) = load.send(target).await;
                 drop(slot);
-                (index, result)
+                (index, node, result)
             });
         }
         while let Some(joined) = sends.join_next().await {
@@ -307,16 +390,17 @@ impl LoadGen {
 
 fn collect(
     total: &mut LoadOutcome,
-    joined: Result<(usize, anyhow::Result<Duration>), tokio::task::JoinError>,
+    joined: Result<(usize, usize, anyhow::Result<Duration>), tokio::task::JoinError>,
     bar: &ProgressBar,
 ) {
     match joined {
-        Ok((index, result)) => {
+        Ok((index, node, result)) => {
             if result.is_ok() {
                 bar.inc(1);
             }
-            total.add(index, result, true);
+            total.add(index, node, result, true);
         }
-        Err(error) => total.add(0, Err(anyhow::anyhow!("send task failed: {error}")), false),
+        // A task that failed to run reached no node: counted in the totals only.
+        Err(error) => total.add(0, usize::MAX, Err(anyhow::anyhow!("send task failed: {error}")), false),
     }
 }

@@ -99,6 +99,13 @@ impl Table {
             latency(load.api_latency.as_ref()),
             p99_target,
         );
+        for share in &load.by_node {
+            let mut value = format!("{} ({:.1} %)", count(share.accepted), share.share * 100.0);
+            if share.errors > 0 {
+                let _ = write!(value, ", {} errors", count(share.errors));
+            }
+            self.row(format!("accepted by {}", share.node), value);
+        }
         self
     }
 

@@ -92,6 +92,10 @@ async fn fanout_reaches_every_endpoint() {
         assert_eq!(round.delivered, params.endpoints as u64);
         assert!(round.deliveries_per_s > 0.0);
     }
+    if cfg!(target_os = "linux") {
+        let memory = report.memory.expect("an in-process node's memory is sampled");
+        assert!(memory.before_setup_mib > 0.0 && memory.rounds_max_mib >= memory.after_setup_mib);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

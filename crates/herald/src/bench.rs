@@ -1,7 +1,9 @@
 //! `herald bench <scenario>`: run a benchmark scenario and print its figures.
 //!
 //! By default a Herald node is started in this process on a temporary SQLite store; `--target URL
-//! --token T` measures a running server instead through its public API. See `docs/performance.md`.
+//! --token T` measures a running server instead through its public API, and `--target A --target B …`
+//! (or `--target A,B`) the nodes of one cluster, messages round-robin over them. See
+//! `docs/performance.md`.
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
@@ -28,10 +30,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, global = true)]
     smoke: bool,
     /// Measure the running server at this URL (e.g. http://127.0.0.1:8040) instead of starting one.
-    /// It must allow http endpoints on the receivers' address (e.g. `herald serve --dev`).
-    #[arg(long, global = true, env = "HERALD_BENCH_TARGET")]
-    target: Option<String>,
-    /// Admin token of the `--target` server.
+    /// It must allow http endpoints on the receivers' address (e.g. `herald serve --dev`). Given more
+    /// than once (or as a comma list), the nodes of one cluster: setup goes through the first, messages
+    /// round-robin to all, and the report gives each node's share.
+    #[arg(long, global = true, env = "HERALD_BENCH_TARGET", value_delimiter = ',')]
+    target: Vec<String>,
+    /// Admin token of the `--target` server (the same on every node).
     #[arg(long, global = true, env = "HERALD_BENCH_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Store of the in-process node [default: a fresh SQLite file in a temporary directory].
@@ -325,15 +329,21 @@ pub(crate) async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let target = match (args.target, args.token) {
-        (Some(url), Some(token)) => {
+    let urls: Vec<String> = args
+        .target
+        .into_iter()
+        .map(|url| url.trim().to_owned())
+        .filter(|url| !url.is_empty())
+        .collect();
+    let target = match (urls.is_empty(), args.token) {
+        (false, Some(token)) => {
             if args.database_url.is_some() || args.endpoint_concurrency.is_some() {
                 bail!("--database-url and --endpoint-concurrency apply to the in-process node, not to --target");
             }
-            Target::Remote { url, token }
+            Target::Remote { urls, token }
         }
-        (Some(_), None) => bail!("--target needs --token (or HERALD_BENCH_TOKEN)"),
-        (None, _) => Target::InProcess {
+        (false, None) => bail!("--target needs --token (or HERALD_BENCH_TOKEN)"),
+        (true, _) => Target::InProcess {
             database_url: args.database_url,
             endpoint_concurrency: args.endpoint_concurrency,
         },

@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod api_errors;
+mod bench;
 mod browser;
 mod cli;
 mod cluster;

@@ -162,8 +162,8 @@ pub async fn run(options: &Options, params: &BacklogParams) -> anyhow::Result<Ba
         &[EndpointSpec::to(format!("http://{down_addr}/down"))],
     )
     .await?;
-    let healthy_mix = Mix::single(&env.api, &healthy_app.app_id, HEALTHY_TYPE);
-    let down_mix = Mix::single(&env.api, &down_app.app_id, DOWN_TYPE);
+    let healthy_mix = Mix::single(&healthy_app.app_id, HEALTHY_TYPE);
+    let down_mix = Mix::single(&down_app.app_id, DOWN_TYPE);
     warm_up(&env, &healthy_mix, 1, &healthy).await?;
 
     let empty = measure_healthy(&env, params, &healthy_mix, &healthy, "empty store", rss()).await;

@@ -117,7 +117,7 @@ pub async fn run(options: &Options, params: &E2eParams) -> anyhow::Result<E2eRep
         .collect();
     let fanout = specs.len() as u64;
     let app = app_with_endpoints(&env, "e2e", &specs).await?;
-    let mix = Mix::single(&env.api, &app.app_id, EVENT_TYPE);
+    let mix = Mix::single(&app.app_id, EVENT_TYPE);
     warm_up(&env, &mix, fanout, &receiver).await?;
 
     let bar = env.progress.counter("burst", params.messages);

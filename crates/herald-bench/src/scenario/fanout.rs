@@ -1,6 +1,7 @@
 //! `fanout`: one message to an application with many endpoints; the time from the 202 until every
 //! endpoint has received it. Repeated for `messages` rounds, one message at a time: the first round
-//! includes the server loading the freshly created endpoints, later ones are warm.
+//! includes the server loading the freshly created endpoints, later ones are warm. In-process, the
+//! process's memory is sampled around the setup and the rounds, so a wide fan-out's cost shows.
 
 use serde::Serialize;
 
@@ -62,6 +63,20 @@ pub struct FanoutRound {
     pub cpu: Option<CpuSplit>,
 }
 
+/// The process's resident memory around a `fanout` run with the node in-process (MiB; the harness's
+/// receiver and its arrival records included).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FanoutMemory {
+    /// Before the endpoints were created.
+    pub before_setup_mib: f64,
+    /// After they were created, before the first round.
+    pub after_setup_mib: f64,
+    /// The largest sample during the rounds (one a second, and at their end).
+    pub rounds_max_mib: f64,
+    /// After the last round.
+    pub after_rounds_mib: f64,
+}
+
 /// The result of `fanout`.
 #[derive(Debug, Clone, Serialize)]
 pub struct FanoutReport {
@@ -71,6 +86,8 @@ pub struct FanoutReport {
     pub params: FanoutParams,
     /// Seconds it took to create the endpoints.
     pub setup_seconds: f64,
+    /// Memory around setup and rounds (in-process only).
+    pub memory: Option<FanoutMemory>,
     /// The rounds, in order.
     pub rounds: Vec<FanoutRound>,
 }
@@ -83,18 +100,47 @@ pub async fn run(options: &Options, params: &FanoutParams) -> anyhow::Result<Fan
         .map(|i| EndpointSpec::to(receiver.url(&format!("/fanout/{i}"))))
         .collect();
     let fanout = specs.len() as u64;
+    let before_setup = cpu::rss_mib();
     let started = std::time::Instant::now();
     let app = app_with_endpoints(&env, "fanout", &specs).await?;
     let setup_seconds = started.elapsed().as_secs_f64();
-    let mix = Mix::single(&env.api, &app.app_id, EVENT_TYPE);
+    let mix = Mix::single(&app.app_id, EVENT_TYPE);
 
+    let (rounds, rss) = cpu::sample_rss(rounds(&env, &receiver, &mix, fanout, params.messages)).await;
+    let memory = match (env.in_process(), before_setup, rss) {
+        (true, Some(before), Some(rss)) => Some(FanoutMemory {
+            before_setup_mib: before,
+            after_setup_mib: rss.start,
+            rounds_max_mib: rss.max,
+            after_rounds_mib: rss.end,
+        }),
+        _ => None,
+    };
+    Ok(FanoutReport {
+        setup: env.setup.clone(),
+        params: params.clone(),
+        setup_seconds,
+        memory,
+        rounds: rounds?,
+    })
+}
+
+/// Send `messages` messages one after the other, each once the previous one reached all `fanout`
+/// endpoints (or the wait timed out).
+async fn rounds(
+    env: &Env,
+    receiver: &Receiver,
+    mix: &Mix,
+    fanout: u64,
+    messages: usize,
+) -> anyhow::Result<Vec<FanoutRound>> {
     let mut rounds = Vec::new();
-    for round in 0..params.messages.max(1) {
+    for round in 0..messages.max(1) {
         let mark = receiver.received();
         let bar = env.progress.counter(&format!("fan-out round {}", round + 1), fanout);
         let (result, cpu) = cpu::measure(async {
             let sent_at = crate::unix_micros();
-            let accepted_at = env.load.send_nth(&mix, 0).await?;
+            let accepted_at = env.load.send_nth(mix, 0).await?;
             let complete = receiver.wait_for(mark + fanout, delivery_timeout(fanout), &bar).await;
             anyhow::Ok((sent_at, accepted_at, complete))
         })
@@ -116,12 +162,7 @@ pub async fn run(options: &Options, params: &FanoutParams) -> anyhow::Result<Fan
             cpu,
         });
     }
-    Ok(FanoutReport {
-        setup: env.setup.clone(),
-        params: params.clone(),
-        setup_seconds,
-        rounds,
-    })
+    Ok(rounds)
 }
 
 impl FanoutReport {
@@ -132,7 +173,23 @@ impl FanoutReport {
             count(self.params.endpoints as u64),
             self.rounds.len()
         ));
-        table.row("endpoints created in", format!("{:.2} s", self.setup_seconds));
+        table.row(
+            "endpoints created in",
+            format!(
+                "{:.2} s ({})",
+                self.setup_seconds,
+                per_second(rate(self.params.endpoints as u64, self.setup_seconds))
+            ),
+        );
+        if let Some(memory) = &self.memory {
+            table.row(
+                "RSS before setup → after → rounds max → end",
+                format!(
+                    "{:.1} → {:.1} → {:.1} → {:.1} MiB (process incl. harness)",
+                    memory.before_setup_mib, memory.after_setup_mib, memory.rounds_max_mib, memory.after_rounds_mib
+                ),
+            );
+        }
         for (i, round) in self.rounds.iter().enumerate() {
             table.section(format!(
                 "round {}{}",

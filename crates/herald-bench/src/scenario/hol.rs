@@ -126,13 +126,13 @@ async fn run_once(env: &Env, params: &HolParams, black_hole: bool) -> anyhow::Re
         .iter()
         .map(|t| (app.app_id.as_str(), t.as_str()))
         .collect();
-    warm_up(env, &Mix::new(&env.api, &healthy_mix), 1, &healthy).await?;
+    warm_up(env, &Mix::new(&healthy_mix), 1, &healthy).await?;
     // Alternate: endpoint 0, healthy 1, endpoint 0, healthy 2, …
     let mixed: Vec<(&str, &str)> = healthy_mix
         .iter()
         .flat_map(|healthy| [(app.app_id.as_str(), SINK_TYPE), *healthy])
         .collect();
-    let mix = Mix::new(&env.api, &mixed);
+    let mix = Mix::new(&mixed);
 
     let label = if black_hole { "with black hole" } else { "baseline" };
     let bar = env.progress.spinner(&format!("hol {label} {}/s", params.rate));

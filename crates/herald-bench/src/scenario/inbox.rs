@@ -300,6 +300,8 @@ impl SignedLoad {
                 seconds,
                 accepted_per_s: rate(accepted, seconds),
                 api_latency: LatencyStats::from_samples(latencies),
+                // One in-process inbox.
+                by_node: Vec::new(),
             },
             started_at_us,
         }

@@ -75,7 +75,7 @@ pub async fn run(options: &Options, params: &IngestParams) -> anyhow::Result<Ing
         &[EndpointSpec::to(receiver.url("/ingest")).disabled(params.paused)],
     )
     .await?;
-    let mix = Mix::single(&env.api, &app.app_id, EVENT_TYPE);
+    let mix = Mix::single(&app.app_id, EVENT_TYPE);
 
     let bar = env.progress.spinner(&format!("ingest c{}", params.concurrency));
     let (outcome, cpu) =

@@ -149,7 +149,7 @@ pub async fn run(options: &Options, params: &PollingParams) -> anyhow::Result<Po
     // An application without push endpoints: its messages are only pulled.
     let app = app_with_endpoints(&env, "polling", &[]).await?;
     let sink_id = env.api.create_polling_endpoint(&app.app_id, EVENT_TYPE).await?;
-    let mix = Mix::single(&env.api, &app.app_id, EVENT_TYPE);
+    let mix = Mix::single(&app.app_id, EVENT_TYPE);
     let mut consumer = Consumer {
         api: env.api.clone(),
         app_id: app.app_id.clone(),
