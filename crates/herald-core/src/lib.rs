@@ -9,6 +9,7 @@ pub mod address;
 pub mod backoff;
 pub mod breaker;
 pub mod clock;
+pub mod error_text;
 pub mod id;
 pub mod model;
 pub mod outcome;

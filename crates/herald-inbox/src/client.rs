@@ -101,16 +101,10 @@ impl ForwardClient {
 
 /// A one-line description of a transport error with its causes.
 fn describe(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
-        "timeout".to_owned()
-    } else {
-        error.to_string()
-    };
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    if error.is_timeout() {
+        // Named as a timeout first, whatever reqwest's outermost text says.
+        let causes = std::error::Error::source(error).map(herald_core::error_text::with_causes);
+        return causes.map_or_else(|| "timeout".to_owned(), |causes| format!("timeout: {causes}"));
     }
-    text
+    herald_core::error_text::with_causes(error)
 }

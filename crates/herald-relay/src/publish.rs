@@ -212,6 +212,11 @@ impl Publisher {
             return Ok(Published::Accepted);
         }
         let detail = item.error.map(|e| detail_of(&e.to_string())).unwrap_or_default();
+        self.refused(status, detail)
+    }
+
+    /// A refusal by the server: worth another try later (`Transient`), or final for that row.
+    fn refused(&self, status: StatusCode, detail: String) -> Result<Published, Transient> {
         if retryable(status) {
             Err(Transient::Refused {
                 url: self.base.clone(),
@@ -242,7 +247,7 @@ impl Publisher {
             .await
             .map_err(|e| Transient::Unreachable {
                 url: self.base.clone(),
-                detail: error_chain(&e),
+                detail: herald_core::error_text::with_causes(&e),
             })
     }
 
@@ -264,16 +269,7 @@ impl Publisher {
             return Ok(Published::Accepted);
         }
         let text = answer.text().await.unwrap_or_default();
-        let detail = detail_of(&text);
-        if retryable(status) {
-            Err(Transient::Refused {
-                url: self.base.clone(),
-                status: status.as_u16(),
-                detail,
-            })
-        } else {
-            Ok(Published::Rejected(format!("{}: {detail}", status.as_u16())))
-        }
+        self.refused(status, detail_of(&text))
     }
 }
 
@@ -332,18 +328,6 @@ fn path_segment(app: &str) -> String {
     url::form_urlencoded::byte_serialize(app.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
-}
-
-/// An error with its causes (reqwest's own message is only the outermost).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

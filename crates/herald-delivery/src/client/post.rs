@@ -154,14 +154,7 @@ impl DeliveryClient {
             }
             source = current.source();
         }
-        let mut text = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        text
+        herald_core::error_text::with_causes(error)
     }
 }
 
