@@ -505,15 +505,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// the same transaction.
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
 
-    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
-    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
-    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
-    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
-    /// queued at the group-commit writer in that order, so they share its commits and are created in
-    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
-    /// queued after it is written either (each is answered with the batch's error), so what was stored
-    /// is always a prefix of each ordering key's messages.
-    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
     /// List an app's messages, newest first.
@@ -747,6 +738,21 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn ping(&self) -> StoreResult<()>;
 }
 unbounded {
+    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
+    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
+    ///
+    /// Bounded by the store itself, not by [`bounded::BoundedStore`]: a message answered with an error
+    /// is never committed afterwards. On PostgreSQL its request waits for the group-commit writer to take
+    /// it for at most the bound of every call, then (`TimedOut`) it is given back unwritten; once taken,
+    /// it waits for its batch, which the writer gives up after the same bound.
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, or a message's wait run
+    /// out before the writer took it, none of the messages queued after it is written either (each is
+    /// answered with an error), so what was stored is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
+
     /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
     /// local scheduler. It can be taken once; later calls return `None`.
     fn take_commit_feed(&self) -> Option<CommitFeed>;
@@ -762,6 +768,14 @@ unbounded {
     }
 }
 forwarded {
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
+        self.inner.ingest(new).await
+    }
+
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        self.inner.ingest_many(batch).await
+    }
+
     fn take_commit_feed(&self) -> Option<CommitFeed> {
         self.inner.take_commit_feed()
     }
