@@ -806,9 +806,12 @@ pub enum OwnershipEvent {
     /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
     /// partition was just taken over, or another node ingested messages for them.
     Work(Vec<String>),
-    /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
-    /// is in flight finishes; its results are fenced).
-    Released,
+    /// These partitions were given up or lost: stop scheduling their endpoints (what is in flight
+    /// finishes; its results are fenced). The engine forgets their queues even if a partition is owned
+    /// again by the time it reads this: a queue kept across a lapse would hold a cursor past deliveries
+    /// committed while this node did not own it, and skip them; the takeover announces the partition's
+    /// backlog afresh ([`OwnershipEvent::Work`], always after this event).
+    Released(Vec<i32>),
     /// An endpoint was changed or deleted, possibly through another node's API: reload it.
     EndpointChanged(String),
     /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have
