@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret,
+    OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
 
 /// The storage plumbing this store shares with the inbox's ([`herald_sql`]): its types are part of this
@@ -720,12 +720,11 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
-    /// Every task, newest first unless not `newest_first`, optionally in one state (`running`, `finished`,
-    /// `failed`) and of one kind.
+    /// Every task, newest first unless not `newest_first`, optionally in one state and of one kind.
     async fn list_tasks(
         &self,
-        state: Option<&str>,
-        kind: Option<&str>,
+        state: Option<TaskState>,
+        kind: Option<TaskKind>,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<BackgroundTask>>;
@@ -740,7 +739,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         &self,
         now: i64,
         starting: bool,
-        resume: &[&str],
+        resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)>;
 
     /// Whether the database answers.
