@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret,
+    OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
 
 /// The storage plumbing this store shares with the inbox's ([`herald_sql`]): its types are part of this
@@ -711,12 +711,11 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
-    /// Every task, newest first unless not `newest_first`, optionally in one state (`running`, `finished`,
-    /// `failed`) and of one kind.
+    /// Every task, newest first unless not `newest_first`, optionally in one state and of one kind.
     async fn list_tasks(
         &self,
-        state: Option<&str>,
-        kind: Option<&str>,
+        state: Option<TaskState>,
+        kind: Option<TaskKind>,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<BackgroundTask>>;
@@ -731,7 +730,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         &self,
         now: i64,
         starting: bool,
-        resume: &[&str],
+        resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)>;
 
     /// Whether the database answers.
@@ -820,9 +819,12 @@ pub enum OwnershipEvent {
     /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
     /// partition was just taken over, or another node ingested messages for them.
     Work(Vec<String>),
-    /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
-    /// is in flight finishes; its results are fenced).
-    Released,
+    /// These partitions were given up or lost: stop scheduling their endpoints (what is in flight
+    /// finishes; its results are fenced). The engine forgets their queues even if a partition is owned
+    /// again by the time it reads this: a queue kept across a lapse would hold a cursor past deliveries
+    /// committed while this node did not own it, and skip them; the takeover announces the partition's
+    /// backlog afresh ([`OwnershipEvent::Work`], always after this event).
+    Released(Vec<i32>),
     /// An endpoint was changed or deleted, possibly through another node's API: reload it.
     EndpointChanged(String),
     /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret,
+    OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -1053,9 +1053,9 @@ impl<D: Dialect> Store for SqlStore<D> {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&t.id)
-        .bind(&t.kind)
+        .bind(t.kind.as_str())
         .bind(&t.app_id)
-        .bind(&t.state)
+        .bind(t.state.as_str())
         .bind(rows::count_param(t.processed))
         .bind(rows::count_param(t.total))
         .bind(&t.data)
@@ -1071,7 +1071,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             "UPDATE background_task SET state = $1, processed = $2, total = $3, data = $4, updated_at = $5 \
              WHERE id = $6",
         )
-        .bind(&t.state)
+        .bind(t.state.as_str())
         .bind(rows::count_param(t.processed))
         .bind(rows::count_param(t.total))
         .bind(&t.data)
@@ -1084,16 +1084,16 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_tasks(
         &self,
-        state: Option<&str>,
-        kind: Option<&str>,
+        state: Option<TaskState>,
+        kind: Option<TaskKind>,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<BackgroundTask>> {
         let keyset = Keyset::new("id", page, newest_first);
         let mut sql =
             Sql::new("SELECT * FROM background_task WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR kind = $2)")
-                .opt_free(state)
-                .opt_free(kind);
+                .bind(state.map(TaskState::as_str))
+                .bind(kind.map(TaskKind::as_str));
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
@@ -1116,29 +1116,36 @@ impl<D: Dialect> Store for SqlStore<D> {
         &self,
         now: i64,
         starting: bool,
-        resume: &[&str],
+        resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)> {
         let stale_before = match D::TASK_ORPHANED_AFTER_MS {
             Some(ms) => now.saturating_sub(ms),
             None if starting => i64::MAX,
             None => return Ok((Vec::new(), 0)),
         };
-        let found = Sql::new("SELECT * FROM background_task WHERE state = 'running' AND updated_at < $1")
+        let found = Sql::new("SELECT * FROM background_task WHERE state = $1 AND updated_at < $2")
+            .bind(TaskState::Running.as_str())
             .bind(stale_before)
             .fetch_all(self.reads())
             .await?;
         let (mut claimed, mut failed) = (Vec::new(), 0);
         for row in &found {
             let mut task = rows::background_task(row)?;
-            let carry_on = resume.contains(&task.kind.as_str());
+            let carry_on = resume.contains(&task.kind);
+            let state = if carry_on {
+                TaskState::Running
+            } else {
+                TaskState::Failed
+            };
             // Only the caller that still sees the row as it was read takes it.
             let changed = Sql::new(
                 "UPDATE background_task SET state = $1, updated_at = $2 \
-                 WHERE id = $3 AND state = 'running' AND updated_at = $4",
+                 WHERE id = $3 AND state = $4 AND updated_at = $5",
             )
-            .bind(if carry_on { "running" } else { "failed" })
+            .bind(state.as_str())
             .bind(now)
             .bind(&task.id)
+            .bind(TaskState::Running.as_str())
             .bind(task.updated_at)
             .execute(self.writes())
             .await?;
