@@ -139,7 +139,7 @@ pub(crate) fn attempt(a: Attempt) -> MessageAttemptOut {
             AttemptTrigger::Manual | AttemptTrigger::Recover => MessageAttemptTriggerType::Manual,
         },
         trigger: a.trigger.as_str(),
-        outcome: a.outcome,
+        outcome: a.outcome.as_str(),
         timestamp: datetime(a.created_at),
         msg: None,
     }
@@ -188,8 +188,8 @@ pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> En
 pub(crate) fn task(task: BackgroundTask) -> BackgroundTaskOut {
     BackgroundTaskOut {
         id: task.id,
-        status: task.state,
-        task: task.kind,
+        status: task.state.as_str(),
+        task: task.kind.as_str(),
         data: serde_json::from_str(&task.data).unwrap_or(serde_json::Value::Null),
         processed: task.processed,
         total: task.total,

@@ -139,9 +139,10 @@ fn ingested_counters() -> &'static [metrics::Counter; 2] {
     &COUNTERS
 }
 
-/// A background task of `kind` changed `state`.
-pub(crate) fn task(kind: &'static str, state: &'static str) {
-    metrics::counter!(TASKS, "kind" => kind, "state" => state).increment(1);
+/// A background task of `kind` started (`None`) or ended in `state`.
+pub(crate) fn task(kind: herald_core::model::TaskKind, state: Option<herald_core::model::TaskState>) {
+    let state = state.map_or("started", herald_core::model::TaskState::as_str);
+    metrics::counter!(TASKS, "kind" => kind.as_str(), "state" => state).increment(1);
 }
 
 fn method_label(method: &Method) -> &'static str {

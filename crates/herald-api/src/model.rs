@@ -950,8 +950,9 @@ pub struct MessageAttemptOut {
     pub trigger: &'static str,
     /// Herald extension: the outcome class (`success`, `server_error`, `client_error`, `gone`,
     /// `retryable_client_error`, `unexpected_status`, `timeout`, `connect_error`, `blocked`), which says
-    /// *why* an attempt failed when there was no HTTP status to tell.
-    pub outcome: String,
+    /// *why* an attempt failed when there was no HTTP status to tell
+    /// ([`herald_core::outcome::OutcomeClass::as_str`]).
+    pub outcome: &'static str,
     /// Time of the attempt.
     #[serde(with = "time::serde::rfc3339")]
     pub timestamp: OffsetDateTime,
@@ -1049,10 +1050,10 @@ pub struct BulkReplayIn {
 pub struct BackgroundTaskOut {
     /// `qtask_…` id.
     pub id: String,
-    /// `running`, `finished` or `failed`.
-    pub status: String,
-    /// `endpoint.recover` or `endpoint.replay`.
-    pub task: String,
+    /// `running`, `finished` or `failed` ([`herald_core::model::TaskState`]).
+    pub status: &'static str,
+    /// What it does ([`herald_core::model::TaskKind`]).
+    pub task: &'static str,
     /// Parameters and results.
     pub data: serde_json::Value,
     /// Items handled so far (Herald extension).
@@ -1510,7 +1511,7 @@ mod tests {
             status_text: MessageStatus::Success.text(),
             trigger_type: MessageAttemptTriggerType::Scheduled,
             trigger: "scheduled",
-            outcome: "success".into(),
+            outcome: "success",
             timestamp: datetime!(2024-05-01 12:00 UTC),
             msg: None,
         };

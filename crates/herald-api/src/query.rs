@@ -60,6 +60,14 @@ impl Query {
         Ok(PageRequest::new(limit, self.get(&["iterator"]).map(str::to_owned)))
     }
 
+    /// One of a closed set of names (a state, a kind), read by `parse`; a 422 naming `key` if it is none
+    /// of them (the document's contract refuses those first, this keeps the handler honest without it).
+    pub(crate) fn named<T>(&self, key: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>, ApiError> {
+        self.get(&[key])
+            .map(|name| parse(name).ok_or_else(|| ApiError::query(key, format!("unknown value {name:?}"))))
+            .transpose()
+    }
+
     /// A boolean flag (`true`/`false`), defaulting when absent.
     pub(crate) fn flag(&self, key: &str, default: bool) -> Result<bool, ApiError> {
         match self.get(&[key]) {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use herald_core::clock::now_ms;
 use herald_core::id::{IdKind, new_id};
-use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint};
+use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, TaskKind, TaskState};
 use herald_store::{RequeueSelection, StoreError, StoreResult};
 use serde_json::{Value, json};
 
@@ -36,12 +36,7 @@ const BREATHER: Duration = Duration::from_millis(5);
 const ORPHAN_SWEEP: Duration = Duration::from_secs(20);
 
 /// The task kinds whose rows carry enough to be carried on after a stop.
-const RESUMABLE: [&str; 3] = [RECOVER, BULK_REPLAY, PURGE];
-const RECOVER: &str = "endpoint.recover";
-const REPLAY: &str = "endpoint.replay";
-const BULK_REPLAY: &str = "endpoint.bulk-replay";
-/// Svix's name for expunging every payload of an application.
-const PURGE: &str = "application.purge_content";
+const RESUMABLE: [TaskKind; 3] = [TaskKind::Recover, TaskKind::BulkReplay, TaskKind::PurgeContent];
 
 /// What a bulk replay takes besides its window, as the caller gave it (Svix `BulkReplayIn`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,11 +84,11 @@ pub(crate) enum Repair {
 }
 
 impl Repair {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> TaskKind {
         match self {
-            Repair::Recover => RECOVER,
-            Repair::ReplayMissing => REPLAY,
-            Repair::BulkReplay(_) => BULK_REPLAY,
+            Repair::Recover => TaskKind::Recover,
+            Repair::ReplayMissing => TaskKind::ReplayMissing,
+            Repair::BulkReplay(_) => TaskKind::BulkReplay,
         }
     }
 }
@@ -165,12 +160,12 @@ impl Plan {
     }
 
     /// Read back what [`Plan::data`] wrote, for a task of `kind`; `None` if it does not carry it.
-    fn from_data(kind: &str, data: &str) -> Option<Plan> {
+    fn from_data(kind: TaskKind, data: &str) -> Option<Plan> {
         let data: Value = serde_json::from_str(data).ok()?;
         let int = |key: &str| data.get(key).and_then(Value::as_i64);
         let repair = match kind {
-            RECOVER => Repair::Recover,
-            BULK_REPLAY => Repair::BulkReplay(ReplayFilter {
+            TaskKind::Recover => Repair::Recover,
+            TaskKind::BulkReplay => Repair::BulkReplay(ReplayFilter {
                 event_types: serde_json::from_value(data.get("eventTypes")?.clone()).ok()?,
                 channel: serde_json::from_value(data.get("channel")?.clone()).ok()?,
                 // Absent from the rows of tasks started before tags were filtered on.
@@ -220,9 +215,9 @@ pub(crate) async fn start(
     let now = now_ms();
     let task = BackgroundTask {
         id: new_id(IdKind::Task),
-        kind: plan.repair.kind().to_owned(),
+        kind: plan.repair.kind(),
         app_id: endpoint.app_id.clone(),
-        state: "running".to_owned(),
+        state: TaskState::Running,
         processed: 0,
         total,
         data: plan.data().to_string(),
@@ -230,7 +225,7 @@ pub(crate) async fn start(
         updated_at: now,
     };
     state.store.create_task(&task).await?;
-    crate::metrics::task(plan.repair.kind(), "started");
+    crate::metrics::task(plan.repair.kind(), None);
     spawn_plan(state, task.clone(), plan, endpoint);
     Ok(task)
 }
@@ -240,9 +235,9 @@ pub(crate) async fn start_purge(state: &AppState, app_id: &str) -> StoreResult<B
     let now = now_ms();
     let task = BackgroundTask {
         id: new_id(IdKind::Task),
-        kind: PURGE.to_owned(),
+        kind: TaskKind::PurgeContent,
         app_id: app_id.to_owned(),
-        state: "running".to_owned(),
+        state: TaskState::Running,
         processed: 0,
         total: state.store.count_messages(app_id, 0, now.saturating_add(1)).await?,
         data: json!({ "before": now, "messagesPurged": 0 }).to_string(),
@@ -250,7 +245,7 @@ pub(crate) async fn start_purge(state: &AppState, app_id: &str) -> StoreResult<B
         updated_at: now,
     };
     state.store.create_task(&task).await?;
-    crate::metrics::task(PURGE, "started");
+    crate::metrics::task(TaskKind::PurgeContent, None);
     spawn_purge(state, task.clone(), now);
     Ok(task)
 }
@@ -281,17 +276,17 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         tracing::warn!(failed, "background tasks interrupted by a stop are marked failed");
     }
     for mut task in claimed {
-        if task.kind == PURGE {
+        if task.kind == TaskKind::PurgeContent {
             let before = serde_json::from_str::<Value>(&task.data)
                 .ok()
                 .and_then(|data| data.get("before").and_then(Value::as_i64));
             if let Some(before) = before {
-                tracing::warn!(task = %task.id, kind = %task.kind, "carrying on a background task a stop interrupted");
+                tracing::warn!(task = %task.id, kind = task.kind.as_str(), "carrying on a background task a stop interrupted");
                 spawn_purge(state, task, before);
                 continue;
             }
         }
-        let endpoint = match Plan::from_data(&task.kind, &task.data) {
+        let endpoint = match Plan::from_data(task.kind, &task.data) {
             Some(plan) => state
                 .store
                 .get_endpoint(&task.app_id, &plan.endpoint_id)
@@ -301,12 +296,12 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         };
         match endpoint {
             Ok((plan, endpoint)) => {
-                tracing::warn!(task = %task.id, kind = %task.kind, "carrying on a background task a stop interrupted");
+                tracing::warn!(task = %task.id, kind = task.kind.as_str(), "carrying on a background task a stop interrupted");
                 spawn_plan(state, task, plan, endpoint);
             }
             Err(error) => {
                 // Its endpoint is gone (or its row unreadable): there is nothing left to do.
-                task.state = "failed".to_owned();
+                task.state = TaskState::Failed;
                 task.updated_at = now_ms();
                 task.data = json!({ "error": error.to_string() }).to_string();
                 state.store.update_task(&task).await?;
@@ -329,7 +324,7 @@ fn spawn_plan(state: &AppState, task: BackgroundTask, mut plan: Plan, endpoint: 
 
 /// Expunge the app's payloads in the background, chunk by chunk, cancelling their pending deliveries.
 fn spawn_purge(state: &AppState, task: BackgroundTask, before: i64) {
-    spawn(state, task, PURGE, move |state, task| {
+    spawn(state, task, TaskKind::PurgeContent, move |state, task| {
         Box::pin(async move {
             let mut purged = serde_json::from_str::<Value>(&task.data)
                 .ok()
@@ -366,7 +361,7 @@ type Work = Box<
 >;
 
 /// Run `work` for `task` in the background and record how it ended.
-fn spawn<W>(state: &AppState, running: BackgroundTask, kind: &'static str, work: W)
+fn spawn<W>(state: &AppState, running: BackgroundTask, kind: TaskKind, work: W)
 where
     W: for<'a> FnOnce(
             AppState,
@@ -383,14 +378,14 @@ where
         task.updated_at = now_ms();
         match outcome {
             Ok(data) => {
-                crate::metrics::task(kind, "finished");
-                task.state = "finished".to_owned();
+                task.state = TaskState::Finished;
+                crate::metrics::task(kind, Some(task.state));
                 task.data = data.to_string();
             }
             Err(error) => {
                 tracing::warn!(%error, task = %task.id, "background task failed");
-                crate::metrics::task(kind, "failed");
-                task.state = "failed".to_owned();
+                task.state = TaskState::Failed;
+                crate::metrics::task(kind, Some(task.state));
                 task.data = json!({ "error": error.to_string() }).to_string();
             }
         }

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::outcome::OutcomeClass;
+
 /// Free-form string labels a client attaches to an application or endpoint.
 pub type Metadata = BTreeMap<String, String>;
 
@@ -392,17 +394,88 @@ impl AttemptTrigger {
     }
 }
 
+/// Where a background task stands: stored as `state` and shown as `status`, both as the text
+/// [`TaskState::as_str`] gives (Svix's `BackgroundTaskStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    /// At work (or interrupted by a stop and not yet carried on or failed).
+    Running,
+    /// Done.
+    Finished,
+    /// Gave up: its `data` says why.
+    Failed,
+}
+
+impl TaskState {
+    /// Every state, in the order of [`TaskState::as_str`]'s names.
+    pub const ALL: [TaskState; 3] = [TaskState::Running, TaskState::Finished, TaskState::Failed];
+
+    /// The name stored and shown.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Running => "running",
+            TaskState::Finished => "finished",
+            TaskState::Failed => "failed",
+        }
+    }
+
+    /// The state named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == name)
+    }
+}
+
+/// What a background task does: stored as `kind` and shown as `task`, both as the text
+/// [`TaskKind::as_str`] gives (the names Svix's `BackgroundTaskType` uses for the same work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskKind {
+    /// Re-queue an endpoint's failed and dead deliveries of a window (`endpoint.recover`).
+    Recover,
+    /// Give an endpoint the messages of a window it never got (`endpoint.replay`).
+    ReplayMissing,
+    /// Send an endpoint again the messages of a window it was sent, narrowed by filters
+    /// (`endpoint.bulk-replay`).
+    BulkReplay,
+    /// Expunge the payload of every message of an application (`application.purge_content`).
+    PurgeContent,
+}
+
+impl TaskKind {
+    /// Every kind Herald runs.
+    pub const ALL: [TaskKind; 4] = [
+        TaskKind::Recover,
+        TaskKind::ReplayMissing,
+        TaskKind::BulkReplay,
+        TaskKind::PurgeContent,
+    ];
+
+    /// The name stored and shown.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Recover => "endpoint.recover",
+            TaskKind::ReplayMissing => "endpoint.replay",
+            TaskKind::BulkReplay => "endpoint.bulk-replay",
+            TaskKind::PurgeContent => "application.purge_content",
+        }
+    }
+
+    /// The kind named `name`, if Herald runs it (Svix names kinds Herald has no task of).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
 /// A bulk operation running in the background (recover, replay-missing), with its progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackgroundTask {
     /// `qtask_…` id.
     pub id: String,
-    /// What it does, e.g. `endpoint.recover`.
-    pub kind: String,
+    /// What it does.
+    pub kind: TaskKind,
     /// The application concerned.
     pub app_id: String,
-    /// `running`, `finished` or `failed`.
-    pub state: String,
+    /// Where it stands.
+    pub state: TaskState,
     /// Items handled so far.
     pub processed: u64,
     /// Items to handle, as counted when the task started.
@@ -430,8 +503,8 @@ pub struct Attempt {
     pub attempt_number: u32,
     /// Whether it was delivered.
     pub success: bool,
-    /// Outcome class (see `outcome::OutcomeClass::as_str`).
-    pub outcome: String,
+    /// What its result means (stored as [`OutcomeClass::as_str`]).
+    pub outcome: OutcomeClass,
     /// The HTTP status, when there was an answer.
     pub response_status: Option<u16>,
     /// The start of the response body (capped), or a description of the error.
@@ -515,5 +588,21 @@ mod tests {
         );
         assert!(DisabledReason::parse("ownership verification failed: x").held_by_verification());
         assert!(!DisabledReason::parse("gone").held_by_verification());
+    }
+
+    #[test]
+    fn task_states_and_kinds_read_back_their_own_names() {
+        for state in TaskState::ALL {
+            assert_eq!(TaskState::parse(state.as_str()), Some(state));
+        }
+        for kind in TaskKind::ALL {
+            assert_eq!(TaskKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(TaskState::parse("Running"), None);
+        assert_eq!(
+            TaskKind::parse("application.stats"),
+            None,
+            "a Svix kind Herald never runs"
+        );
     }
 }

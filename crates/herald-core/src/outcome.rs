@@ -55,6 +55,24 @@ pub enum OutcomeClass {
 }
 
 impl OutcomeClass {
+    /// Every class.
+    pub const ALL: [OutcomeClass; 9] = [
+        OutcomeClass::Success,
+        OutcomeClass::UnexpectedStatus,
+        OutcomeClass::RetryableClientError,
+        OutcomeClass::Gone,
+        OutcomeClass::ClientError,
+        OutcomeClass::ServerError,
+        OutcomeClass::Timeout,
+        OutcomeClass::ConnectError,
+        OutcomeClass::Blocked,
+    ];
+
+    /// The class whose [`OutcomeClass::as_str`] is `name`, if one is (how the store reads the log back).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|class| class.as_str() == name)
+    }
+
     /// The stable snake_case name stored in the attempt log.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -206,6 +224,14 @@ mod tests {
         assert!(OutcomeClass::Timeout.is_retryable());
         assert!(OutcomeClass::ConnectError.is_retryable());
         assert!(OutcomeClass::Blocked.is_retryable());
+    }
+
+    #[test]
+    fn an_outcome_class_reads_back_its_own_name() {
+        for class in OutcomeClass::ALL {
+            assert_eq!(OutcomeClass::parse(class.as_str()), Some(class));
+        }
+        assert_eq!(OutcomeClass::parse("Success"), None);
     }
 
     #[test]

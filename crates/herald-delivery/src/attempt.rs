@@ -251,7 +251,7 @@ impl AttemptTask {
                 url: without_userinfo(&self.endpoint.url),
                 attempt_number,
                 success: status == DeliveryStatus::Delivered,
-                outcome: outcome.as_str().to_owned(),
+                outcome,
                 response_status,
                 response: response.body,
                 duration_ms: finished_at - started_at,

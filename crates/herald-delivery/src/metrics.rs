@@ -38,17 +38,7 @@ pub const RESULT_QUEUE: &str = "herald_result_writer_queue";
 pub const RESULT_ERRORS: &str = "herald_result_writer_errors_total";
 
 /// Every outcome class, in a fixed order (the index into [`EndpointCounters::attempts`]).
-const CLASSES: [OutcomeClass; 9] = [
-    OutcomeClass::Success,
-    OutcomeClass::UnexpectedStatus,
-    OutcomeClass::RetryableClientError,
-    OutcomeClass::Gone,
-    OutcomeClass::ClientError,
-    OutcomeClass::ServerError,
-    OutcomeClass::Timeout,
-    OutcomeClass::ConnectError,
-    OutcomeClass::Blocked,
-];
+const CLASSES: [OutcomeClass; 9] = OutcomeClass::ALL;
 
 /// Per-endpoint attempt-duration buckets (seconds): coarser than the node's, to keep scrapes small.
 const ENDPOINT_DURATION_BUCKETS: [f64; 9] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 
 use herald_core::model::{Attempt, DeliveryStatus, Endpoint};
+use herald_core::outcome::OutcomeClass;
 use serde_json::{Value, json};
 
 use crate::AttemptRecord;
@@ -109,7 +110,7 @@ pub(crate) struct Expired {
 pub(crate) struct LastAttempt {
     pub(crate) id: String,
     pub(crate) response_status: Option<u16>,
-    pub(crate) outcome: String,
+    pub(crate) outcome: OutcomeClass,
     pub(crate) created_at: i64,
 }
 
@@ -118,7 +119,7 @@ impl LastAttempt {
         Self {
             id: attempt.id.clone(),
             response_status: attempt.response_status,
-            outcome: attempt.outcome.clone(),
+            outcome: attempt.outcome,
             created_at: attempt.created_at,
         }
     }
@@ -127,7 +128,7 @@ impl LastAttempt {
         json!({
             "id": self.id,
             "responseStatusCode": self.response_status.unwrap_or(0),
-            "outcome": self.outcome,
+            "outcome": self.outcome.as_str(),
             "timestamp": rfc3339(self.created_at),
         })
     }

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret,
+    OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
 
 /// The storage plumbing this store shares with the inbox's ([`herald_sql`]): its types are part of this
@@ -507,15 +507,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// the same transaction.
     async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
 
-    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
-    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
-    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
-    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
-    /// queued at the group-commit writer in that order, so they share its commits and are created in
-    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
-    /// queued after it is written either (each is answered with the batch's error), so what was stored
-    /// is always a prefix of each ordering key's messages.
-    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
     /// List an app's messages, newest first.
@@ -722,12 +713,11 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
     async fn update_task(&self, task: &BackgroundTask) -> StoreResult<()>;
-    /// Every task, newest first unless not `newest_first`, optionally in one state (`running`, `finished`,
-    /// `failed`) and of one kind.
+    /// Every task, newest first unless not `newest_first`, optionally in one state and of one kind.
     async fn list_tasks(
         &self,
-        state: Option<&str>,
-        kind: Option<&str>,
+        state: Option<TaskState>,
+        kind: Option<TaskKind>,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<BackgroundTask>>;
@@ -742,13 +732,28 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         &self,
         now: i64,
         starting: bool,
-        resume: &[&str],
+        resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)>;
 
     /// Whether the database answers.
     async fn ping(&self) -> StoreResult<()>;
 }
 unbounded {
+    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
+    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
+    ///
+    /// Bounded by the store itself, not by [`bounded::BoundedStore`]: a message answered with an error
+    /// is never committed afterwards. On PostgreSQL its request waits for the group-commit writer to take
+    /// it for at most the bound of every call, then (`TimedOut`) it is given back unwritten; once taken,
+    /// it waits for its batch, which the writer gives up after the same bound.
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, or a message's wait run
+    /// out before the writer took it, none of the messages queued after it is written either (each is
+    /// answered with an error), so what was stored is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
+
     /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
     /// local scheduler. It can be taken once; later calls return `None`.
     fn take_commit_feed(&self) -> Option<CommitFeed>;
@@ -764,6 +769,14 @@ unbounded {
     }
 }
 forwarded {
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
+        self.inner.ingest(new).await
+    }
+
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        self.inner.ingest_many(batch).await
+    }
+
     fn take_commit_feed(&self) -> Option<CommitFeed> {
         self.inner.take_commit_feed()
     }
@@ -808,9 +821,12 @@ pub enum OwnershipEvent {
     /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
     /// partition was just taken over, or another node ingested messages for them.
     Work(Vec<String>),
-    /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
-    /// is in flight finishes; its results are fenced).
-    Released,
+    /// These partitions were given up or lost: stop scheduling their endpoints (what is in flight
+    /// finishes; its results are fenced). The engine forgets their queues even if a partition is owned
+    /// again by the time it reads this: a queue kept across a lapse would hold a cursor past deliveries
+    /// committed while this node did not own it, and skip them; the takeover announces the partition's
+    /// backlog afresh ([`OwnershipEvent::Work`], always after this event).
+    Released(Vec<i32>),
     /// An endpoint was changed or deleted, possibly through another node's API: reload it.
     EndpointChanged(String),
     /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have

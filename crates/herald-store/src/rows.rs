@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Headers,
-    Message, Metadata, OperationalEvent, Ordering,
+    Message, Metadata, OperationalEvent, Ordering, TaskKind, TaskState,
 };
+use herald_core::outcome::OutcomeClass;
 use sqlx::Row;
 
 use crate::crypto::SecretCipher;
@@ -79,6 +80,13 @@ pub(crate) fn decode_list(text: Option<String>) -> StoreResult<Option<Vec<String
 
 pub(crate) fn decode_metadata(text: &str) -> StoreResult<Metadata> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("metadata column: {e}")))
+}
+
+/// A column holding one of a closed set of names (a state, a kind, an outcome), read by `parse`; a name
+/// it does not know is corrupt data, not a new value to pass on.
+pub(crate) fn named<T>(row: &impl Columns, column: &str, parse: fn(&str) -> Option<T>) -> StoreResult<T> {
+    let name = row.text(column)?;
+    parse(&name).ok_or_else(|| StoreError::Corrupt(format!("{column} column: unknown name {name:?}")))
 }
 
 fn version_of(value: i64) -> StoreResult<i32> {
@@ -190,7 +198,7 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
         url: row.free_text("url")?,
         attempt_number: u32_opt(Some(row.int("attempt_number")?)).unwrap_or(0),
         success: row.flag("success")?,
-        outcome: row.free_text("outcome")?,
+        outcome: named(row, "outcome", OutcomeClass::parse)?,
         response_status: row.opt_int("response_status")?.and_then(|s| u16::try_from(s).ok()),
         response: row.free_text("response")?,
         duration_ms: row.int("duration_ms")?,
@@ -205,7 +213,7 @@ pub(crate) fn expired(row: &impl Columns) -> StoreResult<crate::events::Expired>
         Some(id) => Some(crate::events::LastAttempt {
             id,
             response_status: row.opt_int("last_status")?.and_then(|s| u16::try_from(s).ok()),
-            outcome: row.opt_free_text("last_outcome")?.unwrap_or_default(),
+            outcome: named(row, "last_outcome", OutcomeClass::parse)?,
             created_at: row.opt_int("last_at")?.unwrap_or(0),
         }),
         None => None,
@@ -233,9 +241,9 @@ pub(crate) fn count_param(n: u64) -> i64 {
 pub(crate) fn background_task(row: &impl Columns) -> StoreResult<BackgroundTask> {
     Ok(BackgroundTask {
         id: row.text("id")?,
-        kind: row.text("kind")?,
+        kind: named(row, "kind", TaskKind::parse)?,
         app_id: row.text("app_id")?,
-        state: row.text("state")?,
+        state: named(row, "state", TaskState::parse)?,
         processed: count_of(row, "processed")?,
         total: count_of(row, "total")?,
         data: row.text("data")?,

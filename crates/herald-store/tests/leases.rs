@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use herald_core::id::{IdKind, new_id};
 use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Ordering};
+use herald_core::outcome::OutcomeClass;
 use herald_store::postgres::PgStore;
 use herald_store::{
     AttemptRecord, Ingested, NewMessage, OwnershipEvent, PageRequest, Store, StoreOptions, partition_of, testdb,
@@ -194,7 +195,7 @@ fn delivered(seq: i64, message_id: &str, e: &Endpoint) -> AttemptRecord {
             url: e.url.clone(),
             attempt_number: 1,
             success: true,
-            outcome: "success".into(),
+            outcome: OutcomeClass::Success,
             response_status: Some(200),
             response: String::new(),
             duration_ms: 3,
@@ -251,7 +252,16 @@ async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
     );
     // At its next renewal the node learns it lost the partition, and tells its engine.
     tokio::time::timeout(Duration::from_secs(5), async {
-        while events.recv().await != Some(OwnershipEvent::Released) {}
+        loop {
+            match events.recv().await {
+                Some(OwnershipEvent::Released(partitions)) => {
+                    assert!(partitions.contains(&partition_of(&e.id)), "{partitions:?}");
+                    break;
+                }
+                Some(_) => {}
+                None => panic!("the events ended"),
+            }
+        }
     })
     .await
     .expect("a Released event");

@@ -19,7 +19,7 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
-use herald_core::model::{AttemptTrigger, DeliveryStatus};
+use herald_core::model::{AttemptTrigger, DeliveryStatus, TaskKind, TaskState};
 use herald_store::{MessageFilter, Requeue};
 
 use crate::body::JsonBody;
@@ -239,9 +239,11 @@ async fn tasks_list(
     let query = Query::of(&uri);
     let page = query.page()?;
     let newest_first = query.get(&["order"]) != Some("ascending");
+    let status = query.named("status", TaskState::parse)?;
+    let kind = query.named("task", TaskKind::parse)?;
     let found = state
         .store
-        .list_tasks(query.get(&["status"]), query.get(&["task"]), &page, newest_first)
+        .list_tasks(status, kind, &page, newest_first)
         .await
         .map_err(store_error("background task"))?;
     Ok(Json(convert::list(found, convert::task)))

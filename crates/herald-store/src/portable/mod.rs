@@ -12,14 +12,15 @@ use std::sync::Arc;
 
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret,
+    OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
-use tokio::sync::oneshot;
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore};
 use crate::events::{self, NewEvent};
-use crate::group_commit::{Fence, IngestJob};
+use crate::group_commit::{Fence, Waiting};
 use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
@@ -34,21 +35,31 @@ const HEALTH_PROBE_KEY: &str = "health_probe";
 
 #[allow(private_bounds)]
 impl<D: Dialect> SqlStore<D> {
-    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`); the writer's answer.
+    /// Until when a request that starts now waits for the group-commit writer to take its messages, and
+    /// the bound that stands for (see [`SqlStore::ingest_wait`]).
+    fn ingest_deadline(&self) -> Option<(Instant, Duration)> {
+        self.ingest_wait.map(|bound| (Instant::now() + bound, bound))
+    }
+
+    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`), waiting for room in its
+    /// queue until `until` at most (see [`Self::ingest_deadline`]); the request's side of the job.
     async fn queue_ingest(
         &self,
         new: NewMessage,
         fence: Option<Arc<Fence>>,
-    ) -> StoreResult<oneshot::Receiver<StoreResult<Ingested>>> {
-        let (reply, answer) = oneshot::channel();
-        let job = IngestJob {
-            new,
-            reply,
-            outbox: None,
-            fence,
-        };
-        self.ingest.send(job).await.map_err(|_| StoreError::Closed)?;
-        Ok(answer)
+        until: Option<(Instant, Duration)>,
+    ) -> StoreResult<Waiting> {
+        let (job, waiting) = Waiting::queue(new, fence);
+        let sent = self.ingest.send(job);
+        match until {
+            // Not queued by then: it is never written (a send given up does not deliver its job).
+            Some((at, bound)) => tokio::time::timeout_at(at, sent)
+                .await
+                .map_err(|_| StoreError::TimedOut(bound))?,
+            None => sent.await,
+        }
+        .map_err(|_| StoreError::Closed)?;
+        Ok(waiting)
     }
 
     /// Decode an endpoint row, opening its secret and headers.
@@ -459,24 +470,41 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
-        // On PostgreSQL the wait is bounded like every call (see `crate::bounded`), by the writer's own
-        // transaction bound, not by the acquire timeout alone: a burst of thousands of messages
-        // legitimately queues for longer than a second. A message whose wait ran out is not acknowledged,
-        // though its batch may still commit (a retry with the same `eventId` or `idempotency-key` finds it).
-        let answer = self.queue_ingest(new, None).await?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        // Bounded here, not by the decorator of every PostgreSQL call (see `crate::bounded`): a message
+        // answered 503 must never be committed afterwards, so the wait is cut only while the writer has
+        // not taken the message yet; once it has, the batch's answer comes within the writer's own bound.
+        let until = self.ingest_deadline();
+        self.queue_ingest(new, None, until).await?.answer(until).await
     }
 
     async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        let until = self.ingest_deadline();
         let fence = Arc::new(Fence::default());
-        let mut answers = Vec::with_capacity(batch.len());
+        let total = batch.len();
+        let mut waiting = Vec::with_capacity(total);
+        let mut unqueued = None;
         // Queued one after the other (never concurrently), so the writer sees them in the given order.
         for new in batch {
-            answers.push(self.queue_ingest(new, Some(fence.clone())).await?);
+            match self.queue_ingest(new, Some(fence.clone()), until).await {
+                Ok(queued) => waiting.push(queued),
+                Err(error) => {
+                    // Neither this message nor any after it is queued, so none of them is written.
+                    unqueued = Some(error);
+                    break;
+                }
+            }
         }
-        let mut outcomes = Vec::with_capacity(answers.len());
-        for answer in answers {
-            outcomes.push(answer.await.map_err(|_| StoreError::Closed)?);
+        let mut outcomes = Vec::with_capacity(total);
+        for queued in waiting {
+            outcomes.push(queued.answer(until).await);
+        }
+        if let Some(error) = unqueued {
+            while outcomes.len() < total {
+                outcomes.push(Err(match error {
+                    StoreError::TimedOut(bound) => StoreError::TimedOut(bound),
+                    _ => StoreError::Closed,
+                }));
+            }
         }
         Ok(outcomes)
     }
@@ -1037,9 +1065,9 @@ impl<D: Dialect> Store for SqlStore<D> {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&t.id)
-        .bind(&t.kind)
+        .bind(t.kind.as_str())
         .bind(&t.app_id)
-        .bind(&t.state)
+        .bind(t.state.as_str())
         .bind(rows::count_param(t.processed))
         .bind(rows::count_param(t.total))
         .bind(&t.data)
@@ -1055,7 +1083,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             "UPDATE background_task SET state = $1, processed = $2, total = $3, data = $4, updated_at = $5 \
              WHERE id = $6",
         )
-        .bind(&t.state)
+        .bind(t.state.as_str())
         .bind(rows::count_param(t.processed))
         .bind(rows::count_param(t.total))
         .bind(&t.data)
@@ -1068,16 +1096,16 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_tasks(
         &self,
-        state: Option<&str>,
-        kind: Option<&str>,
+        state: Option<TaskState>,
+        kind: Option<TaskKind>,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<BackgroundTask>> {
         let keyset = Keyset::new("id", page, newest_first);
         let mut sql =
             Sql::new("SELECT * FROM background_task WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR kind = $2)")
-                .opt_free(state)
-                .opt_free(kind);
+                .bind(state.map(TaskState::as_str))
+                .bind(kind.map(TaskKind::as_str));
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
@@ -1100,29 +1128,36 @@ impl<D: Dialect> Store for SqlStore<D> {
         &self,
         now: i64,
         starting: bool,
-        resume: &[&str],
+        resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)> {
         let stale_before = match D::TASK_ORPHANED_AFTER_MS {
             Some(ms) => now.saturating_sub(ms),
             None if starting => i64::MAX,
             None => return Ok((Vec::new(), 0)),
         };
-        let found = Sql::new("SELECT * FROM background_task WHERE state = 'running' AND updated_at < $1")
+        let found = Sql::new("SELECT * FROM background_task WHERE state = $1 AND updated_at < $2")
+            .bind(TaskState::Running.as_str())
             .bind(stale_before)
             .fetch_all(self.reads())
             .await?;
         let (mut claimed, mut failed) = (Vec::new(), 0);
         for row in &found {
             let mut task = rows::background_task(row)?;
-            let carry_on = resume.contains(&task.kind.as_str());
+            let carry_on = resume.contains(&task.kind);
+            let state = if carry_on {
+                TaskState::Running
+            } else {
+                TaskState::Failed
+            };
             // Only the caller that still sees the row as it was read takes it.
             let changed = Sql::new(
                 "UPDATE background_task SET state = $1, updated_at = $2 \
-                 WHERE id = $3 AND state = 'running' AND updated_at = $4",
+                 WHERE id = $3 AND state = $4 AND updated_at = $5",
             )
-            .bind(if carry_on { "running" } else { "failed" })
+            .bind(state.as_str())
             .bind(now)
             .bind(&task.id)
+            .bind(TaskState::Running.as_str())
             .bind(task.updated_at)
             .execute(self.writes())
             .await?;

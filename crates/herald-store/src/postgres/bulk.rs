@@ -309,7 +309,7 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(a(|r| escape(&r.attempt.url).into_owned()))
     .bind(n(|r| i64::from(r.attempt.attempt_number)))
     .bind(kept.iter().map(|r| r.attempt.success).collect::<Vec<_>>())
-    .bind(a(|r| escape(&r.attempt.outcome).into_owned()))
+    .bind(a(|r| r.attempt.outcome.as_str().to_owned()))
     .bind(
         kept.iter()
             .map(|r| r.attempt.response_status.map(i64::from))

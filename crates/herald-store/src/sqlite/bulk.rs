@@ -216,7 +216,7 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
                 .bind(&a.url)
                 .bind(i64::from(a.attempt_number))
                 .bind(a.success)
-                .bind(&a.outcome)
+                .bind(a.outcome.as_str())
                 .bind(a.response_status.map(i64::from))
                 .bind(&a.response)
                 .bind(a.duration_ms)
