@@ -81,14 +81,28 @@ impl ApiError {
     }
 
     /// The same error for a value nested at `path` (keys and list indices) inside the body: each invalid
-    /// value's `loc` gets `path` after its source, so `["body", "eventType"]` of one message of a batch
-    /// becomes `["body", "messages", "3", "eventType"]`.
+    /// body value's `loc` gets `path` after its source, so `["body", "eventType"]` of one message of a
+    /// batch becomes `["body", "messages", "3", "eventType"]` (a value found elsewhere keeps its `loc`).
     pub fn nested(mut self, path: &[String]) -> Self {
         if let Detail::Fields(errors) = &mut self.detail {
-            for error in errors {
-                let rest = error.loc.split_off(1.min(error.loc.len()));
+            for error in errors
+                .iter_mut()
+                .filter(|e| e.loc.first().map(String::as_str) == Some("body"))
+            {
+                let rest = error.loc.split_off(1);
                 error.loc.extend(path.iter().cloned());
                 error.loc.extend(rest);
+            }
+        }
+        self
+    }
+
+    /// The same error for a value checked by a rule written for another place: each invalid value's `loc`
+    /// becomes `field` of `source` (a path segment checked as a body's uid is named by its parameter).
+    pub fn relocated(mut self, source: Source, field: &str) -> Self {
+        if let Detail::Fields(errors) = &mut self.detail {
+            for error in errors {
+                error.loc = vec![source.as_str().to_owned(), field.to_owned()];
             }
         }
         self
@@ -206,6 +220,16 @@ mod tests {
         let error = ApiError::body("eventType", "bad").nested(&["messages".to_owned(), "3".to_owned()]);
         assert_eq!(error.field_errors()[0].loc, ["body", "messages", "3", "eventType"]);
         let text = ApiError::not_found("application").nested(&["messages".to_owned()]);
+        assert_eq!(text.detail, Detail::Text("application not found".into()));
+    }
+
+    #[test]
+    fn a_relocated_error_names_its_new_place_and_a_nested_one_only_body_values() {
+        let error = ApiError::body("uid", "bad").relocated(Source::Path, "app_id");
+        assert_eq!(error.field_errors()[0].loc, ["path", "app_id"]);
+        let kept = error.nested(&["application".to_owned()]);
+        assert_eq!(kept.field_errors()[0].loc, ["path", "app_id"]);
+        let text = ApiError::not_found("application").relocated(Source::Path, "app_id");
         assert_eq!(text.detail, Detail::Text("application not found".into()));
     }
 

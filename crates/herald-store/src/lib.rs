@@ -417,6 +417,8 @@ pub struct RequeueSelection {
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub channel: Option<String>,
+    /// Only messages with this tag (each candidate looked up in the tag index by its key).
+    pub tag: Option<String>,
     /// Only deliveries whose latest attempt got a response of this class (100, 200, … 500), or none
     /// (0: no attempt, or no HTTP response).
     pub status_class: Option<i64>,

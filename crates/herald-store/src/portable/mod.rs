@@ -174,6 +174,14 @@ pub(crate) fn selected<'a, D: Dialect>(what: &str, selection: &'a RequeueSelecti
         let mark = sql.mark(channel);
         sql.push(" AND ").push(&D::json_array_contains("m.channels", &mark));
     }
+    if let Some(tag) = &selection.tag {
+        // One primary-key lookup in the tag index per candidate delivery.
+        let mark = sql.mark(tag);
+        sql.push(&format!(
+            " AND EXISTS (SELECT 1 FROM message_tag t WHERE t.app_id = m.app_id AND t.tag = {mark} \
+             AND t.message_id = m.id)"
+        ));
+    }
     if let Some(class) = selection.status_class {
         // The latest attempt's status class; no attempt, or one without an HTTP response, is class 0.
         sql.push(
@@ -281,8 +289,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn create_event_type(&self, et: &EventType) -> StoreResult<()> {
         Sql::new(
-            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, feature_flags, \
+             group_name, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&et.name)
         .free(&et.description)
@@ -290,6 +298,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(et.deprecated)
         .opt_free(et.feature_flag.as_deref())
         .opt_free(et.schemas.as_deref())
+        .bind(rows::encode_list(&et.feature_flags))
+        .opt_free(et.group_name.as_deref())
         .bind(et.created_at)
         .bind(et.updated_at)
         .execute(self.writes())
@@ -325,13 +335,15 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
         let changed = Sql::new(
             "UPDATE event_type SET description = $1, archived = $2, deprecated = $3, feature_flag = $4, \
-             schemas = $5, updated_at = $6 WHERE name = $7",
+             schemas = $5, feature_flags = $6, group_name = $7, updated_at = $8 WHERE name = $9",
         )
         .free(&et.description)
         .bind(et.archived)
         .bind(et.deprecated)
         .opt_free(et.feature_flag.as_deref())
         .opt_free(et.schemas.as_deref())
+        .bind(rows::encode_list(&et.feature_flags))
+        .opt_free(et.group_name.as_deref())
         .bind(et.updated_at)
         .free(&et.name)
         .execute(self.writes())
