@@ -8,7 +8,7 @@ use herald_relay::{Relay, RelaySection};
 use herald_telemetry::LogFormat;
 
 /// Options of `herald relay`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct RelayArgs {
     /// The producer's database: postgres://…, mysql://… (or mariadb://…) or sqlite://PATH.
     #[arg(long, env = "HERALD_RELAY_SOURCE")]
