@@ -262,7 +262,7 @@ mod tests {
     fn job(outbox: Option<(i64, &Arc<Fence>)>) -> (IngestJob, oneshot::Receiver<StoreResult<Ingested>>) {
         let (reply, answer) = oneshot::channel();
         let new = NewMessage {
-            app_id: "app_1".to_owned(),
+            app_id: herald_core::id::AppId::new(),
             event_id: None,
             event_type: "t".to_owned(),
             channels: None,
