@@ -204,6 +204,16 @@ async function waitAttempts(s, appId, msgId, n = 1, timeoutMs = 20000) {
   }
 }
 
+/** The background task once it is no longer running. */
+async function waitTask(s, taskId, timeoutMs = 20000) {
+  let task = await s.sdk.backgroundTask.get(taskId);
+  for (const deadline = Date.now() + timeoutMs; task.status === "running" && Date.now() < deadline; ) {
+    await sleep(100);
+    task = await s.sdk.backgroundTask.get(taskId);
+  }
+  return task;
+}
+
 async function scenario(s, receiver, step) {
   const sdk = s.sdk;
   const suffix = Math.random().toString(16).slice(2, 12);
@@ -237,19 +247,32 @@ async function scenario(s, receiver, step) {
   await sdk.eventType.list({ limit: 50 });
   await sdk.eventType.patch(etName, { description: "patched" });
   await (gen2 ? sdk.eventType.upsert : sdk.eventType.update)(etName, { description: "replaced" });
+  // Svix's display group and feature flags are stored and echoed (duplicates collapse); a PATCH to null
+  // removes them.
+  const flaggedName = `compat.flagged.${suffix}`;
+  const flagged = await sdk.eventType.create({ name: flaggedName, description: "flagged", featureFlags: ["beta", "beta", "gamma"], groupName: "Billing events" });
+  const flagsOf = (e) => JSON.stringify([e.featureFlags, e.groupName ?? null]);
+  expect(flagsOf(flagged) === JSON.stringify([["beta", "gamma"], "Billing events"]), `on create: ${JSON.stringify(flagged)}`);
+  expect(flagsOf(await sdk.eventType.get(flaggedName)) === flagsOf(flagged), "featureFlags/groupName on get");
+  const changed = await sdk.eventType.patch(flaggedName, { featureFlags: ["delta"], groupName: null });
+  expect(flagsOf(changed) === JSON.stringify([["delta"], null]), `after a patch: ${JSON.stringify(changed)}`);
+  const badFlag = await s.error(422).sdk.eventType.create({ name: `compat.bad.${suffix}`, description: "bad flag", featureFlags: ["no spaces"] });
+  expect(badFlag.body.detail[0].loc.at(-1) === "featureFlags", `422 for a bad feature flag: ${describe(badFlag)}`);
   const gone = `compat.gone.${suffix}`;
   await sdk.eventType.create({ name: gone, description: "to delete" });
   await sdk.eventType.delete(gone);
   const spec = {
     openapi: "3.1.0",
     info: { title: "compat", version: "1" },
-    webhooks: { [`imported.${suffix}`]: { post: { summary: "imported event", requestBody: { content: { "application/json": { schema: { type: "object" } } } } } } },
+    webhooks: { [`imported.${suffix}`]: { post: { summary: "imported event", "x-svix-group-name": "Imported", "x-svix-feature-flags": ["imported-flag"], requestBody: { content: { "application/json": { schema: { type: "object" } } } } } } },
   };
   const preview = await sdk.eventType.importOpenapi({ spec, dryRun: true });
   expect(preview.data.toModify?.[0]?.name === `imported.${suffix}`, `dry run ${JSON.stringify(preview)}`);
   const done = await sdk.eventType.importOpenapi({ spec });
   expect(done.data.modified[0] === `imported.${suffix}`, `import ${JSON.stringify(done)}`);
-  expect((await sdk.eventType.get(`imported.${suffix}`)).description === "imported event", "imported description");
+  const imported = await sdk.eventType.get(`imported.${suffix}`);
+  expect(imported.description === "imported event", "imported description");
+  expect(flagsOf(imported) === JSON.stringify([["imported-flag"], "Imported"]), `imported extensions ${JSON.stringify(imported)}`);
 
   step("endpoints");
   const filter = gen2 ? { eventTypes: [etName] } : { filterTypes: [etName] };
@@ -364,11 +387,7 @@ async function scenario(s, receiver, step) {
   // The message was delivered (and resent): a bulk replay of its event type sends it once more.
   const replay = await sdk.endpoint.bulkReplay(app.id, ep.id, { since, eventTypes: [etName] });
   expect(replay.task === "endpoint.bulk-replay", `ReplayOut.task ${replay.task}`);
-  let task = await sdk.backgroundTask.get(replay.id);
-  for (const deadline = Date.now() + 20000; task.status === "running" && Date.now() < deadline; ) {
-    await new Promise((r) => setTimeout(r, 100));
-    task = await sdk.backgroundTask.get(replay.id);
-  }
+  const task = await waitTask(s, replay.id);
   expect(task.status === "finished" && task.data.messagesSent === 1, `bulk replay task ${JSON.stringify(task)}`);
   await waitAttempts(s, app.id, msg.id, 3);
   await sdk.message.expungeContent(app.id, msg.id);
@@ -380,11 +399,7 @@ async function scenario(s, receiver, step) {
   expect((await sdk.messageAttempt.get(app.id, msg.id, attempts[0].id)).response === "", "attempt response not expunged");
   const purge = await sdk.message.expungeAllContents(app.id);
   expect(purge.task === "application.purge_content", `ExpungeAllContentsOut.task ${purge.task}`);
-  let purged = await sdk.backgroundTask.get(purge.id);
-  for (const deadline = Date.now() + 20000; purged.status === "running" && Date.now() < deadline; ) {
-    await new Promise((r) => setTimeout(r, 100));
-    purged = await sdk.backgroundTask.get(purge.id);
-  }
+  const purged = await waitTask(s, purge.id);
   expect(purged.status === "finished" && "messagesPurged" in purged.data, `expunge-all task ${JSON.stringify(purged)}`);
   const listed = await sdk.backgroundTask.list({ limit: 250 });
   expect(listed.data.some((t) => t.id === purge.id), `backgroundTask.list lacks ${purge.id}`);
@@ -415,6 +430,13 @@ async function scenario(s, receiver, step) {
   expect((await sdk.messageAttempt.listByMsg(app.id, msg.id, { tag })).data.length === 0, "attempts by message, a tag it does not carry");
   const attempted = await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id, { tag });
   expect(JSON.stringify(attempted.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `attempted messages, tag: ${JSON.stringify(attempted.data)}`);
+  // A bulk replay filtered by the tag sends that message again, and only it.
+  const byTagReplay = await sdk.endpoint.bulkReplay(app.id, ep.id, { since, tag });
+  const byTagTask = await waitTask(s, byTagReplay.id);
+  expect(byTagTask.status === "finished" && byTagTask.data.messagesSent === 1, `bulk replay by tag ${JSON.stringify(byTagTask)}`);
+  await waitAttempts(s, app.id, tagged.id, 2);
+  const badTag = await s.error(422).sdk.endpoint.bulkReplay(app.id, ep.id, { since, tag: "no spaces" });
+  expect(badTag.body.detail[0].loc.at(-1) === "tag", `422 for a bad bulk-replay tag: ${describe(badTag)}`);
 
   step("scheduled delivery");
   const at = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);

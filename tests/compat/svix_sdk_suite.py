@@ -264,6 +264,14 @@ def wait_attempts(s: Suite, app_id: str, msg_id: str, n: int = 1, timeout: float
         time.sleep(0.1)
 
 
+def wait_task(s: Suite, task_id: str, timeout: float = 20.0) -> t.Any:
+    """The background task once it is no longer running."""
+    deadline = time.monotonic() + timeout
+    while str((task := s.sdk.background_task.get(task_id)).status) == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return task
+
+
 def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> None:
     sdk = s.sdk
     suffix = uuid.uuid4().hex[:10]
@@ -303,6 +311,21 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     sdk.event_type.patch(et_name, mk("EventTypePatch", description="patched"))
     replace = sdk.event_type.upsert if gen2 else sdk.event_type.update
     replace(et_name, mk(("EventTypeUpsertIn", "EventTypeUpdate"), description="replaced"))
+    # Svix's display group and feature flags are stored and echoed (duplicates collapse); a PATCH to null
+    # removes them.
+    flagged_name = f"compat.flagged.{suffix}"
+    flagged = sdk.event_type.create(
+        mk("EventTypeIn", name=flagged_name, description="flagged", feature_flags=["beta", "beta", "gamma"], group_name="Billing events")
+    )
+    expect(flagged.feature_flags == ["beta", "gamma"] and flagged.group_name == "Billing events", f"on create: {flagged!r}")
+    again = sdk.event_type.get(flagged_name)
+    expect(again.feature_flags == ["beta", "gamma"] and again.group_name == "Billing events", f"on get: {again!r}")
+    changed = sdk.event_type.patch(flagged_name, mk("EventTypePatch", feature_flags=["delta"], group_name=None))
+    expect(changed.feature_flags == ["delta"] and changed.group_name is None, f"after a patch: {changed!r}")
+    refused = s.error(422).sdk.event_type.create(
+        mk("EventTypeIn", name=f"compat.bad.{suffix}", description="bad flag", feature_flags=["no spaces"])
+    )
+    expect(refused.detail[0].loc[-1] == "featureFlags", f"422 for a bad feature flag names {refused.detail[0].loc!r}")
     gone = f"compat.gone.{suffix}"
     sdk.event_type.create(mk("EventTypeIn", name=gone, description="to delete"))
     sdk.event_type.delete(gone)
@@ -313,6 +336,8 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
             f"imported.{suffix}": {
                 "post": {
                     "description": "imported event",
+                    "x-svix-group-name": "Imported",
+                    "x-svix-feature-flags": ["imported-flag"],
                     "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/P"}}}},
                 }
             }
@@ -327,6 +352,7 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     imported = sdk.event_type.get(f"imported.{suffix}")
     expect(imported.description == "imported event", f"imported description {imported.description!r}")
     expect(imported.schemas == {"1": {"type": "object", "properties": {"id": {"type": "string"}}}}, "imported schema")
+    expect(imported.group_name == "Imported" and imported.feature_flags == ["imported-flag"], f"imported extensions {imported!r}")
 
     step("endpoints")
     ep = sdk.endpoint.create(
@@ -479,9 +505,7 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     # The message was delivered (and resent): a bulk replay of its event type sends it once more.
     replay = sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, event_types=[et_name]))
     expect(str(replay.task) == "endpoint.bulk-replay", f"ReplayOut.task {replay.task!r}")
-    deadline = time.monotonic() + 20
-    while str((task := sdk.background_task.get(replay.id)).status) == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    task = wait_task(s, replay.id)
     expect(str(task.status) == "finished" and task.data.get("messagesSent") == 1, f"bulk replay task {task!r}")
     wait_attempts(s, app.id, msg.id, 3)
     sdk.message.expunge_content(app.id, msg.id)
@@ -495,9 +519,7 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect(sdk.message_attempt.get(app.id, msg.id, attempts[0].id).response == "", "attempt response not expunged")
     purge = sdk.message.expunge_all_contents(app.id)
     expect(str(purge.task) == "application.purge_content", f"ExpungeAllContentsOut.task {purge.task!r}")
-    deadline = time.monotonic() + 20
-    while str((task := sdk.background_task.get(purge.id)).status) == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    task = wait_task(s, purge.id)
     expect(str(task.status) == "finished" and "messagesPurged" in task.data, f"expunge-all task {task!r}")
     listed = sdk.background_task.list(options("BackgroundTaskListOptions", limit=250))
     expect(purge.id in [t.id for t in listed.data], f"background_task.list lacks {purge.id}")
@@ -530,6 +552,13 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
         app.id, ep.id, options("MessageAttemptListAttemptedMessagesOptions", tag=tag)
     )
     expect([m.id for m in attempted.data] == [tagged.id], f"attempted messages, tag: {[m.id for m in attempted.data]}")
+    # A bulk replay filtered by the tag sends that message again, and only it.
+    by_tag = sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, tag=tag))
+    task = wait_task(s, by_tag.id)
+    expect(str(task.status) == "finished" and task.data.get("messagesSent") == 1, f"bulk replay by tag {task!r}")
+    wait_attempts(s, app.id, tagged.id, 2)
+    refused = s.error(422).sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, tag="no spaces"))
+    expect(refused.detail[0].loc[-1] == "tag", f"422 for a bad bulk-replay tag names {refused.detail[0].loc!r}")
 
     step("scheduled delivery")
     at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)).replace(microsecond=0) + dt.timedelta(seconds=1)

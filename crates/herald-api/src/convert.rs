@@ -58,8 +58,8 @@ pub(crate) fn event_type(et: EventType) -> EventTypeOut {
         deprecated: et.deprecated,
         schemas: et.schemas.and_then(|text| serde_json::from_str(&text).ok()),
         feature_flag: et.feature_flag,
-        feature_flags: None,
-        group_name: None,
+        feature_flags: et.feature_flags,
+        group_name: et.group_name,
         created_at: datetime(et.created_at),
         updated_at: datetime(et.updated_at),
     }

@@ -376,10 +376,10 @@ pub struct EventTypeFromOpenApiOut {
     pub schemas: Option<JsonObject>,
     /// Deprecated flag.
     pub deprecated: bool,
-    /// Group name, if the document gives one (not stored by Herald).
+    /// Group name, if the document gives one (`x-svix-group-name`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_name: Option<String>,
-    /// Feature flags, if the document gives some (not stored by Herald).
+    /// Feature flags, if the document gives some (`x-svix-feature-flags`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feature_flags: Option<Vec<String>>,
 }
@@ -1031,7 +1031,7 @@ pub struct BulkReplayIn {
     /// Only messages on this channel.
     #[serde(default)]
     pub channel: Option<String>,
-    /// Only messages with this tag (not offered yet: refused when set).
+    /// Only messages with this tag.
     #[serde(default)]
     pub tag: Option<String>,
     /// Only deliveries in this state (Svix `MessageStatus`: 0 success, 1 pending, 2 fail, 3 sending,

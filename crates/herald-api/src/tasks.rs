@@ -45,6 +45,8 @@ pub(crate) struct ReplayFilter {
     pub(crate) event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub(crate) channel: Option<String>,
+    /// Only messages with this tag.
+    pub(crate) tag: Option<String>,
     /// Svix's `MessageStatus` of the delivery (0 success, 1 pending, 2 fail, 3 sending, 4 canceled).
     pub(crate) status: Option<i64>,
     /// The latest attempt's status class (0 none, 100 … 500).
@@ -125,6 +127,7 @@ impl Plan {
             until: self.until,
             event_types: filter.event_types,
             channel: filter.channel,
+            tag: filter.tag,
             status_class: filter.status_code_class,
             after_seq: self.after_seq,
             through_seq: self.through_seq,
@@ -149,6 +152,7 @@ impl Plan {
             data["messagesSent"] = json!(self.queued);
             data["eventTypes"] = json!(filter.event_types);
             data["channel"] = json!(filter.channel);
+            data["tag"] = json!(filter.tag);
             data["status"] = json!(filter.status);
             data["statusCodeClass"] = json!(filter.status_code_class);
         }
@@ -164,6 +168,8 @@ impl Plan {
             TaskKind::BulkReplay => Repair::BulkReplay(ReplayFilter {
                 event_types: serde_json::from_value(data.get("eventTypes")?.clone()).ok()?,
                 channel: serde_json::from_value(data.get("channel")?.clone()).ok()?,
+                // Absent from the rows of tasks started before tags were filtered on.
+                tag: data.get("tag").and_then(Value::as_str).map(str::to_owned),
                 status: int("status"),
                 status_code_class: int("statusCodeClass"),
             }),

@@ -47,8 +47,12 @@ pub struct EventType {
     pub archived: bool,
     /// Marked for removal.
     pub deprecated: bool,
-    /// Optional feature flag gating visibility.
+    /// Optional feature flag gating visibility (Svix's older single-flag form).
     pub feature_flag: Option<String>,
+    /// Feature flags gating visibility (Svix's `featureFlags`).
+    pub feature_flags: Option<Vec<String>>,
+    /// The display group (Svix's `groupName`).
+    pub group_name: Option<String>,
     /// JSON schemas by version, kept as raw JSON text.
     pub schemas: Option<String>,
     /// Creation time.

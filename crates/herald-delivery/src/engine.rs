@@ -31,7 +31,7 @@ use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{
     EndpointLimits, EndpointSnapshot, Finished, Loaded, Refill, Scheduler, SchedulerConfig, Verdict,
 };
-use herald_store::{AttemptRecord, CommitFeed, OwnershipEvent, PendingDelivery, SharedStore, StoreError};
+use herald_store::{AttemptRecord, CommitFeed, OwnershipEvent, PendingDelivery, SharedStore, StoreError, partition_of};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
@@ -463,9 +463,19 @@ impl Engine {
             return;
         }
         let now = now_ms();
+        let mut unqueued = Vec::new();
         for delivery in batch {
             if !self.owner.owns(&delivery.endpoint_id) {
                 // Its owner (another node) is told by the store.
+                continue;
+            }
+            if self.owner.is_shared() && !self.scheduler.has_queue(delivery.endpoint_id.as_str()) {
+                // With several nodes, an endpoint without a queue may have deliveries in the store that
+                // never reached this node's feed: committed while its partition was another node's or
+                // nobody's (a takeover owns a partition before it announces the partition's backlog).
+                // A queue starting at this `seq` would skip them for good, so it starts with a read of
+                // the store instead, which finds this delivery too.
+                unqueued.push(delivery.endpoint_id);
                 continue;
             }
             let Some(key) = self.key_for(&delivery.endpoint_id) else {
@@ -474,6 +484,7 @@ impl Engine {
             let (seq, due) = (delivery.seq, delivery.next_attempt_at);
             self.scheduler.offer(key, seq, due, Job::of(delivery), now);
         }
+        self.work_arrived(unqueued);
     }
 
     /// The scheduler key of an endpoint, registering (and loading) it on first sight; `None` for a
@@ -715,14 +726,16 @@ impl Engine {
         match change {
             OwnershipEvent::Work(endpoints) => self.work_arrived(endpoints),
             OwnershipEvent::Seen(seq) => self.feed_gate.watched_up_to(seq),
-            OwnershipEvent::Released => {
+            OwnershipEvent::Released(partitions) => {
                 // Stop scheduling them; attempts in flight finish and their results are fenced by the
-                // store. A later owner reads their deliveries back from the store.
+                // store. A later owner reads their deliveries back from the store — this node too, should
+                // it own a partition again already: its queues go all the same (see the event's docs).
+                let partitions: HashSet<i32> = partitions.into_iter().collect();
                 let gone: Vec<EndpointId> = self
                     .scheduler
                     .endpoint_keys()
                     .chain(self.endpoints.keys())
-                    .filter(|key| !self.owner.owns(key))
+                    .filter(|key| partitions.contains(&partition_of(key)) || !self.owner.owns(key))
                     .cloned()
                     .collect();
                 for key in gone {

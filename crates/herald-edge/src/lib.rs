@@ -24,6 +24,7 @@ pub mod config;
 mod fd;
 mod front;
 pub mod head;
+pub mod problem;
 mod registry;
 mod serve;
 mod service;

@@ -5,6 +5,7 @@
 use herald_core::id::{EndpointId, MessageId};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use herald_core::model::{AttemptTrigger, Endpoint};
 use tokio::sync::mpsc;
@@ -28,6 +29,11 @@ pub struct SqlStore<D: Dialect> {
     pub(crate) writes: D::Pool,
     /// The group-commit writer's queue.
     pub(crate) ingest: mpsc::Sender<IngestJob>,
+    /// How long an ingest request waits for the group-commit writer to take its message before it is
+    /// answered `TimedOut` and the message given back unwritten (see [`crate::group_commit::Ticket`]);
+    /// PostgreSQL: the bound of every call, which also bounds the writer's batches; SQLite: no limit (a
+    /// local file's commit is bounded by its busy timeout and the disk).
+    pub(crate) ingest_wait: Option<Duration>,
     /// The commit feed, until the engine takes it.
     pub(crate) feed: Mutex<Option<CommitFeed>>,
     /// Seals endpoint secrets and headers.

@@ -420,6 +420,8 @@ pub struct RequeueSelection {
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub channel: Option<String>,
+    /// Only messages with this tag (each candidate looked up in the tag index by its key).
+    pub tag: Option<String>,
     /// Only deliveries whose latest attempt got a response of this class (100, 200, … 500), or none
     /// (0: no attempt, or no HTTP response).
     pub status_class: Option<i64>,
@@ -508,15 +510,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// the same transaction.
     async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()>;
 
-    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
-    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
-    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
-    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
-    /// queued at the group-commit writer in that order, so they share its commits and are created in
-    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
-    /// queued after it is written either (each is answered with the batch's error), so what was stored
-    /// is always a prefix of each ordering key's messages.
-    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
     async fn get_message(&self, app_id: &AppId, id: &MessageIdOrEventId) -> StoreResult<Message>;
     /// List an app's messages, newest first.
@@ -749,6 +742,21 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn ping(&self) -> StoreResult<()>;
 }
 unbounded {
+    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
+    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
+    ///
+    /// Bounded by the store itself, not by [`bounded::BoundedStore`]: a message answered with an error
+    /// is never committed afterwards. On PostgreSQL its request waits for the group-commit writer to take
+    /// it for at most the bound of every call, then (`TimedOut`) it is given back unwritten; once taken,
+    /// it waits for its batch, which the writer gives up after the same bound.
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, or a message's wait run
+    /// out before the writer took it, none of the messages queued after it is written either (each is
+    /// answered with an error), so what was stored is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
+
     /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
     /// local scheduler. It can be taken once; later calls return `None`.
     fn take_commit_feed(&self) -> Option<CommitFeed>;
@@ -764,6 +772,14 @@ unbounded {
     }
 }
 forwarded {
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
+        self.inner.ingest(new).await
+    }
+
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        self.inner.ingest_many(batch).await
+    }
+
     fn take_commit_feed(&self) -> Option<CommitFeed> {
         self.inner.take_commit_feed()
     }
@@ -808,9 +824,12 @@ pub enum OwnershipEvent {
     /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
     /// partition was just taken over, or another node ingested messages for them.
     Work(Vec<EndpointId>),
-    /// Partitions were given up or lost: stop scheduling every endpoint this node no longer owns (what
-    /// is in flight finishes; its results are fenced).
-    Released,
+    /// These partitions were given up or lost: stop scheduling their endpoints (what is in flight
+    /// finishes; its results are fenced). The engine forgets their queues even if a partition is owned
+    /// again by the time it reads this: a queue kept across a lapse would hold a cursor past deliveries
+    /// committed while this node did not own it, and skip them; the takeover announces the partition's
+    /// backlog afresh ([`OwnershipEvent::Work`], always after this event).
+    Released(Vec<i32>),
     /// An endpoint was changed or deleted, possibly through another node's API: reload it.
     EndpointChanged(EndpointId),
     /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have

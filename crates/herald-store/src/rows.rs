@@ -134,6 +134,8 @@ pub(crate) fn event_type(row: &impl Columns) -> StoreResult<EventType> {
         archived: row.flag("archived")?,
         deprecated: row.flag("deprecated")?,
         feature_flag: row.opt_free_text("feature_flag")?,
+        feature_flags: decode_list(row.opt_text("feature_flags")?)?,
+        group_name: row.opt_free_text("group_name")?,
         schemas: row.opt_free_text("schemas")?,
         created_at: row.int("created_at")?,
         updated_at: row.int("updated_at")?,

@@ -252,7 +252,16 @@ async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
     );
     // At its next renewal the node learns it lost the partition, and tells its engine.
     tokio::time::timeout(Duration::from_secs(5), async {
-        while events.recv().await != Some(OwnershipEvent::Released) {}
+        loop {
+            match events.recv().await {
+                Some(OwnershipEvent::Released(partitions)) => {
+                    assert!(partitions.contains(&partition_of(&e.id)), "{partitions:?}");
+                    break;
+                }
+                Some(_) => {}
+                None => panic!("the events ended"),
+            }
+        }
     })
     .await
     .expect("a Released event");

@@ -789,3 +789,132 @@ async fn the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_r
         silenced.elapsed()
     );
 }
+
+/// Wait (generously) until a session of the node waits on a lock the test's session `holder` holds.
+async fn wait_blocked_by(db: &sqlx::PgPool, holder: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let blocked: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))")
+                .bind(holder)
+                .fetch_one(db)
+                .await
+                .expect("read pg_stat_activity");
+        if blocked > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the node never waited on the test's lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether the application holds a message with this `eventId`.
+async fn has_message(herald: &Herald, app: &str, event: &str) -> bool {
+    let (status, body) = herald.call("GET", &format!("/app/{app}/msg/{event}"), None).await;
+    assert!(matches!(status, 200 | 404), "{status} {body}");
+    status == 200
+}
+
+/// A session of the test's own holding an application's row lock, which the group-commit writer's
+/// `FOR SHARE` read of that application waits on: the batch holding a message to it stays open until
+/// the test commits.
+struct RowLock {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    pid: i32,
+}
+
+impl RowLock {
+    async fn take(db: &sqlx::PgPool, app: &str) -> Self {
+        let mut tx = db.begin().await.expect("begin");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("pid");
+        sqlx::query("SELECT 1 FROM application WHERE id = $1 FOR UPDATE")
+            .bind(app)
+            .execute(&mut *tx)
+            .await
+            .expect("lock the application's row");
+        Self { tx, pid }
+    }
+
+    async fn release(self) {
+        self.tx.commit().await.expect("release the lock");
+    }
+}
+
+/// A message queued behind a long (but healthy) batch is taken by the next batch only after part of its
+/// wait is spent; should that batch then run past the rest of it, the message must not be answered `503`
+/// while its batch goes on to commit it (a producer that retried without an `eventId` would store it
+/// twice). Before, the message's wait was cut at the bound counted from its arrival, and the next batch
+/// committed it regardless. Deterministic: the test holds the row locks the writer's batches wait on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_answered_503_is_never_committed_by_a_later_batch() {
+    let test = "a_message_answered_503_is_never_committed_by_a_later_batch";
+    // Bound 4.5 s (a message's wait, and a batch's transaction); a lock wait is given up after 4 s.
+    let env = [
+        ("HERALD_DATABASE_TIMEOUT", "500ms"),
+        ("HERALD_DATABASE_STATEMENT_TIMEOUT", "4s"),
+    ];
+    let Some(mut herald) = Herald::start_pg(test, &env).await else {
+        return;
+    };
+    let (first_app, second_app) = (herald.app("first").await, herald.app("second").await);
+    let url = herald.database.as_ref().expect("database").url.clone();
+    let db = sqlx::PgPool::connect(&url).await.expect("the test's own connection");
+
+    let first_lock = RowLock::take(&db, &first_app).await;
+    let node = &herald;
+    let post = |app: &str, event: &str| {
+        let path = format!("/app/{app}/msg");
+        let body = json!({"eventType": "invoice.paid", "eventId": event, "payload": {"n": 1}});
+        async move { timed(node, "POST", &path, Some(body)).await }
+    };
+    let first = post(&first_app, "first");
+    let second = post(&second_app, "second");
+    let scenario = async {
+        // The first message's batch waits on the first application's row ...
+        wait_blocked_by(&db, first_lock.pid, "the first message's batch").await;
+        let blocked_at = Instant::now();
+        let second_lock = RowLock::take(&db, &second_app).await;
+        // ... while the second message arrives and queues behind it (sent below, once this runs).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The first batch commits 3 s into its 4 s lock wait; the writer takes the second message into
+        // the next batch, which waits on the second application's row.
+        tokio::time::sleep_until((blocked_at + Duration::from_secs(3)).into()).await;
+        first_lock.release().await;
+        wait_blocked_by(&db, second_lock.pid, "the second message's batch").await;
+        // Released past the second message's bound counted from its arrival (4.5 s after about 0.3 s),
+        // within its batch's 4 s lock wait (from about 3 s).
+        tokio::time::sleep_until((blocked_at + Duration::from_millis(5_900)).into()).await;
+        second_lock.release().await;
+    };
+    let second_later = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        second.await
+    };
+    let ((first_status, first_body, _), (second_status, second_body, second_took), ()) =
+        tokio::join!(first, second_later, scenario);
+    assert_eq!(first_status, 202, "{first_body}");
+
+    let second_stored = has_message(&herald, &second_app, "second").await;
+    match second_status {
+        202 => assert!(second_stored, "acknowledged but not stored: {second_body}"),
+        _ => assert!(
+            !second_stored,
+            "answered {second_status} {second_body} after {second_took:?}, but its batch committed it"
+        ),
+    }
+    // Its batch was healthy: the message is acknowledged, after the time its batch took.
+    assert_eq!(second_status, 202, "{second_body}");
+    herald.kill9();
+    herald.restart().await;
+    assert!(
+        has_message(&herald, &second_app, "second").await,
+        "the acknowledged message is there after kill -9"
+    );
+    println!("reliability: a message taken into a slow batch: answered {second_status} after {second_took:?}");
+}

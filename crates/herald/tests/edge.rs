@@ -279,15 +279,13 @@ async fn an_answer_given_before_the_body_was_read_closes_the_connection_and_says
     );
 }
 
-#[tokio::test]
-async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_read() {
-    let herald = Herald::start(&[]).await;
-    // An authorised request whose Content-Length (100 MB) is over the body limit, most of it never sent:
-    // the answer comes on the head alone (before the body timeout could act), says `connection: close`,
-    // and the connection ends after it.
+/// An authorised request to `path` whose `Content-Length` (100 MB) is over the body limit, most of it
+/// never sent: the answer is a 413 JSON on the head alone (before the body timeout could act), says
+/// `connection: close`, and the connection ends after it.
+async fn assert_a_body_declared_over_the_limit_is_refused_at_once(herald: &Herald, path: &str) {
     let mut stream = TcpStream::connect(herald.addr).await.expect("connect");
     let head = format!(
-        "POST /api/v1/app HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
          Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.expect("write head");
@@ -297,10 +295,78 @@ async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_rea
         .expect("write the start of the body");
     let bytes = read_all(&mut stream).await;
     let answer = parse(&bytes).expect("an answer");
-    assert_eq!(answer.status, 413, "{:?}", String::from_utf8_lossy(&bytes));
+    assert_eq!(answer.status, 413, "{path}: {:?}", String::from_utf8_lossy(&bytes));
     assert!(answer.content_type.starts_with("application/json"), "{answer:?}");
-    assert!(answer.body["code"].is_string(), "{answer:?}");
+    assert_eq!(answer.body["code"], "payload_too_large", "{answer:?}");
     assert!(says_close(&bytes), "{:?}", String::from_utf8_lossy(&bytes));
+}
+
+#[tokio::test]
+async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_read() {
+    let sender = Herald::start(&[]).await;
+    assert_a_body_declared_over_the_limit_is_refused_at_once(&sender, "/api/v1/app").await;
+    let inbox = Herald::start_inbox(INBOX, &[], None).await;
+    assert_a_body_declared_over_the_limit_is_refused_at_once(&inbox, "/in/acme").await;
+}
+
+/// A connection with a request in progress on it: the head of a POST to `path` sent, with one byte of
+/// its 100-byte body.
+async fn busy_connection(herald: &Herald, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(herald.addr).await.expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    stream
+}
+
+/// With every one of its connections (2 here) busy with a request, a newcomer is answered
+/// `503 server_busy` in JSON with `Retry-After`, and the server answers again once they are gone.
+async fn assert_overload_is_answered_json(herald: &Herald, path: &str) {
+    let held = [busy_connection(herald, path).await, busy_connection(herald, path).await];
+    let health = b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    // The server takes the held connections' heads in a moment; until then a newcomer may take a slot.
+    let deadline = Instant::now() + CLOSED_WITHIN;
+    let refused = loop {
+        let answer = send_raw(herald.addr, health).await;
+        if answer.status != 200 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (refused.status, refused.body["code"].as_str()),
+        (503, Some("server_busy")),
+        "{path}: {refused:?}"
+    );
+    assert!(refused.content_type.starts_with("application/json"), "{refused:?}");
+    assert!(
+        refused.body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{refused:?}"
+    );
+    drop(held);
+    let deadline = Instant::now() + CLOSED_WITHIN;
+    loop {
+        let answer = send_raw(herald.addr, health).await;
+        if answer.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path}: still refused after the busy connections left: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn overload_is_answered_503_server_busy_json_by_the_sender_and_the_inbox() {
+    let cap = [("HERALD_MAX_CONNECTIONS", "2")];
+    let sender = Herald::start(&cap).await;
+    assert_overload_is_answered_json(&sender, "/api/v1/app").await;
+    let inbox = Herald::start_inbox(INBOX, &cap, None).await;
+    assert_overload_is_answered_json(&inbox, "/in/acme").await;
 }
 
 /// Read until the stream ends; what was read (the connection is known to close).

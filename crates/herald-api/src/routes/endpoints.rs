@@ -440,7 +440,7 @@ async fn replace(
         Err(StoreError::NotFound) => {
             let mut fields = EndpointFields::from(input);
             fields.uid = Some(validate::uid_for_put(
-                &endpoint_id,
+                ("endpoint_id", &endpoint_id),
                 fields.uid.as_deref(),
                 IdKind::Endpoint,
                 "endpoint",

@@ -21,8 +21,8 @@ use crate::convert;
 use crate::error::{ApiError, ApiResult, Problem, Source};
 use crate::lookup;
 use crate::model::{
-    ApplicationIn, ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut,
-    MessageEndpointOut, MessageIn, MessageOut,
+    ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut, MessageEndpointOut,
+    MessageIn, MessageOut,
 };
 use crate::query::Query;
 use crate::state::AppState;
@@ -57,7 +57,7 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
         validate::names("channels", channels, MAX_CHANNELS, true)?;
     }
     if let Some(tags) = &input.tags {
-        validate::tags(tags)?;
+        validate::tags("tags", tags)?;
     }
     if let Some(at) = input.deliver_at {
         validate::deliver_at(at, herald_core::clock::now_ms())?;
@@ -123,14 +123,6 @@ fn new_message(input: MessageIn, app_id: &AppId, idempotency_key: Option<String>
     })
 }
 
-/// The app of the path (its id), created first when `application` asks for it and the path names none.
-async fn app_of(state: &AppState, app_id: &str, application: Option<ApplicationIn>) -> ApiResult<AppId> {
-    match application {
-        Some(application) => apps::resolve_or_create(state, app_id, application).await,
-        None => lookup::app_id(state, app_id).await,
-    }
-}
-
 /// One span per ingest request (`ingest`): the application as given, then the message id and whether it
 /// was new, so the request's log lines and its trace carry the `msg_…` that the dashboard shows.
 #[tracing::instrument(name = "ingest", skip_all, fields(app = %app_id, msg = tracing::field::Empty, duplicate = tracing::field::Empty))]
@@ -144,7 +136,7 @@ async fn create(
     check(&input, &state)?;
     let idempotency_key = crate::idempotency::key_of(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app_id = app_of(&state, &app_id, input.application.take()).await?;
+    let app_id = apps::id_or_create(&state, &app_id, input.application.take()).await?;
     let new = new_message(input, &app_id, idempotency_key)?;
     // Kept to compare with the stored message should the key turn out to be taken.
     let asked = new.idempotency_key.is_some().then(|| new.clone());

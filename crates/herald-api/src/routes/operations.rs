@@ -201,11 +201,8 @@ async fn bulk_replay(
     if let Some(channel) = &input.channel {
         validate::name("channel", channel, true)?;
     }
-    if input.tag.is_some() {
-        return Err(ApiError::body(
-            "tag",
-            "filtering a bulk replay by message tag is not supported yet",
-        ));
+    if let Some(tag) = &input.tag {
+        validate::tags("tag", [tag])?;
     }
     if let Some(status) = input.status
         && !(0..=4).contains(&status)
@@ -226,6 +223,7 @@ async fn bulk_replay(
     let filter = ReplayFilter {
         event_types: input.event_types,
         channel: input.channel,
+        tag: input.tag,
         status: input.status,
         status_code_class: input.status_code_class,
     };

@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use herald_core::clock::now_ms;
-use herald_core::id::{AppId, IdKind, SinkId};
+use herald_core::id::{AppId, SinkId};
 use herald_store::AppToken;
 
 use super::apps;
@@ -23,7 +23,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::lookup;
 use crate::model::{AppPortalAccessIn, AppPortalAccessOut, ApplicationTokenExpireIn, TokenInfoOut};
 use crate::state::AppState;
-use crate::validate;
 
 /// The longest a token may live, and its default (as Svix).
 const MAX_EXPIRY_SECONDS: u64 = 7 * 24 * 3600;
@@ -168,27 +167,11 @@ async fn issue(
     if let Some(session) = &input.session_id {
         session_name("sessionId", session)?;
     }
-    if let Some(application) = &input.application {
-        apps::check_in(application)?;
-    }
-    let app = match (lookup::app(state, app_id).await, input.application) {
-        (Ok(app), _) => app,
-        // As Svix: `application` creates the application when the path names none.
-        (Err(error), Some(mut application)) if error.status == StatusCode::NOT_FOUND => {
-            application.uid = Some(validate::uid_for_put(
-                app_id,
-                application.uid.as_deref(),
-                IdKind::Application,
-                "application",
-            )?);
-            apps::create_new(state, application).await?
-        }
-        (Err(error), _) => return Err(error),
-    };
+    let app_id = apps::id_or_create(state, app_id, input.application).await?;
     let token = mint(
         state,
         TOKEN_PREFIX,
-        &app.id,
+        &app_id,
         None,
         input.session_id.as_deref(),
         input.read_only.unwrap_or(false),

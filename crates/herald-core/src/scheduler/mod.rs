@@ -511,6 +511,15 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
         }
     }
 
+    /// Whether the scheduler holds a queue for this endpoint.
+    pub fn has_queue<Q>(&self, endpoint: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.endpoints.contains_key(endpoint)
+    }
+
     /// Counts for one endpoint: (resident, in flight, ready), or `None` if unknown.
     pub fn endpoint_counts(&self, endpoint: &K) -> Option<(usize, u32, usize)> {
         self.endpoints

@@ -17,12 +17,13 @@ use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
-use tokio::sync::oneshot;
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore};
 use crate::events::{self, NewEvent};
-use crate::group_commit::{Fence, IngestJob};
+use crate::group_commit::{Fence, Waiting};
 use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
@@ -37,21 +38,31 @@ const HEALTH_PROBE_KEY: &str = "health_probe";
 
 #[allow(private_bounds)]
 impl<D: Dialect> SqlStore<D> {
-    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`); the writer's answer.
+    /// Until when a request that starts now waits for the group-commit writer to take its messages, and
+    /// the bound that stands for (see [`SqlStore::ingest_wait`]).
+    fn ingest_deadline(&self) -> Option<(Instant, Duration)> {
+        self.ingest_wait.map(|bound| (Instant::now() + bound, bound))
+    }
+
+    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`), waiting for room in its
+    /// queue until `until` at most (see [`Self::ingest_deadline`]); the request's side of the job.
     async fn queue_ingest(
         &self,
         new: NewMessage,
         fence: Option<Arc<Fence>>,
-    ) -> StoreResult<oneshot::Receiver<StoreResult<Ingested>>> {
-        let (reply, answer) = oneshot::channel();
-        let job = IngestJob {
-            new,
-            reply,
-            outbox: None,
-            fence,
-        };
-        self.ingest.send(job).await.map_err(|_| StoreError::Closed)?;
-        Ok(answer)
+        until: Option<(Instant, Duration)>,
+    ) -> StoreResult<Waiting> {
+        let (job, waiting) = Waiting::queue(new, fence);
+        let sent = self.ingest.send(job);
+        match until {
+            // Not queued by then: it is never written (a send given up does not deliver its job).
+            Some((at, bound)) => tokio::time::timeout_at(at, sent)
+                .await
+                .map_err(|_| StoreError::TimedOut(bound))?,
+            None => sent.await,
+        }
+        .map_err(|_| StoreError::Closed)?;
+        Ok(waiting)
     }
 
     /// Decode an endpoint row, opening its secret and headers.
@@ -166,6 +177,14 @@ pub(crate) fn selected<'a, D: Dialect>(what: &str, selection: &'a RequeueSelecti
         let mark = sql.mark(channel);
         sql.push(" AND ").push(&D::json_array_contains("m.channels", &mark));
     }
+    if let Some(tag) = &selection.tag {
+        // One primary-key lookup in the tag index per candidate delivery.
+        let mark = sql.mark(tag);
+        sql.push(&format!(
+            " AND EXISTS (SELECT 1 FROM message_tag t WHERE t.app_id = m.app_id AND t.tag = {mark} \
+             AND t.message_id = m.id)"
+        ));
+    }
     if let Some(class) = selection.status_class {
         // The latest attempt's status class; no attempt, or one without an HTTP response, is class 0.
         sql.push(
@@ -273,8 +292,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn create_event_type(&self, et: &EventType) -> StoreResult<()> {
         Sql::new(
-            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, feature_flags, \
+             group_name, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&et.name)
         .free(&et.description)
@@ -282,6 +301,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(et.deprecated)
         .opt_free(et.feature_flag.as_deref())
         .opt_free(et.schemas.as_deref())
+        .bind(rows::encode_list(&et.feature_flags))
+        .opt_free(et.group_name.as_deref())
         .bind(et.created_at)
         .bind(et.updated_at)
         .execute(self.writes())
@@ -317,13 +338,15 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
         let changed = Sql::new(
             "UPDATE event_type SET description = $1, archived = $2, deprecated = $3, feature_flag = $4, \
-             schemas = $5, updated_at = $6 WHERE name = $7",
+             schemas = $5, feature_flags = $6, group_name = $7, updated_at = $8 WHERE name = $9",
         )
         .free(&et.description)
         .bind(et.archived)
         .bind(et.deprecated)
         .opt_free(et.feature_flag.as_deref())
         .opt_free(et.schemas.as_deref())
+        .bind(rows::encode_list(&et.feature_flags))
+        .opt_free(et.group_name.as_deref())
         .bind(et.updated_at)
         .free(&et.name)
         .execute(self.writes())
@@ -450,24 +473,41 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
-        // On PostgreSQL the wait is bounded like every call (see `crate::bounded`), by the writer's own
-        // transaction bound, not by the acquire timeout alone: a burst of thousands of messages
-        // legitimately queues for longer than a second. A message whose wait ran out is not acknowledged,
-        // though its batch may still commit (a retry with the same `eventId` or `idempotency-key` finds it).
-        let answer = self.queue_ingest(new, None).await?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        // Bounded here, not by the decorator of every PostgreSQL call (see `crate::bounded`): a message
+        // answered 503 must never be committed afterwards, so the wait is cut only while the writer has
+        // not taken the message yet; once it has, the batch's answer comes within the writer's own bound.
+        let until = self.ingest_deadline();
+        self.queue_ingest(new, None, until).await?.answer(until).await
     }
 
     async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        let until = self.ingest_deadline();
         let fence = Arc::new(Fence::default());
-        let mut answers = Vec::with_capacity(batch.len());
+        let total = batch.len();
+        let mut waiting = Vec::with_capacity(total);
+        let mut unqueued = None;
         // Queued one after the other (never concurrently), so the writer sees them in the given order.
         for new in batch {
-            answers.push(self.queue_ingest(new, Some(fence.clone())).await?);
+            match self.queue_ingest(new, Some(fence.clone()), until).await {
+                Ok(queued) => waiting.push(queued),
+                Err(error) => {
+                    // Neither this message nor any after it is queued, so none of them is written.
+                    unqueued = Some(error);
+                    break;
+                }
+            }
         }
-        let mut outcomes = Vec::with_capacity(answers.len());
-        for answer in answers {
-            outcomes.push(answer.await.map_err(|_| StoreError::Closed)?);
+        let mut outcomes = Vec::with_capacity(total);
+        for queued in waiting {
+            outcomes.push(queued.answer(until).await);
+        }
+        if let Some(error) = unqueued {
+            while outcomes.len() < total {
+                outcomes.push(Err(match error {
+                    StoreError::TimedOut(bound) => StoreError::TimedOut(bound),
+                    _ => StoreError::Closed,
+                }));
+            }
         }
         Ok(outcomes)
     }

@@ -135,7 +135,7 @@ impl Leases {
             held.active.clear();
             held.draining.clear();
         });
-        self.emit(OwnershipEvent::Released);
+        self.emit(OwnershipEvent::Released(partitions.clone()));
         release(pool, &self.node_id, &partitions, &epochs).await?;
         sqlx::query("DELETE FROM node WHERE id = $1")
             .bind(&self.node_id)
@@ -253,21 +253,22 @@ impl Keeper {
         if !stale {
             return;
         }
-        let dropped = self
+        let dropped: Vec<i32> = self
             .leases
             .update(|held| {
-                let n = held.active.len() + held.draining.len();
-                held.active.clear();
-                held.draining.clear();
-                n
+                held.active
+                    .drain()
+                    .chain(held.draining.drain())
+                    .map(|(p, _)| p)
+                    .collect()
             })
-            .unwrap_or(0);
-        if dropped > 0 {
+            .unwrap_or_default();
+        if !dropped.is_empty() {
             tracing::warn!(
-                partitions = dropped,
+                partitions = dropped.len(),
                 "lost contact with the database: giving up every partition"
             );
-            self.leases.emit(OwnershipEvent::Released);
+            self.leases.emit(OwnershipEvent::Released(dropped));
         }
         self.renewed_at = None;
     }
@@ -303,18 +304,18 @@ impl Keeper {
             .await?
         };
         self.renewed_at = Some(started);
-        let lost = self
+        let lost: Vec<i32> = self
             .leases
             .update(|held| {
-                let before = held.active.len();
+                let lost: Vec<i32> = held.active.keys().filter(|p| !renewed.contains(p)).copied().collect();
                 held.active.retain(|p, _| renewed.contains(p));
                 held.draining.retain(|p, _| renewed.contains(p));
-                before - held.active.len()
+                lost
             })
-            .unwrap_or(0);
-        if lost > 0 {
-            tracing::warn!(partitions = lost, "partitions were taken over by another node");
-            self.leases.emit(OwnershipEvent::Released);
+            .unwrap_or_default();
+        if !lost.is_empty() {
+            tracing::warn!(partitions = lost.len(), "partitions were taken over by another node");
+            self.leases.emit(OwnershipEvent::Released(lost));
         }
 
         let live: i64 = sqlx::query_scalar(
@@ -407,7 +408,8 @@ impl Keeper {
             return;
         }
         tracing::info!(partitions = released.len(), "giving up partitions to other nodes");
-        self.leases.emit(OwnershipEvent::Released);
+        self.leases
+            .emit(OwnershipEvent::Released(released.iter().map(|(p, _)| *p).collect()));
         let pool = self.pool.clone();
         let leases = self.leases.clone();
         let drain = self.timing.drain;

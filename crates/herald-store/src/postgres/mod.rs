@@ -108,9 +108,9 @@ impl SqlStore<Postgres> {
         };
         let (stream_tx, stream) = tokio::sync::watch::channel(0);
         let health = Arc::new(WriteHealth::default());
-        // The writer gives a transaction up after the server's own bound plus the time to hear back (and
-        // closes its connection), and a request waits for its group commit no longer than that: the bound
-        // of every call (see `crate::bounded`).
+        // The writer gives a batch up after the server's own bound plus the time to get a connection and
+        // to hear back (and closes its connection); a request waits that long at most for the writer to
+        // take its message, then for that batch (see `crate::group_commit::Ticket`).
         tokio::spawn(group_commit::run(
             pool.clone(),
             writer,
@@ -131,6 +131,7 @@ impl SqlStore<Postgres> {
             reads: pool.clone(),
             writes: pool,
             ingest,
+            ingest_wait: Some(bound.limit()),
             feed: Mutex::new(Some(feed_rx)),
             stream,
             cipher,

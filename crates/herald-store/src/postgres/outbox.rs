@@ -259,6 +259,9 @@ async fn submit(ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>, fence: &Ar
             reply,
             outbox: Some(row.seq),
             fence: Some(fence.clone()),
+            // The reader waits for every answer (the writer bounds its batches) and never gives a row
+            // back: a row committed after its session was abandoned is deleted by that commit.
+            ticket: Arc::default(),
         };
         ingest.send(job).await.ok()?;
         round.push((row.seq, answer));

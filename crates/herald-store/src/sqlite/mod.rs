@@ -75,6 +75,7 @@ impl SqlStore<Sqlite> {
             reads,
             writes,
             ingest,
+            ingest_wait: None,
             feed: Mutex::new(Some(feed_rx)),
             stream,
             cipher,
