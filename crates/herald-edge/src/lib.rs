@@ -29,6 +29,6 @@ mod registry;
 mod serve;
 mod service;
 
-pub use config::{EdgeConfig, InvalidSetting, Limits};
+pub use config::{EdgeConfig, InvalidSetting, Limits, METRICS_CONNECTIONS};
 pub use serve::{Edge, SHUTDOWN_GRACE};
 pub use service::BoxError;

@@ -155,6 +155,24 @@ pub fn response(status: StatusCode, code: &str, detail: &Detail) -> Response {
     (status, axum::Json(Body { code, detail })).into_response()
 }
 
+/// A JSON `404 not_found` for a path nothing serves: the fallback of a router Herald serves.
+pub async fn no_route(uri: http::Uri) -> Response {
+    response(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        &Detail::Text(format!("no route for {}", uri.path())),
+    )
+}
+
+/// A JSON `405 method_not_allowed` for a path served with other methods.
+pub async fn wrong_method() -> Response {
+    response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &Detail::Text("this method is not allowed on this path".to_owned()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};

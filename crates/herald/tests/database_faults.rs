@@ -552,8 +552,8 @@ async fn post_until_acknowledged(inbox: &Herald, msg_id: &str, ledger: &mut Ledg
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledges_what_it_did_not_store() {
-    let test = "inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledges_what_it_did_not_store";
+async fn inbox_on_postgres_refused_black_holed_slowed_or_cut_at_commit_never_acknowledges_what_it_did_not_store() {
+    let test = "inbox_on_postgres_refused_black_holed_slowed_or_cut_at_commit_never_acknowledges_what_it_did_not_store";
     let handler = Receiver::start(common::Reply::status(200)).await;
     let schedule = vec!["500ms"; 50].join(",");
     let env = [("HERALD_INBOX_RETRY_SCHEDULE", schedule.as_str())];
@@ -579,7 +579,7 @@ async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledg
     let rounds = faults::rounds(1);
     let (mut committed_unacknowledged, mut rolled_back) = (0, 0);
     for _ in 0..rounds {
-        for fault in [Fault::Refused, Fault::BlackHoled] {
+        for fault in [Fault::Refused, Fault::BlackHoled, Fault::Slowed] {
             fault.start(&proxy).await;
             for _ in 0..3 {
                 let (status, body, elapsed) = post_timed(&inbox, &next_id("fault")).await;
@@ -673,7 +673,7 @@ async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledg
     };
     let arrivals = events.assert_inbox_kept(&mut inbox, &handler, check).await;
     println!(
-        "reliability: inbox, PostgreSQL refused/black-holed/cut at commit: rounds={rounds} acknowledged={} refused={} committed_unacknowledged={committed_unacknowledged} rolled_back={rolled_back} lost=0 stored_twice=0 duplicates={} slowest_503={slowest_503:?}",
+        "reliability: inbox, PostgreSQL refused/black-holed/slowed/cut at commit: rounds={rounds} acknowledged={} refused={} committed_unacknowledged={committed_unacknowledged} rolled_back={rolled_back} lost=0 stored_twice=0 duplicates={} slowest_503={slowest_503:?}",
         events.acknowledged.len(),
         events.refused_with("store_unavailable"),
         faults::duplicates(&arrivals),
