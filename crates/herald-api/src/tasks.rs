@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, EndpointId, MessageId, TaskId};
 use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, TaskKind, TaskState};
 use herald_store::{RequeueSelection, StoreError, StoreResult};
 use serde_json::{Value, json};
@@ -96,7 +96,7 @@ impl Repair {
 /// A task's parameters and progress, as its row's `data` carries them.
 #[derive(Debug, Clone)]
 struct Plan {
-    endpoint_id: String,
+    endpoint_id: EndpointId,
     since: i64,
     until: i64,
     repair: Repair,
@@ -176,7 +176,7 @@ impl Plan {
             _ => return None,
         };
         Some(Plan {
-            endpoint_id: data.get("endpointId")?.as_str()?.to_owned(),
+            endpoint_id: EndpointId::parse(data.get("endpointId")?.as_str()?).ok()?,
             since: int("since")?,
             until: int("until")?,
             repair,
@@ -214,7 +214,7 @@ pub(crate) async fn start(
     };
     let now = now_ms();
     let task = BackgroundTask {
-        id: new_id(IdKind::Task),
+        id: TaskId::new(),
         kind: plan.repair.kind(),
         app_id: endpoint.app_id.clone(),
         state: TaskState::Running,
@@ -231,12 +231,12 @@ pub(crate) async fn start(
 }
 
 /// Record a task expunging the payload of every message of `app_id` created until now, and start it.
-pub(crate) async fn start_purge(state: &AppState, app_id: &str) -> StoreResult<BackgroundTask> {
+pub(crate) async fn start_purge(state: &AppState, app_id: &AppId) -> StoreResult<BackgroundTask> {
     let now = now_ms();
     let task = BackgroundTask {
-        id: new_id(IdKind::Task),
+        id: TaskId::new(),
         kind: TaskKind::PurgeContent,
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         state: TaskState::Running,
         processed: 0,
         total: state.store.count_messages(app_id, 0, now.saturating_add(1)).await?,
@@ -289,7 +289,7 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         let endpoint = match Plan::from_data(task.kind, &task.data) {
             Some(plan) => state
                 .store
-                .get_endpoint(&task.app_id, &plan.endpoint_id)
+                .get_endpoint(&task.app_id, &(&plan.endpoint_id).into())
                 .await
                 .map(|endpoint| (plan, endpoint)),
             None => Err(StoreError::NotFound),
@@ -397,7 +397,7 @@ where
 
 /// Work through the repair chunk by chunk, recording progress in `task` after each.
 async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut BackgroundTask) -> StoreResult<()> {
-    let mut cursor: Option<String> = None;
+    let mut cursor: Option<MessageId> = None;
     loop {
         let now = now_ms();
         let (done, made_pending, handled) = match plan.selection() {
@@ -411,7 +411,7 @@ async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut 
             None => {
                 let (last, created) = state
                     .store
-                    .add_missing_deliveries(endpoint, plan.since, plan.until, cursor.as_deref(), CHUNK, now)
+                    .add_missing_deliveries(endpoint, plan.since, plan.until, cursor.as_ref(), CHUNK, now)
                     .await?;
                 let done = last.is_none();
                 cursor = last;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 pub use herald_signature::HeaderNames;
 
+use crate::id::{AppId, AttemptId, EndpointId, MessageId, TaskId};
 use crate::outcome::OutcomeClass;
 
 /// Free-form string labels a client attaches to an application or endpoint.
@@ -16,8 +17,8 @@ pub type Headers = BTreeMap<String, String>;
 /// A tenant: the owner of endpoints and messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Application {
-    /// `app_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: AppId,
     /// Optional client-chosen unique id, accepted wherever the id is.
     pub uid: Option<String>,
     /// Human name.
@@ -124,10 +125,10 @@ impl DisabledReason {
 /// A receiver's URL and what it subscribes to. `Debug` leaves the secret out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    /// `ep_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: EndpointId,
     /// The owning application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Optional client-chosen id, unique within the app.
     pub uid: Option<String>,
     /// Where deliveries go.
@@ -273,10 +274,10 @@ impl Ordering {
 /// A published event, kept byte-for-byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    /// `msg_…` id; also the `webhook-id` of every attempt.
-    pub id: String,
+    /// Its id; also the `webhook-id` of every attempt.
+    pub id: MessageId,
     /// The owning application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The producer's own unique id for the event, if given (deduplicated per app).
     pub event_id: Option<String>,
     /// The event type name.
@@ -326,7 +327,7 @@ pub struct OperationalEvent {
     /// The event type, e.g. `endpoint.disabled`.
     pub event_type: String,
     /// The application concerned.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The event's data as JSON text.
     pub data: String,
     /// When it happened.
@@ -473,12 +474,12 @@ impl TaskKind {
 /// A bulk operation running in the background (recover, replay-missing), with its progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackgroundTask {
-    /// `qtask_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: TaskId,
     /// What it does.
     pub kind: TaskKind,
     /// The application concerned.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Where it stands.
     pub state: TaskState,
     /// Items handled so far.
@@ -496,12 +497,12 @@ pub struct BackgroundTask {
 /// One HTTP attempt of one delivery; the attempt log is append-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
-    /// `atmpt_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: AttemptId,
     /// The message.
-    pub message_id: String,
+    pub message_id: MessageId,
     /// The endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// The URL the attempt went to (the endpoint may change later).
     pub url: String,
     /// 1 for the first attempt of the delivery, and so on.
@@ -529,8 +530,8 @@ mod tests {
     fn endpoint(types: Option<&[&str]>, channels: Option<&[&str]>) -> Endpoint {
         let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         Endpoint {
-            id: "ep_1".into(),
-            app_id: "app_1".into(),
+            id: EndpointId::new(),
+            app_id: AppId::new(),
             uid: None,
             url: "https://example.com".into(),
             description: String::new(),

@@ -2,6 +2,7 @@
 //! the few fragments the dialects spell differently, and the store operations whose SQL truly differs
 //! (bulk writes, leases, retention, notifications); and [`SqlStore`], what every SQL backend holds.
 
+use herald_core::id::{EndpointId, MessageId};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -164,7 +165,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         events: &'a [NewEvent],
     ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
     /// An endpoint changed (committed): tell the delivery engine of every node that may own it.
-    fn endpoint_changed<'a>(store: &'a SqlStore<Self>, endpoint_id: &'a str) -> impl Future<Output = ()> + Send + 'a;
+    fn endpoint_changed<'a>(
+        store: &'a SqlStore<Self>,
+        endpoint_id: &'a EndpointId,
+    ) -> impl Future<Output = ()> + Send + 'a;
 
     /// See [`crate::Store::record_attempts`] (bulk writes; fenced on PostgreSQL).
     fn record_attempts<'a>(
@@ -180,7 +184,7 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// See [`crate::Store::expire_waiting`] (fenced on PostgreSQL).
     fn expire_waiting<'a>(
         store: &'a SqlStore<Self>,
-        endpoint_id: &'a str,
+        endpoint_id: &'a EndpointId,
         created_before: i64,
         now: i64,
     ) -> impl Future<Output = StoreResult<u64>> + Send + 'a;
@@ -194,8 +198,8 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// See [`crate::Store::requeue_delivery`] (new `seq`s in commit order across nodes on PostgreSQL).
     fn requeue_delivery<'a>(
         store: &'a SqlStore<Self>,
-        message_id: &'a str,
-        endpoint_id: &'a str,
+        message_id: &'a MessageId,
+        endpoint_id: &'a EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> impl Future<Output = StoreResult<Requeue>> + Send + 'a;
@@ -214,10 +218,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         endpoint: &'a Endpoint,
         since: i64,
         until: i64,
-        after: Option<&'a str>,
+        after: Option<&'a MessageId>,
         limit: usize,
         now: i64,
-    ) -> impl Future<Output = StoreResult<(Option<String>, u64)>> + Send + 'a;
+    ) -> impl Future<Output = StoreResult<(Option<MessageId>, u64)>> + Send + 'a;
     /// See [`crate::Store::shutdown`].
     fn shutdown(store: &SqlStore<Self>) -> impl Future<Output = ()> + Send + '_;
     /// See [`crate::Store::ownership`].

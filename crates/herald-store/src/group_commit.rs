@@ -341,7 +341,7 @@ mod tests {
 
     fn new_message() -> NewMessage {
         NewMessage {
-            app_id: "app_1".to_owned(),
+            app_id: herald_core::id::AppId::new(),
             event_id: None,
             event_type: "t".to_owned(),
             channels: None,

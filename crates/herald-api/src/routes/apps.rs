@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, AppIdOrUid, IdKind};
 use herald_core::model::Application;
 use herald_store::StoreError;
 
@@ -53,7 +53,7 @@ pub(crate) async fn id_or_create(
     state: &AppState,
     id_or_uid: &str,
     application: Option<ApplicationIn>,
-) -> ApiResult<String> {
+) -> ApiResult<AppId> {
     match application {
         Some(application) => resolve_or_create(state, id_or_uid, application)
             .await
@@ -66,7 +66,7 @@ pub(crate) async fn id_or_create(
 /// `application` is ignored when the app exists, but validated all the same). The new app takes
 /// `id_or_uid` as its uid; a different `uid` in `input` is refused, as is a missing app named by an
 /// `app_…` id (ids are Herald's to give).
-async fn resolve_or_create(state: &AppState, id_or_uid: &str, mut input: ApplicationIn) -> ApiResult<String> {
+async fn resolve_or_create(state: &AppState, id_or_uid: &str, mut input: ApplicationIn) -> ApiResult<AppId> {
     check_in(&input)?;
     match lookup::app_id(state, id_or_uid).await {
         Err(error) if error.status == StatusCode::NOT_FOUND => {}
@@ -108,7 +108,7 @@ async fn create(
     if Query::of(&uri).flag("get_if_exists", false)?
         && let Some(uid) = &input.uid
     {
-        match state.store.get_app(uid).await {
+        match state.store.get_app(&AppIdOrUid::new(uid)).await {
             Ok(existing) => return Ok((StatusCode::OK, Json(convert::application(existing)))),
             Err(StoreError::NotFound) => {}
             Err(other) => return Err(ApiError::from_store(other, "application")),
@@ -138,7 +138,7 @@ pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiRes
 fn new_app(input: ApplicationIn) -> ApiResult<Application> {
     let now = now_ms();
     Ok(Application {
-        id: new_id(IdKind::Application),
+        id: AppId::new(),
         uid: input.uid,
         name: input.name,
         rate_limit: input.throttle_rate.map(u32::from),
@@ -163,7 +163,7 @@ async fn replace(
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
     check(&input.name, input.uid.as_deref(), &input.metadata)?;
     let payload_retention_days = retention(input.payload_retention_period)?;
-    match state.store.get_app(&app_id).await {
+    match state.store.get_app(&AppIdOrUid::new(&app_id)).await {
         Ok(mut app) => {
             app.uid = input.uid;
             app.name = input.name;

@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::breaker::BreakerState;
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{EndpointId, EndpointIdOrUid, IdKind};
 use herald_core::model::{Application, DisabledReason, Endpoint, HeaderNames, Headers, Ordering};
 use herald_store::StoreError;
 
@@ -255,18 +255,14 @@ async fn create(
         ));
     }
     let secret = initial_key(input.secret.as_deref(), input.signature_type.as_deref())?;
-    let endpoint = insert(&state, &app, new_endpoint_id(), secret, headers, input.into_fields()).await?;
+    let endpoint = insert(&state, &app, EndpointId::new(), secret, headers, input.into_fields()).await?;
     Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
-}
-
-fn new_endpoint_id() -> String {
-    new_id(IdKind::Endpoint)
 }
 
 async fn insert(
     state: &AppState,
     app: &Application,
-    id: String,
+    id: EndpointId,
     secret: String,
     headers: Headers,
     fields: EndpointFields,
@@ -449,7 +445,11 @@ async fn replace(
     JsonBody(input): JsonBody<EndpointUpdate>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = lookup::app(&state, &app_id).await?;
-    match state.store.get_endpoint(&app.id, &endpoint_id).await {
+    match state
+        .store
+        .get_endpoint(&app.id, &EndpointIdOrUid::new(&endpoint_id))
+        .await
+    {
         Ok(existing) => Ok((
             StatusCode::OK,
             Json(convert::endpoint(save(&state, &app, existing, input.into()).await?)),
@@ -463,7 +463,7 @@ async fn replace(
                 "endpoint",
             )?);
             let secret = generate_key(KeyKind::Hmac);
-            let endpoint = insert(&state, &app, new_endpoint_id(), secret, Headers::new(), fields).await?;
+            let endpoint = insert(&state, &app, EndpointId::new(), secret, Headers::new(), fields).await?;
             Ok((StatusCode::CREATED, Json(convert::endpoint(endpoint))))
         }
         Err(other) => Err(store_error(other)),

@@ -11,6 +11,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::id::{AppId, MessageIdOrEventId};
 use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 
@@ -104,10 +105,10 @@ fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
 }
 
 /// The message to store for `input`, which [`check`] accepted (the app already resolved to its id).
-fn new_message(input: MessageIn, app_id: &str, idempotency_key: Option<String>) -> ApiResult<NewMessage> {
+fn new_message(input: MessageIn, app_id: &AppId, idempotency_key: Option<String>) -> ApiResult<NewMessage> {
     let payload_retention_ms = payload_retention_ms(&input)?;
     Ok(NewMessage {
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         event_id: input.event_id,
         event_type: input.event_type,
         channels: input.channels.map(|set| set.into_iter().collect()),
@@ -286,7 +287,11 @@ async fn read(
 ) -> ApiResult<Json<MessageOut>> {
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app = lookup::app(&state, &app_id).await?;
-    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
+    let message = state
+        .store
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .await
+        .map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
 }
 
@@ -299,7 +304,11 @@ async fn deliveries(
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let page = Query::of(&uri).page()?;
     let app = lookup::app(&state, &app_id).await?;
-    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
+    let message = state
+        .store
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .await
+        .map_err(store_error)?;
     let found = state
         .store
         .list_deliveries_of_message(&app.id, &message.id, &page)

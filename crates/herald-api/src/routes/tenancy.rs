@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use herald_core::clock::now_ms;
+use herald_core::id::{AppId, SinkId};
 use herald_store::AppToken;
 
 use super::apps;
@@ -96,8 +97,8 @@ pub(crate) fn expiry_of(expiry: Option<u64>) -> ApiResult<u64> {
 pub(crate) async fn mint(
     state: &AppState,
     prefix: &str,
-    app_id: &str,
-    sink_id: Option<&str>,
+    app_id: &AppId,
+    sink_id: Option<&SinkId>,
     session_id: Option<&str>,
     read_only: bool,
     expiry_seconds: u64,
@@ -111,9 +112,9 @@ pub(crate) async fn mint(
     let expires_ms = i64::try_from(expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let stored = AppToken {
         token_sha256: hex::encode(crate::auth::token_digest(&token)),
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         read_only,
-        sink_id: sink_id.map(str::to_owned),
+        sink_id: sink_id.cloned(),
         session_id: session_id.map(str::to_owned),
         created_at: now,
         expires_at: now.saturating_add(expires_ms),
@@ -241,7 +242,7 @@ async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInf
         },
         Principal::App(token) => TokenInfoOut {
             kind: "app",
-            app_id: Some(token.app_id),
+            app_id: Some(token.app_id.into_string()),
             read_only: token.read_only,
             expires_at: Some(crate::convert::datetime(token.expires_at)),
         },

@@ -10,6 +10,9 @@ pub(crate) mod secrets;
 
 use std::sync::Arc;
 
+use herald_core::id::{
+    AppId, AppIdOrUid, AttemptId, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId, TaskId,
+};
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
     HeaderNames, Message, OperationalEvent, PreviousSecret, TaskKind, TaskState,
@@ -236,9 +239,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.watched(created).map(drop)
     }
 
-    async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application> {
+    async fn get_app(&self, id_or_uid: &AppIdOrUid) -> StoreResult<Application> {
         let row = Sql::new("SELECT * FROM application WHERE id = $1 OR uid = $1 LIMIT 1")
-            .free(id_or_uid)
+            .bind(id_or_uid)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -252,7 +255,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| {
-            a.id.clone()
+            a.id.to_string()
         }))
     }
 
@@ -275,14 +278,14 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
-    async fn delete_app(&self, id: &str) -> StoreResult<()> {
+    async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         Sql::new("DELETE FROM attempt WHERE app_id = $1")
-            .free(id)
+            .bind(id)
             .execute(tx.on())
             .await?;
         let deleted = Sql::new("DELETE FROM application WHERE id = $1")
-            .free(id)
+            .bind(id)
             .execute(tx.on())
             .await?;
         tx.commit().await?;
@@ -382,19 +385,19 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.watched(created)
     }
 
-    async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
+    async fn get_endpoint(&self, app_id: &AppId, id_or_uid: &EndpointIdOrUid) -> StoreResult<Endpoint> {
         let row = Sql::new("SELECT * FROM endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2) LIMIT 1")
-            .free(app_id)
-            .free(id_or_uid)
+            .bind(app_id)
+            .bind(id_or_uid)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
         self.endpoint(&row)
     }
 
-    async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
+    async fn get_endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Endpoint> {
         let row = Sql::new("SELECT * FROM endpoint WHERE id = $1")
-            .free(id)
+            .bind(id)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -403,25 +406,25 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_endpoints(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<Endpoint>> {
         let keyset = Keyset::new("id", page, newest_first);
-        let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").free(app_id);
+        let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").bind(app_id);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(
             decode_all(&found, |row| self.endpoint(row))?,
             page,
-            |e| e.id.clone(),
+            |e| e.id.to_string(),
         ))
     }
 
-    async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
+    async fn app_endpoints(&self, app_id: &AppId) -> StoreResult<Vec<Endpoint>> {
         let found = Sql::new("SELECT * FROM endpoint WHERE app_id = $1 ORDER BY id")
-            .free(app_id)
+            .bind(app_id)
             .fetch_all(self.reads())
             .await?;
         decode_all(&found, |row| self.endpoint(row))
@@ -444,7 +447,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         new_secret: &str,
         old_expires_at: i64,
         now: i64,
@@ -454,14 +457,14 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(())
     }
 
-    async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>> {
+    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: i64) -> StoreResult<Vec<PreviousSecret>> {
         secrets::previous(self, endpoint_id, now).await
     }
 
-    async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
+    async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         let deleted = Sql::new("DELETE FROM endpoint WHERE id = $1 RETURNING *")
-            .free(id)
+            .bind(id)
             .fetch_optional(tx.on())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -514,14 +517,14 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(outcomes)
     }
 
-    async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {
+    async fn get_message(&self, app_id: &AppId, id: &MessageIdOrEventId) -> StoreResult<Message> {
         let text = format!(
             "SELECT {} FROM message m WHERE m.app_id = $1 AND (m.id = $2 OR m.event_id = $2) LIMIT 1",
             rows::MESSAGE_COLUMNS
         );
         let row = Sql::new(text)
-            .free(app_id)
-            .free(id)
+            .bind(app_id)
+            .bind(id)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -530,27 +533,27 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_messages(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         filter: &MessageFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Message>> {
         let sql = listing::messages::<D>(app_id, filter, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(decode_all(&found, rows::message)?, page, |m| {
-            m.id.clone()
+            m.id.to_string()
         }))
     }
 
-    async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>> {
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>> {
         let found = Sql::new("SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0")
             .fetch_all(self.reads())
             .await?;
-        decode_all(&found, |row| row.text("endpoint_id"))
+        decode_all(&found, |row| row.id("endpoint_id"))
     }
 
     async fn load_pending(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         after_seq: i64,
         limit_n: usize,
     ) -> StoreResult<Vec<PendingDelivery>> {
@@ -562,7 +565,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             rows::MESSAGE_COLUMNS
         );
         let found = Sql::new(text)
-            .free(endpoint_id)
+            .bind(endpoint_id)
             .bind(after_seq)
             .bind(limit(limit_n))
             .fetch_all(self.reads())
@@ -570,7 +573,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         decode_all(&found, |row| {
             Ok(PendingDelivery {
                 seq: row.int("seq")?,
-                endpoint_id: row.text("endpoint_id")?,
+                endpoint_id: row.id("endpoint_id")?,
                 message: Arc::new(rows::message(row)?),
                 attempts: count(row.int("attempts")?),
                 next_attempt_at: row.int("next_attempt_at")?,
@@ -588,11 +591,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         D::expire_deliveries(self, seqs, now).await
     }
 
-    async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
+    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: i64, now: i64) -> StoreResult<u64> {
         D::expire_waiting(self, endpoint_id, created_before, now).await
     }
 
-    async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
+    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog> {
         // The endpoint's pending-index head: a count bounded at COUNT_CAP + 1 and the oldest pending
         // delivery's creation time (seq follows creation order).
         let text = format!(
@@ -602,11 +605,11 @@ impl<D: Dialect> Store for SqlStore<D> {
              ORDER BY d.seq LIMIT 1) AS oldest",
             cap = Backlog::COUNT_CAP + 1
         );
-        let row = Sql::new(text).free(endpoint_id).fetch_one(self.reads()).await?;
+        let row = Sql::new(text).bind(endpoint_id).fetch_one(self.reads()).await?;
         Ok(Backlog::from_count(row.int("pending")?, row.opt_int("oldest")?))
     }
 
-    async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool> {
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &str, now: i64) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
         let updated = Sql::new(
             "UPDATE endpoint SET disabled = TRUE, disabled_reason = $1, updated_at = $2 \
@@ -614,7 +617,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         )
         .free(reason)
         .bind(now)
-        .free(endpoint_id)
+        .bind(endpoint_id)
         .fetch_optional(tx.on())
         .await?;
         let Some(row) = updated else {
@@ -622,7 +625,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         };
         let event = NewEvent::about_endpoint(
             events::ENDPOINT_DISABLED,
-            &row.text("app_id")?,
+            &row.id("app_id")?,
             endpoint_id,
             None,
             serde_json::json!({ "reason": reason, "trigger": "automatic" }),
@@ -636,7 +639,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn set_endpoint_state(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         expected_reason: &DisabledReason,
         disabled: bool,
         reason: Option<&DisabledReason>,
@@ -649,7 +652,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(disabled)
         .opt_free(reason.map(DisabledReason::as_str))
         .bind(now)
-        .free(endpoint_id)
+        .bind(endpoint_id)
         .free(expected_reason.as_str())
         .execute(self.writes())
         .await?
@@ -684,7 +687,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn attempt_buckets(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: i64,
         until: i64,
         bucket_ms: i64,
@@ -743,7 +746,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         row.as_ref().map(rows::app_token).transpose()
     }
 
-    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
+    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
         let mut sql = Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
             .bind(at)
             .bind(app_id);
@@ -776,8 +779,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_attempts_by_message(
         &self,
-        app_id: &str,
-        message_id: &str,
+        app_id: &AppId,
+        message_id: &MessageId,
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
@@ -785,14 +788,14 @@ impl<D: Dialect> Store for SqlStore<D> {
             .fetch_all(self.reads())
             .await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
-            a.id.clone()
+            a.id.to_string()
         }))
     }
 
     async fn list_attempts_by_endpoint(
         &self,
-        app_id: &str,
-        endpoint_id: &str,
+        app_id: &AppId,
+        endpoint_id: &EndpointId,
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
@@ -800,14 +803,14 @@ impl<D: Dialect> Store for SqlStore<D> {
             .fetch_all(self.reads())
             .await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
-            a.id.clone()
+            a.id.to_string()
         }))
     }
 
     async fn list_deliveries_of_message(
         &self,
-        app_id: &str,
-        message_id: &str,
+        app_id: &AppId,
+        message_id: &MessageId,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryView>> {
         let keyset = Keyset::new("e.id", page, false);
@@ -816,8 +819,8 @@ impl<D: Dialect> Store for SqlStore<D> {
              d.updated_at AS d_updated FROM delivery d JOIN endpoint e ON e.id = d.endpoint_id \
              WHERE d.message_id = $1 AND e.app_id = $2",
         )
-        .free(message_id)
-        .free(app_id);
+        .bind(message_id)
+        .bind(app_id);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
@@ -830,13 +833,17 @@ impl<D: Dialect> Store for SqlStore<D> {
                 updated_at: row.int("d_updated")?,
             })
         })?;
-        Ok(Page::assemble(views, page, |v| v.endpoint.id.clone()))
+        Ok(Page::assemble(views, page, |v| v.endpoint.id.to_string()))
     }
 
-    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
+    async fn delivery_state(
+        &self,
+        message_id: &MessageId,
+        endpoint_id: &EndpointId,
+    ) -> StoreResult<(DeliveryStatus, u32)> {
         let row = Sql::new("SELECT status, attempts FROM delivery WHERE message_id = $1 AND endpoint_id = $2")
-            .free(message_id)
-            .free(endpoint_id)
+            .bind(message_id)
+            .bind(endpoint_id)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -890,8 +897,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn requeue_delivery(
         &self,
-        message_id: &str,
-        endpoint_id: &str,
+        message_id: &MessageId,
+        endpoint_id: &EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
@@ -919,7 +926,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(row.int("n")?)
     }
 
-    async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64> {
+    async fn count_messages(&self, app_id: &AppId, since: i64, until: i64) -> StoreResult<u64> {
         let row =
             Sql::new("SELECT COUNT(*) AS n FROM message WHERE app_id = $1 AND created_at >= $2 AND created_at < $3")
                 .bind(app_id)
@@ -935,20 +942,20 @@ impl<D: Dialect> Store for SqlStore<D> {
         endpoint: &Endpoint,
         since: i64,
         until: i64,
-        after: Option<&str>,
+        after: Option<&MessageId>,
         limit_n: usize,
         now: i64,
-    ) -> StoreResult<(Option<String>, u64)> {
+    ) -> StoreResult<(Option<MessageId>, u64)> {
         D::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await
     }
 
     async fn cancel_pending(
         &self,
-        app_id: &str,
-        message_id: Option<&str>,
-        endpoint_id: Option<&str>,
+        app_id: &AppId,
+        message_id: Option<&MessageId>,
+        endpoint_id: Option<&EndpointId>,
         now: i64,
-    ) -> StoreResult<Vec<(String, i64)>> {
+    ) -> StoreResult<Vec<(EndpointId, i64)>> {
         let found = Sql::new(
             "UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 \
              AND endpoint_id IN (SELECT id FROM endpoint WHERE app_id = $3) \
@@ -962,10 +969,10 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(endpoint_id)
         .fetch_all(self.writes())
         .await?;
-        decode_all(&found, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))
+        decode_all(&found, |row| Ok((row.id("endpoint_id")?, row.int("seq")?)))
     }
 
-    async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()> {
+    async fn expunge_payload(&self, app_id: &AppId, message_id: &MessageId) -> StoreResult<()> {
         let changed = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE app_id = $2 AND id = $3")
             .bind(&b"{}"[..])
             .bind(app_id)
@@ -977,17 +984,17 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn expunge_app_payloads(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         before: i64,
         limit_n: usize,
         now: i64,
-    ) -> StoreResult<(u64, Vec<(String, i64)>)> {
+    ) -> StoreResult<(u64, Vec<(EndpointId, i64)>)> {
         let mut tx = self.begin().await?;
         let found = Sql::new(format!(
             "SELECT id FROM message WHERE app_id = $1 AND created_at <= $2 AND NOT expunged ORDER BY id LIMIT $3{}",
             D::FOR_UPDATE
         ))
-        .free(app_id)
+        .bind(app_id)
         .bind(before)
         .bind(limit(limit_n))
         .fetch_all(tx.on())
@@ -1003,7 +1010,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let marks = cancel.marks(&ids);
         cancel.push(&marks).push(") RETURNING endpoint_id, seq");
         let cancelled = cancel.fetch_all(tx.on()).await?;
-        let cancelled = decode_all(&cancelled, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))?;
+        let cancelled = decode_all(&cancelled, |row| Ok((row.id("endpoint_id")?, row.int("seq")?)))?;
         let mut expunge = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE id IN (").bind(&b"{}"[..]);
         let marks = expunge.marks(&ids);
         expunge.push(&marks).push(")");
@@ -1012,11 +1019,16 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok((expunged, cancelled))
     }
 
-    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()> {
+    async fn expunge_attempt_response(
+        &self,
+        app_id: &AppId,
+        message_id: &MessageId,
+        attempt_id: &AttemptId,
+    ) -> StoreResult<()> {
         let changed = Sql::new("UPDATE attempt SET response = '' WHERE app_id = $1 AND message_id = $2 AND id = $3")
-            .free(app_id)
-            .free(message_id)
-            .free(attempt_id)
+            .bind(app_id)
+            .bind(message_id)
+            .bind(attempt_id)
             .execute(self.writes())
             .await?;
         one_changed(changed)
@@ -1024,8 +1036,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_deliveries(
         &self,
-        app_id: &str,
-        endpoint_id: Option<&str>,
+        app_id: &AppId,
+        endpoint_id: Option<&EndpointId>,
         status: Option<DeliveryStatus>,
         tag: Option<&str>,
         page: &PageRequest,
@@ -1035,7 +1047,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let mut records = decode_all(&found, |row| {
             Ok(DeliveryRecord {
                 seq: row.int("seq")?,
-                endpoint_id: row.text("endpoint_id")?,
+                endpoint_id: row.id("endpoint_id")?,
                 message: rows::message(row)?,
                 status: status_of(row.int("status")?)?,
                 attempts: count(row.int("attempts")?),
@@ -1051,7 +1063,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(Page::assemble(records, page, |r| r.seq.to_string()))
     }
 
-    async fn endpoint_stats(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<DeliveryStats> {
+    async fn endpoint_stats(&self, endpoint_id: &EndpointId, since: i64, until: i64) -> StoreResult<DeliveryStats> {
         let found = Sql::new(
             "SELECT d.status, COUNT(*) AS n FROM delivery d JOIN message m ON m.id = d.message_id \
              WHERE d.endpoint_id = $1 AND m.created_at >= $2 AND m.created_at < $3 GROUP BY d.status",
@@ -1115,11 +1127,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(decode_all(&found, rows::background_task)?, page, |t| {
-            t.id.clone()
+            t.id.to_string()
         }))
     }
 
-    async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
+    async fn get_task(&self, id: &TaskId, app_id: Option<&AppId>) -> StoreResult<BackgroundTask> {
         let row = Sql::new("SELECT * FROM background_task WHERE id = $1 AND ($2 IS NULL OR app_id = $2)")
             .bind(id)
             .bind(app_id)

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use futures::future::BoxFuture;
+use herald_core::id::AppId;
 use herald_core::model::Endpoint;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
@@ -64,7 +65,7 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> S
 async fn apps_and_endpoints(
     conn: &mut PgConnection,
     app_ids: &[&str],
-) -> StoreResult<(Apps, HashMap<String, Vec<Endpoint>>)> {
+) -> StoreResult<(Apps, HashMap<AppId, Vec<Endpoint>>)> {
     let found = sqlx::query(
         "SELECT a.id AS a_id, a.payload_retention_period AS a_retention, e.* FROM application a \
          LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
@@ -74,7 +75,7 @@ async fn apps_and_endpoints(
     .fetch_all(&mut *conn)
     .await?;
     let mut existing = Apps::new();
-    let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
+    let mut by_app: HashMap<AppId, Vec<Endpoint>> = HashMap::new();
     for row in &found {
         existing.insert(
             row.try_get::<String, _>("a_id")?,
@@ -131,8 +132,8 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
         return Ok(());
     }
     let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
-    let ids = m(|r| Some(r.message.id.clone()));
-    let apps = m(|r| Some(r.message.app_id.clone()));
+    let ids = m(|r| Some(r.message.id.to_string()));
+    let apps = m(|r| Some(r.message.app_id.to_string()));
     let event_ids = m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned()));
     let keys = m(|r| r.idempotency_key.map(str::to_owned));
     let types = m(|r| Some(r.message.event_type.clone()));
@@ -196,7 +197,7 @@ async fn insert_deliveries(
         return Ok(by_job);
     }
     let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
-    let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id).collect();
+    let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id.as_str()).collect();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
     let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
     let due: Vec<i64> = fan_out.iter().map(|f| f.message.due_at()).collect();
@@ -301,11 +302,11 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
          $7::bigint[], $8::bool[], $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::bigint[], \
          $14::bigint[]) ON CONFLICT DO NOTHING",
     )
-    .bind(a(|r| r.attempt.id.clone()))
+    .bind(a(|r| r.attempt.id.to_string()))
     .bind(n(|r| r.delivery_seq))
-    .bind(a(|r| r.app_id.clone()))
-    .bind(a(|r| r.attempt.message_id.clone()))
-    .bind(a(|r| r.attempt.endpoint_id.clone()))
+    .bind(a(|r| r.app_id.to_string()))
+    .bind(a(|r| r.attempt.message_id.to_string()))
+    .bind(a(|r| r.attempt.endpoint_id.to_string()))
     .bind(a(|r| escape(&r.attempt.url).into_owned()))
     .bind(n(|r| i64::from(r.attempt.attempt_number)))
     .bind(kept.iter().map(|r| r.attempt.success).collect::<Vec<_>>())

@@ -20,6 +20,7 @@ mod operations;
 mod outbox;
 mod retention;
 
+use herald_core::id::{EndpointId, MessageId};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
@@ -224,14 +225,14 @@ impl Dialect for Postgres {
 
     /// Tell every node (the endpoint's owner among them) that an endpoint changed. Best effort: the
     /// change is committed already, and an owner that misses it reloads the endpoint when it takes it over.
-    async fn endpoint_changed<'a>(store: &'a PgStore, endpoint_id: &'a str) {
+    async fn endpoint_changed<'a>(store: &'a PgStore, endpoint_id: &'a EndpointId) {
         let result = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(ENDPOINT_CHANNEL)
-            .bind(escape(endpoint_id))
+            .bind(endpoint_id.as_str())
             .execute(&store.writes)
             .await;
         if let Err(error) = result {
-            tracing::warn!(%error, endpoint = endpoint_id, "announcing an endpoint change failed");
+            tracing::warn!(%error, endpoint = endpoint_id.as_str(), "announcing an endpoint change failed");
         }
     }
 
@@ -259,7 +260,7 @@ impl Dialect for Postgres {
 
     async fn expire_waiting<'a>(
         store: &'a PgStore,
-        endpoint_id: &'a str,
+        endpoint_id: &'a EndpointId,
         created_before: i64,
         now: i64,
     ) -> StoreResult<u64> {
@@ -304,8 +305,8 @@ impl Dialect for Postgres {
 
     async fn requeue_delivery<'a>(
         store: &'a PgStore,
-        message_id: &'a str,
-        endpoint_id: &'a str,
+        message_id: &'a MessageId,
+        endpoint_id: &'a EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
@@ -326,10 +327,10 @@ impl Dialect for Postgres {
         endpoint: &'a Endpoint,
         since: i64,
         until: i64,
-        after: Option<&'a str>,
+        after: Option<&'a MessageId>,
         limit: usize,
         now: i64,
-    ) -> StoreResult<(Option<String>, u64)> {
+    ) -> StoreResult<(Option<MessageId>, u64)> {
         operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
     }
 
