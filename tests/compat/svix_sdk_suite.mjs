@@ -446,6 +446,32 @@ async function scenario(s, receiver, step) {
   const badTag = await s.error(422).sdk.endpoint.bulkReplay(app.id, ep.id, { since, tag: "no spaces" });
   expect(badTag.body.detail[0].loc.at(-1) === "tag", `422 for a bad bulk-replay tag: ${describe(badTag)}`);
 
+  step("listing options");
+  // Every option the SDKs' listings send is taken (the document check below makes sure of it; these show
+  // each one working): applications and event types in either order, applications by their endpoints,
+  // attempts and an endpoint's messages by channel, event type and time.
+  const bare = await sdk.application.create({ name: `bare ${suffix}` });
+  const apps = (await sdk.application.list({ limit: 250 })).data.map((a) => a.id);
+  const newestApps = (await sdk.application.list({ limit: 250, order: svix.Ordering.Descending })).data.map((a) => a.id);
+  expect(JSON.stringify(newestApps) === JSON.stringify([...apps].reverse()), "application.list order=descending");
+  const withEndpoints = (await sdk.application.list({ limit: 250, excludeAppsWithNoEndpoints: true, excludeAppsWithDisabledEndpoints: true })).data.map((a) => a.id);
+  expect(withEndpoints.includes(app.id) && !withEndpoints.includes(bare.id), `excludeAppsWithNoEndpoints: ${withEndpoints}`);
+  await sdk.application.delete(bare.id);
+  const names = (await sdk.eventType.list({ limit: 250 })).data.map((e) => e.name);
+  const backwards = (await sdk.eventType.list({ limit: 250, order: svix.Ordering.Descending })).data.map((e) => e.name);
+  expect(JSON.stringify(backwards) === JSON.stringify([...names].sort().reverse()), `eventType.list order=descending ${backwards}`);
+  const onChannel = await sdk.message.create(app.id, { eventType: etName, payload: { on: "channel" }, channels: [`ch-${suffix}`] });
+  await waitAttempts(s, app.id, onChannel.id);
+  const byChannel = (await sdk.messageAttempt.listByEndpoint(app.id, ep.id, { channel: `ch-${suffix}` })).data;
+  expect(byChannel.length > 0 && byChannel.every((a) => a.msgId === onChannel.id), `attempts by endpoint, channel: ${JSON.stringify(byChannel)}`);
+  expect((await sdk.messageAttempt.listByMsg(app.id, msg.id, { channel: `ch-${suffix}` })).data.length === 0, "attempts by message, a channel it is not on");
+  const attemptedIds = async (options) => (await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id, { limit: 250, ...options })).data.map((m) => m.id);
+  expect(JSON.stringify(await attemptedIds({ channel: `ch-${suffix}` })) === JSON.stringify([onChannel.id]), "attempted messages, channel");
+  expect(!(await attemptedIds({ eventTypes: [`${etName}.other`] })).includes(onChannel.id), "attempted messages, eventTypes");
+  expect((await attemptedIds({ eventTypes: [etName] })).includes(onChannel.id), "attempted messages, its event type");
+  expect(!(await attemptedIds({ before: onChannel.timestamp })).includes(onChannel.id), "attempted messages, before");
+  expect((await attemptedIds({ after: onChannel.timestamp }))[0] === onChannel.id, "attempted messages, after");
+
   step("scheduled delivery");
   const at = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
   const scheduled = await sdk.message.create(app.id, { eventType: etName, payload: { scheduled: 1 }, deliverAt: at });
@@ -580,6 +606,40 @@ async function checkNotOffered(s, name) {
   throw new Mismatch(`${name}: expected 501 not_implemented, the call succeeded`);
 }
 
+/** What the SDK can send, held against the document the server serves: for every operation Herald
+ * implements, each query and header parameter it sets must be declared for that operation (the server
+ * refuses undeclared ones), so a newer pinned SDK that sends something new fails here instead of at a
+ * user's call. (The Python suite also checks the request bodies' fields.) */
+async function checkDocument(operations) {
+  const document = await (await fetch(`${process.env.HERALD_URL}/api/v1/openapi.json`)).json();
+  const problems = [];
+  const declared = (path, method) => {
+    const item = document.paths[path];
+    return new Set([...(item.parameters ?? []), ...(item[method].parameters ?? [])]
+      .map((p) => (p.$ref ? document.components.parameters[p.$ref.split("/").pop()] : p))
+      .map((p) => `${p.in}:${p.name}`));
+  };
+  for (const [name, { owner, name: method }] of [...operations.entries()].sort()) {
+    if (notOffered(name)) continue;
+    const source = owner[method].toString();
+    const route = source.match(/SvixRequest\(\s*(?:[\w.]*HttpMethod\.)?"?(\w+)"?,\s*"([^"]+)"/);
+    if (!route) continue; // calls another operation (1.x headersUpdate, …), which is checked itself
+    const verb = route[1].toLowerCase();
+    const path = route[2].replace("{event_type_name}", "{name}");
+    if (!document.paths[path]?.[verb]) {
+      problems.push(`${name}: ${verb.toUpperCase()} ${path} is not in the document`);
+      continue;
+    }
+    const known = declared(path, verb);
+    const query = [...source.matchAll(/setQueryParam\(\s*"([^"]+)"/g)].map((m) => m[1]);
+    for (const [, block] of source.matchAll(/setQueryParams\(\{([^}]*)\}/g)) query.push(...[...block.matchAll(/(\w+):/g)].map((m) => m[1]));
+    const headers = [...source.matchAll(/setHeaderParam\(\s*"([^"]+)"/g)].map((m) => m[1]);
+    for (const key of query) if (!known.has(`query:${key}`)) problems.push(`${name}: the query parameter ${key} is not declared for ${verb.toUpperCase()} ${path}`);
+    for (const key of headers) if (!known.has(`header:${key}`)) problems.push(`${name}: the header ${key} is not declared for ${verb.toUpperCase()} ${path}`);
+  }
+  return problems;
+}
+
 async function main() {
   const suite = new Suite(process.env.HERALD_URL, process.env.HERALD_TOKEN);
   const operations = discover(suite.client);
@@ -607,6 +667,7 @@ async function main() {
       suite.failures.push(err instanceof Mismatch ? err.message : describe(err));
     }
   }
+  suite.failures.push(...(await checkDocument(operations)));
   if (suite.failures.length === 0) {
     for (const name of [...operations.keys()].sort()) {
       if (!suite.called.has(name) && !notOffered(name)) {

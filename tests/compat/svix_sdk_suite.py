@@ -26,11 +26,13 @@ Exit status 0 on success; 1 with `COMPAT FAILURE …` lines otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import http.server
 import inspect
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -42,6 +44,7 @@ import uuid
 
 import pydantic
 import svix
+import svix.api as api
 import svix.models as models
 from svix import Svix, SvixOptions
 from svix.exceptions import HttpError, HTTPValidationError
@@ -183,8 +186,6 @@ def mk(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
 
 def options(name: str, /, **fields: t.Any) -> t.Any:
     """An SDK options dataclass (`svix.api.<Name>`), with only the fields this generation has."""
-    import svix.api as api
-
     cls = getattr(api, name)
     allowed = {f for f in cls.__dataclass_fields__}
     return cls(**{k: v for k, v in fields.items() if k in allowed})
@@ -381,8 +382,6 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect(ep.url == receiver.url, f"EndpointOut.url {ep.url!r}")
     expect(sdk.endpoint.get(app.id, ep.id).id == ep.id, "GET endpoint answers another endpoint")
     # Newest first by default, as Svix lists endpoints; `order` turns it round.
-    import svix.api as api
-
     newer = sdk.endpoint.create(app.id, mk("EndpointIn", url=receiver.url, description="newer"))
     newest_first = [e.id for e in sdk.endpoint.list(app.id, options("EndpointListOptions", limit=10)).data]
     expect(newest_first[:2] == [newer.id, ep.id], f"endpoint.list default order {newest_first!r}")
@@ -574,6 +573,42 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     refused = s.error(422).sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, tag="no spaces"))
     expect(refused.detail[0].loc[-1] == "tag", f"422 for a bad bulk-replay tag names {refused.detail[0].loc!r}")
 
+    step("listing options")
+    # Every option the SDKs' listings send is taken (the document check below makes sure of it; these show
+    # each one working): applications and event types in either order, applications by their endpoints,
+    # attempts and an endpoint's messages by channel, event type and time.
+    bare = sdk.application.create(mk("ApplicationIn", name=f"bare {suffix}"))
+    apps = sdk.application.list(options("ApplicationListOptions", limit=250)).data
+    newest = sdk.application.list(options("ApplicationListOptions", limit=250, order=api.Ordering.DESCENDING)).data
+    expect([a.id for a in newest] == [a.id for a in reversed(apps)], "application.list order=descending")
+    with_endpoints = sdk.application.list(
+        options("ApplicationListOptions", limit=250, exclude_apps_with_no_endpoints=True, exclude_apps_with_disabled_endpoints=True)
+    ).data
+    expect(app.id in [a.id for a in with_endpoints] and bare.id not in [a.id for a in with_endpoints],
+           f"exclude_apps_with_no_endpoints: {[a.id for a in with_endpoints]}")
+    sdk.application.delete(bare.id)
+    names = [e.name for e in sdk.event_type.list(options("EventTypeListOptions", limit=250)).data]
+    backwards = sdk.event_type.list(options("EventTypeListOptions", limit=250, order=api.Ordering.DESCENDING)).data
+    expect([e.name for e in backwards] == sorted(names, reverse=True), f"event_type.list order=descending {backwards!r}")
+    on_channel = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={"on": "channel"}, channels=[f"ch-{suffix}"]))
+    wait_attempts(s, app.id, on_channel.id)
+    by_channel = sdk.message_attempt.list_by_endpoint(
+        app.id, ep.id, options("MessageAttemptListByEndpointOptions", channel=f"ch-{suffix}")
+    ).data
+    expect(by_channel and all(a.msg_id == on_channel.id for a in by_channel), f"attempts by endpoint, channel: {by_channel!r}")
+    other_channel = sdk.message_attempt.list_by_msg(app.id, msg.id, options("MessageAttemptListByMsgOptions", channel=f"ch-{suffix}"))
+    expect(other_channel.data == [], "attempts by message, a channel it is not on")
+    attempted = lambda **kw: [  # noqa: E731
+        m.id for m in sdk.message_attempt.list_attempted_messages(
+            app.id, ep.id, options("MessageAttemptListAttemptedMessagesOptions", limit=250, **kw)
+        ).data
+    ]
+    expect(attempted(channel=f"ch-{suffix}") == [on_channel.id], "attempted messages, channel")
+    expect(on_channel.id not in attempted(event_types=[f"{et_name}.other"]), "attempted messages, event_types")
+    expect(on_channel.id in attempted(event_types=[et_name]), "attempted messages, its event type")
+    expect(on_channel.id not in attempted(before=on_channel.timestamp), "attempted messages, before")
+    expect(attempted(after=on_channel.timestamp)[:1] == [on_channel.id], "attempted messages, after")
+
     step("scheduled delivery")
     at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)).replace(microsecond=0) + dt.timedelta(seconds=1)
     scheduled = sdk.message.create(app.id, mk("MessageIn", event_type=et_name, payload={"scheduled": 1}, deliver_at=at))
@@ -700,6 +735,83 @@ def check_not_offered(s: Suite, name: str) -> None:
     raise Mismatch(f"{name}: expected 501 not_implemented, the call succeeded")
 
 
+# SDK request models whose schema the document names differently.
+DOCUMENT_SCHEMA = {
+    "BulkExpungeContentsIn": "BulkExpungeIn",
+    "EventTypeImportOpenApiIn": "EventTypeImportIn",
+    "RecoverIn": "RepairIn",
+    "ReplayIn": "RepairIn",
+    "EndpointUpsertIn": "EndpointUpdate",
+    "EventTypeUpsertIn": "EventTypeUpdate",
+}
+# Optional fields of SDK models that are not nullable, on purpose (docs/svix-compatibility.md: a PATCH
+# cannot clear a name or a URL).
+NEVER_NULL = {("ApplicationPatch", "name"), ("EndpointPatch", "url")}
+
+
+def check_document(operations: dict[str, t.Callable[..., t.Any]]) -> list[str]:
+    """What the SDK can send, held against the document the server serves: for every operation Herald
+    implements, each query and header parameter of its options must be declared for that operation (the
+    server refuses undeclared ones), and each optional field of its request body must be a property the
+    document declares, nullable (the SDK sends `null` for a field set to None). So a newer pinned SDK that
+    sends something new fails here instead of being refused (or ignored) at a user's call."""
+    with urllib.request.urlopen(f"{os.environ['HERALD_URL']}/api/v1/openapi.json") as answer:
+        document = json.load(answer)
+    schemas, components = document["components"]["schemas"], document["components"].get("parameters", {})
+    problems: list[str] = []
+
+    def declared(path: str, method: str) -> set[tuple[str, str]]:
+        item = document["paths"][path]
+        found = set()
+        for parameter in item.get("parameters", []) + item[method].get("parameters", []):
+            parameter = components[parameter["$ref"].split("/")[-1]] if "$ref" in parameter else parameter
+            found.add((parameter["in"], parameter["name"]))
+        return found
+
+    def nullable(schema: dict[str, t.Any]) -> bool:
+        kinds = schema.get("type")
+        return kinds == "null" or (isinstance(kinds, list) and "null" in kinds) or any(
+            nullable(option) for option in schema.get("oneOf", []) + schema.get("anyOf", [])
+        )
+
+    for name, method in sorted(operations.items()):
+        if not_offered(name):
+            continue
+        found = re.search(r'method="(\w+)",\s*path="([^"]+)"', inspect.getsource(method))
+        if not found:
+            problems.append(f"{name}: its HTTP method and path could not be read from the SDK")
+            continue
+        verb, path = found.group(1).lower(), found.group(2).replace("{event_type_name}", "{name}")
+        if verb not in document["paths"].get(path, {}):
+            problems.append(f"{name}: {verb.upper()} {path} is not in the document")
+            continue
+        known = declared(path, verb)
+        for parameter in inspect.signature(method).parameters.values():
+            kind = parameter.annotation
+            if isinstance(kind, str):  # `t.Optional[X]` as text: find X in the method's module
+                kind = getattr(sys.modules[method.__module__], re.sub(r"^t\.Optional\[(.*)\]$", r"\1", kind), kind)
+            if inspect.isclass(kind) and dataclasses.is_dataclass(kind):
+                source = inspect.getsource(kind)
+                for where, function in (("query", "_query_params"), ("header", "_header_params")):
+                    block = re.search(rf"def {function}\(.*?\{{(.*?)\}}", source, re.S)
+                    for key in re.findall(r'"([^"]+)":', block.group(1) if block else ""):
+                        if (where, key) not in known:
+                            problems.append(f"{name}: the {where} parameter {key} is not declared for {verb.upper()} {path}")
+            elif inspect.isclass(kind) and issubclass(kind, pydantic.BaseModel):
+                schema = schemas.get(DOCUMENT_SCHEMA.get(kind.__name__, kind.__name__))
+                if schema is None:
+                    problems.append(f"{name}: the document has no schema for the SDK's {kind.__name__}")
+                    continue
+                properties = schema.get("properties", {})
+                for field, info in kind.model_fields.items():
+                    key = info.alias or re.sub(r"_(\w)", lambda m: m.group(1).upper(), field)
+                    if key not in properties:
+                        problems.append(f"{name}: {kind.__name__}.{key} is not in the document")
+                    elif not info.is_required() and (kind.__name__, key) not in NEVER_NULL and not nullable(properties[key]):
+                        problems.append(f"{name}: {kind.__name__}.{key} may be sent as null, which the document refuses")
+    return problems
+
+
 def main() -> None:
     url, token = os.environ["HERALD_URL"], os.environ["HERALD_TOKEN"]
     suite = Suite(url, token)
@@ -727,6 +839,7 @@ def main() -> None:
             check_not_offered(suite, name)
         except Mismatch as exc:
             suite.failures.append(str(exc))
+    suite.failures.extend(check_document(operations))
     if not suite.failures:
         unknown = sorted(n for n in operations if n not in suite.called and not not_offered(n))
         suite.failures.extend(

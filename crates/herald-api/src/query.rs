@@ -69,6 +69,16 @@ impl Query {
     }
 
     /// A boolean flag (`true`/`false`), defaulting when absent.
+    /// Whether a listing runs in descending order: `order=descending` or `order=ascending` (Svix's
+    /// `Ordering`, whose value the query contract checked), else `default`.
+    pub(crate) fn descending(&self, default: bool) -> bool {
+        match self.get(&["order"]) {
+            Some("descending") => true,
+            Some("ascending") => false,
+            _ => default,
+        }
+    }
+
     pub(crate) fn flag(&self, key: &str, default: bool) -> Result<bool, ApiError> {
         match self.get(&[key]) {
             None => Ok(default),

@@ -341,9 +341,46 @@ pub struct AttemptFilter {
     pub event_types: Option<Vec<String>>,
     /// Only attempts of messages with this tag.
     pub tag: Option<String>,
+    /// Only attempts of messages on this channel.
+    pub channel: Option<String>,
     /// Only attempts made before this time.
     pub before: Option<i64>,
     /// Only attempts made at or after this time.
+    pub after: Option<i64>,
+}
+
+/// Which applications a listing takes, and in which order (the filters are Svix's `exclude_apps_with_…`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppFilter {
+    /// Newest first (by id) instead of oldest first.
+    pub newest_first: bool,
+    /// Leave out applications without endpoints.
+    pub exclude_without_endpoints: bool,
+    /// Leave out applications that have endpoints, all of them disabled.
+    pub exclude_only_disabled: bool,
+    /// Leave out applications that have endpoints, all of them delivering to Svix Play
+    /// ([`SVIX_PLAY_URL_PREFIX`]).
+    pub exclude_only_svix_play: bool,
+}
+
+/// Where Svix Play's endpoint URLs start (Svix's hosted webhook inspector).
+pub const SVIX_PLAY_URL_PREFIX: &str = "https://play.svix.com/";
+
+/// Which deliveries of an application (or one endpoint) a listing takes: those of messages matching every
+/// filter that is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryFilter {
+    /// Only deliveries in this state.
+    pub status: Option<DeliveryStatus>,
+    /// Only messages with this tag.
+    pub tag: Option<String>,
+    /// Only messages on this channel.
+    pub channel: Option<String>,
+    /// Only messages of these event types.
+    pub event_types: Option<Vec<String>>,
+    /// Only messages created before this time.
+    pub before: Option<i64>,
+    /// Only messages created at or after this time.
     pub after: Option<i64>,
 }
 
@@ -456,7 +493,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Find an application by id or uid.
     async fn get_app(&self, id_or_uid: &AppIdOrUid) -> StoreResult<Application>;
     /// List applications, oldest first.
-    async fn list_apps(&self, page: &PageRequest) -> StoreResult<Page<Application>>;
+    async fn list_apps(&self, page: &PageRequest, filter: &AppFilter) -> StoreResult<Page<Application>>;
     /// Replace an application's fields (by id).
     async fn update_app(&self, app: &Application) -> StoreResult<()>;
     /// Delete an application and everything it owns.
@@ -466,8 +503,13 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_event_type(&self, event_type: &EventType) -> StoreResult<()>;
     /// Find an event type by name.
     async fn get_event_type(&self, name: &str) -> StoreResult<EventType>;
-    /// List event types by name.
-    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>>;
+    /// List event types by name (from Z to A when `descending`).
+    async fn list_event_types(
+        &self,
+        page: &PageRequest,
+        include_archived: bool,
+        descending: bool,
+    ) -> StoreResult<Page<EventType>>;
     /// Replace an event type's fields.
     async fn update_event_type(&self, event_type: &EventType) -> StoreResult<()>;
     /// Delete an event type.
@@ -706,8 +748,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         &self,
         app_id: &AppId,
         endpoint_id: Option<&EndpointId>,
-        status: Option<DeliveryStatus>,
-        tag: Option<&str>,
+        filter: &DeliveryFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>>;
     /// Deliveries of an endpoint by status, over messages created in `[since, until)`.

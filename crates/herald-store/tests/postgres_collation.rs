@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use herald_core::id::AppId;
 use herald_core::model::Application;
-use herald_store::{PageRequest, SecretCipher, StoreOptions};
+use herald_store::{AppFilter, PageRequest, SecretCipher, StoreOptions};
 use sqlx::Row;
 
 /// An application id ending in `tail` (zeros before it).
@@ -49,16 +49,22 @@ async fn ids_sort_byte_by_byte_under_a_linguistic_default_collation() {
         after: after.map(str::to_owned),
         reverse: false,
     };
-    let first = store.list_apps(&page(None)).await.unwrap();
+    let first = store.list_apps(&page(None), &AppFilter::default()).await.unwrap();
     let ids: Vec<&str> = first.items.iter().map(|a| a.id.as_str()).collect();
     assert_eq!(
         ids,
         [id("2B").as_str()],
         "byte order, not the database's linguistic order"
     );
-    let rest = store.list_apps(&page(Some(&id("2B")))).await.unwrap();
+    let rest = store
+        .list_apps(&page(Some(&id("2B"))), &AppFilter::default())
+        .await
+        .unwrap();
     assert_eq!(rest.items[0].id, id("2C"));
-    let last = store.list_apps(&page(Some(&id("2C")))).await.unwrap();
+    let last = store
+        .list_apps(&page(Some(&id("2C"))), &AppFilter::default())
+        .await
+        .unwrap();
     assert_eq!(last.items[0].id, id("2a"));
 
     // Every text column of the sender's tables says so (a later migration must not add one that does not:

@@ -7,7 +7,7 @@ use axum::{Json, Router};
 use herald_core::clock::now_ms;
 use herald_core::id::{AppId, AppIdOrUid, IdKind};
 use herald_core::model::Application;
-use herald_store::StoreError;
+use herald_store::{AppFilter, StoreError};
 
 use crate::body::JsonBody;
 use crate::convert;
@@ -90,10 +90,18 @@ async fn list(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<ApplicationOut>>> {
-    let page = Query::of(&uri).page()?;
+    let query = Query::of(&uri);
+    let page = query.page()?;
+    // Oldest first unless `order=descending`.
+    let filter = AppFilter {
+        newest_first: query.descending(false),
+        exclude_without_endpoints: query.flag("exclude_apps_with_no_endpoints", false)?,
+        exclude_only_disabled: query.flag("exclude_apps_with_disabled_endpoints", false)?,
+        exclude_only_svix_play: query.flag("exclude_apps_with_svix_play_endpoints", false)?,
+    };
     let apps = state
         .store
-        .list_apps(&page)
+        .list_apps(&page, &filter)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
     Ok(Json(convert::list(apps, convert::application)))

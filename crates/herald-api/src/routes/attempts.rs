@@ -54,6 +54,7 @@ fn filter(query: &Query) -> ApiResult<AttemptFilter> {
         status_code_class,
         event_types: query.list(&["event_types", "eventTypes"])?,
         tag: query.get(&["tag"]).map(str::to_owned),
+        channel: query.get(&["channel"]).map(str::to_owned),
         before: query.time_ms(&["before"])?,
         after: query.time_ms(&["after"])?,
     })

@@ -227,7 +227,7 @@ async fn list(
     let query = Query::of(&uri);
     let page = query.page()?;
     // Newest first unless `order=ascending`, as Svix lists endpoints (the contract checked the value).
-    let newest_first = query.get(&["order"]) != Some("ascending");
+    let newest_first = query.descending(true);
     let app = lookup::app(&state, &app_id).await?;
     let found = state
         .store

@@ -95,7 +95,7 @@ async fn archive_all_but(state: &AppState, keep: &BTreeSet<String>, modified: &m
     loop {
         let found = state
             .store
-            .list_event_types(&page, false)
+            .list_event_types(&page, false, false)
             .await
             .map_err(event_types::store_error)?;
         for mut et in found.items.into_iter().filter(|et| !keep.contains(&et.name)) {

@@ -39,7 +39,7 @@ async fn list(
     let include_archived = query.flag("include_archived", false)?;
     let found = state
         .store
-        .list_event_types(&page, include_archived)
+        .list_event_types(&page, include_archived, query.descending(false))
         .await
         .map_err(store_error)?;
     Ok(Json(convert::list(found, convert::event_type)))
@@ -156,7 +156,7 @@ pub(super) async fn upsert(state: &AppState, name: String, fields: Replacement) 
     let existing = match state.store.get_event_type(&name).await {
         Ok(et) => Some(et),
         Err(StoreError::NotFound) => {
-            validate::name("name", &name, false).map_err(|error| error.relocated(Source::Path, "event_type_name"))?;
+            validate::name("name", &name, false).map_err(|error| error.relocated(Source::Path, "name"))?;
             None
         }
         Err(other) => return Err(store_error(other)),

@@ -21,7 +21,7 @@ use axum::{Json, Router};
 use herald_core::clock::now_ms;
 use herald_core::id::{AppId, EndpointId, MessageId, MessageIdOrEventId};
 use herald_core::model::{AttemptTrigger, DeliveryStatus, TaskKind, TaskState};
-use herald_store::{MessageFilter, Requeue};
+use herald_store::{DeliveryFilter, MessageFilter, Requeue};
 
 use crate::body::JsonBody;
 use crate::convert;
@@ -239,7 +239,7 @@ async fn tasks_list(
 ) -> ApiResult<Json<ListResponse<BackgroundTaskOut>>> {
     let query = Query::of(&uri);
     let page = query.page()?;
-    let newest_first = query.get(&["order"]) != Some("ascending");
+    let newest_first = query.descending(true);
     let status = query.named("status", TaskState::parse)?;
     let kind = query.named("task", TaskKind::parse)?;
     let found = state
@@ -417,8 +417,14 @@ async fn list_deliveries(
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
     let query = Query::of(uri);
     let page = query.page()?;
-    let status = status_filter(&query)?;
-    let tag = query.get(&["tag"]).map(str::to_owned);
+    let filter = DeliveryFilter {
+        status: status_filter(&query)?,
+        tag: query.get(&["tag"]).map(str::to_owned),
+        channel: query.get(&["channel"]).map(str::to_owned),
+        event_types: query.list(&["event_types", "eventTypes"])?,
+        before: query.time_ms(&["before"])?,
+        after: query.time_ms(&["after"])?,
+    };
     let with_content = query.flag("with_content", true)?;
     let app = lookup::app(state, app_id).await?;
     let endpoint = match endpoint_id {
@@ -427,7 +433,7 @@ async fn list_deliveries(
     };
     let found = state
         .store
-        .list_deliveries(&app.id, endpoint.as_ref(), status, tag.as_deref(), &page)
+        .list_deliveries(&app.id, endpoint.as_ref(), &filter, &page)
         .await
         .map_err(store_error("delivery"))?;
     Ok(Json(convert::list(found, |r| {

@@ -2,13 +2,15 @@
 //! attempt buckets. Each filter adds its condition and binds its value; absent filters add nothing.
 
 use herald_core::id::{AppId, EndpointId};
-use herald_core::model::DeliveryStatus;
 
 use crate::dialect::Dialect;
 use crate::rows::{self, Columns};
 use crate::sql::Keyset;
 use crate::statement::{Arg, Sql};
-use crate::{AttemptBucket, AttemptFilter, DeliveryRecord, MessageFilter, PageRequest, StoreError, StoreResult};
+use crate::{
+    AppFilter, AttemptBucket, AttemptFilter, DeliveryFilter, DeliveryRecord, MessageFilter, PageRequest,
+    SVIX_PLAY_URL_PREFIX, StoreError, StoreResult,
+};
 
 /// Append ` AND column IN ($a, $b, …)`; an empty list matches nothing.
 pub(super) fn push_in<'a>(sql: &mut Sql<'a>, column: &str, values: &'a [String]) {
@@ -62,8 +64,39 @@ pub(super) fn messages<'a, D: Dialect>(app_id: &'a AppId, filter: &'a MessageFil
     sql
 }
 
+/// Append ` AND {column} IN (the app's ($1) messages on `channel`)`.
+fn push_on_channel<'a, D: Dialect>(sql: &mut Sql<'a>, column: &str, channel: &'a str) {
+    let mark = sql.mark(channel);
+    sql.push(&format!(
+        " AND {column} IN (SELECT id FROM message WHERE app_id = $1 AND {})",
+        D::json_array_contains("channels", &mark)
+    ));
+}
+
+/// Applications (see [`crate::Store::list_apps`]), before their page's keyset condition and order.
+pub(super) fn apps(filter: &AppFilter) -> Sql<'static> {
+    let mut sql = Sql::new("SELECT * FROM application a WHERE 1 = 1");
+    // Whether the app has an endpoint matching `condition`.
+    let any = |condition: &str| format!("EXISTS (SELECT 1 FROM endpoint e WHERE e.app_id = a.id{condition})");
+    if filter.exclude_without_endpoints {
+        sql.push(&format!(" AND {}", any("")));
+    }
+    if filter.exclude_only_disabled {
+        sql.push(&format!(
+            " AND NOT ({} AND NOT {})",
+            any(""),
+            any(" AND NOT e.disabled")
+        ));
+    }
+    if filter.exclude_only_svix_play {
+        let elsewhere = format!(" AND e.url NOT LIKE '{SVIX_PLAY_URL_PREFIX}%'");
+        sql.push(&format!(" AND NOT ({} AND NOT {})", any(""), any(&elsewhere)));
+    }
+    sql
+}
+
 /// Attempts filtered on one column (`message_id` or `endpoint_id`) and `filter`, newest first.
-pub(super) fn attempts<'a>(
+pub(super) fn attempts<'a, D: Dialect>(
     app_id: &'a AppId,
     column: &'static str,
     value: &'a str,
@@ -96,6 +129,9 @@ pub(super) fn attempts<'a>(
     if let Some(tag) = &filter.tag {
         push_tagged(&mut sql, "message_id", tag);
     }
+    if let Some(channel) = &filter.channel {
+        push_on_channel::<D>(&mut sql, "message_id", channel);
+    }
     if let Some(before) = filter.before {
         sql.push(" AND created_at < ").push_bind(before);
     }
@@ -108,11 +144,10 @@ pub(super) fn attempts<'a>(
 
 /// An app's deliveries, newest first (see [`crate::Store::list_deliveries`]); the page's iterator is a
 /// delivery `seq`.
-pub(super) fn deliveries<'a>(
+pub(super) fn deliveries<'a, D: Dialect>(
     app_id: &'a AppId,
     endpoint_id: Option<&'a EndpointId>,
-    status: Option<DeliveryStatus>,
-    tag: Option<&'a str>,
+    filter: &'a DeliveryFilter,
     page: &'a PageRequest,
 ) -> StoreResult<Sql<'a>> {
     let after = page
@@ -131,11 +166,24 @@ pub(super) fn deliveries<'a>(
     if let Some(id) = endpoint_id {
         sql.push(" AND d.endpoint_id = ").push_bind(id);
     }
-    if let Some(status) = status {
+    if let Some(status) = filter.status {
         sql.push(" AND d.status = ").push_bind(status.code());
     }
-    if let Some(tag) = tag {
+    if let Some(tag) = &filter.tag {
         push_tagged(&mut sql, "d.message_id", tag);
+    }
+    if let Some(channel) = &filter.channel {
+        let mark = sql.mark(channel);
+        sql.push(" AND ").push(&D::json_array_contains("m.channels", &mark));
+    }
+    if let Some(types) = &filter.event_types {
+        push_in(&mut sql, "m.event_type", types);
+    }
+    if let Some(before) = filter.before {
+        sql.push(" AND m.created_at < ").push_bind(before);
+    }
+    if let Some(after) = filter.after {
+        sql.push(" AND m.created_at >= ").push_bind(after);
     }
     keyset.order_and_limit(&mut sql, page);
     Ok(sql)

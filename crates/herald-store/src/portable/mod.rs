@@ -28,9 +28,10 @@ use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
 use crate::{
-    AppToken, AttemptBucket, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryRecord, DeliveryStats,
-    DeliveryView, Ingested, MessageFilter, NewMessage, Ownership, Page, PageRequest, PendingDelivery, Remembered,
-    Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError, StoreResult,
+    AppFilter, AppToken, AttemptBucket, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryFilter,
+    DeliveryRecord, DeliveryStats, DeliveryView, Ingested, MessageFilter, NewMessage, Ownership, Page, PageRequest,
+    PendingDelivery, Remembered, Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError,
+    StoreResult,
 };
 
 /// The `meta` key the health probe writes while writes fail (see [`herald_sql::custody::WriteHealth::recheck`]).
@@ -248,9 +249,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         rows::application(&row)
     }
 
-    async fn list_apps(&self, page: &PageRequest) -> StoreResult<Page<Application>> {
-        let keyset = Keyset::new("id", page, false);
-        let mut sql = Sql::new("SELECT * FROM application WHERE 1 = 1");
+    async fn list_apps(&self, page: &PageRequest, filter: &AppFilter) -> StoreResult<Page<Application>> {
+        let keyset = Keyset::new("id", page, filter.newest_first);
+        let mut sql = listing::apps(filter);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
@@ -322,8 +323,13 @@ impl<D: Dialect> Store for SqlStore<D> {
         rows::event_type(&row)
     }
 
-    async fn list_event_types(&self, page: &PageRequest, include_archived: bool) -> StoreResult<Page<EventType>> {
-        let keyset = Keyset::new("name", page, false);
+    async fn list_event_types(
+        &self,
+        page: &PageRequest,
+        include_archived: bool,
+        descending: bool,
+    ) -> StoreResult<Page<EventType>> {
+        let keyset = Keyset::new("name", page, descending);
         let mut sql = Sql::new(if include_archived {
             "SELECT * FROM event_type WHERE 1 = 1"
         } else {
@@ -784,7 +790,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        let found = listing::attempts(app_id, "message_id", message_id, filter, page)
+        let found = listing::attempts::<D>(app_id, "message_id", message_id, filter, page)
             .fetch_all(self.reads())
             .await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
@@ -799,7 +805,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        let found = listing::attempts(app_id, "endpoint_id", endpoint_id, filter, page)
+        let found = listing::attempts::<D>(app_id, "endpoint_id", endpoint_id, filter, page)
             .fetch_all(self.reads())
             .await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
@@ -1038,11 +1044,10 @@ impl<D: Dialect> Store for SqlStore<D> {
         &self,
         app_id: &AppId,
         endpoint_id: Option<&EndpointId>,
-        status: Option<DeliveryStatus>,
-        tag: Option<&str>,
+        filter: &DeliveryFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>> {
-        let sql = listing::deliveries(app_id, endpoint_id, status, tag, page)?;
+        let sql = listing::deliveries::<D>(app_id, endpoint_id, filter, page)?;
         let found = sql.fetch_all(self.reads()).await?;
         let mut records = decode_all(&found, |row| {
             Ok(DeliveryRecord {
