@@ -148,16 +148,17 @@ async function startReceiver() {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
-      requests.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
+      requests.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
       res.writeHead(200, { "content-length": "0" }).end();
     });
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const url = `http://127.0.0.1:${server.address().port}/hook`;
-  const waitFor = async (msgId, timeoutMs = 20000) => {
+  // The first delivery of `msgId` (to `path`, the receiver's URL path, when given).
+  const waitFor = async (msgId, timeoutMs = 20000, path = null) => {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      const found = requests.find((r) => [r.headers["webhook-id"], r.headers["svix-id"]].includes(msgId));
+      const found = requests.find((r) => [r.headers["webhook-id"], r.headers["svix-id"]].includes(msgId) && (path === null || r.path === path));
       if (found) return found;
       await sleep(50);
     }
@@ -177,9 +178,9 @@ const HEADER_SETS = {
   svix: ["svix-id", "svix-timestamp", "svix-signature"],
 };
 
-/** The delivery carries exactly the header sets Herald was told to send; each set alone verifies. */
-function verifyDelivery(secret, { headers, body }) {
-  const mode = process.env.COMPAT_SIGNATURE_HEADERS ?? "webhook";
+/** The delivery carries exactly the header sets of `mode` (by default the server's, which Herald was told to
+ * send); each set alone verifies. */
+function verifyDelivery(secret, { headers, body }, mode = process.env.COMPAT_SIGNATURE_HEADERS ?? "webhook") {
   const wanted = mode === "both" ? ["webhook", "svix"] : [mode];
   const signatureNames = Object.values(HEADER_SETS).flat();
   for (const [set, names] of Object.entries(HEADER_SETS)) {
@@ -194,6 +195,17 @@ function verifyDelivery(secret, { headers, body }) {
   }
 }
 
+/** A request to Herald without the SDK (for its extensions, which the SDKs have no field for). */
+async function heraldHttp(method, path, body) {
+  const answer = await fetch(`${process.env.HERALD_URL}/api/v1${path}`, {
+    method,
+    headers: { authorization: `Bearer ${process.env.HERALD_TOKEN}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await answer.text();
+  return { status: answer.status, body: text ? JSON.parse(text) : null };
+}
+
 async function waitAttempts(s, appId, msgId, n = 1, timeoutMs = 20000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -202,6 +214,16 @@ async function waitAttempts(s, appId, msgId, n = 1, timeoutMs = 20000) {
     if (Date.now() > deadline) throw new Mismatch(`message ${msgId}: ${page.data.length} attempts, wanted ${n}`);
     await sleep(100);
   }
+}
+
+/** The background task once it is no longer running. */
+async function waitTask(s, taskId, timeoutMs = 20000) {
+  let task = await s.sdk.backgroundTask.get(taskId);
+  for (const deadline = Date.now() + timeoutMs; task.status === "running" && Date.now() < deadline; ) {
+    await sleep(100);
+    task = await s.sdk.backgroundTask.get(taskId);
+  }
+  return task;
 }
 
 async function scenario(s, receiver, step) {
@@ -237,19 +259,32 @@ async function scenario(s, receiver, step) {
   await sdk.eventType.list({ limit: 50 });
   await sdk.eventType.patch(etName, { description: "patched" });
   await (gen2 ? sdk.eventType.upsert : sdk.eventType.update)(etName, { description: "replaced" });
+  // Svix's display group and feature flags are stored and echoed (duplicates collapse); a PATCH to null
+  // removes them.
+  const flaggedName = `compat.flagged.${suffix}`;
+  const flagged = await sdk.eventType.create({ name: flaggedName, description: "flagged", featureFlags: ["beta", "beta", "gamma"], groupName: "Billing events" });
+  const flagsOf = (e) => JSON.stringify([e.featureFlags, e.groupName ?? null]);
+  expect(flagsOf(flagged) === JSON.stringify([["beta", "gamma"], "Billing events"]), `on create: ${JSON.stringify(flagged)}`);
+  expect(flagsOf(await sdk.eventType.get(flaggedName)) === flagsOf(flagged), "featureFlags/groupName on get");
+  const changed = await sdk.eventType.patch(flaggedName, { featureFlags: ["delta"], groupName: null });
+  expect(flagsOf(changed) === JSON.stringify([["delta"], null]), `after a patch: ${JSON.stringify(changed)}`);
+  const badFlag = await s.error(422).sdk.eventType.create({ name: `compat.bad.${suffix}`, description: "bad flag", featureFlags: ["no spaces"] });
+  expect(badFlag.body.detail[0].loc.at(-1) === "featureFlags", `422 for a bad feature flag: ${describe(badFlag)}`);
   const gone = `compat.gone.${suffix}`;
   await sdk.eventType.create({ name: gone, description: "to delete" });
   await sdk.eventType.delete(gone);
   const spec = {
     openapi: "3.1.0",
     info: { title: "compat", version: "1" },
-    webhooks: { [`imported.${suffix}`]: { post: { summary: "imported event", requestBody: { content: { "application/json": { schema: { type: "object" } } } } } } },
+    webhooks: { [`imported.${suffix}`]: { post: { summary: "imported event", "x-svix-group-name": "Imported", "x-svix-feature-flags": ["imported-flag"], requestBody: { content: { "application/json": { schema: { type: "object" } } } } } } },
   };
   const preview = await sdk.eventType.importOpenapi({ spec, dryRun: true });
   expect(preview.data.toModify?.[0]?.name === `imported.${suffix}`, `dry run ${JSON.stringify(preview)}`);
   const done = await sdk.eventType.importOpenapi({ spec });
   expect(done.data.modified[0] === `imported.${suffix}`, `import ${JSON.stringify(done)}`);
-  expect((await sdk.eventType.get(`imported.${suffix}`)).description === "imported event", "imported description");
+  const imported = await sdk.eventType.get(`imported.${suffix}`);
+  expect(imported.description === "imported event", "imported description");
+  expect(flagsOf(imported) === JSON.stringify([["imported-flag"], "Imported"]), `imported extensions ${JSON.stringify(imported)}`);
 
   step("endpoints");
   const filter = gen2 ? { eventTypes: [etName] } : { filterTypes: [etName] };
@@ -291,13 +326,9 @@ async function scenario(s, receiver, step) {
   if (s.client.message.poller) {
     // Pull delivery: a polling endpoint (created over HTTP, a Herald resource the SDKs have no operation
     // for), read through the poller before any message is published.
-    const created = await fetch(`${process.env.HERALD_URL}/api/v1/app/${app.id}/polling-endpoint`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${process.env.HERALD_TOKEN}`, "content-type": "application/json" },
-      body: JSON.stringify({ eventTypes: [etName] }),
-    });
+    const created = await heraldHttp("POST", `/app/${app.id}/polling-endpoint`, { eventTypes: [etName] });
     expect(created.status === 201, `polling endpoint: HTTP ${created.status}`);
-    sinkId = (await created.json()).id;
+    sinkId = created.body.id;
     const head = await sdk.message.poller.poll(app.id, sinkId);
     expect(head.done === true && typeof head.iterator === "string", `poller.poll on an empty stream: ${JSON.stringify(head)}`);
     const polled = await sdk.message.poller.consumerPoll(app.id, sinkId, "compat");
@@ -364,11 +395,7 @@ async function scenario(s, receiver, step) {
   // The message was delivered (and resent): a bulk replay of its event type sends it once more.
   const replay = await sdk.endpoint.bulkReplay(app.id, ep.id, { since, eventTypes: [etName] });
   expect(replay.task === "endpoint.bulk-replay", `ReplayOut.task ${replay.task}`);
-  let task = await sdk.backgroundTask.get(replay.id);
-  for (const deadline = Date.now() + 20000; task.status === "running" && Date.now() < deadline; ) {
-    await new Promise((r) => setTimeout(r, 100));
-    task = await sdk.backgroundTask.get(replay.id);
-  }
+  const task = await waitTask(s, replay.id);
   expect(task.status === "finished" && task.data.messagesSent === 1, `bulk replay task ${JSON.stringify(task)}`);
   await waitAttempts(s, app.id, msg.id, 3);
   await sdk.message.expungeContent(app.id, msg.id);
@@ -380,11 +407,7 @@ async function scenario(s, receiver, step) {
   expect((await sdk.messageAttempt.get(app.id, msg.id, attempts[0].id)).response === "", "attempt response not expunged");
   const purge = await sdk.message.expungeAllContents(app.id);
   expect(purge.task === "application.purge_content", `ExpungeAllContentsOut.task ${purge.task}`);
-  let purged = await sdk.backgroundTask.get(purge.id);
-  for (const deadline = Date.now() + 20000; purged.status === "running" && Date.now() < deadline; ) {
-    await new Promise((r) => setTimeout(r, 100));
-    purged = await sdk.backgroundTask.get(purge.id);
-  }
+  const purged = await waitTask(s, purge.id);
   expect(purged.status === "finished" && "messagesPurged" in purged.data, `expunge-all task ${JSON.stringify(purged)}`);
   const listed = await sdk.backgroundTask.list({ limit: 250 });
   expect(listed.data.some((t) => t.id === purge.id), `backgroundTask.list lacks ${purge.id}`);
@@ -415,6 +438,13 @@ async function scenario(s, receiver, step) {
   expect((await sdk.messageAttempt.listByMsg(app.id, msg.id, { tag })).data.length === 0, "attempts by message, a tag it does not carry");
   const attempted = await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id, { tag });
   expect(JSON.stringify(attempted.data.map((m) => m.id)) === JSON.stringify([tagged.id]), `attempted messages, tag: ${JSON.stringify(attempted.data)}`);
+  // A bulk replay filtered by the tag sends that message again, and only it.
+  const byTagReplay = await sdk.endpoint.bulkReplay(app.id, ep.id, { since, tag });
+  const byTagTask = await waitTask(s, byTagReplay.id);
+  expect(byTagTask.status === "finished" && byTagTask.data.messagesSent === 1, `bulk replay by tag ${JSON.stringify(byTagTask)}`);
+  await waitAttempts(s, app.id, tagged.id, 2);
+  const badTag = await s.error(422).sdk.endpoint.bulkReplay(app.id, ep.id, { since, tag: "no spaces" });
+  expect(badTag.body.detail[0].loc.at(-1) === "tag", `422 for a bad bulk-replay tag: ${describe(badTag)}`);
 
   step("scheduled delivery");
   const at = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
@@ -447,6 +477,33 @@ async function scenario(s, receiver, step) {
   await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: etName });
   await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 2 });
   await s.error(404).sdk.endpoint.sendExample(app.id, ep.id, { eventType: `compat.none.${suffix}` });
+
+  step("signature header names per endpoint");
+  // Each endpoint may choose the names of its signature headers (Herald's `signatureHeaders`, set over HTTP:
+  // the SDKs have no field for it); one message reaches an endpoint of each choice, and of none (the
+  // server's), each delivery with exactly its sets, each set verified by the SDK's `Webhook`.
+  const namesType = `compat.names.${suffix}`;
+  const choices = { webhook: "webhook", svix: "svix", both: "both", server: null };
+  const byChoice = {};
+  for (const [choice, names] of Object.entries(choices)) {
+    const created = await heraldHttp("POST", `/app/${app.id}/endpoint`, { url: `${receiver.url}/${choice}`, filterTypes: [namesType], signatureHeaders: names });
+    expect(created.status === 201 && (created.body.signatureHeaders ?? null) === names, `signatureHeaders ${names}: ${JSON.stringify(created)}`);
+    // The SDK reads the endpoint (and ignores the extension).
+    expect((await sdk.endpoint.get(app.id, created.body.id)).id === created.body.id, "endpoint.get of an endpoint with signatureHeaders");
+    byChoice[choice] = created.body.id;
+  }
+  const named = await sdk.message.create(app.id, { eventType: namesType, payload: { names: true } });
+  for (const [choice, names] of Object.entries(choices)) {
+    const delivery = await receiver.waitFor(named.id, 20000, `/hook/${choice}`);
+    const key = (await sdk.endpoint.getSecret(app.id, byChoice[choice])).key;
+    verifyDelivery(key, delivery, names ?? undefined);
+  }
+  // A PATCH to null gives the endpoint back to the server's setting; anything but the three names is a 422.
+  const reset = await heraldHttp("PATCH", `/app/${app.id}/endpoint/${byChoice.svix}`, { signatureHeaders: null });
+  expect(reset.status === 200 && !("signatureHeaders" in reset.body), `PATCH signatureHeaders null: ${JSON.stringify(reset)}`);
+  const bad = await heraldHttp("PATCH", `/app/${app.id}/endpoint/${byChoice.svix}`, { signatureHeaders: "x-svix" });
+  expect(bad.status === 422 && JSON.stringify(bad.body.detail[0].loc) === JSON.stringify(["body", "signatureHeaders"]), `a bad name: ${JSON.stringify(bad)}`);
+  for (const id of Object.values(byChoice)) await sdk.endpoint.delete(app.id, id);
 
   step("portal access");
   const access = await sdk.authentication.appPortalAccess(app.id, {});

@@ -36,6 +36,7 @@ import threading
 import time
 import traceback
 import typing as t
+import urllib.error
 import urllib.request
 import uuid
 
@@ -196,7 +197,7 @@ def options(name: str, /, **fields: t.Any) -> t.Any:
 
 class Receiver:
     def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self.lock = threading.Lock()
         outer = self
 
@@ -204,7 +205,7 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 with outer.lock:
-                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                    outer.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -216,12 +217,13 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
-    def wait_for(self, msg_id: str, timeout: float = 20.0) -> tuple[dict[str, str], bytes]:
+    def wait_for(self, msg_id: str, timeout: float = 20.0, path: str | None = None) -> tuple[dict[str, str], bytes]:
+        """The first delivery of `msg_id` (to `path`, the receiver's URL path, when given)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                for headers, body in self.requests:
-                    if msg_id in (headers.get("webhook-id"), headers.get("svix-id")):
+                for at, headers, body in self.requests:
+                    if msg_id in (headers.get("webhook-id"), headers.get("svix-id")) and path in (None, at):
                         return headers, body
             time.sleep(0.05)
         raise Mismatch(f"message {msg_id} was not delivered within {timeout:.0f}s")
@@ -238,10 +240,10 @@ HEADER_SETS = {
 }
 
 
-def verify_delivery(secret: str, headers: dict[str, str], body: bytes) -> None:
-    """The delivery carries exactly the signature header sets Herald was told to send, and each set on its
-    own verifies with the SDK's `Webhook`."""
-    mode = os.environ.get("COMPAT_SIGNATURE_HEADERS", "webhook")
+def verify_delivery(secret: str, headers: dict[str, str], body: bytes, mode: str | None = None) -> None:
+    """The delivery carries exactly the signature header sets of `mode` (by default the server's, which
+    Herald was told to send), and each set on its own verifies with the SDK's `Webhook`."""
+    mode = mode or os.environ.get("COMPAT_SIGNATURE_HEADERS", "webhook")
     wanted = ["webhook", "svix"] if mode == "both" else [mode]
     for name, names in HEADER_SETS.items():
         present = [n for n in names if n in headers]
@@ -253,6 +255,23 @@ def verify_delivery(secret: str, headers: dict[str, str], body: bytes) -> None:
             expect(not present, f"{present} sent in {mode!r} mode")
 
 
+def herald_http(method: str, path: str, body: t.Any = None) -> tuple[int, t.Any]:
+    """A request to Herald without the SDK (for its extensions, which the SDKs have no field for): the
+    status and the JSON answer (None when empty)."""
+    request = urllib.request.Request(
+        f"{os.environ['HERALD_URL']}/api/v1{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"authorization": f"Bearer {os.environ['HERALD_TOKEN']}", "content-type": "application/json"},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(request) as answer:
+            status, text = answer.status, answer.read()
+    except urllib.error.HTTPError as refused:
+        status, text = refused.code, refused.read()
+    return status, json.loads(text) if text else None
+
+
 def wait_attempts(s: Suite, app_id: str, msg_id: str, n: int = 1, timeout: float = 20.0) -> list[t.Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -262,6 +281,14 @@ def wait_attempts(s: Suite, app_id: str, msg_id: str, n: int = 1, timeout: float
         if time.monotonic() > deadline:
             raise Mismatch(f"message {msg_id}: {len(page.data)} attempts after {timeout:.0f}s, wanted {n}")
         time.sleep(0.1)
+
+
+def wait_task(s: Suite, task_id: str, timeout: float = 20.0) -> t.Any:
+    """The background task once it is no longer running."""
+    deadline = time.monotonic() + timeout
+    while str((task := s.sdk.background_task.get(task_id)).status) == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return task
 
 
 def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> None:
@@ -303,6 +330,21 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     sdk.event_type.patch(et_name, mk("EventTypePatch", description="patched"))
     replace = sdk.event_type.upsert if gen2 else sdk.event_type.update
     replace(et_name, mk(("EventTypeUpsertIn", "EventTypeUpdate"), description="replaced"))
+    # Svix's display group and feature flags are stored and echoed (duplicates collapse); a PATCH to null
+    # removes them.
+    flagged_name = f"compat.flagged.{suffix}"
+    flagged = sdk.event_type.create(
+        mk("EventTypeIn", name=flagged_name, description="flagged", feature_flags=["beta", "beta", "gamma"], group_name="Billing events")
+    )
+    expect(flagged.feature_flags == ["beta", "gamma"] and flagged.group_name == "Billing events", f"on create: {flagged!r}")
+    again = sdk.event_type.get(flagged_name)
+    expect(again.feature_flags == ["beta", "gamma"] and again.group_name == "Billing events", f"on get: {again!r}")
+    changed = sdk.event_type.patch(flagged_name, mk("EventTypePatch", feature_flags=["delta"], group_name=None))
+    expect(changed.feature_flags == ["delta"] and changed.group_name is None, f"after a patch: {changed!r}")
+    refused = s.error(422).sdk.event_type.create(
+        mk("EventTypeIn", name=f"compat.bad.{suffix}", description="bad flag", feature_flags=["no spaces"])
+    )
+    expect(refused.detail[0].loc[-1] == "featureFlags", f"422 for a bad feature flag names {refused.detail[0].loc!r}")
     gone = f"compat.gone.{suffix}"
     sdk.event_type.create(mk("EventTypeIn", name=gone, description="to delete"))
     sdk.event_type.delete(gone)
@@ -313,6 +355,8 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
             f"imported.{suffix}": {
                 "post": {
                     "description": "imported event",
+                    "x-svix-group-name": "Imported",
+                    "x-svix-feature-flags": ["imported-flag"],
                     "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/P"}}}},
                 }
             }
@@ -327,6 +371,7 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     imported = sdk.event_type.get(f"imported.{suffix}")
     expect(imported.description == "imported event", f"imported description {imported.description!r}")
     expect(imported.schemas == {"1": {"type": "object", "properties": {"id": {"type": "string"}}}}, "imported schema")
+    expect(imported.group_name == "Imported" and imported.feature_flags == ["imported-flag"], f"imported extensions {imported!r}")
 
     step("endpoints")
     ep = sdk.endpoint.create(
@@ -391,14 +436,9 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     if hasattr(s.client.message, "poller"):  # every 2.x; some 1.x have no poller
         # Pull delivery: a polling endpoint (created over HTTP, a Herald resource the SDKs have no operation
         # for), read through the poller before any message is published.
-        request = urllib.request.Request(
-            f"{os.environ['HERALD_URL']}/api/v1/app/{app.id}/polling-endpoint",
-            data=json.dumps({"eventTypes": [et_name]}).encode(),
-            headers={"authorization": f"Bearer {os.environ['HERALD_TOKEN']}", "content-type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request) as answer:
-            sink_id = json.load(answer)["id"]
+        status, sink = herald_http("POST", f"/app/{app.id}/polling-endpoint", {"eventTypes": [et_name]})
+        expect(status == 201, f"polling endpoint: HTTP {status} {sink!r}")
+        sink_id = sink["id"]
         head = sdk.message.poller.poll(app.id, sink_id)
         expect(head.done and isinstance(head.iterator, str), f"poller.poll on an empty stream: {head!r}")
         polled = sdk.message.poller.consumer_poll(app.id, sink_id, "compat")
@@ -479,9 +519,7 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     # The message was delivered (and resent): a bulk replay of its event type sends it once more.
     replay = sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, event_types=[et_name]))
     expect(str(replay.task) == "endpoint.bulk-replay", f"ReplayOut.task {replay.task!r}")
-    deadline = time.monotonic() + 20
-    while str((task := sdk.background_task.get(replay.id)).status) == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    task = wait_task(s, replay.id)
     expect(str(task.status) == "finished" and task.data.get("messagesSent") == 1, f"bulk replay task {task!r}")
     wait_attempts(s, app.id, msg.id, 3)
     sdk.message.expunge_content(app.id, msg.id)
@@ -495,9 +533,7 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect(sdk.message_attempt.get(app.id, msg.id, attempts[0].id).response == "", "attempt response not expunged")
     purge = sdk.message.expunge_all_contents(app.id)
     expect(str(purge.task) == "application.purge_content", f"ExpungeAllContentsOut.task {purge.task!r}")
-    deadline = time.monotonic() + 20
-    while str((task := sdk.background_task.get(purge.id)).status) == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    task = wait_task(s, purge.id)
     expect(str(task.status) == "finished" and "messagesPurged" in task.data, f"expunge-all task {task!r}")
     listed = sdk.background_task.list(options("BackgroundTaskListOptions", limit=250))
     expect(purge.id in [t.id for t in listed.data], f"background_task.list lacks {purge.id}")
@@ -530,6 +566,13 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
         app.id, ep.id, options("MessageAttemptListAttemptedMessagesOptions", tag=tag)
     )
     expect([m.id for m in attempted.data] == [tagged.id], f"attempted messages, tag: {[m.id for m in attempted.data]}")
+    # A bulk replay filtered by the tag sends that message again, and only it.
+    by_tag = sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, tag=tag))
+    task = wait_task(s, by_tag.id)
+    expect(str(task.status) == "finished" and task.data.get("messagesSent") == 1, f"bulk replay by tag {task!r}")
+    wait_attempts(s, app.id, tagged.id, 2)
+    refused = s.error(422).sdk.endpoint.bulk_replay(app.id, ep.id, mk("BulkReplayIn", since=since, tag="no spaces"))
+    expect(refused.detail[0].loc[-1] == "tag", f"422 for a bad bulk-replay tag names {refused.detail[0].loc!r}")
 
     step("scheduled delivery")
     at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)).replace(microsecond=0) + dt.timedelta(seconds=1)
@@ -564,6 +607,33 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect(refused.detail[0].loc[-1] == "eventType", f"422 without an example names {refused.detail[0].loc!r}")
     s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type, example_index=2))
     s.error(404).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=f"compat.none.{suffix}"))
+
+    step("signature header names per endpoint")
+    # Each endpoint may choose the names of its signature headers (Herald's `signatureHeaders`, set over
+    # HTTP: the SDKs have no field for it); one message reaches an endpoint of each choice, and of none
+    # (the server's), each delivery with exactly its sets, each set verified by the SDK's `Webhook`.
+    names_type = f"compat.names.{suffix}"
+    choices = {"webhook": "webhook", "svix": "svix", "both": "both", "server": None}
+    by_choice = {}
+    for choice, names in choices.items():
+        body = {"url": f"{receiver.url}/{choice}", "filterTypes": [names_type], "signatureHeaders": names}
+        status, created = herald_http("POST", f"/app/{app.id}/endpoint", body)
+        expect(status == 201 and created.get("signatureHeaders") == names, f"signatureHeaders {names!r}: {status} {created!r}")
+        # The SDK reads the endpoint (and ignores the extension).
+        expect(sdk.endpoint.get(app.id, created["id"]).id == created["id"], "endpoint.get of an endpoint with signatureHeaders")
+        by_choice[choice] = created["id"]
+    named = sdk.message.create(app.id, mk("MessageIn", event_type=names_type, payload={"names": True}))
+    for choice, names in choices.items():
+        headers, body = receiver.wait_for(named.id, path=f"/hook/{choice}")
+        key = sdk.endpoint.get_secret(app.id, by_choice[choice]).key
+        verify_delivery(key, headers, body, mode=names)
+    # A PATCH to null gives the endpoint back to the server's setting; anything but the three names is a 422.
+    status, patched = herald_http("PATCH", f"/app/{app.id}/endpoint/{by_choice['svix']}", {"signatureHeaders": None})
+    expect(status == 200 and "signatureHeaders" not in patched, f"PATCH signatureHeaders null: {status} {patched!r}")
+    status, refused = herald_http("PATCH", f"/app/{app.id}/endpoint/{by_choice['svix']}", {"signatureHeaders": "x-svix"})
+    expect(status == 422 and refused["detail"][0]["loc"] == ["body", "signatureHeaders"], f"a bad name: {status} {refused!r}")
+    for endpoint_id in by_choice.values():
+        sdk.endpoint.delete(app.id, endpoint_id)
 
     step("portal access")
     access = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn"))

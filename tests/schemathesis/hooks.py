@@ -1,5 +1,8 @@
 """Schemathesis hooks for scripts/schemathesis.
 
+Each hook below says which rule of the API the document can state only in words and how a generated case
+is made to follow it; the first is the idempotency key's.
+
 An idempotency key names one request: a key reused with another body, path or query is refused with a
 422 by design (docs/svix-compatibility.md; the IETF Idempotency-Key draft says the same). The document
 can say what a key looks like, not that a client must not reuse one, so generated cases would reuse the
@@ -45,6 +48,23 @@ def before_call(context, case, kwargs):
     body = case.body
     if isinstance(body, dict) and isinstance(body.get("secret"), str) and body.get("signatureType") is not None:
         body["signatureType"] = "ed25519" if body["secret"].strip().startswith("whsk_") else "hmac"
+    # A PUT that creates the application or endpoint makes the path segment its uid, so a `uid` in the body
+    # must be that segment (a rule between the path and the body, stated in words only): a valid case
+    # whose segment is a uid sends it. (A segment shaped like an id names an existing object, whose uid
+    # the body may change, or none, a 404.)
+    put = _PUT_CREATES.get(case.operation.path) if case.method.upper() == "PUT" else None
+    if put and isinstance(body, dict) and body.get("uid") is not None and case.path_parameters:
+        parameter, id_prefix = put
+        segment = case.path_parameters.get(parameter)
+        if isinstance(segment, str) and not segment.startswith(id_prefix):
+            body["uid"] = segment
+
+
+# The path parameter a `PUT` turns into the uid of the object it creates, and its ids' prefix, by path.
+_PUT_CREATES = {
+    "/api/v1/app/{app_id}": ("app_id", "app_"),
+    "/api/v1/app/{app_id}/endpoint/{endpoint_id}": ("endpoint_id", "ep_"),
+}
 
 
 # Signing keys (`format: herald-signing-key`): the document's pattern says what a key looks like, but an

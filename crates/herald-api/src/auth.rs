@@ -35,6 +35,7 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use herald_core::clock::now_ms;
+use herald_core::id::{AppId, SinkId, SinkIdOrUid, TaskId};
 use herald_store::{AppToken, StoreError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -201,16 +202,20 @@ async fn authorize(
             let owner = if param("app_id").is_some() {
                 app_of(state, params).await?
             } else if let Some(task) = param("task_id") {
-                match state.store.get_task(task, Some(&token.app_id)).await {
-                    Ok(task) => Some(task.app_id),
-                    Err(StoreError::NotFound) => None,
-                    Err(error) => return Err(ApiError::from_store(error, "background task")),
+                match TaskId::parse(task) {
+                    Ok(task) => match state.store.get_task(&task, Some(&token.app_id)).await {
+                        Ok(task) => Some(task.app_id),
+                        Err(StoreError::NotFound) => None,
+                        Err(error) => return Err(ApiError::from_store(error, "background task")),
+                    },
+                    // No task has such an id.
+                    Err(_) => None,
                 }
             } else {
                 // An `app` operation that names neither: nothing to check it against, so admin-only.
                 return Err(forbidden("this operation needs the admin token"));
             };
-            if owner.as_deref() == Some(token.app_id.as_str()) {
+            if owner.as_ref() == Some(&token.app_id) {
                 Ok(())
             } else {
                 Err(forbidden("this token may only use its own application"))
@@ -221,7 +226,7 @@ async fn authorize(
 
 /// The application the path's `{app_id}` names (id or uid), resolved as the handlers resolve it; `None`
 /// when there is none (or no such application).
-async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<String>, ApiError> {
+async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<AppId>, ApiError> {
     let Some((_, app)) = params.iter().find(|(k, _)| k == "app_id") else {
         return Ok(None);
     };
@@ -239,19 +244,23 @@ async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<
 async fn authorize_sink(
     state: &AppState,
     token: &AppToken,
-    sink_id: &str,
+    sink_id: &SinkId,
     access: Access,
     params: &[(String, String)],
 ) -> Result<(), ApiError> {
     let refused = || forbidden("this token may only read its own polling endpoint's stream");
-    if access != Access::Sink || app_of(state, params).await?.as_deref() != Some(token.app_id.as_str()) {
+    if access != Access::Sink || app_of(state, params).await?.as_ref() != Some(&token.app_id) {
         return Err(refused());
     }
     let Some((_, named)) = params.iter().find(|(k, _)| k == "sink_id") else {
         return Err(refused());
     };
-    match state.store.get_polling_endpoint(&token.app_id, named).await {
-        Ok(sink) if sink.id == sink_id => Ok(()),
+    match state
+        .store
+        .get_polling_endpoint(&token.app_id, &SinkIdOrUid::new(named))
+        .await
+    {
+        Ok(sink) if &sink.id == sink_id => Ok(()),
         Ok(_) | Err(StoreError::NotFound) => Err(refused()),
         Err(error) => Err(ApiError::from_store(error, "polling endpoint")),
     }

@@ -21,7 +21,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::{ApiError, Problem, Source};
+use crate::error::{ApiError, FieldError, Problem, Source};
 
 /// What one query parameter accepts.
 #[derive(Debug)]
@@ -123,12 +123,7 @@ fn check(params: &[Param], query: &str) -> Result<(), ApiError> {
 
 fn unknown(params: &[Param], name: &str) -> ApiError {
     let taken: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
-    let msg = if taken.is_empty() {
-        "unknown query parameter: this operation takes none".to_owned()
-    } else {
-        format!("unknown query parameter: this operation takes {}", taken.join(", "))
-    };
-    ApiError::invalid(Source::Query, name, Problem::Extra, msg)
+    ApiError::fields(vec![FieldError::unknown_query(name, &taken)])
 }
 
 /// The values of one list parameter's occurrence (`a,b` is two; empty pieces are skipped).

@@ -1,11 +1,7 @@
-//! API errors: every failure is a JSON body with a stable `code` and the matching status.
-//!
-//! Two shapes, as Svix answers them and as its SDKs parse them:
-//! - every status but 422: `{"code": "not_found", "detail": "application not found"}` (`HttpError`);
-//! - 422: `{"code": "validation", "detail": [{"loc": ["body", "name"], "msg": "…", "type": "value_error"}]}`
-//!   (`HTTPValidationError`): `detail` lists each invalid value, `loc` says where it was (`body`, `query`,
-//!   `header` or `path`, then the field's path). The SDKs raise their own validation exception from it;
-//!   `code` beside it is kept because both SDK generations ignore keys they do not know.
+//! API errors: every failure is a JSON body with a stable `code` and the matching status, in the two
+//! shapes of [`herald_edge::problem`] (the inbox's errors are the same): a sentence, or for 422 the list
+//! of invalid values as Svix's `HTTPValidationError`. The SDKs raise their own validation exception from
+//! a 422; `code` beside it is kept because both SDK generations ignore keys they do not know.
 //!
 //! Validation errors are built with [`ApiError::invalid`] (or its shorthands [`ApiError::body`],
 //! [`ApiError::query`], [`ApiError::header`]), never from free text, so every 422 names its field.
@@ -16,84 +12,7 @@ use herald_store::StoreError;
 use herald_store::custody::Fault;
 use serde::Serialize;
 
-/// Where an invalid value was found: the first element of a validation error's `loc`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// A field of the JSON request body.
-    Body,
-    /// A query-string parameter.
-    Query,
-    /// A request header.
-    Header,
-    /// A segment of the path.
-    Path,
-}
-
-impl Source {
-    /// The name used in `loc`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Source::Body => "body",
-            Source::Query => "query",
-            Source::Header => "header",
-            Source::Path => "path",
-        }
-    }
-}
-
-/// What kind of invalid value: a validation error's `type` (the vocabulary Svix uses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Problem {
-    /// The value has the right type but is not acceptable (too long, out of range, malformed, …).
-    Value,
-    /// The value has the wrong JSON type.
-    Type,
-    /// A required value is missing.
-    Missing,
-    /// A parameter or field this operation does not take.
-    Extra,
-}
-
-impl Problem {
-    /// The name used in `type`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Problem::Value => "value_error",
-            Problem::Type => "type_error",
-            Problem::Missing => "value_error.missing",
-            Problem::Extra => "value_error.extra",
-        }
-    }
-}
-
-/// One invalid value, as Svix's `ValidationError`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FieldError {
-    /// Where: the source, then the field's path (object keys, and list indices as decimal strings).
-    pub loc: Vec<String>,
-    /// What is wrong with it, for a human.
-    pub msg: String,
-    /// The kind of problem (`value_error`, `type_error`, `value_error.missing`, `value_error.extra`).
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-}
-
-impl FieldError {
-    /// `field: msg`, as a log line or a summary shows it.
-    pub fn summary(&self) -> String {
-        format!("{}: {}", self.loc[1..].join("."), self.msg)
-    }
-}
-
-/// An error's `detail`: a sentence, or for 422 the list of invalid values.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
-pub enum Detail {
-    /// Every status but 422.
-    Text(String),
-    /// 422: each invalid value with its location.
-    Fields(Vec<FieldError>),
-}
+pub use herald_edge::problem::{Detail, FieldError, Problem, Source};
 
 /// An error answered to an API client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,12 +23,6 @@ pub struct ApiError {
     pub code: &'static str,
     /// A human explanation, or the invalid values of a 422.
     pub detail: Detail,
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    code: &'a str,
-    detail: &'a Detail,
 }
 
 /// An error's body as a value, for an answer that carries errors inside it (a batch's per-message
@@ -135,30 +48,19 @@ impl ApiError {
     /// 422: the value at `field` (a name, or a dotted path such as `headers.X-Foo` or `channels.0`) of
     /// `source` is invalid, because of `msg`.
     pub fn invalid(source: Source, field: &str, problem: Problem, msg: impl Into<String>) -> Self {
-        let mut loc = vec![source.as_str().to_owned()];
-        loc.extend(field.split('.').filter(|part| !part.is_empty()).map(str::to_owned));
-        // `loc` always names the value after its source (the document promises two items at least): a
-        // query parameter with an empty name (`?=x`) is named by its empty name.
-        if loc.len() == 1 {
-            loc.push(field.to_owned());
-        }
-        Self::located(loc, problem, msg)
+        Self::fields(vec![FieldError::new(source, field, problem, msg)])
     }
 
     /// 422: the value at `loc` (the source's name, then the path of keys and list indices) is invalid.
     pub fn located(loc: Vec<String>, problem: Problem, msg: impl Into<String>) -> Self {
-        Self::fields(vec![FieldError {
-            loc,
-            msg: msg.into(),
-            kind: problem.as_str(),
-        }])
+        Self::fields(vec![FieldError::located(loc, problem, msg)])
     }
 
     /// 422 listing several invalid values at once (at least one).
     pub fn fields(errors: Vec<FieldError>) -> Self {
         Self {
             status: StatusCode::UNPROCESSABLE_ENTITY,
-            code: "validation",
+            code: herald_edge::problem::VALIDATION,
             detail: Detail::Fields(errors),
         }
     }
@@ -179,14 +81,28 @@ impl ApiError {
     }
 
     /// The same error for a value nested at `path` (keys and list indices) inside the body: each invalid
-    /// value's `loc` gets `path` after its source, so `["body", "eventType"]` of one message of a batch
-    /// becomes `["body", "messages", "3", "eventType"]`.
+    /// body value's `loc` gets `path` after its source, so `["body", "eventType"]` of one message of a
+    /// batch becomes `["body", "messages", "3", "eventType"]` (a value found elsewhere keeps its `loc`).
     pub fn nested(mut self, path: &[String]) -> Self {
         if let Detail::Fields(errors) = &mut self.detail {
-            for error in errors {
-                let rest = error.loc.split_off(1.min(error.loc.len()));
+            for error in errors
+                .iter_mut()
+                .filter(|e| e.loc.first().map(String::as_str) == Some("body"))
+            {
+                let rest = error.loc.split_off(1);
                 error.loc.extend(path.iter().cloned());
                 error.loc.extend(rest);
+            }
+        }
+        self
+    }
+
+    /// The same error for a value checked by a rule written for another place: each invalid value's `loc`
+    /// becomes `field` of `source` (a path segment checked as a body's uid is named by its parameter).
+    pub fn relocated(mut self, source: Source, field: &str) -> Self {
+        if let Detail::Fields(errors) = &mut self.detail {
+            for error in errors {
+                error.loc = vec![source.as_str().to_owned(), field.to_owned()];
             }
         }
         self
@@ -210,10 +126,7 @@ impl ApiError {
 
     /// The detail as one line of text (a 422's fields as `field: msg`, joined by `; `).
     pub fn detail_text(&self) -> String {
-        match &self.detail {
-            Detail::Text(text) => text.clone(),
-            Detail::Fields(errors) => errors.iter().map(FieldError::summary).collect::<Vec<_>>().join("; "),
-        }
+        self.detail.text()
     }
 
     /// 400: the request could not be read at all (e.g. malformed JSON).
@@ -278,11 +191,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
-            code: self.code,
-            detail: &self.detail,
-        };
-        (self.status, axum::Json(body)).into_response()
+        herald_edge::problem::response(self.status, self.code, &self.detail)
     }
 }
 
@@ -296,13 +205,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_422_is_svix_validation_shape_with_the_code_beside() {
+    fn a_422_is_answered_in_the_validation_shape() {
         let error = ApiError::invalid(Source::Body, "headers.X-Foo", Problem::Value, "too long");
-        let body = serde_json::to_value(Body {
-            code: error.code,
-            detail: &error.detail,
-        })
-        .expect("serialise");
+        let body = serde_json::to_value(error.to_out()).expect("serialise");
         assert_eq!(
             body,
             json!({"code": "validation", "detail": [{"loc": ["body", "headers", "X-Foo"], "msg": "too long", "type": "value_error"}]})
@@ -311,16 +216,20 @@ mod tests {
     }
 
     #[test]
-    fn a_parameter_with_an_empty_name_is_still_named_in_loc() {
-        let error = ApiError::invalid(Source::Query, "", Problem::Extra, "unknown");
-        assert_eq!(error.field_errors()[0].loc, ["query", ""]);
-    }
-
-    #[test]
     fn a_nested_error_names_its_whole_path() {
         let error = ApiError::body("eventType", "bad").nested(&["messages".to_owned(), "3".to_owned()]);
         assert_eq!(error.field_errors()[0].loc, ["body", "messages", "3", "eventType"]);
         let text = ApiError::not_found("application").nested(&["messages".to_owned()]);
+        assert_eq!(text.detail, Detail::Text("application not found".into()));
+    }
+
+    #[test]
+    fn a_relocated_error_names_its_new_place_and_a_nested_one_only_body_values() {
+        let error = ApiError::body("uid", "bad").relocated(Source::Path, "app_id");
+        assert_eq!(error.field_errors()[0].loc, ["path", "app_id"]);
+        let kept = error.nested(&["application".to_owned()]);
+        assert_eq!(kept.field_errors()[0].loc, ["path", "app_id"]);
+        let text = ApiError::not_found("application").relocated(Source::Path, "app_id");
         assert_eq!(text.detail, Detail::Text("application not found".into()));
     }
 

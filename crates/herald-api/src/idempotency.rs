@@ -200,9 +200,10 @@ mod tests {
 
     #[test]
     fn a_message_key_reused_for_another_message_is_refused() {
+        let app_id = herald_core::id::AppId::new();
         let stored = Message {
-            id: "msg_1".into(),
-            app_id: "app_1".into(),
+            id: herald_core::id::MessageId::new(),
+            app_id: app_id.clone(),
             event_id: None,
             event_type: "a.b".into(),
             channels: Some(vec!["x".into(), "y".into()]),
@@ -213,7 +214,7 @@ mod tests {
             created_at: 0,
         };
         let new = NewMessage {
-            app_id: "app_1".into(),
+            app_id,
             event_id: None,
             event_type: "a.b".into(),
             channels: Some(vec!["y".into(), "x".into()]),

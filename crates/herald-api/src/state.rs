@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use herald_core::address::AddressPolicy;
+use herald_core::id::{AppId, EndpointId};
 use herald_delivery::EngineHandle;
 use herald_store::SharedStore;
 
@@ -118,7 +119,7 @@ impl AppState {
 
     /// An endpoint changed (or was deleted): tell the delivery engine to reload it. Fan-out needs no
     /// notice: the store reads the endpoints inside each ingest transaction.
-    pub(crate) fn endpoint_changed(&self, endpoint_id: &str) {
+    pub(crate) fn endpoint_changed(&self, endpoint_id: &EndpointId) {
         if let Some(engine) = &self.engine {
             engine.endpoint_changed(endpoint_id);
         }
@@ -127,7 +128,7 @@ impl AppState {
     /// Like [`endpoint_changed`](Self::endpoint_changed), and answer only once the engine uses the changed
     /// record (keys, headers), so a client that saw its rotation or revocation succeed never sees a later
     /// attempt signed with the replaced key. Bounded: a stuck engine delays the answer by 5 s at most.
-    pub(crate) async fn endpoint_applied(&self, endpoint_id: &str) {
+    pub(crate) async fn endpoint_applied(&self, endpoint_id: &EndpointId) {
         if let Some(engine) = &self.engine {
             engine
                 .endpoint_applied(endpoint_id, std::time::Duration::from_secs(5))
@@ -137,21 +138,21 @@ impl AppState {
 
     /// Deliveries of an endpoint became pending outside ingest (resend, recover, replay-missing): tell the
     /// delivery engine to read its backlog again.
-    pub(crate) fn engine_backlog(&self, endpoint_id: &str) {
+    pub(crate) fn engine_backlog(&self, endpoint_id: &EndpointId) {
         if let Some(engine) = &self.engine {
             engine.backlog(endpoint_id);
         }
     }
 
     /// Run an endpoint's ownership check.
-    pub(crate) fn engine_verify(&self, endpoint_id: &str) {
+    pub(crate) fn engine_verify(&self, endpoint_id: &EndpointId) {
         if let Some(engine) = &self.engine {
             engine.verify(endpoint_id);
         }
     }
 
     /// Pending deliveries were cancelled: tell the delivery engine not to send them.
-    pub(crate) fn engine_cancelled(&self, deliveries: Vec<(String, i64)>) {
+    pub(crate) fn engine_cancelled(&self, deliveries: Vec<(EndpointId, i64)>) {
         if let Some(engine) = &self.engine {
             engine.cancelled(deliveries);
         }
@@ -166,23 +167,23 @@ impl AppState {
 /// (Nodes sharing one database need cross-node invalidation for uid moves; see the PostgreSQL backend.)
 #[derive(Default)]
 pub(crate) struct AppIdCache {
-    ids: RwLock<HashMap<String, String>>,
+    ids: RwLock<HashMap<String, AppId>>,
 }
 
 impl AppIdCache {
     /// Most entries kept; past that the cache starts over (it refills itself from the store).
     const MAX_ENTRIES: usize = 100_000;
 
-    pub(crate) fn get(&self, id_or_uid: &str) -> Option<String> {
+    pub(crate) fn get(&self, id_or_uid: &str) -> Option<AppId> {
         self.ids.read().ok()?.get(id_or_uid).cloned()
     }
 
-    pub(crate) fn insert(&self, id_or_uid: &str, app_id: &str) {
+    pub(crate) fn insert(&self, id_or_uid: &str, app_id: &AppId) {
         if let Ok(mut ids) = self.ids.write() {
             if ids.len() >= Self::MAX_ENTRIES {
                 ids.clear();
             }
-            ids.insert(id_or_uid.to_owned(), app_id.to_owned());
+            ids.insert(id_or_uid.to_owned(), app_id.clone());
         }
     }
 

@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, EndpointId, MessageId, TaskId};
 use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, TaskKind, TaskState};
 use herald_store::{RequeueSelection, StoreError, StoreResult};
 use serde_json::{Value, json};
@@ -45,6 +45,8 @@ pub(crate) struct ReplayFilter {
     pub(crate) event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub(crate) channel: Option<String>,
+    /// Only messages with this tag.
+    pub(crate) tag: Option<String>,
     /// Svix's `MessageStatus` of the delivery (0 success, 1 pending, 2 fail, 3 sending, 4 canceled).
     pub(crate) status: Option<i64>,
     /// The latest attempt's status class (0 none, 100 … 500).
@@ -94,7 +96,7 @@ impl Repair {
 /// A task's parameters and progress, as its row's `data` carries them.
 #[derive(Debug, Clone)]
 struct Plan {
-    endpoint_id: String,
+    endpoint_id: EndpointId,
     since: i64,
     until: i64,
     repair: Repair,
@@ -125,6 +127,7 @@ impl Plan {
             until: self.until,
             event_types: filter.event_types,
             channel: filter.channel,
+            tag: filter.tag,
             status_class: filter.status_code_class,
             after_seq: self.after_seq,
             through_seq: self.through_seq,
@@ -149,6 +152,7 @@ impl Plan {
             data["messagesSent"] = json!(self.queued);
             data["eventTypes"] = json!(filter.event_types);
             data["channel"] = json!(filter.channel);
+            data["tag"] = json!(filter.tag);
             data["status"] = json!(filter.status);
             data["statusCodeClass"] = json!(filter.status_code_class);
         }
@@ -164,13 +168,15 @@ impl Plan {
             TaskKind::BulkReplay => Repair::BulkReplay(ReplayFilter {
                 event_types: serde_json::from_value(data.get("eventTypes")?.clone()).ok()?,
                 channel: serde_json::from_value(data.get("channel")?.clone()).ok()?,
+                // Absent from the rows of tasks started before tags were filtered on.
+                tag: data.get("tag").and_then(Value::as_str).map(str::to_owned),
                 status: int("status"),
                 status_code_class: int("statusCodeClass"),
             }),
             _ => return None,
         };
         Some(Plan {
-            endpoint_id: data.get("endpointId")?.as_str()?.to_owned(),
+            endpoint_id: EndpointId::parse(data.get("endpointId")?.as_str()?).ok()?,
             since: int("since")?,
             until: int("until")?,
             repair,
@@ -208,7 +214,7 @@ pub(crate) async fn start(
     };
     let now = now_ms();
     let task = BackgroundTask {
-        id: new_id(IdKind::Task),
+        id: TaskId::new(),
         kind: plan.repair.kind(),
         app_id: endpoint.app_id.clone(),
         state: TaskState::Running,
@@ -225,12 +231,12 @@ pub(crate) async fn start(
 }
 
 /// Record a task expunging the payload of every message of `app_id` created until now, and start it.
-pub(crate) async fn start_purge(state: &AppState, app_id: &str) -> StoreResult<BackgroundTask> {
+pub(crate) async fn start_purge(state: &AppState, app_id: &AppId) -> StoreResult<BackgroundTask> {
     let now = now_ms();
     let task = BackgroundTask {
-        id: new_id(IdKind::Task),
+        id: TaskId::new(),
         kind: TaskKind::PurgeContent,
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         state: TaskState::Running,
         processed: 0,
         total: state.store.count_messages(app_id, 0, now.saturating_add(1)).await?,
@@ -283,7 +289,7 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         let endpoint = match Plan::from_data(task.kind, &task.data) {
             Some(plan) => state
                 .store
-                .get_endpoint(&task.app_id, &plan.endpoint_id)
+                .get_endpoint(&task.app_id, &(&plan.endpoint_id).into())
                 .await
                 .map(|endpoint| (plan, endpoint)),
             None => Err(StoreError::NotFound),
@@ -391,7 +397,7 @@ where
 
 /// Work through the repair chunk by chunk, recording progress in `task` after each.
 async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut BackgroundTask) -> StoreResult<()> {
-    let mut cursor: Option<String> = None;
+    let mut cursor: Option<MessageId> = None;
     loop {
         let now = now_ms();
         let (done, made_pending, handled) = match plan.selection() {
@@ -405,7 +411,7 @@ async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut 
             None => {
                 let (last, created) = state
                     .store
-                    .add_missing_deliveries(endpoint, plan.since, plan.until, cursor.as_deref(), CHUNK, now)
+                    .add_missing_deliveries(endpoint, plan.since, plan.until, cursor.as_ref(), CHUNK, now)
                     .await?;
                 let done = last.is_none();
                 cursor = last;

@@ -3,7 +3,7 @@
 //! The caps are documented in the OpenAPI document (`maxLength`, `maxProperties`, …) and in the README;
 //! a value over one is a 422, never truncated, so what is stored is what was sent.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Source};
 use crate::model::Metadata;
 
 /// The longest uid, name (of an application or event type) or channel accepted, in characters.
@@ -60,12 +60,13 @@ fn is_tag(value: &str) -> bool {
     !value.is_empty() && value.len() <= MAX_TAG_LEN && value.chars().all(valid_char)
 }
 
-/// A message's `tags` (their count is capped as sent, see [`crate::sets`]). The `tag` filter of the
-/// listings is checked against the same pattern by the query contract ([`crate::contract`]).
-pub(crate) fn tags<'a>(values: impl IntoIterator<Item = &'a String>) -> Result<(), ApiError> {
+/// A message's `tags` (their count is capped as sent, see [`crate::sets`]), or the one tag a body filters
+/// on, under `field`. The `tag` filter of the listings is checked against the same pattern by the query
+/// contract ([`crate::contract`]).
+pub(crate) fn tags<'a>(field: &str, values: impl IntoIterator<Item = &'a String>) -> Result<(), ApiError> {
     match values.into_iter().find(|tag| !is_tag(tag)) {
         Some(_) => Err(ApiError::body(
-            "tags",
+            field,
             format!("each must be 1 to {MAX_TAG_LEN} characters of letters, digits, '-', '_', '.', '/', '\\', '#'"),
         )),
         None => Ok(()),
@@ -177,12 +178,14 @@ pub(crate) fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
     }
 }
 
-/// The uid of an object that a PUT creates because `path_segment` named nothing.
+/// The uid of an object that a PUT creates because `path_segment` (the path parameter `path_param`)
+/// named nothing.
 ///
 /// An id cannot be chosen by a client, so a segment shaped like an id of `kind` is simply not found;
-/// otherwise the segment becomes the uid, and a body that names a different uid is refused.
+/// otherwise the segment becomes the uid (a segment that cannot be one is a 422 naming the parameter),
+/// and a body that names a different uid is refused.
 pub(crate) fn uid_for_put(
-    path_segment: &str,
+    (path_param, path_segment): (&str, &str),
     body_uid: Option<&str>,
     kind: herald_core::id::IdKind,
     what: &str,
@@ -190,7 +193,7 @@ pub(crate) fn uid_for_put(
     if kind.matches(path_segment) {
         return Err(ApiError::not_found(what));
     }
-    uid(path_segment, kind)?;
+    uid(path_segment, kind).map_err(|error| error.relocated(Source::Path, path_param))?;
     match body_uid {
         Some(given) if given != path_segment => Err(ApiError::body(
             "uid",

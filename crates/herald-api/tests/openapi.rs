@@ -35,6 +35,11 @@ fn document() -> Value {
 
 /// A service over a fresh SQLite store; the directory must outlive the state.
 async fn state() -> (tempfile::TempDir, AppState) {
+    state_with(Limits::default()).await
+}
+
+/// [`state`] with other request limits.
+async fn state_with(limits: Limits) -> (tempfile::TempDir, AppState) {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("herald.db").display());
     let store = herald_store::open_with(
@@ -49,7 +54,7 @@ async fn state() -> (tempfile::TempDir, AppState) {
         None,
         Arc::new(AddressPolicy::default()),
         herald_api::auth::token_digest(TOKEN),
-        Limits::default(),
+        limits,
     );
     (dir, state)
 }
@@ -379,6 +384,29 @@ async fn the_document_is_served_without_a_token() {
         assert!(answer.content_type.starts_with("application/json"), "{answer:?}");
         assert_eq!(answer.body, document());
     }
+}
+
+#[tokio::test]
+async fn the_served_document_states_the_attempt_timeout_bound_the_server_was_given() {
+    let limits = Limits::default().with_max_request_timeout(std::time::Duration::from_secs(90));
+    let (_dir, state) = state_with(limits).await;
+    let served = send(&state, "get", "/api/v1/openapi.json", None, false).await.body;
+    for schema in ["EndpointIn", "EndpointUpdate", "EndpointPatch"] {
+        let property = &served["components"]["schemas"][schema]["properties"]["requestTimeoutMs"];
+        assert_eq!(property["maximum"], 90_000, "{schema}: {property}");
+    }
+    // What the served document allows, the server accepts, and one past it is refused.
+    let app = send(&state, "post", "/api/v1/app", Some(json!({"name": "bound"})), true).await;
+    assert_eq!(app.status, StatusCode::CREATED, "{app:?}");
+    let endpoints = format!("/api/v1/app/{}/endpoint", app.body["id"].as_str().expect("app id"));
+    let at_bound = json!({"url": "https://example.com/hook", "requestTimeoutMs": 90_000});
+    let created = send(&state, "post", &endpoints, Some(at_bound), true).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
+    assert_eq!(created.body["requestTimeoutMs"], 90_000);
+    let past = json!({"url": "https://example.com/hook", "requestTimeoutMs": 90_001});
+    let refused = send(&state, "post", &endpoints, Some(past), true).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{refused:?}");
+    assert_eq!(refused.body["detail"][0]["loc"], json!(["body", "requestTimeoutMs"]));
 }
 
 /// Check a response body against the schema documented for (method, path, status): every required key is

@@ -14,8 +14,8 @@ use crate::progress::Progress;
 /// Keep-alive connections the harness keeps to the server.
 const CONNECTIONS: usize = 256;
 
-/// Which server a scenario measures.
-#[derive(Debug, Clone)]
+/// Which server a scenario measures. Its `Debug` hides the token and a database password.
+#[derive(Clone)]
 pub enum Target {
     /// Start a Herald node in this process.
     InProcess {
@@ -33,6 +33,28 @@ pub enum Target {
         /// An admin bearer token (the same on every node).
         token: String,
     },
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InProcess {
+                database_url,
+                endpoint_concurrency,
+            } => f
+                .debug_struct("InProcess")
+                .field("database_url", &database_url.as_deref().map(herald_core::redact::url))
+                .field("endpoint_concurrency", endpoint_concurrency)
+                .finish(),
+            Self::Remote { urls, token: _ } => {
+                let urls: Vec<String> = urls.iter().map(|url| herald_core::redact::url(url)).collect();
+                f.debug_struct("Remote")
+                    .field("urls", &urls)
+                    .field("token", &"<redacted>")
+                    .finish()
+            }
+        }
+    }
 }
 
 /// Options shared by every scenario.
@@ -342,5 +364,31 @@ fn summarize_schedule(schedule: &str) -> String {
             format!("{first} × {}", items.len())
         }
         _ => schedule.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn a_targets_debug_shows_no_token_and_no_password() {
+        let targets = [
+            Target::InProcess {
+                database_url: Some("postgres://bench:Hunter2pw@db/bench".to_owned()),
+                endpoint_concurrency: None,
+            },
+            Target::Remote {
+                urls: vec!["http://admin:Hunter2pw@127.0.0.1:8040".to_owned()],
+                token: "TokenValue9".to_owned(),
+            },
+        ];
+        for target in targets {
+            let shown = format!("{target:?} {target:#?}");
+            assert!(
+                !shown.contains("Hunter2pw") && !shown.contains("TokenValue9"),
+                "{shown}"
+            );
+        }
     }
 }

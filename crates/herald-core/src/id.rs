@@ -47,6 +47,289 @@ impl IdKind {
     }
 }
 
+/// The kind of object an [`Id`] names, as a type: [`App`], [`Endpoint`], [`Message`], [`Attempt`], [`Task`],
+/// [`Sink`]. Each is a type without values; it only tells ids of one kind from those of another.
+pub trait Kind: 'static {
+    /// The kind, with its prefix.
+    const KIND: IdKind;
+}
+
+macro_rules! kinds {
+    ($($(#[$doc:meta])* $marker:ident = $kind:ident, $alias:ident;)*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum $marker {}
+
+        impl Kind for $marker {
+            const KIND: IdKind = IdKind::$kind;
+        }
+
+        $(#[$doc])*
+        pub type $alias = Id<$marker>;
+    )*};
+}
+
+kinds! {
+    /// An application's id, `app_…`.
+    App = Application, AppId;
+    /// An endpoint's id, `ep_…`.
+    Endpoint = Endpoint, EndpointId;
+    /// A message's id, `msg_…`.
+    Message = Message, MessageId;
+    /// A delivery attempt's id, `atmpt_…`.
+    Attempt = Attempt, AttemptId;
+    /// A background task's id, `qtask_…`.
+    Task = Task, TaskId;
+    /// A polling endpoint's id, `sink_…`.
+    Sink = PollingEndpoint, SinkId;
+}
+
+/// A text that is not an id of the kind expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not an id of the form {prefix}… (the prefix and 22 letters or digits)")]
+pub struct NotAnId {
+    /// The prefix expected.
+    pub prefix: &'static str,
+    /// The text given.
+    pub text: String,
+}
+
+/// The id of one object of kind `K`: its prefix and 22 base62 characters, checked when it is made from
+/// text ([`Id::parse`]), so an endpoint's id cannot be passed where an application's is expected and a
+/// value of this type is always well-formed.
+///
+/// It dereferences to `str` because an id is read as text far more often than it is made (SQL binds,
+/// log fields, JSON, map keys by `&str`): the type guards where ids are *accepted*, not where they are
+/// printed. The text is shared, so a clone (an endpoint's id on each of its deliveries, a map key) costs
+/// no copy.
+pub struct Id<K> {
+    text: std::sync::Arc<str>,
+    kind: std::marker::PhantomData<K>,
+}
+
+impl<K: Kind> Id<K> {
+    /// A new id, ordered after every id of any kind this process made before.
+    #[allow(clippy::new_without_default)] // a default id would be a fresh one: better said out loud
+    pub fn new() -> Self {
+        Self::trusted(new_id(K::KIND))
+    }
+
+    /// The id `text` spells, if it is one of this kind.
+    pub fn parse(text: &str) -> Result<Self, NotAnId> {
+        Self::try_from(text.to_owned())
+    }
+
+    /// The smallest id of this kind that can have been made at or after `unix_ms` (see [`lower_bound`]).
+    pub fn lower_bound(unix_ms: i64) -> Self {
+        Self::trusted(lower_bound(K::KIND, unix_ms))
+    }
+
+    fn trusted(text: String) -> Self {
+        Self {
+            text: text.into(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> Id<K> {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The id as owned text.
+    pub fn into_string(self) -> String {
+        self.text.to_string()
+    }
+}
+
+impl<K: Kind> TryFrom<String> for Id<K> {
+    type Error = NotAnId;
+
+    fn try_from(text: String) -> Result<Self, NotAnId> {
+        if K::KIND.matches(&text) {
+            Ok(Self::trusted(text))
+        } else {
+            Err(NotAnId {
+                prefix: K::KIND.prefix(),
+                text,
+            })
+        }
+    }
+}
+
+impl<K: Kind> std::str::FromStr for Id<K> {
+    type Err = NotAnId;
+
+    fn from_str(text: &str) -> Result<Self, NotAnId> {
+        Self::parse(text)
+    }
+}
+
+impl<K> std::ops::Deref for Id<K> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<K> AsRef<str> for Id<K> {
+    fn as_ref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<K> std::borrow::Borrow<str> for Id<K> {
+    fn borrow(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<K> From<Id<K>> for String {
+    fn from(id: Id<K>) -> String {
+        id.into_string()
+    }
+}
+
+// Written out instead of derived: a derive would ask `K` (a type without values) for each trait.
+impl<K> Clone for Id<K> {
+    fn clone(&self) -> Self {
+        Self {
+            text: self.text.clone(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> PartialEq for Id<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl<K> Eq for Id<K> {}
+
+impl<K> PartialEq<str> for Id<K> {
+    fn eq(&self, other: &str) -> bool {
+        &*self.text == other
+    }
+}
+
+impl<K> PartialEq<&str> for Id<K> {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.text == *other
+    }
+}
+
+impl<K> PartialOrd for Id<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<K> Ord for Id<K> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
+    }
+}
+
+impl<K> std::hash::Hash for Id<K> {
+    // The same hash as the text's, which `Borrow<str>` requires (maps keyed by id looked up by `&str`).
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
+impl<K> std::fmt::Debug for Id<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl<K> std::fmt::Display for Id<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl<K> serde::Serialize for Id<K> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de, K: Kind> serde::Deserialize<'de> for Id<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::try_from(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An application named by its id or its uid.
+pub type AppIdOrUid = IdOrUid<App>;
+/// An endpoint named by its id or its uid (within its application).
+pub type EndpointIdOrUid = IdOrUid<Endpoint>;
+/// A polling endpoint named by its id or its uid (within its application).
+pub type SinkIdOrUid = IdOrUid<Sink>;
+/// A message named by its id or by the producer's `eventId` (within its application): the event id is
+/// to a message what a uid is to an application.
+pub type MessageIdOrEventId = IdOrUid<Message>;
+
+/// What the API accepts where an object may be named by its id or by the `uid` its client gave it
+/// (applications, endpoints, polling endpoints). Which of the two a text is cannot be told for sure —
+/// a uid may look like an id — so it stays text and the store matches it against both columns; the type
+/// says which kind of object it names.
+pub struct IdOrUid<K> {
+    text: String,
+    kind: std::marker::PhantomData<K>,
+}
+
+impl<K: Kind> IdOrUid<K> {
+    /// The object named `text` (an id or a uid).
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> IdOrUid<K> {
+    /// The text as given.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<K: Kind> From<&Id<K>> for IdOrUid<K> {
+    fn from(id: &Id<K>) -> Self {
+        Self::new(id.as_str())
+    }
+}
+
+impl<K> Clone for IdOrUid<K> {
+    fn clone(&self) -> Self {
+        Self {
+            text: self.text.clone(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for IdOrUid<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl<K> std::fmt::Display for IdOrUid<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// 62^22 > 2^128, so every u128 fits in 22 characters.
 const ENCODED_LEN: usize = 22;
@@ -111,6 +394,27 @@ mod tests {
         assert_eq!(ids, sorted);
         let unique: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(unique.len(), ids.len());
+    }
+
+    #[test]
+    fn a_typed_id_parses_prints_and_checks_its_prefix() {
+        let id = EndpointId::new();
+        assert!(id.starts_with("ep_"));
+        assert_eq!(EndpointId::parse(&format!("{id}")), Ok(id.clone()));
+        assert_eq!(id.as_str().parse::<EndpointId>(), Ok(id.clone()));
+        let wrong = AppId::parse(&id).unwrap_err();
+        assert_eq!(wrong.prefix, "app_");
+        assert!(wrong.to_string().contains(id.as_str()), "{wrong}");
+        assert!(MessageId::parse("msg_short").is_err());
+        assert!(MessageId::parse("").is_err());
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, format!("\"{id}\""));
+        assert_eq!(serde_json::from_str::<EndpointId>(&json).unwrap(), id);
+        assert!(serde_json::from_str::<AppId>(&json).is_err());
+        // A map keyed by ids is looked up by text.
+        let map = std::collections::HashMap::from([(id.clone(), 1)]);
+        assert_eq!(map.get(id.as_str()), Some(&1));
+        assert!(AttemptId::lower_bound(0) < AttemptId::new());
     }
 
     #[test]

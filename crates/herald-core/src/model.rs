@@ -3,6 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use herald_signature::HeaderNames;
+
+use crate::id::{AppId, AttemptId, EndpointId, MessageId, TaskId};
 use crate::outcome::OutcomeClass;
 
 /// Free-form string labels a client attaches to an application or endpoint.
@@ -14,8 +17,8 @@ pub type Headers = BTreeMap<String, String>;
 /// A tenant: the owner of endpoints and messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Application {
-    /// `app_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: AppId,
     /// Optional client-chosen unique id, accepted wherever the id is.
     pub uid: Option<String>,
     /// Human name.
@@ -46,8 +49,12 @@ pub struct EventType {
     pub archived: bool,
     /// Marked for removal.
     pub deprecated: bool,
-    /// Optional feature flag gating visibility.
+    /// Optional feature flag gating visibility (Svix's older single-flag form).
     pub feature_flag: Option<String>,
+    /// Feature flags gating visibility (Svix's `featureFlags`).
+    pub feature_flags: Option<Vec<String>>,
+    /// The display group (Svix's `groupName`).
+    pub group_name: Option<String>,
     /// JSON schemas by version, kept as raw JSON text.
     pub schemas: Option<String>,
     /// Creation time.
@@ -118,10 +125,10 @@ impl DisabledReason {
 /// A receiver's URL and what it subscribes to. `Debug` leaves the secret out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    /// `ep_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: EndpointId,
     /// The owning application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Optional client-chosen id, unique within the app.
     pub uid: Option<String>,
     /// Where deliveries go.
@@ -144,6 +151,9 @@ pub struct Endpoint {
     pub ordering: Ordering,
     /// Time allowed for one attempt, in milliseconds; `None` for the operator's default.
     pub request_timeout_ms: Option<u32>,
+    /// The names its signature headers are sent under (`webhook-*`, `svix-*` or both); `None` for the
+    /// operator's setting (`HERALD_SIGNATURE_HEADERS`).
+    pub signature_headers: Option<HeaderNames>,
     /// Endpoint version (Svix field; informational).
     pub version: i32,
     /// Client labels.
@@ -264,10 +274,10 @@ impl Ordering {
 /// A published event, kept byte-for-byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    /// `msg_…` id; also the `webhook-id` of every attempt.
-    pub id: String,
+    /// Its id; also the `webhook-id` of every attempt.
+    pub id: MessageId,
     /// The owning application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The producer's own unique id for the event, if given (deduplicated per app).
     pub event_id: Option<String>,
     /// The event type name.
@@ -317,7 +327,7 @@ pub struct OperationalEvent {
     /// The event type, e.g. `endpoint.disabled`.
     pub event_type: String,
     /// The application concerned.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The event's data as JSON text.
     pub data: String,
     /// When it happened.
@@ -464,12 +474,12 @@ impl TaskKind {
 /// A bulk operation running in the background (recover, replay-missing), with its progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackgroundTask {
-    /// `qtask_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: TaskId,
     /// What it does.
     pub kind: TaskKind,
     /// The application concerned.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Where it stands.
     pub state: TaskState,
     /// Items handled so far.
@@ -487,12 +497,12 @@ pub struct BackgroundTask {
 /// One HTTP attempt of one delivery; the attempt log is append-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
-    /// `atmpt_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: AttemptId,
     /// The message.
-    pub message_id: String,
+    pub message_id: MessageId,
     /// The endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// The URL the attempt went to (the endpoint may change later).
     pub url: String,
     /// 1 for the first attempt of the delivery, and so on.
@@ -520,8 +530,8 @@ mod tests {
     fn endpoint(types: Option<&[&str]>, channels: Option<&[&str]>) -> Endpoint {
         let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         Endpoint {
-            id: "ep_1".into(),
-            app_id: "app_1".into(),
+            id: EndpointId::new(),
+            app_id: AppId::new(),
             uid: None,
             url: "https://example.com".into(),
             description: String::new(),
@@ -533,6 +543,7 @@ mod tests {
             max_concurrency: None,
             ordering: Ordering::Unordered,
             request_timeout_ms: None,
+            signature_headers: None,
             version: 1,
             metadata: Metadata::new(),
             secret: "whsec_x".into(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::AttemptId;
 use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Headers, Message, PreviousSecret};
 use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, endpoint_hold, next_step};
 use herald_core::retry::RetrySchedule;
@@ -145,7 +145,9 @@ impl AttemptTask {
                     &message.id,
                     &message.payload,
                     started_at / 1000,
-                    self.client.signature_headers(),
+                    self.endpoint
+                        .signature_headers
+                        .unwrap_or_else(|| self.client.signature_headers()),
                 );
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
                 let timeout = self.endpoint.request_timeout_ms.map_or_else(
@@ -245,7 +247,7 @@ impl AttemptTask {
             delivery_seq: self.job.seq,
             app_id: message.app_id.clone(),
             attempt: Attempt {
-                id: new_id(IdKind::Attempt),
+                id: AttemptId::new(),
                 message_id: message.id.clone(),
                 endpoint_id: self.endpoint.id.clone(),
                 url: without_userinfo(&self.endpoint.url),
@@ -386,8 +388,8 @@ mod tests {
 
     fn test_endpoint() -> Endpoint {
         Endpoint {
-            id: "ep_1".into(),
-            app_id: "app_1".into(),
+            id: herald_core::id::EndpointId::new(),
+            app_id: herald_core::id::AppId::new(),
             uid: None,
             url: "https://example.com".into(),
             description: String::new(),
@@ -399,6 +401,7 @@ mod tests {
             max_concurrency: None,
             ordering: herald_core::model::Ordering::Unordered,
             request_timeout_ms: None,
+            signature_headers: None,
             version: 1,
             metadata: Default::default(),
             secret: String::new(),

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use herald_core::breaker::{BreakerConfig, BreakerState};
 use herald_core::clock::now_ms;
+use herald_core::id::EndpointId;
 use herald_core::model::{DisabledReason, Endpoint, Ordering, PreviousSecret};
 use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{
@@ -91,34 +92,34 @@ struct LoadedEndpoint {
 
 enum Event {
     Attempted {
-        endpoint: Arc<str>,
+        endpoint: EndpointId,
         outcome: Outcome,
     },
     Refilled {
-        refill: Refill<Arc<str>>,
+        refill: Refill<EndpointId>,
         loaded: Vec<PendingDelivery>,
         exhausted: bool,
     },
     RefillFailed {
-        refill: Refill<Arc<str>>,
+        refill: Refill<EndpointId>,
     },
     /// Boxed: an endpoint record is large and this event is rare. With the keys it rotated away from that
     /// still sign.
-    EndpointLoaded(Arc<str>, Box<LoadedEndpoint>),
-    EndpointGone(Arc<str>),
+    EndpointLoaded(EndpointId, Box<LoadedEndpoint>),
+    EndpointGone(EndpointId),
     /// With a sender to answer once the engine uses the changed record (or holds nothing for it).
-    EndpointChanged(String, Option<oneshot::Sender<()>>),
-    Health(String, oneshot::Sender<Option<EndpointHealth>>),
+    EndpointChanged(EndpointId, Option<oneshot::Sender<()>>),
+    Health(EndpointId, oneshot::Sender<Option<EndpointHealth>>),
     /// A scrape: the figures of the `top_n` oldest backlogs and every open breaker.
     Metrics(usize, oneshot::Sender<EngineMetrics>),
     /// The store counted an endpoint's pending deliveries (its backlog was not known).
-    BacklogCounted(Arc<str>, u64),
+    BacklogCounted(EndpointId, u64),
     /// Deliveries became pending in the store outside ingest (resend, recover, replay-missing).
-    Backlog(String),
+    Backlog(EndpointId),
     /// Pending deliveries were cancelled in the store: (endpoint id, seq).
-    Cancelled(Vec<(String, i64)>),
+    Cancelled(Vec<(EndpointId, i64)>),
     /// Run an endpoint's ownership check.
-    Verify(String),
+    Verify(EndpointId),
 }
 
 /// What the engine knows about one endpoint, for its health block.
@@ -140,18 +141,18 @@ pub struct EngineHandle {
 
 impl EngineHandle {
     /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
-    pub fn endpoint_changed(&self, endpoint_id: &str) {
-        let _ = self.events.send(Event::EndpointChanged(endpoint_id.to_owned(), None));
+    pub fn endpoint_changed(&self, endpoint_id: &EndpointId) {
+        let _ = self.events.send(Event::EndpointChanged(endpoint_id.clone(), None));
     }
 
     /// Like [`endpoint_changed`](Self::endpoint_changed), and wait (up to `timeout`) until the engine
     /// signs and sends with the changed record: after a key rotation or revocation returns, no attempt
     /// starts with the keys it replaced.
-    pub async fn endpoint_applied(&self, endpoint_id: &str, timeout: Duration) {
+    pub async fn endpoint_applied(&self, endpoint_id: &EndpointId, timeout: Duration) {
         let (applied, done) = oneshot::channel();
         if self
             .events
-            .send(Event::EndpointChanged(endpoint_id.to_owned(), Some(applied)))
+            .send(Event::EndpointChanged(endpoint_id.clone(), Some(applied)))
             .is_ok()
         {
             let _ = tokio::time::timeout(timeout, done).await;
@@ -160,20 +161,20 @@ impl EngineHandle {
 
     /// Deliveries of an endpoint became pending in the store outside ingest (resend, recover,
     /// replay-missing): read its backlog again.
-    pub fn backlog(&self, endpoint_id: &str) {
-        let _ = self.events.send(Event::Backlog(endpoint_id.to_owned()));
+    pub fn backlog(&self, endpoint_id: &EndpointId) {
+        let _ = self.events.send(Event::Backlog(endpoint_id.clone()));
     }
 
     /// Pending deliveries (endpoint id, seq) were cancelled in the store: never send them.
-    pub fn cancelled(&self, deliveries: Vec<(String, i64)>) {
+    pub fn cancelled(&self, deliveries: Vec<(EndpointId, i64)>) {
         if !deliveries.is_empty() {
             let _ = self.events.send(Event::Cancelled(deliveries));
         }
     }
 
     /// Run the ownership check of an endpoint that awaits it (see [`crate::verification`]).
-    pub fn verify(&self, endpoint_id: &str) {
-        let _ = self.events.send(Event::Verify(endpoint_id.to_owned()));
+    pub fn verify(&self, endpoint_id: &EndpointId) {
+        let _ = self.events.send(Event::Verify(endpoint_id.clone()));
     }
 
     /// The concurrency cap of endpoints that set none.
@@ -194,9 +195,9 @@ impl EngineHandle {
 
     /// What the engine knows about an endpoint right now (breaker, in-flight requests), or `None` if it
     /// holds nothing for it (no delivery seen since start) or has stopped.
-    pub async fn endpoint_health(&self, endpoint_id: &str) -> Option<EndpointHealth> {
+    pub async fn endpoint_health(&self, endpoint_id: &EndpointId) -> Option<EndpointHealth> {
         let (reply, answer) = oneshot::channel();
-        self.events.send(Event::Health(endpoint_id.to_owned(), reply)).ok()?;
+        self.events.send(Event::Health(endpoint_id.clone(), reply)).ok()?;
         answer.await.ok().flatten()
     }
 }
@@ -218,14 +219,14 @@ pub struct Engine {
     store: SharedStore,
     client: DeliveryClient,
     config: EngineConfig,
-    scheduler: Scheduler<Arc<str>, Job>,
-    endpoints: HashMap<Arc<str>, EndpointEntry>,
+    scheduler: Scheduler<EndpointId, Job>,
+    endpoints: HashMap<EndpointId, EndpointEntry>,
     /// Endpoints with a load running; `true` when a change arrived meanwhile (load again).
-    loading: HashMap<Arc<str>, bool>,
+    loading: HashMap<EndpointId, bool>,
     /// Endpoints that were deleted.
-    removed: HashSet<Arc<str>>,
+    removed: HashSet<EndpointId>,
     /// Callers waiting for an endpoint's reload to take effect (see [`EngineHandle::endpoint_applied`]).
-    applied_waiters: HashMap<Arc<str>, Vec<oneshot::Sender<()>>>,
+    applied_waiters: HashMap<EndpointId, Vec<oneshot::Sender<()>>>,
     /// Deliveries cancelled while on a retry timer or in flight: dropped when they next come up.
     cancelled: HashSet<i64>,
     events_tx: mpsc::UnboundedSender<Event>,
@@ -236,7 +237,7 @@ pub struct Engine {
     /// Which commit-feed batches may go straight to the queues.
     feed_gate: FeedGate,
     /// Attempt counters of the endpoints that had attempts, for their metrics.
-    counters: HashMap<Arc<str>, EndpointCounters>,
+    counters: HashMap<EndpointId, EndpointCounters>,
     /// Turns for loading endpoint records (see [`BACKGROUND_READS`]).
     record_reads: Arc<Semaphore>,
     /// Turns for backlog reads and counts (see [`BACKGROUND_READS`]).
@@ -285,10 +286,11 @@ impl Engine {
             if !engine.owner.owns(&endpoint_id) {
                 continue;
             }
-            let key: Arc<str> = Arc::from(endpoint_id.as_str());
-            engine.scheduler.mark_backlog(key.clone(), engine.unloaded_limits());
-            engine.request_load(key.clone());
-            backlogs.push(key);
+            engine
+                .scheduler
+                .mark_backlog(endpoint_id.clone(), engine.unloaded_limits());
+            engine.request_load(endpoint_id.clone());
+            backlogs.push(endpoint_id);
         }
         engine.count_backlogs(backlogs);
         tokio::spawn(engine.run(feed));
@@ -408,7 +410,7 @@ impl Engine {
     /// ends them: settle the ones whose window has ended, resident or still in the store.
     fn sweep_expired(&mut self, now: i64) {
         let cutoff = now - self.lifetime_ms();
-        let waiting: Vec<(Arc<str>, bool)> = self
+        let waiting: Vec<(EndpointId, bool)> = self
             .scheduler
             .endpoint_keys()
             .filter_map(|key| {
@@ -478,7 +480,7 @@ impl Engine {
     /// the batch, and whatever came before it, from the store.
     fn accept_committed(&mut self, batch: Vec<PendingDelivery>) {
         if !self.feed_gate.admits(batch.iter().map(|delivery| delivery.seq)) {
-            let endpoints: Vec<String> = batch.into_iter().map(|delivery| delivery.endpoint_id).collect();
+            let endpoints: Vec<EndpointId> = batch.into_iter().map(|delivery| delivery.endpoint_id).collect();
             self.work_arrived(endpoints);
             return;
         }
@@ -509,14 +511,14 @@ impl Engine {
 
     /// The scheduler key of an endpoint, registering (and loading) it on first sight; `None` for a
     /// deleted endpoint.
-    fn key_for(&mut self, endpoint_id: &str) -> Option<Arc<str>> {
+    fn key_for(&mut self, endpoint_id: &EndpointId) -> Option<EndpointId> {
         if self.removed.contains(endpoint_id) {
             return None;
         }
-        if let Some((key, _)) = self.endpoints.get_key_value(endpoint_id) {
-            return Some(key.clone());
+        let key = endpoint_id.clone();
+        if self.endpoints.contains_key(&key) {
+            return Some(key);
         }
-        let key: Arc<str> = Arc::from(endpoint_id);
         if self.scheduler.endpoint_counts(&key).is_none() {
             self.scheduler.configure(key.clone(), self.unloaded_limits(), now_ms());
             self.request_load(key.clone());
@@ -525,7 +527,7 @@ impl Engine {
     }
 
     /// Load an endpoint's record, one load at a time per endpoint.
-    fn request_load(&mut self, key: Arc<str>) {
+    fn request_load(&mut self, key: EndpointId) {
         if let Some(dirty) = self.loading.get_mut(&key) {
             *dirty = true;
             return;
@@ -540,11 +542,14 @@ impl Engine {
                 let turn = turns.acquire().await;
                 let loaded = match store.get_endpoint_by_id(&key).await {
                     Ok(endpoint) => match store.previous_secrets(&key, now_ms()).await {
-                        Ok(previous) => store.get_app(&endpoint.app_id).await.map(|app| LoadedEndpoint {
-                            app_label: app.uid.unwrap_or(app.id),
-                            endpoint,
-                            previous,
-                        }),
+                        Ok(previous) => store
+                            .get_app(&(&endpoint.app_id).into())
+                            .await
+                            .map(|app| LoadedEndpoint {
+                                app_label: app.uid.unwrap_or_else(|| app.id.into_string()),
+                                endpoint,
+                                previous,
+                            }),
                         Err(error) => Err(error),
                     },
                     Err(error) => Err(error),
@@ -564,7 +569,7 @@ impl Engine {
     }
 
     /// A load finished; `true` if its result is current (no change arrived while it ran).
-    fn load_finished(&mut self, key: &Arc<str>) -> bool {
+    fn load_finished(&mut self, key: &EndpointId) -> bool {
         let dirty = self.loading.remove(key).unwrap_or(false);
         if dirty {
             self.request_load(key.clone());
@@ -636,12 +641,11 @@ impl Engine {
                 let _ = reply.send(self.metrics(top_n, now));
             }
             Event::Cancelled(deliveries) => {
-                let mut by_endpoint: HashMap<String, HashSet<i64>> = HashMap::new();
+                let mut by_endpoint: HashMap<EndpointId, HashSet<i64>> = HashMap::new();
                 for (endpoint, seq) in deliveries {
                     by_endpoint.entry(endpoint).or_default().insert(seq);
                 }
-                for (endpoint, seqs) in by_endpoint {
-                    let key: Arc<str> = Arc::from(endpoint.as_str());
+                for (key, seqs) in by_endpoint {
                     let taken = self.scheduler.take_waiting(&key, |job| seqs.contains(&job.seq), now);
                     let taken: HashSet<i64> = taken.into_iter().map(|job| job.seq).collect();
                     // Of the rest, those above the cursor are only in the store and will never be read
@@ -659,8 +663,7 @@ impl Engine {
                     }
                 });
             }
-            Event::Health(id, reply) => {
-                let key: Arc<str> = Arc::from(id.as_str());
+            Event::Health(key, reply) => {
                 let health = self
                     .scheduler
                     .endpoint_snapshot(&key, now)
@@ -716,12 +719,10 @@ impl Engine {
                 self.counters.remove(&key);
                 self.removed.insert(key);
             }
-            Event::EndpointChanged(id, applied) => {
-                if self.removed.contains(id.as_str()) {
+            Event::EndpointChanged(key, applied) => {
+                if self.removed.contains(&key) {
                     return;
                 }
-                let known = self.endpoints.get_key_value(id.as_str()).map(|(k, _)| k.clone());
-                let key = known.unwrap_or_else(|| Arc::from(id.as_str()));
                 // Reload whatever the engine holds or is loading; an endpoint it has never seen is
                 // loaded when its first delivery arrives.
                 if self.endpoints.contains_key(&key)
@@ -740,7 +741,7 @@ impl Engine {
     }
 
     /// Answer everyone waiting for this endpoint's reload (dropping the senders is the answer).
-    fn notify_applied(&mut self, key: &Arc<str>) {
+    fn notify_applied(&mut self, key: &EndpointId) {
         self.applied_waiters.remove(key);
     }
 
@@ -755,7 +756,7 @@ impl Engine {
                 // store. A later owner reads their deliveries back from the store — this node too, should
                 // it own a partition again already: its queues go all the same (see the event's docs).
                 let partitions: HashSet<i32> = partitions.into_iter().collect();
-                let gone: Vec<Arc<str>> = self
+                let gone: Vec<EndpointId> = self
                     .scheduler
                     .endpoint_keys()
                     .chain(self.endpoints.keys())
@@ -774,7 +775,7 @@ impl Engine {
 
     /// These endpoints may have pending deliveries in the store that their queues do not hold: the ones
     /// this node owns read their backlog from the store.
-    fn work_arrived(&mut self, endpoints: Vec<String>) {
+    fn work_arrived(&mut self, endpoints: Vec<EndpointId>) {
         let mut arrived = Vec::new();
         let mut seen = HashSet::new();
         for id in endpoints {
@@ -791,7 +792,7 @@ impl Engine {
 
     /// Count the pending deliveries of endpoints whose backlog in the store is unknown (one query per
     /// endpoint, one after the other, once: the gauges are kept up to date incrementally from there).
-    fn count_backlogs(&self, keys: Vec<Arc<str>>) {
+    fn count_backlogs(&self, keys: Vec<EndpointId>) {
         if keys.is_empty() {
             return;
         }
@@ -814,7 +815,7 @@ impl Engine {
 
     /// The figures of a scrape: one pass over the scheduler's endpoints.
     fn metrics(&self, top_n: usize, now: i64) -> EngineMetrics {
-        let (keys, gauges): (Vec<&Arc<str>>, Vec<_>) = self.scheduler.endpoint_gauges(now).unzip();
+        let (keys, gauges): (Vec<&EndpointId>, Vec<_>) = self.scheduler.endpoint_gauges(now).unzip();
         let (listed, unlisted) = crate::metrics::select(&gauges, top_n);
         let listed = listed
             .into_iter()
@@ -848,7 +849,7 @@ impl Engine {
     }
 
     /// When the endpoint's current run of failures began, if it has lasted past `disable_after`.
-    fn failing_too_long(&self, key: &Arc<str>, now: i64) -> Option<i64> {
+    fn failing_too_long(&self, key: &EndpointId, now: i64) -> Option<i64> {
         let limit = i64::try_from(self.config.disable_after.as_millis()).unwrap_or(i64::MAX);
         let since = self.scheduler.breaker(key)?.failing_since()?;
         (now.saturating_sub(since) >= limit).then_some(since)
@@ -856,7 +857,7 @@ impl Engine {
 
     /// Disable an endpoint on Herald's own decision: pause it now, then record the change, its reason and
     /// an `endpoint.disabled` operational event in the store.
-    fn disable(&mut self, key: &Arc<str>, reason: String, now: i64) {
+    fn disable(&mut self, key: &EndpointId, reason: String, now: i64) {
         let Some(entry) = self.endpoints.get_mut(key) else {
             return;
         };

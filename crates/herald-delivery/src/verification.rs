@@ -7,7 +7,7 @@
 //! through the same address-checked client as every delivery, so the check itself cannot be used for SSRF.
 
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{EndpointId, MessageId};
 use herald_core::model::{DisabledReason, Endpoint};
 use herald_core::outcome::AttemptResult;
 use herald_signature::SigningKey;
@@ -18,11 +18,11 @@ use crate::client::DeliveryClient;
 
 /// Run the check for an endpoint awaiting it; returns whether the endpoint's state changed (so the engine
 /// reloads it). An endpoint whose reason changed meanwhile is left alone.
-pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoint_id: &str) -> bool {
+pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoint_id: &EndpointId) -> bool {
     let endpoint = match store.get_endpoint_by_id(endpoint_id).await {
         Ok(endpoint) => endpoint,
         Err(error) => {
-            tracing::warn!(%error, endpoint = endpoint_id, "ownership check: endpoint not readable");
+            tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: endpoint not readable");
             return false;
         }
     };
@@ -45,11 +45,11 @@ pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoin
         .await
     {
         Ok(changed) => {
-            tracing::info!(endpoint = endpoint_id, passed = verdict.is_ok(), "ownership check done");
+            tracing::info!(endpoint = %endpoint_id, passed = verdict.is_ok(), "ownership check done");
             changed
         }
         Err(error) => {
-            tracing::warn!(%error, endpoint = endpoint_id, "ownership check: recording the result failed");
+            tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: recording the result failed");
             false
         }
     }
@@ -61,7 +61,7 @@ async fn challenge(client: &DeliveryClient, endpoint: &Endpoint) -> Result<(), S
     // 128 random bits as hex: nothing in it needs escaping in JSON.
     let token = format!("{:032x}", rand::random::<u128>());
     let payload = format!(r#"{{"type":"webhook.verification","challenge":"{token}"}}"#);
-    let id = new_id(IdKind::Message);
+    let id = MessageId::new();
     // Signed with the current key only: the challenge proves the receiver holds it.
     let headers = signed_headers(
         &[&key],
@@ -69,7 +69,7 @@ async fn challenge(client: &DeliveryClient, endpoint: &Endpoint) -> Result<(), S
         &id,
         payload.as_bytes(),
         now_ms() / 1000,
-        client.signature_headers(),
+        endpoint.signature_headers.unwrap_or_else(|| client.signature_headers()),
     );
     let response = client.post(&endpoint.url, headers, bytes::Bytes::from(payload)).await;
     match response.result {

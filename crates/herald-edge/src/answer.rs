@@ -6,10 +6,11 @@ use http::header::{CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Response, StatusCode};
 
 use crate::head::Refusal;
+use crate::problem::Detail;
 
-/// The JSON body of an error.
+/// The JSON body of an error (see [`crate::problem`]).
 pub(crate) fn json_body(code: &str, detail: &str) -> Bytes {
-    Bytes::from(serde_json::json!({ "code": code, "detail": detail }).to_string())
+    Bytes::from(crate::problem::body(code, &Detail::Text(detail.to_owned())))
 }
 
 /// The whole response to a refused request, as bytes on the wire (the front writes it itself, with

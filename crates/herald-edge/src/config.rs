@@ -113,6 +113,23 @@ pub struct Limits {
     pub max_unread_response_bytes: u64,
 }
 
+/// The connections a metrics listener (`herald serve`'s `metrics_listen`, `herald relay
+/// --metrics-listen`) keeps open at most: a scraper or two need no more, and a flood of sockets there must
+/// not take the descriptors the API needs.
+pub const METRICS_CONNECTIONS: usize = 16;
+
+impl Limits {
+    /// These limits for a metrics listener: the same timeouts, at most [`METRICS_CONNECTIONS`]
+    /// connections.
+    #[must_use]
+    pub fn for_metrics(self) -> Self {
+        Self {
+            max_connections: self.max_connections.min(METRICS_CONNECTIONS),
+            ..self
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         EdgeConfig::default()

@@ -24,10 +24,11 @@ pub mod config;
 mod fd;
 mod front;
 pub mod head;
+pub mod problem;
 mod registry;
 mod serve;
 mod service;
 
-pub use config::{EdgeConfig, InvalidSetting, Limits};
+pub use config::{EdgeConfig, InvalidSetting, Limits, METRICS_CONNECTIONS};
 pub use serve::{Edge, SHUTDOWN_GRACE};
 pub use service::BoxError;

@@ -4,14 +4,18 @@
 //! API is disabled (every call gets 401): the inbox never invents a token for itself.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use herald_core::id::IdKind;
+use herald_edge::problem::{FieldError, Problem, Source};
+use serde::Serialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
@@ -127,12 +131,60 @@ impl EventOut {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub(crate) struct ListParams {
-    source: Option<String>,
-    status: Option<String>,
-    limit: Option<usize>,
-    iterator: Option<String>,
+/// The query parameters of an admin route, checked as the sender checks its own: a name the route does
+/// not take, or one given twice, is a 422 naming it.
+struct QueryParams(Vec<(&'static str, String)>);
+
+impl QueryParams {
+    /// `raw` (the query string, if any) read against the names the route takes.
+    fn read(raw: Option<&str>, taken: &[&'static str]) -> HttpResult<Self> {
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            let Some(known) = taken.iter().copied().find(|t| *t == name) else {
+                return Err(HttpError::field(FieldError::unknown_query(&name, taken)));
+            };
+            if found.iter().any(|(seen, _)| *seen == known) {
+                return Err(HttpError::invalid(
+                    Source::Query,
+                    known,
+                    Problem::Value,
+                    "given more than once",
+                ));
+            }
+            found.push((known, value.into_owned()));
+        }
+        Ok(Self(found))
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// For the routes that take no query parameter.
+pub(crate) async fn no_query(RawQuery(raw): RawQuery, request: Request, next: Next) -> HttpResult<Response> {
+    QueryParams::read(raw.as_deref(), &[])?;
+    Ok(next.run(request).await)
+}
+
+/// The listing's page size: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when not given.
+fn limit(text: Option<&str>) -> HttpResult<usize> {
+    let Some(text) = text else {
+        return Ok(DEFAULT_LIMIT);
+    };
+    let invalid = |problem, msg: String| HttpError::invalid(Source::Query, "limit", problem, msg);
+    let number: i64 = text
+        .parse()
+        .map_err(|_| invalid(Problem::Type, format!("expected an integer, got {text:?}")))?;
+    usize::try_from(number)
+        .ok()
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .ok_or_else(|| {
+            invalid(
+                Problem::Value,
+                format!("expected an integer from 1 to {MAX_LIMIT}, got {number}"),
+            )
+        })
 }
 
 /// A page of events, Svix-style.
@@ -146,30 +198,39 @@ pub(crate) struct EventPage {
 }
 
 /// `GET /api/v1/inbox/event`: newest first, filtered by `source` and `status`.
-pub(crate) async fn list(
-    State(state): State<InboxState>,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> HttpResult<Json<EventPage>> {
-    let Query(params) = params.map_err(|e| HttpError::validation(e.body_text()))?;
-    let status = match params.status.as_deref() {
+pub(crate) async fn list(State(state): State<InboxState>, RawQuery(raw): RawQuery) -> HttpResult<Json<EventPage>> {
+    let params = QueryParams::read(raw.as_deref(), &["source", "status", "limit", "iterator"])?;
+    let status = match params.get("status") {
         Some(text) => Some(text.parse::<Status>().map_err(|_| {
-            HttpError::validation(format!(
-                "status: {text:?} is not one of pending, forwarded, stale, bad_input, dead"
-            ))
+            HttpError::invalid(
+                Source::Query,
+                "status",
+                Problem::Value,
+                format!("expected one of pending, forwarded, stale, bad_input, dead, got {text:?}"),
+            )
         })?),
         None => None,
     };
-    let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
-    if limit == 0 || limit > MAX_LIMIT {
-        return Err(HttpError::validation(format!(
-            "limit: must be between 1 and {MAX_LIMIT}"
-        )));
-    }
+    let limit = limit(params.get("limit"))?;
+    let iterator = match params.get("iterator") {
+        // An event id this inbox issued: the page starts after it.
+        Some(text) if IdKind::InboxEvent.matches(text) => Some(text.to_owned()),
+        Some(_) => {
+            return Err(HttpError::invalid(
+                Source::Query,
+                "iterator",
+                Problem::Value,
+                "not an iterator this inbox issued (the `iterator` of a previous page)",
+            ));
+        }
+        None => None,
+    };
+    let source = params.get("source").map(str::to_owned);
     let query = ListQuery {
-        source: params.source,
+        source,
         status,
         limit,
-        before: params.iterator,
+        before: iterator,
     };
     let mut events = state.store.list(&query).await?;
     let done = events.len() <= limit;
@@ -216,11 +277,34 @@ pub(crate) async fn replay_one(
     Ok((StatusCode::ACCEPTED, Json(EventOut::summary(event))))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Window {
-    since: String,
-    until: Option<String>,
+/// The body of a window replay, `{"since": …, "until": …}`: a JSON object (else 400, as the sender
+/// answers), `since` a text, `until` a text or absent (or null); any other key is a 422 naming it.
+fn window(body: &[u8]) -> HttpResult<(String, Option<String>)> {
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+        return Err(HttpError::bad_request("the request body must be a JSON object"));
+    };
+    const TAKEN: [&str; 2] = ["since", "until"];
+    if let Some(extra) = fields.keys().find(|key| !TAKEN.contains(&key.as_str())) {
+        return Err(HttpError::invalid(
+            Source::Body,
+            extra,
+            Problem::Extra,
+            "unknown field: this operation takes since, until",
+        ));
+    }
+    let text = |name: &str| match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(HttpError::invalid(
+            Source::Body,
+            name,
+            Problem::Type,
+            "expected an RFC 3339 date-time as a string",
+        )),
+    };
+    let since =
+        text("since")?.ok_or_else(|| HttpError::invalid(Source::Body, "since", Problem::Missing, "field required"))?;
+    Ok((since, text("until")?))
 }
 
 /// How many events a window replay made pending again.
@@ -235,22 +319,27 @@ pub(crate) struct Replayed {
 pub(crate) async fn replay_window(
     State(state): State<InboxState>,
     source: Result<Path<String>, PathRejection>,
-    window: Result<Json<Window>, JsonRejection>,
+    body: Bytes,
 ) -> HttpResult<(StatusCode, Json<Replayed>)> {
     let Path(source) = source.map_err(|e| HttpError::bad_request(e.body_text()))?;
     if !state.sources.contains_key(&source) {
         return Err(HttpError::not_found(format!("no source named {source:?}")));
     }
-    let Json(window) = window.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    let (since, until) = window(&body)?;
     let now = herald_core::clock::now_ms();
-    let since = parse_time("since", &window.since)?;
-    let until = match &window.until {
+    let since = parse_time("since", &since)?;
+    let until = match &until {
         Some(text) => parse_time("until", text)?,
         // Everything received so far, including this very millisecond.
         None => now.saturating_add(1),
     };
     if until <= since {
-        return Err(HttpError::validation("until: must be after since"));
+        return Err(HttpError::invalid(
+            Source::Body,
+            "until",
+            Problem::Value,
+            "must be after since",
+        ));
     }
     let replayed = state.store.replay_window(&source, since, until, now).await?;
     if replayed > 0 {
@@ -260,10 +349,10 @@ pub(crate) async fn replay_window(
 }
 
 fn parse_time(field: &str, text: &str) -> HttpResult<i64> {
+    let invalid = |msg: String| HttpError::invalid(Source::Body, field, Problem::Value, msg);
     let time = OffsetDateTime::parse(text, &Rfc3339)
-        .map_err(|_| HttpError::validation(format!("{field}: {text:?} is not an RFC 3339 date-time")))?;
-    i64::try_from(time.unix_timestamp_nanos() / 1_000_000)
-        .map_err(|_| HttpError::validation(format!("{field}: out of range")))
+        .map_err(|_| invalid(format!("expected an RFC 3339 date-time, got {text:?}")))?;
+    i64::try_from(time.unix_timestamp_nanos() / 1_000_000).map_err(|_| invalid("out of range".to_owned()))
 }
 
 /// `GET /api/v1/inbox/stats`: the counters since start.
@@ -284,6 +373,7 @@ mod tests {
             parse_time("since", "yesterday")
                 .unwrap_err()
                 .detail
+                .text()
                 .starts_with("since:")
         );
     }

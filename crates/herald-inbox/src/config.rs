@@ -136,8 +136,9 @@ impl Scheme {
     }
 }
 
-/// A configured source of webhooks.
-#[derive(Debug, Clone)]
+/// A configured source of webhooks. Its `Debug` hides the verifier's secrets and the password of
+/// `forward_to`.
+#[derive(Clone)]
 pub struct Source {
     /// Its name, the last segment of `POST /in/{name}`.
     pub name: String,
@@ -153,6 +154,28 @@ pub struct Source {
     pub guard: Option<Guard>,
 }
 
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured without `..`: a new field does not compile until it is listed here.
+        let Self {
+            name,
+            scheme,
+            verifier,
+            forward_to,
+            event_id,
+            guard,
+        } = self;
+        f.debug_struct("Source")
+            .field("name", name)
+            .field("scheme", scheme)
+            .field("verifier", verifier)
+            .field("forward_to", &herald_core::redact::url(forward_to.as_str()))
+            .field("event_id", event_id)
+            .field("guard", guard)
+            .finish()
+    }
+}
+
 /// Where a source's events carry the resource they are about and its version.
 #[derive(Debug, Clone)]
 pub struct Guard {
@@ -162,7 +185,8 @@ pub struct Guard {
     pub version: Location,
 }
 
-#[derive(Debug, Deserialize)]
+/// The file as written (no `Debug`: its sources hold the secrets in clear).
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
     retry_schedule: Option<String>,
@@ -176,7 +200,8 @@ struct RawFile {
     source: Vec<RawSource>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A source as the file gives it (no `Debug`: it holds the secrets in clear).
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSource {
     name: Option<String>,
@@ -391,6 +416,53 @@ forward_to = "http://127.0.0.1:9000/handler"
 resource_key = "/data/id"
 version = "/data/version"
 "#;
+
+    #[test]
+    fn debug_output_shows_no_secret_and_no_password() {
+        let text = r#"
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["whsec_StripeSecretValue1"]
+forward_to = "https://handler:Hunter2pw@handler.example/stripe"
+
+[[source]]
+name = "github"
+scheme = "github"
+secrets = ["GitHubSecretValue2"]
+forward_to = "http://127.0.0.1:9000/github"
+
+[[source]]
+name = "acme"
+scheme = "hmac"
+header = "X-Acme-Signature"
+encoding = "hex"
+event_id = "X-Acme-Delivery"
+secrets = ["AcmeSecretValue3"]
+forward_to = "http://127.0.0.1:9000/acme"
+
+[[source]]
+name = "billing"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+forward_to = "http://127.0.0.1:9000/billing"
+"#;
+        let config = InboxConfig::from_toml(text).unwrap();
+        let shown = format!("{config:?} {config:#?}");
+        for secret in [
+            "StripeSecretValue1",
+            "GitHubSecretValue2",
+            "AcmeSecretValue3",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "Hunter2pw",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("handler.example") && shown.contains("x-acme-signature"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn the_database_settings_are_read_from_the_file_and_default_to_the_senders() {

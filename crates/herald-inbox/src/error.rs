@@ -1,9 +1,10 @@
-//! HTTP errors: every failure is answered as JSON `{"code": …, "detail": …}` with the matching status.
+//! HTTP errors: every failure is answered as JSON `{"code": …, "detail": …}` with the matching status,
+//! in the sender's two shapes ([`herald_edge::problem`]): a sentence, or for 422 the list of invalid
+//! values, each with its `loc`.
 
-use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use herald_edge::problem::{Detail, FieldError, Problem, Source};
 
 use crate::store::StoreError;
 
@@ -14,23 +15,31 @@ pub struct HttpError {
     pub status: StatusCode,
     /// A stable machine-readable code.
     pub code: &'static str,
-    /// A human explanation.
-    pub detail: String,
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    code: &'a str,
-    detail: &'a str,
+    /// A human explanation, or the invalid values of a 422.
+    pub detail: Detail,
 }
 
 impl HttpError {
-    /// Build an error.
+    /// Build an error whose detail is a sentence (any status but 422: see [`HttpError::invalid`]).
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             code,
-            detail: detail.into(),
+            detail: Detail::Text(detail.into()),
+        }
+    }
+
+    /// 422: the value at `field` of `source` is invalid, because of `msg`.
+    pub fn invalid(source: Source, field: &str, problem: Problem, msg: impl Into<String>) -> Self {
+        Self::field(FieldError::new(source, field, problem, msg))
+    }
+
+    /// 422 for one invalid value.
+    pub fn field(error: FieldError) -> Self {
+        Self {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: herald_edge::problem::VALIDATION,
+            detail: Detail::Fields(vec![error]),
         }
     }
 
@@ -52,11 +61,6 @@ impl HttpError {
     /// 404.
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", detail)
-    }
-
-    /// 422: a field is invalid; `detail` names it.
-    pub fn validation(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation", detail)
     }
 
     /// 400: the request could not be read.
@@ -96,11 +100,7 @@ impl From<StoreError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let body = Body {
-            code: self.code,
-            detail: &self.detail,
-        };
-        (self.status, Json(body)).into_response()
+        herald_edge::problem::response(self.status, self.code, &self.detail)
     }
 }
 

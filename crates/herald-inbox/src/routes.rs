@@ -14,12 +14,17 @@ use crate::{admin, ingress};
 /// `POST /in/{source}` and the admin API, without the health check or a fallback (so that it can be
 /// merged into another service).
 pub(crate) fn routes(state: InboxState) -> Router {
-    let admin = Router::new()
-        .route("/api/v1/inbox/event", get(admin::list))
+    // Every admin route checks its query string as the sender's do: the listing reads its own
+    // parameters, the others take none.
+    let take_no_query = Router::new()
         .route("/api/v1/inbox/event/{id}", get(admin::get))
         .route("/api/v1/inbox/event/{id}/replay", post(admin::replay_one))
         .route("/api/v1/inbox/source/{source}/replay", post(admin::replay_window))
         .route("/api/v1/inbox/stats", get(admin::stats))
+        .route_layer(middleware::from_fn(admin::no_query));
+    let admin = Router::new()
+        .route("/api/v1/inbox/event", get(admin::list))
+        .merge(take_no_query)
         .route_layer(middleware::from_fn_with_state(state.clone(), admin::require_admin));
     Router::new()
         .route("/in/{source}", post(ingress::receive))

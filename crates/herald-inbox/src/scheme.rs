@@ -18,8 +18,9 @@ pub enum Encoding {
     Base64,
 }
 
-/// A source's verification: its scheme with its secrets, ready to check requests.
-#[derive(Debug, Clone)]
+/// A source's verification: its scheme with its secrets, ready to check requests. Its `Debug` shows how
+/// many secrets it holds, never them.
+#[derive(Clone)]
 pub enum SchemeVerifier {
     /// Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`); `v1` with `whsec_`
     /// secrets, `v1a` with `whpk_` public keys.
@@ -47,6 +48,42 @@ pub enum SchemeVerifier {
         /// Text before the encoded tag, e.g. `sha256=`.
         prefix: String,
     },
+}
+
+/// Secrets as `Debug` shows them: how many.
+struct Count<'a>(&'a [String]);
+
+impl std::fmt::Debug for Count<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} redacted>", self.0.len())
+    }
+}
+
+impl std::fmt::Debug for SchemeVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // Its keys' own `Debug` shows none of their bytes.
+            Self::StandardWebhooks(verifier) => f.debug_tuple("StandardWebhooks").field(verifier).finish(),
+            Self::Stripe { secrets, tolerance } => f
+                .debug_struct("Stripe")
+                .field("secrets", &Count(secrets))
+                .field("tolerance", tolerance)
+                .finish(),
+            Self::GitHub { secrets } => f.debug_struct("GitHub").field("secrets", &Count(secrets)).finish(),
+            Self::Hmac {
+                secrets,
+                header,
+                encoding,
+                prefix,
+            } => f
+                .debug_struct("Hmac")
+                .field("secrets", &Count(secrets))
+                .field("header", header)
+                .field("encoding", encoding)
+                .field("prefix", prefix)
+                .finish(),
+        }
+    }
 }
 
 impl SchemeVerifier {

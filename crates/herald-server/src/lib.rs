@@ -165,7 +165,7 @@ impl Node {
             .context("taking up interrupted background tasks")?;
         let metrics_addr = match settings.metrics_listen {
             Some(listen) => {
-                let (addr, task) = serve_metrics(listen, state.clone()).await?;
+                let (addr, task) = serve_metrics(listen, state.clone(), settings.edge).await?;
                 background.0.push(task);
                 Some(addr)
             }
@@ -183,10 +183,16 @@ impl Node {
         let (shutdown, stop) = oneshot::channel::<()>();
         // The delivery engine's outbound connections need descriptors too: keep them out of the
         // connection cap's reach (plus room for the database pool).
+        let metrics_connections = if metrics_addr.is_some() {
+            herald_edge::METRICS_CONNECTIONS
+        } else {
+            0
+        };
         let edge = herald_edge::Edge::new(settings.edge).reserve_fds(
             usize::try_from(settings.max_in_flight)
                 .unwrap_or(usize::MAX)
-                .saturating_add(64),
+                .saturating_add(64)
+                .saturating_add(metrics_connections),
         );
         let task = tokio::spawn(async move {
             edge.serve(listener, service, async move {
@@ -249,21 +255,32 @@ fn start_relays(
 }
 
 /// Serve `GET /metrics` without a token on an address of its own (`metrics_listen`): for a Prometheus
-/// that reaches the node on a private network and should hold no admin token.
-async fn serve_metrics(listen: SocketAddr, state: AppState) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+/// that reaches the node on a private network and should hold no admin token. Through the edge like the
+/// API (its timeouts, a cap of [`herald_edge::METRICS_CONNECTIONS`], JSON for every error), so that idle
+/// or hostile sockets there cannot hold descriptors the API needs.
+async fn serve_metrics(
+    listen: SocketAddr,
+    state: AppState,
+    limits: herald_edge::Limits,
+) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("metrics_listen: listening on {listen}"))?;
     let addr = listener.local_addr()?;
-    let router = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let state = state.clone();
-            async move { herald_api::metrics::scrape(&state).await }
-        }),
-    );
+    let router = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let state = state.clone();
+                async move { herald_api::metrics::scrape(&state).await }
+            }),
+        )
+        .fallback(herald_edge::problem::no_route)
+        .method_not_allowed_fallback(herald_edge::problem::wrong_method);
+    let edge = herald_edge::Edge::new(limits.for_metrics());
+    // Ends with the node: the task is aborted with the other background tasks.
     let task = tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router).await {
+        if let Err(error) = edge.serve(listener, router, std::future::pending()).await {
             tracing::error!(%error, "the metrics listener stopped");
         }
     });

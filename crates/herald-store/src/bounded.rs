@@ -10,6 +10,11 @@
 //! The bound is per call, not per statement: every call is short by design (listings are paged,
 //! maintenance works in chunks), and a call that outlasts `statement_timeout + acquire timeout` is
 //! answered 503 like one whose server went silent.
+//!
+//! The two exceptions are [`crate::Store::ingest`] and [`crate::Store::ingest_many`], which bound
+//! themselves (declared in the trait's `unbounded` block): cut from outside, a request could be answered
+//! 503 while the group-commit writer goes on to commit its message. Their wait is cut only while the
+//! writer has not taken the message (see `crate::group_commit::Ticket`).
 
 use crate::SharedStore;
 use herald_sql::custody::Bound;

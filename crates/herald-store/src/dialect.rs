@@ -2,8 +2,10 @@
 //! the few fragments the dialects spell differently, and the store operations whose SQL truly differs
 //! (bulk writes, leases, retention, notifications); and [`SqlStore`], what every SQL backend holds.
 
+use herald_core::id::{EndpointId, MessageId};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use herald_core::model::{AttemptTrigger, Endpoint};
 use tokio::sync::mpsc;
@@ -27,6 +29,11 @@ pub struct SqlStore<D: Dialect> {
     pub(crate) writes: D::Pool,
     /// The group-commit writer's queue.
     pub(crate) ingest: mpsc::Sender<IngestJob>,
+    /// How long an ingest request waits for the group-commit writer to take its message before it is
+    /// answered `TimedOut` and the message given back unwritten (see [`crate::group_commit::Ticket`]);
+    /// PostgreSQL: the bound of every call, which also bounds the writer's batches; SQLite: no limit (a
+    /// local file's commit is bounded by its busy timeout and the disk).
+    pub(crate) ingest_wait: Option<Duration>,
     /// The commit feed, until the engine takes it.
     pub(crate) feed: Mutex<Option<CommitFeed>>,
     /// Seals endpoint secrets and headers.
@@ -158,7 +165,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         events: &'a [NewEvent],
     ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
     /// An endpoint changed (committed): tell the delivery engine of every node that may own it.
-    fn endpoint_changed<'a>(store: &'a SqlStore<Self>, endpoint_id: &'a str) -> impl Future<Output = ()> + Send + 'a;
+    fn endpoint_changed<'a>(
+        store: &'a SqlStore<Self>,
+        endpoint_id: &'a EndpointId,
+    ) -> impl Future<Output = ()> + Send + 'a;
 
     /// See [`crate::Store::record_attempts`] (bulk writes; fenced on PostgreSQL).
     fn record_attempts<'a>(
@@ -174,7 +184,7 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// See [`crate::Store::expire_waiting`] (fenced on PostgreSQL).
     fn expire_waiting<'a>(
         store: &'a SqlStore<Self>,
-        endpoint_id: &'a str,
+        endpoint_id: &'a EndpointId,
         created_before: i64,
         now: i64,
     ) -> impl Future<Output = StoreResult<u64>> + Send + 'a;
@@ -188,8 +198,8 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// See [`crate::Store::requeue_delivery`] (new `seq`s in commit order across nodes on PostgreSQL).
     fn requeue_delivery<'a>(
         store: &'a SqlStore<Self>,
-        message_id: &'a str,
-        endpoint_id: &'a str,
+        message_id: &'a MessageId,
+        endpoint_id: &'a EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> impl Future<Output = StoreResult<Requeue>> + Send + 'a;
@@ -208,10 +218,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         endpoint: &'a Endpoint,
         since: i64,
         until: i64,
-        after: Option<&'a str>,
+        after: Option<&'a MessageId>,
         limit: usize,
         now: i64,
-    ) -> impl Future<Output = StoreResult<(Option<String>, u64)>> + Send + 'a;
+    ) -> impl Future<Output = StoreResult<(Option<MessageId>, u64)>> + Send + 'a;
     /// See [`crate::Store::shutdown`].
     fn shutdown(store: &SqlStore<Self>) -> impl Future<Output = ()> + Send + '_;
     /// See [`crate::Store::ownership`].

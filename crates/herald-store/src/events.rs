@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use herald_core::id::{AppId, AttemptId, EndpointId, MessageId};
 use herald_core::model::{Attempt, DeliveryStatus, Endpoint};
 use herald_core::outcome::OutcomeClass;
 use serde_json::{Value, json};
@@ -25,10 +26,10 @@ pub(crate) const ATTEMPT_RECOVERED: &str = "message.attempt.recovered";
 /// An event to record.
 pub(crate) struct NewEvent {
     pub(crate) event_type: &'static str,
-    pub(crate) app_id: String,
+    pub(crate) app_id: AppId,
     /// Set for events about one delivery.
-    pub(crate) message_id: Option<String>,
-    pub(crate) endpoint_id: Option<String>,
+    pub(crate) message_id: Option<MessageId>,
+    pub(crate) endpoint_id: Option<EndpointId>,
     pub(crate) data: Value,
     pub(crate) created_at: i64,
 }
@@ -48,8 +49,8 @@ impl NewEvent {
 
     pub(crate) fn about_endpoint(
         event_type: &'static str,
-        app_id: &str,
-        endpoint_id: &str,
+        app_id: &AppId,
+        endpoint_id: &EndpointId,
         endpoint_uid: Option<&str>,
         extra: Value,
         now: i64,
@@ -61,9 +62,9 @@ impl NewEvent {
         merge(&mut data, extra);
         Self {
             event_type,
-            app_id: app_id.to_owned(),
+            app_id: app_id.clone(),
             message_id: None,
-            endpoint_id: Some(endpoint_id.to_owned()),
+            endpoint_id: Some(endpoint_id.clone()),
             data,
             created_at: now,
         }
@@ -97,9 +98,9 @@ impl NewEvent {
 /// transaction that marks it dead.
 pub(crate) struct Expired {
     pub(crate) seq: i64,
-    pub(crate) app_id: String,
-    pub(crate) message_id: String,
-    pub(crate) endpoint_id: String,
+    pub(crate) app_id: AppId,
+    pub(crate) message_id: MessageId,
+    pub(crate) endpoint_id: EndpointId,
     /// Attempts the delivery made in its window.
     pub(crate) attempts: u32,
     /// The latest attempt of this message to this endpoint, if one was ever made (and is still kept).
@@ -108,7 +109,7 @@ pub(crate) struct Expired {
 
 /// What an event says of an attempt.
 pub(crate) struct LastAttempt {
-    pub(crate) id: String,
+    pub(crate) id: AttemptId,
     pub(crate) response_status: Option<u16>,
     pub(crate) outcome: OutcomeClass,
     pub(crate) created_at: i64,
@@ -221,7 +222,10 @@ pub(crate) fn may_recover(records: &[AttemptRecord]) -> Vec<&AttemptRecord> {
 /// The `message.attempt.*` events a batch of attempt results causes, given the (message, endpoint) pairs
 /// with a `failing` or `exhausted` event newer than their latest `recovered` one ([`may_recover`]'s pairs
 /// looked up by the backend): a success is `recovered` exactly when operators heard of the trouble.
-pub(crate) fn attempt_events(records: &[AttemptRecord], mut troubled: HashSet<(String, String)>) -> Vec<NewEvent> {
+pub(crate) fn attempt_events(
+    records: &[AttemptRecord],
+    mut troubled: HashSet<(MessageId, EndpointId)>,
+) -> Vec<NewEvent> {
     let mut events = Vec::new();
     for record in records {
         let a = &record.attempt;

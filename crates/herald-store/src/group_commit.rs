@@ -12,12 +12,13 @@
 //! per savepoint, so one failing message fails alone and never half-stores.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sqlx::{Connection, Database, Pool};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use herald_core::model::AttemptTrigger;
 
@@ -37,6 +38,82 @@ pub(crate) struct IngestJob {
     /// Shared by jobs queued together that must commit in their queued order (see [`Fence`]): every row
     /// one outbox reader queued since it (re)started, or the messages of one `ingest_many` call.
     pub(crate) fence: Option<Arc<Fence>>,
+    /// Whether the writer took the job, or its request gave up waiting first (see [`Ticket`]).
+    pub(crate) ticket: Arc<Ticket>,
+}
+
+/// Who settles a queued job first: the writer, taking it into a batch, or its request, giving up its
+/// wait (see [`Waiting::answer`]). Once taken, the job is written and its request waits for the batch's
+/// answer; once given back, the writer never writes it — so a request answered `503` for its wait never
+/// has its message committed by a later batch.
+#[derive(Debug, Default)]
+pub(crate) struct Ticket(AtomicU8);
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const GIVEN_BACK: u8 = 2;
+
+impl Ticket {
+    /// The writer takes the job: `false` if its request gave it back first.
+    fn take(&self) -> bool {
+        self.settle(TAKEN)
+    }
+
+    /// The request gives the job back: `false` if the writer took it first.
+    fn give_back(&self) -> bool {
+        self.settle(GIVEN_BACK)
+    }
+
+    fn settle(&self, to: u8) -> bool {
+        self.0
+            .compare_exchange(QUEUED, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// A request's side of a queued job: its answer, and its ticket. Dropped before the writer took the job
+/// (the request went away: its client disconnected), it gives the job back, so the writer skips it.
+pub(crate) struct Waiting {
+    answer: oneshot::Receiver<StoreResult<Ingested>>,
+    ticket: Arc<Ticket>,
+}
+
+impl Waiting {
+    /// A job for `new` and the request's side of it.
+    pub(crate) fn queue(new: NewMessage, fence: Option<Arc<Fence>>) -> (IngestJob, Waiting) {
+        let (reply, answer) = oneshot::channel();
+        let ticket = Arc::new(Ticket::default());
+        let job = IngestJob {
+            new,
+            reply,
+            outbox: None,
+            fence,
+            ticket: ticket.clone(),
+        };
+        (job, Waiting { answer, ticket })
+    }
+
+    /// The writer's answer. With a `deadline` (its instant, and the bound it stands for): should the
+    /// writer not have taken the job by then, the job is given back and the answer is
+    /// [`StoreError::TimedOut`] — it is then never written. A job the writer took is answered when its
+    /// batch is, which the writer bounds itself ([`run`]'s `deadline`).
+    pub(crate) async fn answer(mut self, deadline: Option<(Instant, Duration)>) -> StoreResult<Ingested> {
+        if let Some((at, bound)) = deadline {
+            match tokio::time::timeout_at(at, &mut self.answer).await {
+                Ok(answer) => return answer.unwrap_or(Err(StoreError::Closed)),
+                Err(_) if self.ticket.give_back() => return Err(StoreError::TimedOut(bound)),
+                Err(_) => {}
+            }
+        }
+        (&mut self.answer).await.unwrap_or(Err(StoreError::Closed))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        // A no-op once the writer took the job (or the answer came).
+        self.ticket.give_back();
+    }
 }
 
 /// Keeps jobs queued together in order across a failed batch. An outbox reader queues the next round
@@ -60,24 +137,24 @@ impl Fence {
     }
 }
 
-/// Answer, unwritten, the jobs of `batch` whose outbox fence is broken (see [`Fence`]), keeping the rest
-/// in order.
-fn drop_fenced(batch: &mut Vec<IngestJob>) {
-    if !batch
-        .iter()
-        .any(|job| job.fence.as_ref().is_some_and(|f| f.is_broken()))
-    {
-        return;
+/// Take the jobs of `batch` the writer is to write, in order: a job its request gave back (see
+/// [`Ticket`]) is dropped unwritten, and breaks its fence, since the jobs queued behind it must not
+/// commit without it; a job whose fence is broken (see [`Fence`]) is answered unwritten.
+fn take(batch: &mut Vec<IngestJob>) {
+    let mut kept = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        if job.fence.as_ref().is_some_and(|f| f.is_broken()) {
+            let _ = job.reply.send(Err(StoreError::Batch(
+                "an earlier message's batch failed; this one was not written after it".to_owned(),
+            )));
+        } else if job.ticket.take() {
+            kept.push(job);
+        } else if let Some(fence) = &job.fence {
+            // Its request was answered already; nobody listens for this job.
+            fence.break_now();
+        }
     }
-    let (fenced, kept): (Vec<IngestJob>, Vec<IngestJob>) = batch
-        .drain(..)
-        .partition(|job| job.fence.as_ref().is_some_and(|f| f.is_broken()));
     *batch = kept;
-    for job in fenced {
-        let _ = job.reply.send(Err(StoreError::Batch(
-            "an earlier message's batch failed; this one was not written after it".to_owned(),
-        )));
-    }
 }
 
 /// The outcome of each job of a batch, in order.
@@ -112,7 +189,7 @@ pub(crate) async fn run<W: BatchWriter>(
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        drop_fenced(&mut batch);
+        take(&mut batch);
         if batch.is_empty() {
             continue;
         }
@@ -187,29 +264,32 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 /// have rolled the transaction back, so there is nothing left to replay into. After any failure of the
 /// transaction the connection is closed, never reused in a state nobody can vouch for.
 ///
-/// `deadline` bounds the whole transaction on the client's side (PostgreSQL): a server that went silent
-/// mid-statement fails the batch then, instead of when TCP gives up. Whether it committed is then
-/// unknown, so nobody is acknowledged (a retry may store a message twice; one with an `eventId` or an
-/// `idempotency-key` is deduplicated).
+/// `deadline` bounds the whole batch on the client's side (PostgreSQL), the wait for a connection
+/// included: a server that went silent mid-statement fails the batch then, instead of when TCP gives up.
+/// Whether it committed is then unknown, so nobody is acknowledged (a retry may store a message twice;
+/// one with an `eventId` or an `idempotency-key` is deduplicated). The requests of the batch wait for this
+/// answer (see [`Waiting::answer`]), so it is what bounds their wait once their job was taken.
 async fn write_batch<W: BatchWriter>(
     pool: &Pool<W::Db>,
     writer: &W,
     batch: &[IngestJob],
     deadline: Option<Duration>,
 ) -> StoreResult<Outcomes> {
-    let mut conn = pool.acquire().await?;
-    let written = within(deadline, write_on(&mut *conn, writer, batch)).await;
+    let until = deadline.map(|limit| (Instant::now() + limit, limit));
+    let mut conn = within(until, async { Ok(pool.acquire().await?) }).await?;
+    let written = within(until, write_on(&mut *conn, writer, batch)).await;
     if written.is_err() {
         conn.close_on_drop();
     }
     written
 }
 
-/// Run `work`, giving it up after `limit` (when there is one) with [`StoreError::TimedOut`]: whatever it
-/// was doing is then of unknown outcome, so the caller must not acknowledge it.
-async fn within<T>(limit: Option<Duration>, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, work)
+/// Run `work`, giving it up at `until` (when there is one: the instant, and the bound it stands for) with
+/// [`StoreError::TimedOut`]: whatever it was doing is then of unknown outcome, so the caller must not
+/// acknowledge it.
+async fn within<T>(until: Option<(Instant, Duration)>, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    match until {
+        Some((at, limit)) => tokio::time::timeout_at(at, work)
             .await
             .unwrap_or(Err(StoreError::TimedOut(limit))),
         None => work.await,
@@ -259,10 +339,9 @@ async fn write_on<W: BatchWriter>(
 mod tests {
     use super::*;
 
-    fn job(outbox: Option<(i64, &Arc<Fence>)>) -> (IngestJob, oneshot::Receiver<StoreResult<Ingested>>) {
-        let (reply, answer) = oneshot::channel();
-        let new = NewMessage {
-            app_id: "app_1".to_owned(),
+    fn new_message() -> NewMessage {
+        NewMessage {
+            app_id: herald_core::id::AppId::new(),
             event_id: None,
             event_type: "t".to_owned(),
             channels: None,
@@ -273,37 +352,91 @@ mod tests {
             deliver_at: None,
             to_endpoint: None,
             payload_retention_ms: None,
-        };
-        let (outbox, fence) = match outbox {
-            Some((seq, fence)) => (Some(seq), Some(fence.clone())),
-            None => (None, None),
-        };
-        (
-            IngestJob {
-                new,
-                reply,
-                outbox,
-                fence,
-            },
-            answer,
-        )
+        }
     }
 
-    #[test]
-    fn rows_behind_a_broken_fence_are_answered_unwritten_and_the_rest_keep_their_order() {
+    fn job(outbox: Option<(i64, &Arc<Fence>)>) -> (IngestJob, Waiting) {
+        let (mut job, waiting) = Waiting::queue(new_message(), outbox.map(|(_, fence)| fence.clone()));
+        job.outbox = outbox.map(|(seq, _)| seq);
+        (job, waiting)
+    }
+
+    fn outboxes(batch: &[IngestJob]) -> Vec<Option<i64>> {
+        batch.iter().map(|j| j.outbox).collect()
+    }
+
+    #[tokio::test]
+    async fn rows_behind_a_broken_fence_are_answered_unwritten_and_the_rest_keep_their_order() {
         let (broken, intact) = (Arc::new(Fence::default()), Arc::new(Fence::default()));
         broken.break_now();
         let (api, _a) = job(None);
-        let (fenced, mut fenced_answer) = job(Some((1, &broken)));
+        let (fenced, fenced_waiting) = job(Some((1, &broken)));
         let (other, _o) = job(Some((2, &intact)));
         let (api_2, _b) = job(None);
         let mut batch = vec![api, fenced, other, api_2];
-        drop_fenced(&mut batch);
-        let kept: Vec<Option<i64>> = batch.iter().map(|j| j.outbox).collect();
-        assert_eq!(kept, vec![None, Some(2), None]);
-        match fenced_answer.try_recv() {
-            Ok(Err(error)) => assert!(error.fault().is_some(), "a batch failure, retried: {error}"),
+        take(&mut batch);
+        assert_eq!(outboxes(&batch), vec![None, Some(2), None]);
+        match fenced_waiting.answer(None).await {
+            Err(error) => assert!(error.fault().is_some(), "a batch failure, retried: {error}"),
             other => panic!("the fenced row is answered with an error: {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_job_given_back_at_its_deadline_is_never_written_and_breaks_its_fence() {
+        let fence = Arc::new(Fence::default());
+        let (given_back, waiting) = job(Some((1, &fence)));
+        let (behind, behind_waiting) = job(Some((2, &fence)));
+        let (other, _other_waiting) = job(None);
+        let bound = Duration::from_millis(50);
+        // Nobody took the job by its deadline: the request hears TimedOut ...
+        let answer = waiting.answer(Some((Instant::now() + bound, bound))).await;
+        assert!(
+            matches!(answer, Err(StoreError::TimedOut(b)) if b == bound),
+            "{answer:?}"
+        );
+        // ... and the writer, reaching it later, writes neither it nor what was queued behind it in its
+        // fence; an unrelated job is written.
+        let mut batch = vec![given_back, behind, other];
+        take(&mut batch);
+        assert_eq!(outboxes(&batch), vec![None]);
+        assert!(behind_waiting.answer(None).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_job_taken_before_its_deadline_is_waited_for_past_it() {
+        let (taken, waiting) = job(None);
+        let mut batch = vec![taken];
+        take(&mut batch);
+        assert_eq!(batch.len(), 1, "taken");
+        let bound = Duration::from_millis(50);
+        let answered = tokio::spawn(waiting.answer(Some((Instant::now() + bound, bound))));
+        // Its batch takes longer than the request's bound, then fails: the request waits for it and
+        // hears the batch's answer, not its own deadline's.
+        tokio::time::sleep(bound * 3).await;
+        assert!(
+            !answered.is_finished(),
+            "the request gave up a job its batch was writing"
+        );
+        for job in batch.drain(..) {
+            let _ = job
+                .reply
+                .send(Err(StoreError::Batch("the batch's own failure".to_owned())));
+        }
+        let answer = answered.await.expect("joined");
+        assert!(
+            matches!(&answer, Err(StoreError::Batch(text)) if text == "the batch's own failure"),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_that_went_away_before_its_job_was_taken_has_it_skipped() {
+        let (gone, waiting) = job(None);
+        let (kept, _kept_waiting) = job(Some((7, &Arc::new(Fence::default()))));
+        drop(waiting);
+        let mut batch = vec![gone, kept];
+        take(&mut batch);
+        assert_eq!(outboxes(&batch), vec![Some(7)]);
     }
 }

@@ -30,6 +30,9 @@ pub mod testdb;
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_core::id::{
+    AppId, AppIdOrUid, AttemptId, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId, SinkId, TaskId,
+};
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
     OperationalEvent, PreviousSecret, TaskKind, TaskState,
@@ -141,7 +144,7 @@ pub struct Remembered {
 #[derive(Debug, Clone)]
 pub struct NewMessage {
     /// The application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The producer's own unique id for the event, if given (deduplicated per app).
     pub event_id: Option<String>,
     /// The event type name.
@@ -161,7 +164,7 @@ pub struct NewMessage {
     pub deliver_at: Option<i64>,
     /// Deliver to this one endpoint of the application (by id) instead of to its subscribers: an event
     /// type's example sent to one endpoint. An id the application does not have gets no delivery.
-    pub to_endpoint: Option<String>,
+    pub to_endpoint: Option<EndpointId>,
     /// How long after its creation the payload is kept (`payloadRetentionPeriod`); `None` keeps it. The
     /// retention job expunges it once that has passed and no delivery of it is pending.
     pub payload_retention_ms: Option<i64>,
@@ -173,7 +176,7 @@ pub struct CreatedDelivery {
     /// Its store sequence number.
     pub seq: i64,
     /// Its endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
 }
 
 /// The result of an ingest.
@@ -196,7 +199,7 @@ pub struct PendingDelivery {
     /// Store sequence number.
     pub seq: i64,
     /// The endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// The message, with its payload (shared across the fan-out).
     pub message: Arc<Message>,
     /// Attempts made so far.
@@ -215,7 +218,7 @@ pub struct AttemptRecord {
     /// The delivery.
     pub delivery_seq: i64,
     /// The message's application.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The attempt to append to the log.
     pub attempt: Attempt,
     /// The delivery's status after it.
@@ -273,7 +276,7 @@ pub struct DeliveryRecord {
     /// Its store sequence number (the listing's sort key).
     pub seq: i64,
     /// The endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// The message.
     pub message: Message,
     /// The delivery's status.
@@ -350,12 +353,12 @@ pub struct AppToken {
     /// Hex SHA-256 of the token.
     pub token_sha256: String,
     /// The one application it may see and change.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Whether it may only read (GET).
     pub read_only: bool,
     /// The one polling endpoint of the application it may read (its stream and its consumers' offsets,
     /// nothing else); `None` for a token of the whole application.
-    pub sink_id: Option<String>,
+    pub sink_id: Option<SinkId>,
     /// The session it was issued for (`sessionId`), if any: `expire-all` may end only some sessions.
     pub session_id: Option<String>,
     /// When it was issued.
@@ -406,7 +409,7 @@ pub struct MessageFilter {
 #[derive(Debug, Clone)]
 pub struct RequeueSelection {
     /// The endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// Only deliveries in one of these states (pending ones are ignored: they are going out anyway).
     pub statuses: Vec<DeliveryStatus>,
     /// Messages created at or after this time.
@@ -417,6 +420,8 @@ pub struct RequeueSelection {
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
     pub channel: Option<String>,
+    /// Only messages with this tag (each candidate looked up in the tag index by its key).
+    pub tag: Option<String>,
     /// Only deliveries whose latest attempt got a response of this class (100, 200, … 500), or none
     /// (0: no attempt, or no HTTP response).
     pub status_class: Option<i64>,
@@ -449,13 +454,13 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Create an application; `Conflict("uid")` if its uid is taken.
     async fn create_app(&self, app: &Application) -> StoreResult<()>;
     /// Find an application by id or uid.
-    async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application>;
+    async fn get_app(&self, id_or_uid: &AppIdOrUid) -> StoreResult<Application>;
     /// List applications, oldest first.
     async fn list_apps(&self, page: &PageRequest) -> StoreResult<Page<Application>>;
     /// Replace an application's fields (by id).
     async fn update_app(&self, app: &Application) -> StoreResult<()>;
     /// Delete an application and everything it owns.
-    async fn delete_app(&self, id: &str) -> StoreResult<()>;
+    async fn delete_app(&self, id: &AppId) -> StoreResult<()>;
 
     /// Create an event type; `Conflict("name")` if it exists.
     async fn create_event_type(&self, event_type: &EventType) -> StoreResult<()>;
@@ -476,13 +481,13 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// [`Endpoint`].
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
     /// Find an endpoint of an app by id or uid.
-    async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint>;
+    async fn get_endpoint(&self, app_id: &AppId, id_or_uid: &EndpointIdOrUid) -> StoreResult<Endpoint>;
     /// Find an endpoint by id alone (for the delivery engine).
-    async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint>;
+    async fn get_endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Endpoint>;
     /// List an app's endpoints, oldest first, or newest first when `newest_first` (Svix's default order).
-    async fn list_endpoints(&self, app_id: &str, page: &PageRequest, newest_first: bool) -> StoreResult<Page<Endpoint>>;
+    async fn list_endpoints(&self, app_id: &AppId, page: &PageRequest, newest_first: bool) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
-    async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>>;
+    async fn app_endpoints(&self, app_id: &AppId) -> StoreResult<Vec<Endpoint>>;
     /// Replace an endpoint's fields (by id), except its `secret`: only
     /// [`Store::rotate_endpoint_secret`] changes that, so an update read before a rotation can never undo
     /// it. Records an `endpoint.updated` operational event in the same transaction.
@@ -493,41 +498,32 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// key) leaves only the new key. Expired keys are removed. `NotFound` if the endpoint does not exist.
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         new_secret: &str,
         old_expires_at: i64,
         now: i64,
     ) -> StoreResult<()>;
     /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
     /// recently rotated first. Empty for an unknown endpoint.
-    async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>>;
+    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: i64) -> StoreResult<Vec<PreviousSecret>>;
     /// Delete an endpoint and its pending deliveries. Records an `endpoint.deleted` operational event in
     /// the same transaction.
-    async fn delete_endpoint(&self, id: &str) -> StoreResult<()>;
+    async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()>;
 
-    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
-    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
-    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
-    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
-    /// queued at the group-commit writer in that order, so they share its commits and are created in
-    /// that order (one ordering key's messages keep it); should a commit fail, none of the messages
-    /// queued after it is written either (each is answered with the batch's error), so what was stored
-    /// is always a prefix of each ordering key's messages.
-    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
     /// Find a message of an app by id (or event id).
-    async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message>;
+    async fn get_message(&self, app_id: &AppId, id: &MessageIdOrEventId) -> StoreResult<Message>;
     /// List an app's messages, newest first.
     async fn list_messages(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         filter: &MessageFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Message>>;
 
     /// Endpoints that have pending deliveries (read at start-up).
-    async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>>;
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>>;
     /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
-    async fn load_pending(&self, endpoint_id: &str, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
+    async fn load_pending(&self, endpoint_id: &EndpointId, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
     /// Append attempts and update their deliveries, all in one transaction, with the `message.attempt.*`
     /// operational events they cause (see [`Store::unsent_operational_events`]).
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
@@ -539,17 +535,17 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// (its message's creation, or when it was re-queued; the endpoint is paused or its breaker open, so
     /// they waited past their window), each with a `message.attempt.exhausted` event as
     /// [`Store::expire_deliveries`]; returns how many.
-    async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64>;
+    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: i64, now: i64) -> StoreResult<u64>;
     /// Pending deliveries of an endpoint and the age of the oldest.
-    async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog>;
+    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog>;
     /// Disable an endpoint with a reason and record an `endpoint.disabled` operational event, in one
     /// transaction. Returns `false` if it was already disabled or is gone (nothing recorded then).
-    async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool>;
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &str, now: i64) -> StoreResult<bool>;
     /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
     /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
     async fn set_endpoint_state(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         expected_reason: &DisabledReason,
         disabled: bool,
         reason: Option<&DisabledReason>,
@@ -567,7 +563,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// oldest bucket first; buckets without an attempt are left out.
     async fn attempt_buckets(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: i64,
         until: i64,
         bucket_ms: i64,
@@ -594,7 +590,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Make every token of an application — or, with `sessions`, only those issued for one of these
     /// sessions — expire at `at` at the latest (revocation, with an optional grace period); returns how
     /// many tokens were shortened.
-    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64>;
+    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: i64) -> StoreResult<u64>;
     /// Make the one token with this digest expire at `at` at the latest (a logout); `NotFound` if there is
     /// none.
     async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()>;
@@ -610,28 +606,28 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Attempts of a message, newest first.
     async fn list_attempts_by_message(
         &self,
-        app_id: &str,
-        message_id: &str,
+        app_id: &AppId,
+        message_id: &MessageId,
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>>;
     /// Attempts to an endpoint, newest first.
     async fn list_attempts_by_endpoint(
         &self,
-        app_id: &str,
-        endpoint_id: &str,
+        app_id: &AppId,
+        endpoint_id: &EndpointId,
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>>;
     /// The deliveries of a message, one per endpoint it was fanned out to, by endpoint id.
     async fn list_deliveries_of_message(
         &self,
-        app_id: &str,
-        message_id: &str,
+        app_id: &AppId,
+        message_id: &MessageId,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryView>>;
     /// A delivery's status and attempt count (for tests and operators).
-    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)>;
+    async fn delivery_state(&self, message_id: &MessageId, endpoint_id: &EndpointId) -> StoreResult<(DeliveryStatus, u32)>;
 
     /// The response remembered for an idempotency key in `scope`, if it was stored at or after `since`.
     async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>>;
@@ -651,8 +647,8 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// time window starts `now`, and `trigger` as the reason of its next attempt.
     async fn requeue_delivery(
         &self,
-        message_id: &str,
-        endpoint_id: &str,
+        message_id: &MessageId,
+        endpoint_id: &EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue>;
@@ -667,7 +663,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// takes only deliveries that existed when it started.
     async fn last_delivery_seq(&self) -> StoreResult<i64>;
     /// Messages of an app created in `[since, until)`.
-    async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64>;
+    async fn count_messages(&self, app_id: &AppId, since: i64, until: i64) -> StoreResult<u64>;
     /// Scan up to `limit` messages of the endpoint's app created in `[since, until)` with an id after
     /// `after` (in id order) and give the endpoint a delivery of every one it subscribes to and has none of
     /// (trigger: recover, window from `now`). Returns (the last id scanned, deliveries created); no id
@@ -677,45 +673,45 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         endpoint: &Endpoint,
         since: i64,
         until: i64,
-        after: Option<&str>,
+        after: Option<&MessageId>,
         limit: usize,
         now: i64,
-    ) -> StoreResult<(Option<String>, u64)>;
+    ) -> StoreResult<(Option<MessageId>, u64)>;
     /// Cancel the pending deliveries of a message, of an endpoint, or of one message to one endpoint (at
     /// least one is given), within an app; returns the (endpoint id, seq) of each.
     async fn cancel_pending(
         &self,
-        app_id: &str,
-        message_id: Option<&str>,
-        endpoint_id: Option<&str>,
+        app_id: &AppId,
+        message_id: Option<&MessageId>,
+        endpoint_id: Option<&EndpointId>,
         now: i64,
-    ) -> StoreResult<Vec<(String, i64)>>;
+    ) -> StoreResult<Vec<(EndpointId, i64)>>;
     /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
-    async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()>;
+    async fn expunge_payload(&self, app_id: &AppId, message_id: &MessageId) -> StoreResult<()>;
     /// Expunge up to `limit` payloads of an app's messages created at or before `before` that still have
     /// theirs, in one transaction, cancelling their pending deliveries (nothing is left to send). Returns
     /// how many were expunged and the (endpoint id, seq) of each delivery cancelled; fewer than `limit`
     /// means none is left.
     async fn expunge_app_payloads(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         before: i64,
         limit: usize,
         now: i64,
-    ) -> StoreResult<(u64, Vec<(String, i64)>)>;
+    ) -> StoreResult<(u64, Vec<(EndpointId, i64)>)>;
     /// Remove the response body stored with one attempt of a message (it becomes empty).
-    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()>;
+    async fn expunge_attempt_response(&self, app_id: &AppId, message_id: &MessageId, attempt_id: &AttemptId) -> StoreResult<()>;
     /// Deliveries of an app, newest first, optionally of one endpoint, one status and messages with one tag.
     async fn list_deliveries(
         &self,
-        app_id: &str,
-        endpoint_id: Option<&str>,
+        app_id: &AppId,
+        endpoint_id: Option<&EndpointId>,
         status: Option<DeliveryStatus>,
         tag: Option<&str>,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>>;
     /// Deliveries of an endpoint by status, over messages created in `[since, until)`.
-    async fn endpoint_stats(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<DeliveryStats>;
+    async fn endpoint_stats(&self, endpoint_id: &EndpointId, since: i64, until: i64) -> StoreResult<DeliveryStats>;
     /// Record a new background task.
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
@@ -729,7 +725,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         newest_first: bool,
     ) -> StoreResult<Page<BackgroundTask>>;
     /// A task by id; `app_id` restricts it to one application.
-    async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask>;
+    async fn get_task(&self, id: &TaskId, app_id: Option<&AppId>) -> StoreResult<BackgroundTask>;
     /// Close the background tasks a stopped process left running — on SQLite every task still running when
     /// a process starts (`starting`), on PostgreSQL, shared by nodes, those that made no progress for a
     /// minute: those whose kind is in `resume` are claimed for the caller to carry on (their `updated_at`
@@ -746,6 +742,21 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn ping(&self) -> StoreResult<()>;
 }
 unbounded {
+    /// Commit a message and its deliveries durably, deduplicating on event id and idempotency key.
+    /// `NotFound` when the application does not exist (e.g. it was deleted a moment ago).
+    ///
+    /// Bounded by the store itself, not by [`bounded::BoundedStore`]: a message answered with an error
+    /// is never committed afterwards. On PostgreSQL its request waits for the group-commit writer to take
+    /// it for at most the bound of every call, then (`TimedOut`) it is given back unwritten; once taken,
+    /// it waits for its batch, which the writer gives up after the same bound.
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
+    /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
+    /// queued at the group-commit writer in that order, so they share its commits and are created in
+    /// that order (one ordering key's messages keep it); should a commit fail, or a message's wait run
+    /// out before the writer took it, none of the messages queued after it is written either (each is
+    /// answered with an error), so what was stored is always a prefix of each ordering key's messages.
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
+
     /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
     /// local scheduler. It can be taken once; later calls return `None`.
     fn take_commit_feed(&self) -> Option<CommitFeed>;
@@ -761,6 +772,14 @@ unbounded {
     }
 }
 forwarded {
+    async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
+        self.inner.ingest(new).await
+    }
+
+    async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        self.inner.ingest_many(batch).await
+    }
+
     fn take_commit_feed(&self) -> Option<CommitFeed> {
         self.inner.take_commit_feed()
     }
@@ -804,7 +823,7 @@ pub trait Ownership: Send + Sync + 'static {
 pub enum OwnershipEvent {
     /// These endpoints, owned by this node, may have pending deliveries that it has not seen: their
     /// partition was just taken over, or another node ingested messages for them.
-    Work(Vec<String>),
+    Work(Vec<EndpointId>),
     /// These partitions were given up or lost: stop scheduling their endpoints (what is in flight
     /// finishes; its results are fenced). The engine forgets their queues even if a partition is owned
     /// again by the time it reads this: a queue kept across a lapse would hold a cursor past deliveries
@@ -812,7 +831,7 @@ pub enum OwnershipEvent {
     /// backlog afresh ([`OwnershipEvent::Work`], always after this event).
     Released(Vec<i32>),
     /// An endpoint was changed or deleted, possibly through another node's API: reload it.
-    EndpointChanged(String),
+    EndpointChanged(EndpointId),
     /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have
     /// been announced (by [`OwnershipEvent::Work`] before this event, or by this node's own commit feed).
     ///

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, EndpointId, MessageId};
 use herald_core::model::{Endpoint, Message};
 
 use crate::group_commit::IngestJob;
@@ -18,14 +18,14 @@ use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
 /// Messages already stored, or earlier in this batch, by (app, event id) and (app, idempotency key).
 #[derive(Default)]
 pub(crate) struct Earlier {
-    by_event_id: HashMap<(String, String), Message>,
-    by_key: HashMap<(String, String), Message>,
+    by_event_id: HashMap<(AppId, String), Message>,
+    by_key: HashMap<(AppId, String), Message>,
 }
 
 impl Earlier {
-    fn find(&self, app_id: &str, event_id: Option<&str>, key: Option<&str>) -> Option<Message> {
-        let lookup = |map: &HashMap<(String, String), Message>, value: Option<&str>| {
-            value.and_then(|v| map.get(&(app_id.to_owned(), v.to_owned())).cloned())
+    fn find(&self, app_id: &AppId, event_id: Option<&str>, key: Option<&str>) -> Option<Message> {
+        let lookup = |map: &HashMap<(AppId, String), Message>, value: Option<&str>| {
+            value.and_then(|v| map.get(&(app_id.clone(), v.to_owned())).cloned())
         };
         lookup(&self.by_event_id, event_id).or_else(|| lookup(&self.by_key, key))
     }
@@ -89,7 +89,7 @@ pub(crate) struct NewRow<'a> {
 pub(crate) struct FanOut<'a> {
     pub(crate) job: usize,
     pub(crate) message: &'a Message,
-    pub(crate) endpoint_id: &'a str,
+    pub(crate) endpoint_id: &'a EndpointId,
 }
 
 /// What a batch writes, and each job's outcome.
@@ -116,7 +116,7 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
             continue;
         }
         let message = Message {
-            id: new_id(IdKind::Message),
+            id: MessageId::new(),
             app_id: new.app_id.clone(),
             event_id: new.event_id.clone(),
             event_type: new.event_type.clone(),
@@ -155,7 +155,7 @@ impl Plan<'_> {
     /// The deliveries of the new messages: one per subscribed endpoint of the message's app (disabled
     /// endpoints included: their deliveries wait until the endpoint is enabled again or expire), or to
     /// its one endpoint when it names one.
-    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<String, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
+    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<AppId, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
         self.messages
             .iter()
             .flat_map(|row| {
@@ -171,7 +171,7 @@ impl Plan<'_> {
                     .map(move |ep| FanOut {
                         job: row.job,
                         message,
-                        endpoint_id: ep.id.as_str(),
+                        endpoint_id: &ep.id,
                     })
             })
             .collect()
@@ -219,19 +219,19 @@ pub(crate) fn group_deliveries<'a>(
     returned: impl IntoIterator<Item = (i64, String, String)>,
     by_job: &mut HashMap<usize, Vec<CreatedDelivery>>,
 ) -> StoreResult<()> {
-    let index_of: HashMap<(&str, &str), usize> = fan_out
+    let index_of: HashMap<(&str, &str), (usize, &EndpointId)> = fan_out
         .iter()
-        .map(|f| ((f.message.id.as_str(), f.endpoint_id), f.job))
+        .map(|f| ((f.message.id.as_str(), f.endpoint_id.as_str()), (f.job, f.endpoint_id)))
         .collect();
     for (seq, message_id, endpoint_id) in returned {
-        let index = index_of
+        let (index, endpoint_id) = index_of
             .get(&(message_id.as_str(), endpoint_id.as_str()))
             .copied()
             .ok_or_else(|| StoreError::Corrupt("a delivery came back that was not inserted".into()))?;
-        by_job
-            .entry(index)
-            .or_default()
-            .push(CreatedDelivery { seq, endpoint_id });
+        by_job.entry(index).or_default().push(CreatedDelivery {
+            seq,
+            endpoint_id: endpoint_id.clone(),
+        });
     }
     Ok(())
 }

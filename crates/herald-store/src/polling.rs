@@ -10,6 +10,7 @@
 //!
 //! [`PollingStore`] is implemented once for both dialects, in `portable/polling.rs`.
 
+use herald_core::id::{AppId, SinkId, SinkIdOrUid};
 use herald_core::model::{Message, Metadata};
 
 use crate::StoreResult;
@@ -22,10 +23,10 @@ pub const SCAN_BUDGET: usize = 1_000;
 /// secret out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PollingEndpoint {
-    /// `sink_…` id.
-    pub id: String,
+    /// Its id.
+    pub id: SinkId,
     /// The owning application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Optional client-chosen id, unique within the app.
     pub uid: Option<String>,
     /// Human description.
@@ -166,39 +167,39 @@ pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::Boun
     /// app does not exist. Its secret is sealed like an endpoint's (context: the sink id).
     async fn create_polling_endpoint(&self, sink: &PollingEndpoint) -> StoreResult<()>;
     /// Find a polling endpoint of an app by id or uid.
-    async fn get_polling_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<PollingEndpoint>;
+    async fn get_polling_endpoint(&self, app_id: &AppId, id_or_uid: &SinkIdOrUid) -> StoreResult<PollingEndpoint>;
     /// Up to `limit` polling endpoints of an app with an id after `after`, oldest first.
     async fn list_polling_endpoints(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         after: Option<&str>,
         limit: usize,
     ) -> StoreResult<Vec<PollingEndpoint>>;
     /// Replace a polling endpoint's fields (by app and id), except its secret.
     async fn update_polling_endpoint(&self, sink: &PollingEndpoint) -> StoreResult<()>;
     /// Delete a polling endpoint and its consumers' offsets.
-    async fn delete_polling_endpoint(&self, app_id: &str, id: &str) -> StoreResult<()>;
+    async fn delete_polling_endpoint(&self, app_id: &AppId, id: &SinkId) -> StoreResult<()>;
     /// Up to `limit` messages of an app's stream after position `after`, in commit order: one index range
     /// read (see [`crate::polling`]).
-    async fn read_stream(&self, app_id: &str, after: i64, limit: usize) -> StoreResult<Vec<StreamEntry>>;
+    async fn read_stream(&self, app_id: &AppId, after: i64, limit: usize) -> StoreResult<Vec<StreamEntry>>;
     /// The position just before the app's first message created at or after `time_ms`, `None` if there
     /// is none yet.
-    async fn stream_position_at(&self, app_id: &str, time_ms: i64) -> StoreResult<Option<i64>>;
+    async fn stream_position_at(&self, app_id: &AppId, time_ms: i64) -> StoreResult<Option<i64>>;
     /// The newest position of an app's stream (`0` when it has no message).
-    async fn stream_head(&self, app_id: &str) -> StoreResult<i64>;
+    async fn stream_head(&self, app_id: &AppId) -> StoreResult<i64>;
     /// A consumer's offset in a polling endpoint's stream, `None` for a consumer never seen.
-    async fn consumer_offset(&self, sink_id: &str, consumer_id: &str) -> StoreResult<Option<ConsumerOffset>>;
+    async fn consumer_offset(&self, sink_id: &SinkId, consumer_id: &str) -> StoreResult<Option<ConsumerOffset>>;
     /// Set a consumer's offset and lease outright (creating the consumer); `NotFound` if the sink is gone.
     async fn put_consumer_offset(
         &self,
-        sink_id: &str,
+        sink_id: &SinkId,
         consumer_id: &str,
         offset: &ConsumerOffset,
         now: i64,
     ) -> StoreResult<()>;
     /// Commit a consumer up to `seq`: the committed offset only moves forward, and a commit covering the
     /// leased batch ends the lease. `NotFound` if the sink is gone.
-    async fn commit_consumer(&self, sink_id: &str, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()>;
+    async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()>;
 }
 unbounded {
     /// A value that changes whenever ingest on this node commits a new message (any application), so a
@@ -221,7 +222,7 @@ const SCAN_CHUNK: usize = 250;
 /// [`SCAN_BUDGET`] rows in all.
 pub async fn scan(
     store: &dyn PollingStore,
-    app_id: &str,
+    app_id: &AppId,
     from: i64,
     limit: usize,
     keep: impl Fn(&Message) -> bool,
@@ -258,8 +259,8 @@ mod tests {
         StreamEntry {
             seq,
             message: Message {
-                id: format!("msg_{seq}"),
-                app_id: "app".into(),
+                id: herald_core::id::MessageId::new(),
+                app_id: herald_core::id::AppId::new(),
                 event_id: None,
                 event_type: event_type.into(),
                 channels: None,

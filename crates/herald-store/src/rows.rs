@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
+use herald_core::id::{EndpointId, Id, Kind, MessageId};
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Headers,
-    Message, Metadata, OperationalEvent, Ordering, TaskKind, TaskState,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
+    HeaderNames, Headers, Message, Metadata, OperationalEvent, Ordering, TaskKind, TaskState,
 };
 use herald_core::outcome::OutcomeClass;
 use sqlx::Row;
@@ -28,6 +29,21 @@ pub(crate) trait Columns {
     /// stores these escaped, see `postgres::text`).
     fn free_text(&self, column: &str) -> StoreResult<String>;
     fn opt_free_text(&self, column: &str) -> StoreResult<Option<String>>;
+
+    /// An id column, checked as an id of kind `K` (a malformed one is corrupt data).
+    fn id<K: Kind>(&self, column: &str) -> StoreResult<Id<K>> {
+        id_of(column, self.text(column)?)
+    }
+
+    /// An optional id column (see [`Columns::id`]).
+    fn opt_id<K: Kind>(&self, column: &str) -> StoreResult<Option<Id<K>>> {
+        self.opt_text(column)?.map(|text| id_of(column, text)).transpose()
+    }
+}
+
+/// `text`, read from `column`, as an id of kind `K`.
+pub(crate) fn id_of<K: Kind>(column: &str, text: String) -> StoreResult<Id<K>> {
+    Id::try_from(text).map_err(|error| StoreError::Corrupt(format!("{column} column: {error}")))
 }
 
 macro_rules! impl_columns {
@@ -99,7 +115,7 @@ fn u32_opt(value: Option<i64>) -> Option<u32> {
 
 pub(crate) fn application(row: &impl Columns) -> StoreResult<Application> {
     Ok(Application {
-        id: row.text("id")?,
+        id: row.id("id")?,
         uid: row.opt_text("uid")?,
         name: row.free_text("name")?,
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
@@ -118,6 +134,8 @@ pub(crate) fn event_type(row: &impl Columns) -> StoreResult<EventType> {
         archived: row.flag("archived")?,
         deprecated: row.flag("deprecated")?,
         feature_flag: row.opt_free_text("feature_flag")?,
+        feature_flags: decode_list(row.opt_text("feature_flags")?)?,
+        group_name: row.opt_free_text("group_name")?,
         schemas: row.opt_free_text("schemas")?,
         created_at: row.int("created_at")?,
         updated_at: row.int("updated_at")?,
@@ -128,7 +146,7 @@ pub(crate) fn event_type(row: &impl Columns) -> StoreResult<EventType> {
 /// empty: for the ingest fan-out, which needs only the subscription fields and should not pay for
 /// decryption on the hot path.
 pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> StoreResult<Endpoint> {
-    let id = row.text("id")?;
+    let id = row.id("id")?;
     let (secret, headers) = match cipher {
         Some(cipher) => (
             sealing::open_secret(cipher, &id, &row.text("secret")?)?,
@@ -138,7 +156,7 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
     };
     Ok(Endpoint {
         id,
-        app_id: row.text("app_id")?,
+        app_id: row.id("app_id")?,
         uid: row.opt_text("uid")?,
         url: row.text("url")?,
         description: row.free_text("description")?,
@@ -152,6 +170,14 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         max_concurrency: u32_opt(row.opt_int("max_concurrency")?),
         request_timeout_ms: u32_opt(row.opt_int("request_timeout_ms")?),
+        signature_headers: row
+            .opt_text("signature_headers")?
+            .map(|names| {
+                names
+                    .parse::<HeaderNames>()
+                    .map_err(|e| StoreError::Corrupt(format!("signature_headers column: {e}")))
+            })
+            .transpose()?,
         ordering: {
             let name = row.text("ordering")?;
             Ordering::parse(&name).ok_or_else(|| StoreError::Corrupt(format!("ordering column: {name:?}")))?
@@ -169,8 +195,8 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
 pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
     let payload = row.bytes("m_payload")?;
     Ok(Message {
-        id: row.text("m_id")?,
-        app_id: row.text("m_app_id")?,
+        id: row.id("m_id")?,
+        app_id: row.id("m_app_id")?,
         event_id: row.opt_free_text("m_event_id")?,
         event_type: row.text("m_event_type")?,
         channels: decode_list(row.opt_text("m_channels")?)?,
@@ -190,9 +216,9 @@ pub(crate) const MESSAGE_COLUMNS: &str = "m.id AS m_id, m.app_id AS m_app_id, m.
 pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
     let trigger = row.int("trigger_type")?;
     Ok(Attempt {
-        id: row.text("id")?,
-        message_id: row.text("message_id")?,
-        endpoint_id: row.text("endpoint_id")?,
+        id: row.id("id")?,
+        message_id: row.id("message_id")?,
+        endpoint_id: row.id("endpoint_id")?,
         url: row.free_text("url")?,
         attempt_number: u32_opt(Some(row.int("attempt_number")?)).unwrap_or(0),
         success: row.flag("success")?,
@@ -207,7 +233,7 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
 
 /// A pending delivery about to expire, read with [`crate::events::EXPIRING`].
 pub(crate) fn expired(row: &impl Columns) -> StoreResult<crate::events::Expired> {
-    let last_attempt = match row.opt_text("last_id")? {
+    let last_attempt = match row.opt_id("last_id")? {
         Some(id) => Some(crate::events::LastAttempt {
             id,
             response_status: row.opt_int("last_status")?.and_then(|s| u16::try_from(s).ok()),
@@ -218,9 +244,9 @@ pub(crate) fn expired(row: &impl Columns) -> StoreResult<crate::events::Expired>
     };
     Ok(crate::events::Expired {
         seq: row.int("seq")?,
-        app_id: row.text("app_id")?,
-        message_id: row.text("message_id")?,
-        endpoint_id: row.text("endpoint_id")?,
+        app_id: row.id("app_id")?,
+        message_id: row.id("message_id")?,
+        endpoint_id: row.id("endpoint_id")?,
         attempts: u32_opt(Some(row.int("attempts")?)).unwrap_or(0),
         last_attempt,
     })
@@ -238,9 +264,9 @@ pub(crate) fn count_param(n: u64) -> i64 {
 
 pub(crate) fn background_task(row: &impl Columns) -> StoreResult<BackgroundTask> {
     Ok(BackgroundTask {
-        id: row.text("id")?,
+        id: row.id("id")?,
         kind: named(row, "kind", TaskKind::parse)?,
-        app_id: row.text("app_id")?,
+        app_id: row.id("app_id")?,
         state: named(row, "state", TaskState::parse)?,
         processed: count_of(row, "processed")?,
         total: count_of(row, "total")?,
@@ -262,9 +288,9 @@ pub(crate) fn remembered(row: &impl Columns) -> StoreResult<crate::Remembered> {
 pub(crate) fn app_token(row: &impl Columns) -> StoreResult<AppToken> {
     Ok(AppToken {
         token_sha256: row.text("token_sha256")?,
-        app_id: row.text("app_id")?,
+        app_id: row.id("app_id")?,
         read_only: row.flag("read_only")?,
-        sink_id: row.opt_text("sink_id")?,
+        sink_id: row.opt_id("sink_id")?,
         session_id: row.opt_text("session_id")?,
         created_at: row.int("created_at")?,
         expires_at: row.int("expires_at")?,
@@ -275,7 +301,7 @@ pub(crate) fn operational_event(row: &impl Columns) -> StoreResult<OperationalEv
     Ok(OperationalEvent {
         seq: row.int("seq")?,
         event_type: row.text("event_type")?,
-        app_id: row.text("app_id")?,
+        app_id: row.id("app_id")?,
         data: row.text("data")?,
         created_at: row.int("created_at")?,
     })
@@ -299,7 +325,7 @@ pub(crate) fn delivery_stats<R: Columns>(found: &[R]) -> StoreResult<DeliverySta
 
 /// Of a replay-missing scan's rows (`id`, `event_type`, `channels`, `expunged`, `has_delivery`), the ids of
 /// the messages the endpoint subscribes to and never got.
-pub(crate) fn missing_for<R: Columns>(endpoint: &Endpoint, found: &[R]) -> StoreResult<Vec<String>> {
+pub(crate) fn missing_for<R: Columns>(endpoint: &Endpoint, found: &[R]) -> StoreResult<Vec<MessageId>> {
     let mut missing = Vec::new();
     for row in found {
         let channels = decode_list(row.opt_text("channels")?)?;
@@ -307,7 +333,7 @@ pub(crate) fn missing_for<R: Columns>(endpoint: &Endpoint, found: &[R]) -> Store
             && !row.flag("expunged")?
             && endpoint.subscribes_to(&row.text("event_type")?, channels.as_deref());
         if wanted {
-            missing.push(row.text("id")?);
+            missing.push(row.id("id")?);
         }
     }
     Ok(missing)
@@ -315,7 +341,7 @@ pub(crate) fn missing_for<R: Columns>(endpoint: &Endpoint, found: &[R]) -> Store
 
 /// Attach each record's latest attempt from `latest` (one per message and endpoint).
 pub(crate) fn attach_last_attempts(records: &mut [DeliveryRecord], latest: Vec<Attempt>) {
-    let mut by_pair: std::collections::HashMap<(String, String), Attempt> = latest
+    let mut by_pair: std::collections::HashMap<(MessageId, EndpointId), Attempt> = latest
         .into_iter()
         .map(|a| ((a.message_id.clone(), a.endpoint_id.clone()), a))
         .collect();

@@ -65,6 +65,32 @@ impl From<Option<String>> for Arg<'_> {
     }
 }
 
+// An id is checked when it is made (`herald_core::id`): prefix and base62 only, so it is bound as it is.
+impl<'a, K> From<&'a herald_core::id::Id<K>> for Arg<'a> {
+    fn from(value: &'a herald_core::id::Id<K>) -> Self {
+        Arg::Text(Some(Cow::Borrowed(value.as_str())))
+    }
+}
+
+impl<'a, K> From<Option<&'a herald_core::id::Id<K>>> for Arg<'a> {
+    fn from(value: Option<&'a herald_core::id::Id<K>>) -> Self {
+        Arg::Text(value.map(|id| Cow::Borrowed(id.as_str())))
+    }
+}
+
+impl<'a, K> From<&'a Option<herald_core::id::Id<K>>> for Arg<'a> {
+    fn from(value: &'a Option<herald_core::id::Id<K>>) -> Self {
+        Self::from(value.as_ref())
+    }
+}
+
+// An id or a uid is what a client sent: free text until the store has matched it.
+impl<'a, K> From<&'a herald_core::id::IdOrUid<K>> for Arg<'a> {
+    fn from(value: &'a herald_core::id::IdOrUid<K>) -> Self {
+        Arg::Free(Some(Cow::Borrowed(value.as_str())))
+    }
+}
+
 impl From<i64> for Arg<'_> {
     fn from(value: i64) -> Self {
         Arg::Int(Some(value))

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, AttemptId, EndpointId, MessageId};
 use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Ordering};
 use herald_core::outcome::OutcomeClass;
 use herald_store::postgres::PgStore;
@@ -28,7 +28,7 @@ fn options() -> StoreOptions {
 /// A fresh application (also for the other PostgreSQL modules of this binary).
 pub(crate) fn app() -> Application {
     Application {
-        id: new_id(IdKind::Application),
+        id: AppId::new(),
         uid: None,
         name: "shop".into(),
         rate_limit: None,
@@ -40,10 +40,10 @@ pub(crate) fn app() -> Application {
     }
 }
 
-fn endpoint(app_id: &str) -> Endpoint {
+fn endpoint(app_id: &AppId) -> Endpoint {
     Endpoint {
-        id: new_id(IdKind::Endpoint),
-        app_id: app_id.to_owned(),
+        id: EndpointId::new(),
+        app_id: app_id.clone(),
         uid: None,
         url: "https://example.com/hook".into(),
         description: String::new(),
@@ -55,6 +55,7 @@ fn endpoint(app_id: &str) -> Endpoint {
         max_concurrency: None,
         ordering: Ordering::Unordered,
         request_timeout_ms: None,
+        signature_headers: None,
         version: 1,
         metadata: BTreeMap::new(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
@@ -64,9 +65,9 @@ fn endpoint(app_id: &str) -> Endpoint {
     }
 }
 
-async fn ingest(store: &PgStore, app_id: &str) -> (String, i64) {
+async fn ingest(store: &PgStore, app_id: &AppId) -> (MessageId, i64) {
     let new = NewMessage {
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         event_id: None,
         event_type: "a.b".into(),
         channels: None,
@@ -119,7 +120,7 @@ async fn work_for(events: &mut UnboundedReceiver<OwnershipEvent>, endpoint: &str
 }
 
 /// An endpoint of `app` whose partition `owner` owns.
-async fn endpoint_owned_by(store: &PgStore, owner: &PgStore, app_id: &str) -> Endpoint {
+async fn endpoint_owned_by(store: &PgStore, owner: &PgStore, app_id: &AppId) -> Endpoint {
     let ownership = owner.ownership().unwrap();
     loop {
         let e = endpoint(app_id);
@@ -155,7 +156,7 @@ async fn nodes_share_the_partitions_wake_each_other_and_take_over_from_a_dead_no
     .await;
     let (oa, ob) = (a.ownership().unwrap(), b.ownership().unwrap());
     for _ in 0..200 {
-        let id = new_id(IdKind::Endpoint);
+        let id = EndpointId::new();
         assert!(oa.owns(&id) != ob.owns(&id), "exactly one node owns {id}");
     }
 
@@ -184,13 +185,13 @@ async fn nodes_share_the_partitions_wake_each_other_and_take_over_from_a_dead_no
 }
 
 /// A first attempt of delivery `seq` (`message_id` to `e`) that succeeded.
-fn delivered(seq: i64, message_id: &str, e: &Endpoint) -> AttemptRecord {
+fn delivered(seq: i64, message_id: &MessageId, e: &Endpoint) -> AttemptRecord {
     AttemptRecord {
         delivery_seq: seq,
         app_id: e.app_id.clone(),
         attempt: Attempt {
-            id: new_id(IdKind::Attempt),
-            message_id: message_id.to_owned(),
+            id: AttemptId::new(),
+            message_id: message_id.clone(),
             endpoint_id: e.id.clone(),
             url: e.url.clone(),
             attempt_number: 1,
@@ -290,7 +291,7 @@ async fn a_node_that_shuts_down_hands_its_partitions_over_at_once() {
     })
     .await;
     b.shutdown().await;
-    let b_owns_nothing = (0..100).all(|_| !b.ownership().unwrap().owns(&new_id(IdKind::Endpoint)));
+    let b_owns_nothing = (0..100).all(|_| !b.ownership().unwrap().owns(&EndpointId::new()));
     assert!(b_owns_nothing, "a node that shut down owns nothing");
     wait_until("A owns every partition", Duration::from_secs(10), async || {
         owners(&database.url).await == BTreeMap::from([(a.node_id().to_owned(), 256)])

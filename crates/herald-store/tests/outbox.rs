@@ -52,7 +52,7 @@ async fn a_failed_outbox_batch_hands_the_reader_lock_back_and_the_rows_are_read_
         .expect("lock");
     let mut producer = PgConnection::connect(&database.url).await.expect("connect");
     sqlx::query("SELECT herald_publish($1, 'invoice.paid', '{\"n\": 1}', 'evt_1')")
-        .bind(&app.id)
+        .bind(app.id.as_str())
         .execute(&mut producer)
         .await
         .expect("herald_publish");
@@ -85,4 +85,49 @@ async fn a_failed_outbox_batch_hands_the_reader_lock_back_and_the_rows_are_read_
         .await
         .expect("count messages");
     assert_eq!(messages, 1, "the row became exactly one message");
+}
+
+#[tokio::test]
+async fn an_outbox_row_naming_no_application_id_is_refused_and_the_rows_around_it_are_read() {
+    let Some(database) = testdb::fresh("an_outbox_row_naming_no_application_id_is_refused").await else {
+        return;
+    };
+    let store = PgStore::open(&database.url, testdb::test_cipher(), &StoreOptions::default())
+        .await
+        .expect("open");
+    let app = app();
+    store.create_app(&app).await.expect("app");
+    // Written past `herald_publish` (which resolves uids to ids): the middle row names a uid-like text.
+    let mut producer = PgConnection::connect(&database.url).await.expect("connect");
+    for (app_id, event_id) in [
+        (app.id.as_str(), "evt_1"),
+        ("shop", "evt_2"),
+        (app.id.as_str(), "evt_3"),
+    ] {
+        sqlx::query("INSERT INTO herald_outbox (app_id, event_type, payload, event_id) VALUES ($1, 'a.b', '{}', $2)")
+            .bind(app_id)
+            .bind(event_id)
+            .execute(&mut producer)
+            .await
+            .expect("insert an outbox row");
+    }
+    wait_until("every row is read", Duration::from_secs(60), async || {
+        waiting(&database.url).await == 0
+    })
+    .await;
+    let refused: Vec<(String, String)> = sqlx::query_as("SELECT event_id, error FROM herald_outbox ORDER BY seq")
+        .fetch_all(&mut producer)
+        .await
+        .expect("the refused rows");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, "evt_2");
+    assert!(
+        refused[0].1.contains("\"shop\"") && refused[0].1.contains("app_"),
+        "{refused:?}"
+    );
+    let messages: Vec<String> = sqlx::query_scalar("SELECT event_id FROM message ORDER BY id")
+        .fetch_all(&mut producer)
+        .await
+        .expect("the messages");
+    assert_eq!(messages, ["evt_1", "evt_3"]);
 }

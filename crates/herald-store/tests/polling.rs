@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, MessageId, SinkId, SinkIdOrUid};
 use herald_store::{AppToken, ConsumerOffset, PollingEndpoint, SharedStore, StoreError};
 
 use crate::store::{Backend, app, new_message, on_each_backend, run};
@@ -14,10 +14,10 @@ on_each_backend!(
     a_token_scoped_to_a_sink_round_trips_and_goes_with_its_sink,
 );
 
-fn sink(app_id: &str, uid: Option<&str>) -> PollingEndpoint {
+fn sink(app_id: &AppId, uid: Option<&str>) -> PollingEndpoint {
     PollingEndpoint {
-        id: new_id(IdKind::PollingEndpoint),
-        app_id: app_id.to_owned(),
+        id: SinkId::new(),
+        app_id: app_id.clone(),
         uid: uid.map(str::to_owned),
         description: "laptop\0listener".into(),
         filter_types: Some(vec!["a.b".into()]),
@@ -29,7 +29,7 @@ fn sink(app_id: &str, uid: Option<&str>) -> PollingEndpoint {
     }
 }
 
-async fn ingest_typed(store: &SharedStore, app_id: &str, event_type: &str) -> String {
+async fn ingest_typed(store: &SharedStore, app_id: &AppId, event_type: &str) -> MessageId {
     let mut new = new_message(app_id, None, None);
     new.event_type = event_type.to_owned();
     match store.ingest(new).await.unwrap() {
@@ -43,14 +43,26 @@ async fn polling_endpoints_round_trip_with_their_secret_sealed(store: SharedStor
     store.create_app(&owner).await.unwrap();
     let first = sink(&owner.id, Some("laptop"));
     store.create_polling_endpoint(&first).await.unwrap();
-    assert_eq!(store.get_polling_endpoint(&owner.id, "laptop").await.unwrap(), first);
-    assert_eq!(store.get_polling_endpoint(&owner.id, &first.id).await.unwrap(), first);
+    assert_eq!(
+        store
+            .get_polling_endpoint(&owner.id, &SinkIdOrUid::new("laptop"))
+            .await
+            .unwrap(),
+        first
+    );
+    assert_eq!(
+        store
+            .get_polling_endpoint(&owner.id, &(&first.id).into())
+            .await
+            .unwrap(),
+        first
+    );
     let taken = sink(&owner.id, Some("laptop"));
     assert!(matches!(
         store.create_polling_endpoint(&taken).await,
         Err(StoreError::Conflict("uid"))
     ));
-    let orphan = sink(&new_id(IdKind::Application), None);
+    let orphan = sink(&AppId::new(), None);
     assert!(matches!(
         store.create_polling_endpoint(&orphan).await,
         Err(StoreError::NotFound)
@@ -72,13 +84,16 @@ async fn polling_endpoints_round_trip_with_their_secret_sealed(store: SharedStor
     changed.secret = "whsec_ignored".into();
     changed.updated_at = 9;
     store.update_polling_endpoint(&changed).await.unwrap();
-    let read = store.get_polling_endpoint(&owner.id, &first.id).await.unwrap();
+    let read = store
+        .get_polling_endpoint(&owner.id, &(&first.id).into())
+        .await
+        .unwrap();
     assert_eq!(read.channels, Some(vec!["eu".to_owned()]));
     assert_eq!(read.secret, first.secret, "an update never changes the secret");
 
     store.delete_polling_endpoint(&owner.id, &first.id).await.unwrap();
     assert!(matches!(
-        store.get_polling_endpoint(&owner.id, &first.id).await,
+        store.get_polling_endpoint(&owner.id, &(&first.id).into()).await,
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
@@ -123,7 +138,7 @@ async fn the_stream_numbers_an_apps_messages_in_commit_order(store: SharedStore)
     assert_eq!(entries.len(), 30);
     let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
-    let ids: HashSet<String> = entries.iter().map(|e| e.message.id.clone()).collect();
+    let ids: HashSet<MessageId> = entries.iter().map(|e| e.message.id.clone()).collect();
     assert_eq!(ids, mine, "exactly the app's own messages");
     assert!(entries.iter().all(|e| e.message.app_id == owner.id));
     assert_eq!(&*entries[0].message.payload, b"{\"k\": [1, 2]}");
@@ -192,7 +207,7 @@ async fn consumer_offsets_are_set_committed_forward_only_and_go_with_their_sink(
 
     // Offsets of a sink that is gone are refused, and deleting a sink deletes its consumers.
     assert!(matches!(
-        store.commit_consumer("sink_gone", "c1", 1, 16).await,
+        store.commit_consumer(&SinkId::new(), "c1", 1, 16).await,
         Err(StoreError::NotFound)
     ));
     store.delete_polling_endpoint(&owner.id, &polling.id).await.unwrap();
@@ -217,7 +232,7 @@ async fn a_token_scoped_to_a_sink_round_trips_and_goes_with_its_sink(store: Shar
     assert_eq!(store.find_app_token("scoped", 50).await.unwrap(), Some(scoped.clone()));
     let dangling = AppToken {
         token_sha256: "dangling".into(),
-        sink_id: Some("sink_gone".into()),
+        sink_id: Some(SinkId::new()),
         ..scoped.clone()
     };
     assert!(matches!(

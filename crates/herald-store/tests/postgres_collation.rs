@@ -4,13 +4,19 @@
 
 use std::collections::BTreeMap;
 
+use herald_core::id::AppId;
 use herald_core::model::Application;
 use herald_store::{PageRequest, SecretCipher, StoreOptions};
 use sqlx::Row;
 
-fn app(id: &str) -> Application {
+/// An application id ending in `tail` (zeros before it).
+fn id(tail: &str) -> AppId {
+    AppId::parse(&format!("app_{tail:0>22}")).unwrap()
+}
+
+fn app(tail: &str) -> Application {
     Application {
-        id: id.to_owned(),
+        id: id(tail),
         uid: None,
         name: "shop".into(),
         rate_limit: None,
@@ -35,8 +41,8 @@ async fn ids_sort_byte_by_byte_under_a_linguistic_default_collation() {
     .await
     .unwrap();
     // Byte order puts "B" (0x42) before "a" (0x61); en-US puts "a" first.
-    for id in ["app_2a", "app_2B", "app_2C"] {
-        store.create_app(&app(id)).await.unwrap();
+    for tail in ["2a", "2B", "2C"] {
+        store.create_app(&app(tail)).await.unwrap();
     }
     let page = |after: Option<&str>| PageRequest {
         limit: 1,
@@ -45,11 +51,15 @@ async fn ids_sort_byte_by_byte_under_a_linguistic_default_collation() {
     };
     let first = store.list_apps(&page(None)).await.unwrap();
     let ids: Vec<&str> = first.items.iter().map(|a| a.id.as_str()).collect();
-    assert_eq!(ids, ["app_2B"], "byte order, not the database's linguistic order");
-    let rest = store.list_apps(&page(Some("app_2B"))).await.unwrap();
-    assert_eq!(rest.items[0].id, "app_2C");
-    let last = store.list_apps(&page(Some("app_2C"))).await.unwrap();
-    assert_eq!(last.items[0].id, "app_2a");
+    assert_eq!(
+        ids,
+        [id("2B").as_str()],
+        "byte order, not the database's linguistic order"
+    );
+    let rest = store.list_apps(&page(Some(&id("2B")))).await.unwrap();
+    assert_eq!(rest.items[0].id, id("2C"));
+    let last = store.list_apps(&page(Some(&id("2C")))).await.unwrap();
+    assert_eq!(last.items[0].id, id("2a"));
 
     // Every text column of the sender's tables says so (a later migration must not add one that does not:
     // comparing columns of two collations is an error in PostgreSQL).

@@ -22,7 +22,7 @@ use herald_bench::scenario::polling::PollingParams;
 use herald_bench::{Options, Scenario, Target};
 
 /// Options of `herald bench`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct BenchArgs {
     #[command(subcommand)]
     scenario: ScenarioArgs,
@@ -56,7 +56,7 @@ pub(crate) struct BenchArgs {
 }
 
 /// The scenarios and their sizes. Durations take a unit (`500ms`, `10s`, `2m`) or plain seconds.
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 enum ScenarioArgs {
     /// Closed-loop `POST …/msg` to one endpoint: accepted msgs/s, API latency, delivered msgs/s.
     Ingest {

@@ -7,7 +7,7 @@ use herald_edge::{EdgeConfig, Limits};
 use serde::Serialize;
 
 /// Connection timeouts and caps of the HTTP listener (see docs/edge.md).
-#[derive(Debug, Args, Serialize)]
+#[derive(Args, Serialize)]
 pub(crate) struct EdgeArgs {
     /// Time for a request line and headers to arrive, from the connection's opening (first request) or
     /// from their first byte (later ones); a head still arriving then gets 408 [default: 10s].

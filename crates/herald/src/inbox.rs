@@ -12,7 +12,7 @@ use herald_inbox::{Inbox, InboxConfig};
 use crate::edge::EdgeArgs;
 
 /// Options of `herald inbox`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct InboxArgs {
     /// The inbox configuration: a TOML file with `[[source]]` tables (see docs/inbox.md).
     #[arg(long, env = "HERALD_INBOX_CONFIG")]
@@ -43,7 +43,7 @@ pub(crate) struct InboxArgs {
 }
 
 /// `herald inbox`'s database settings, named as `herald serve`'s.
-#[derive(Debug, Args)]
+#[derive(Args)]
 struct DatabaseArgs {
     /// PostgreSQL: the longest a provider's request waits for a database connection before it is
     /// answered 503 `store_unavailable`; overrides the file's `database_timeout` [default: 1s].
@@ -155,7 +155,7 @@ pub(crate) async fn run(settings: InboxSettings, json: bool) -> anyhow::Result<(
 
 /// `herald serve`'s options for running the inbox in the same process; they are keys of the serve
 /// configuration file too (`inbox`, `inbox_database_url`, `inbox_retry_schedule`).
-#[derive(Debug, Args, Default, serde::Serialize)]
+#[derive(Args, Default, serde::Serialize)]
 pub(crate) struct EmbeddedInboxArgs {
     /// Also run the inbox (see `herald inbox`) with this configuration, on the same listener and admin
     /// token as the API.

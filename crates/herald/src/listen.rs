@@ -33,7 +33,7 @@ const WAIT_MS: u64 = 20_000;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Options of `herald listen`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct ListenArgs {
     #[command(flatten)]
     connection: Connection,

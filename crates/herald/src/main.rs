@@ -31,7 +31,11 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
 /// Herald: webhooks that are never lost, never forged, and never let one endpoint hurt another.
-#[derive(Debug, Parser)]
+///
+/// The command-line structs of every command derive no `Debug` on purpose: they hold tokens, keys and
+/// URLs with passwords as given, so nothing can print them by accident; the checked settings have a
+/// `Debug` that masks them (`herald_server::config`), which is what a log may show.
+#[derive(Parser)]
 #[command(
     name = "herald",
     version,
@@ -49,7 +53,7 @@ struct Cli {
     json: bool,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 enum Command {
     /// Run the webhook sender: the REST API and the delivery engine.
     // Boxed: the serve options are far larger than the other commands'.
@@ -71,7 +75,7 @@ enum Command {
 }
 
 /// Options of `herald migrate`.
-#[derive(Debug, Args, Serialize)]
+#[derive(Args, Serialize)]
 struct MigrateArgs {
     /// TOML configuration file (only `database_url` is used).
     #[arg(long, env = "HERALD_CONFIG")]
@@ -85,7 +89,7 @@ struct MigrateArgs {
 
 /// Options of `herald serve`. Each can also be set in the TOML file given with `--config` (same name,
 /// snake_case) or through its environment variable; a flag wins over its variable, which wins over the file.
-#[derive(Debug, Args, Serialize)]
+#[derive(Args, Serialize)]
 struct ServeArgs {
     /// TOML configuration file.
     #[arg(long, env = "HERALD_CONFIG")]

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::when;
 
 /// Where the API is and how to authenticate.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct Connection {
     /// The Herald server.
     #[arg(long, env = "HERALD_SERVER", default_value = "http://127.0.0.1:8040")]
@@ -36,7 +36,7 @@ pub(crate) struct Connection {
 }
 
 /// A window of message creation times.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct Window {
     /// Messages created at or after this time: RFC 3339 (2026-11-29T14:00:00Z), a date (2026-11-29) or a
     /// time ago (30m, 1h, 2d).
@@ -48,7 +48,7 @@ pub(crate) struct Window {
 }
 
 /// The operators' commands.
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub(crate) enum OpsCommand {
     /// Every message of an application created in a window, oldest first, one JSON object per line.
     Events {

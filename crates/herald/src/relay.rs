@@ -8,7 +8,7 @@ use herald_relay::{Relay, RelaySection};
 use herald_telemetry::LogFormat;
 
 /// Options of `herald relay`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct RelayArgs {
     /// The producer's database: postgres://…, mysql://… (or mariadb://…) or sqlite://PATH.
     #[arg(long, env = "HERALD_RELAY_SOURCE")]
@@ -89,9 +89,14 @@ pub(crate) async fn run(args: RelayArgs, json: bool) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("--metrics-listen: listening on {listen}"))?;
         let addr = listener.local_addr()?;
-        let app = axum::Router::new().route("/metrics", axum::routing::get(metrics));
+        let app = axum::Router::new()
+            .route("/metrics", axum::routing::get(metrics))
+            .fallback(herald_edge::problem::no_route)
+            .method_not_allowed_fallback(herald_edge::problem::wrong_method);
+        // Through the edge, as Herald's own listeners: timeouts, a small connection cap, JSON errors.
+        let edge = herald_edge::Edge::new(herald_edge::Limits::default().for_metrics());
         tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
+            if let Err(error) = edge.serve(listener, app, std::future::pending()).await {
                 tracing::error!(%error, "the metrics listener failed");
             }
         });

@@ -7,7 +7,7 @@ use clap::Args;
 use herald_signature::{HmacSecret, Verifier, VerifyKey};
 
 /// Arguments of `herald verify`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct VerifyArgs {
     /// The endpoint secret (`whsec_…`).
     #[arg(long, env = "HERALD_VERIFY_SECRET", hide_env_values = true)]

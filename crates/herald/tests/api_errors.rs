@@ -1228,6 +1228,85 @@ async fn every_documented_listing_validates_its_query_the_same_way() {
     }
 }
 
+/// A source for the inbox tests.
+const INBOX: &str = "[[source]]\nname = \"acme\"\nscheme = \"standard-webhooks\"\n\
+                     secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nforward_to = \"http://127.0.0.1:9/hook\"\n";
+
+#[tokio::test]
+async fn the_inbox_admin_api_validates_and_answers_422_in_the_senders_shape() {
+    let inbox = Herald::start_inbox(INBOX, &[], None).await;
+    let list = "/inbox/event";
+    assert_eq!(admin(&inbox, "GET", list, None).await.status, 200);
+    // The listing: an unknown parameter, one given twice, limits out of bounds, bad values.
+    let cases: Vec<(String, &str)> = vec![
+        (format!("{list}?since=xyz"), "since"),
+        (format!("{list}?sinec=2024-01-01T00:00:00Z"), "sinec"),
+        (format!("{list}?limit=1&limit=2"), "limit"),
+        (format!("{list}?limit=0"), "limit"),
+        (format!("{list}?limit=251"), "limit"),
+        (format!("{list}?limit=9223372036854775807"), "limit"),
+        (format!("{list}?limit=99999999999999999999"), "limit"),
+        (format!("{list}?limit=x"), "limit"),
+        (format!("{list}?status=99"), "status"),
+        (format!("{list}?iterator=garbage"), "iterator"),
+        (format!("{list}?iterator=evt_"), "iterator"),
+        (format!("{list}?iterator=%00%FF'--garbage"), "iterator"),
+        // The routes that take no query parameter.
+        ("/inbox/stats?verbose=1".to_owned(), "verbose"),
+        ("/inbox/event/evt_nothing?with_content=true".to_owned(), "with_content"),
+    ];
+    for (path, field) in cases {
+        let answer = admin(&inbox, "GET", &path, None).await;
+        assert_validation(&answer, field, &format!("GET {path}"));
+    }
+    let answer = admin(&inbox, "GET", &format!("{list}?sinec=1"), None).await;
+    assert_eq!(answer.body["detail"][0]["type"], "value_error.extra", "{answer:?}");
+    // The window replay's body: each mistake named, a body that is not a JSON object a 400.
+    let replay = "/inbox/source/acme/replay";
+    let bodies: Vec<(Value, &str)> = vec![
+        (json!({}), "since"),
+        (json!({"since": 1}), "since"),
+        (json!({"since": "yesterday"}), "since"),
+        (json!({"since": "2026-01-01T00:00:00Z", "until": false}), "until"),
+        (
+            json!({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}),
+            "until",
+        ),
+        (
+            json!({"since": "2026-01-01T00:00:00Z", "untill": "2026-01-02T00:00:00Z"}),
+            "untill",
+        ),
+    ];
+    for (body, field) in bodies {
+        let answer = admin(&inbox, "POST", replay, Some(body.clone())).await;
+        assert_validation(&answer, field, &format!("POST {replay} {body}"));
+    }
+    let answer = admin(
+        &inbox,
+        "POST",
+        &format!("{replay}?since=x"),
+        Some(json!({"since": "2026-01-01T00:00:00Z"})),
+    )
+    .await;
+    assert_validation(&answer, "since", "a window given in the query");
+    for garbage in [&b"garbage"[..], b"[]", b""] {
+        let answer = admin_raw(&inbox, "POST", replay, garbage).await;
+        assert_error(&answer, 400, "bad_request", &String::from_utf8_lossy(garbage));
+    }
+    let answer = admin(
+        &inbox,
+        "POST",
+        replay,
+        Some(json!({"since": "2026-01-01T00:00:00Z", "until": null})),
+    )
+    .await;
+    assert_eq!(
+        (answer.status, &answer.body),
+        (202, &json!({"replayed": 0})),
+        "{answer:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Robustness
 // ---------------------------------------------------------------------------------------------------

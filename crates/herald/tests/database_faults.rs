@@ -552,8 +552,8 @@ async fn post_until_acknowledged(inbox: &Herald, msg_id: &str, ledger: &mut Ledg
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledges_what_it_did_not_store() {
-    let test = "inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledges_what_it_did_not_store";
+async fn inbox_on_postgres_refused_black_holed_slowed_or_cut_at_commit_never_acknowledges_what_it_did_not_store() {
+    let test = "inbox_on_postgres_refused_black_holed_slowed_or_cut_at_commit_never_acknowledges_what_it_did_not_store";
     let handler = Receiver::start(common::Reply::status(200)).await;
     let schedule = vec!["500ms"; 50].join(",");
     let env = [("HERALD_INBOX_RETRY_SCHEDULE", schedule.as_str())];
@@ -579,7 +579,7 @@ async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledg
     let rounds = faults::rounds(1);
     let (mut committed_unacknowledged, mut rolled_back) = (0, 0);
     for _ in 0..rounds {
-        for fault in [Fault::Refused, Fault::BlackHoled] {
+        for fault in [Fault::Refused, Fault::BlackHoled, Fault::Slowed] {
             fault.start(&proxy).await;
             for _ in 0..3 {
                 let (status, body, elapsed) = post_timed(&inbox, &next_id("fault")).await;
@@ -673,7 +673,7 @@ async fn inbox_on_postgres_refused_black_holed_or_cut_at_commit_never_acknowledg
     };
     let arrivals = events.assert_inbox_kept(&mut inbox, &handler, check).await;
     println!(
-        "reliability: inbox, PostgreSQL refused/black-holed/cut at commit: rounds={rounds} acknowledged={} refused={} committed_unacknowledged={committed_unacknowledged} rolled_back={rolled_back} lost=0 stored_twice=0 duplicates={} slowest_503={slowest_503:?}",
+        "reliability: inbox, PostgreSQL refused/black-holed/slowed/cut at commit: rounds={rounds} acknowledged={} refused={} committed_unacknowledged={committed_unacknowledged} rolled_back={rolled_back} lost=0 stored_twice=0 duplicates={} slowest_503={slowest_503:?}",
         events.acknowledged.len(),
         events.refused_with("store_unavailable"),
         faults::duplicates(&arrivals),
@@ -744,8 +744,9 @@ async fn the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_r
     // The row-by-row marking is the only statement with this text (a batch marks rows with UNNEST).
     proxy.cut_at_next(b"SET error = $2 WHERE seq = $1", CommitCut::SilentBefore);
     // A row `herald_publish` would have refused (its app is unknown), as one whose app was deleted after
-    // it was published.
-    sqlx::query("INSERT INTO herald_outbox (app_id, event_type, payload, event_id) VALUES ('no-such-app', 'invoice.paid', '{}', 'orphan')")
+    // it was published: a well-formed application id (a malformed one is refused as the rows are read,
+    // by one statement for all of them), so that the writer's plan refuses it.
+    sqlx::query("INSERT INTO herald_outbox (app_id, event_type, payload, event_id) VALUES ('app_0000000000000000000000', 'invoice.paid', '{}', 'orphan')")
         .execute(&producer)
         .await
         .expect("insert the orphan row");
@@ -787,5 +788,196 @@ async fn the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_r
     println!(
         "reliability: outbox reader, silent marking given up; the next row a message after {:?}",
         silenced.elapsed()
+    );
+}
+
+/// Wait (generously) until a session of the node waits on a lock the test's session `holder` holds.
+async fn wait_blocked_by(db: &sqlx::PgPool, holder: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let blocked: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))")
+                .bind(holder)
+                .fetch_one(db)
+                .await
+                .expect("read pg_stat_activity");
+        if blocked > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the node never waited on the test's lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether the application holds a message with this `eventId`.
+async fn has_message(herald: &Herald, app: &str, event: &str) -> bool {
+    let (status, body) = herald.call("GET", &format!("/app/{app}/msg/{event}"), None).await;
+    assert!(matches!(status, 200 | 404), "{status} {body}");
+    status == 200
+}
+
+/// A session of the test's own holding an application's row lock, which the group-commit writer's
+/// `FOR SHARE` read of that application waits on: the batch holding a message to it stays open until
+/// the test commits.
+struct RowLock {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    pid: i32,
+}
+
+impl RowLock {
+    async fn take(db: &sqlx::PgPool, app: &str) -> Self {
+        let mut tx = db.begin().await.expect("begin");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("pid");
+        sqlx::query("SELECT 1 FROM application WHERE id = $1 FOR UPDATE")
+            .bind(app)
+            .execute(&mut *tx)
+            .await
+            .expect("lock the application's row");
+        Self { tx, pid }
+    }
+
+    async fn release(self) {
+        self.tx.commit().await.expect("release the lock");
+    }
+}
+
+/// A message queued behind a long (but healthy) batch is taken by the next batch only after part of its
+/// wait is spent; should that batch then run past the rest of it, the message must not be answered `503`
+/// while its batch goes on to commit it (a producer that retried without an `eventId` would store it
+/// twice). Before, the message's wait was cut at the bound counted from its arrival, and the next batch
+/// committed it regardless. Deterministic: the test holds the row locks the writer's batches wait on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_answered_503_is_never_committed_by_a_later_batch() {
+    let test = "a_message_answered_503_is_never_committed_by_a_later_batch";
+    // Bound 4.5 s (a message's wait, and a batch's transaction); a lock wait is given up after 4 s.
+    let env = [
+        ("HERALD_DATABASE_TIMEOUT", "500ms"),
+        ("HERALD_DATABASE_STATEMENT_TIMEOUT", "4s"),
+    ];
+    let Some(mut herald) = Herald::start_pg(test, &env).await else {
+        return;
+    };
+    let (first_app, second_app) = (herald.app("first").await, herald.app("second").await);
+    let url = herald.database.as_ref().expect("database").url.clone();
+    let db = sqlx::PgPool::connect(&url).await.expect("the test's own connection");
+
+    let first_lock = RowLock::take(&db, &first_app).await;
+    let node = &herald;
+    let post = |app: &str, event: &str| {
+        let path = format!("/app/{app}/msg");
+        let body = json!({"eventType": "invoice.paid", "eventId": event, "payload": {"n": 1}});
+        async move { timed(node, "POST", &path, Some(body)).await }
+    };
+    let first = post(&first_app, "first");
+    let second = post(&second_app, "second");
+    let scenario = async {
+        // The first message's batch waits on the first application's row ...
+        wait_blocked_by(&db, first_lock.pid, "the first message's batch").await;
+        let blocked_at = Instant::now();
+        let second_lock = RowLock::take(&db, &second_app).await;
+        // ... while the second message arrives and queues behind it (sent below, once this runs).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The first batch commits 3 s into its 4 s lock wait; the writer takes the second message into
+        // the next batch, which waits on the second application's row.
+        tokio::time::sleep_until((blocked_at + Duration::from_secs(3)).into()).await;
+        first_lock.release().await;
+        wait_blocked_by(&db, second_lock.pid, "the second message's batch").await;
+        // Released past the second message's bound counted from its arrival (4.5 s after about 0.3 s),
+        // within its batch's 4 s lock wait (from about 3 s).
+        tokio::time::sleep_until((blocked_at + Duration::from_millis(5_900)).into()).await;
+        second_lock.release().await;
+    };
+    let second_later = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        second.await
+    };
+    let ((first_status, first_body, _), (second_status, second_body, second_took), ()) =
+        tokio::join!(first, second_later, scenario);
+    assert_eq!(first_status, 202, "{first_body}");
+
+    let second_stored = has_message(&herald, &second_app, "second").await;
+    match second_status {
+        202 => assert!(second_stored, "acknowledged but not stored: {second_body}"),
+        _ => assert!(
+            !second_stored,
+            "answered {second_status} {second_body} after {second_took:?}, but its batch committed it"
+        ),
+    }
+    // Its batch was healthy: the message is acknowledged, after the time its batch took.
+    assert_eq!(second_status, 202, "{second_body}");
+    herald.kill9();
+    herald.restart().await;
+    assert!(
+        has_message(&herald, &second_app, "second").await,
+        "the acknowledged message is there after kill -9"
+    );
+    println!("reliability: a message taken into a slow batch: answered {second_status} after {second_took:?}");
+}
+
+/// What the receiver of the result-commit test answers: only the result writer's statement that records
+/// the attempt carries it, so the proxy can cut that transaction's `COMMIT`.
+const RESULT_COMMIT_MARKER: &str = "result-commit-marker";
+
+/// The attempts and the `message.attempt.exhausted` events recorded for `msg`.
+async fn recorded_for(herald: &Herald, app: &str, msg: &str) -> (usize, usize) {
+    let attempts = herald.attempts(app, msg).await.len();
+    let events = herald.get("/operational-event?limit=250").await["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e["eventType"] == "message.attempt.exhausted" && e["data"]["msgId"] == msg)
+        .count();
+    (attempts, events)
+}
+
+/// The result writer's `COMMIT` goes through but its answer is lost: the writer cannot know it committed
+/// and writes the batch again. That retry must record nothing twice — neither the attempt (its id is
+/// the same) nor the operational events the attempt causes (a second `message.attempt.exhausted` would
+/// also be pushed to the operational webhook again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_commit_whose_answer_is_lost_records_its_attempt_and_events_once() {
+    let test = "a_result_commit_whose_answer_is_lost_records_its_attempt_and_events_once";
+    let Some((herald, proxy)) = Herald::start_behind_proxy(test, &[]).await else {
+        return;
+    };
+    let app = herald.app("result-commit").await;
+    // A 400 ends the delivery at its first attempt (a content rejection), with an exhausted event.
+    let receiver = Receiver::start(common::Reply::status(400).body(RESULT_COMMIT_MARKER)).await;
+    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    proxy.cut_commit_after(RESULT_COMMIT_MARKER.as_bytes(), CommitCut::After);
+    let post = |n: u32| {
+        let herald = &herald;
+        let path = format!("/app/{app}/msg");
+        async move {
+            let body = herald
+                .post(&path, json!({"eventType": "result.commit", "payload": {"n": n}}))
+                .await;
+            body["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let cut = post(1).await;
+    wait_fired(&proxy, "the result writer's COMMIT").await;
+    // The writer retries its batch before it takes another: once a later message's attempt is
+    // recorded, the retry is done.
+    let later = post(2).await;
+    herald
+        .wait_attempts(&app, &later, Duration::from_secs(60), |attempts| !attempts.is_empty())
+        .await;
+    let (attempts, events) = recorded_for(&herald, &app, &cut).await;
+    assert_eq!(
+        (attempts, events),
+        (1, 1),
+        "the cut message's attempt and exhausted event, each recorded once"
+    );
+    assert_eq!(recorded_for(&herald, &app, &later).await, (1, 1));
+    println!(
+        "reliability: result writer, PostgreSQL COMMIT answered into the void: attempts={attempts} exhausted_events={events}"
     );
 }

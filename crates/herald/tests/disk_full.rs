@@ -1,5 +1,5 @@
 //! Disk full under load, on real SQLite files on a size-capped tmpfs: the sender and the inbox never
-//! acknowledge a write they did not commit, refuse with 503 `storage_full` while the disk is full,
+//! acknowledge a write (a message, an application, an endpoint, an inbox event) they did not commit, refuse with 503 `storage_full` while the disk is full,
 //! report it on `/health`, and take writes again by themselves once space is freed — checked through
 //! the API, at the receivers, and after `kill -9` and a restart.
 //!
@@ -30,20 +30,60 @@ fn payload(n: usize, bytes: usize) -> Value {
     json!({ "n": n, "filler": filler })
 }
 
-/// The apps among `ids` that the API finds.
-async fn stored_apps(herald: &Herald, ids: &BTreeSet<String>) -> BTreeSet<String> {
+/// The objects among `ids` that the API finds under `under` (`/app`, `/app/{app}/endpoint`).
+async fn stored_under(herald: &Herald, under: &str, ids: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for id in ids {
-        let (status, body) = herald.call("GET", &format!("/app/{id}"), None).await;
+        let (status, body) = herald.call("GET", &format!("{under}/{id}"), None).await;
         match status {
             200 => {
                 found.insert(id.clone());
             }
             404 => {}
-            other => panic!("GET /app/{id}: {other} {body}"),
+            other => panic!("GET {under}/{id}: {other} {body}"),
         }
     }
     found
+}
+
+/// Every object acknowledged by each ledger is found under its path (see [`stored_under`]).
+async fn assert_created_kept(herald: &Herald, created: &[(String, &Ledger)], when: &str) {
+    for (under, ledger) in created {
+        let found = stored_under(herald, under, &ledger.acknowledged).await;
+        ledger.assert_all_stored(&found, &format!("{under} {when}"));
+    }
+}
+
+/// The messages whose delivery to `endpoint` is recorded as successful (every page of its attempts).
+async fn recorded_successes(herald: &Herald, app: &str, endpoint: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut iterator = String::new();
+    loop {
+        let path = format!("/app/{app}/attempt/endpoint/{endpoint}?status=0&limit=250{iterator}");
+        let page = herald.get(&path).await;
+        for attempt in page["data"].as_array().into_iter().flatten() {
+            if let Some(id) = attempt["msgId"].as_str() {
+                found.insert(id.to_owned());
+            }
+        }
+        match page["iterator"].as_str() {
+            Some(next) if page["done"] != true => iterator = format!("&iterator={next}"),
+            _ => return found,
+        }
+    }
+}
+
+/// One producer creating an object under `under` every 20 ms, its body from `body` (answered 201).
+fn creator(herald: &Arc<Herald>, under: String, body: fn(usize) -> Value) -> Load {
+    let herald = herald.clone();
+    Load::start(1, move |n| {
+        let (herald, under) = (herald.clone(), under.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let (status, answer) = herald.call("POST", &under, Some(body(n))).await;
+            (201, status, answer)
+        }
+    })
 }
 
 /// One round: load, fill at a random moment, hold full, free, wait for writes to succeed again.
@@ -97,37 +137,37 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
     .await;
     let receiver = Receiver::start(Reply::status(200)).await;
     let app = herald.app("disk-full").await;
-    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let (endpoint, _) = herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    // Endpoints are created on an application of their own, which gets no messages.
+    let endpoint_app = herald.app("endpoints").await;
+    let endpoints_under = format!("/app/{endpoint_app}/endpoint");
     let herald = Arc::new(herald);
 
     let rounds = faults::rounds(3);
     let mut messages = Ledger::default();
     let mut apps = Ledger::default();
+    let mut endpoints = Ledger::default();
     for _ in 0..rounds {
-        // Messages from the producers; apps created alongside (the other write path).
-        let creator = {
-            let herald = herald.clone();
-            Load::start(1, move |n| {
-                let herald = herald.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    let (status, body) = herald
-                        .call("POST", "/app", Some(json!({"name": format!("a{n}")})))
-                        .await;
-                    (201, status, body)
-                }
-            })
-        };
+        // Messages from the producers; apps and endpoints created alongside (the other write paths).
+        let app_creator = creator(&herald, "/app".to_owned(), |n| json!({"name": format!("a{n}")}));
+        let endpoint_creator = creator(
+            &herald,
+            endpoints_under.clone(),
+            |n| json!({"url": format!("http://127.0.0.1:9/hook/{n}"), "description": format!("e{n}")}),
+        );
         let write = faults::message_writer(herald.clone(), app.clone(), "disk.full", |n| payload(n, 8_000));
         fault_round(&herald, &tmpfs, &mut messages, write).await;
-        creator.finish(&mut apps).await;
+        app_creator.finish(&mut apps).await;
+        endpoint_creator.finish(&mut endpoints).await;
     }
     messages.assert_answers("storage_full", rounds);
     apps.assert_answers("storage_full", 0);
+    endpoints.assert_answers("storage_full", 0);
 
-    // Through the API: every acknowledged message and app is there.
+    // Through the API: every acknowledged message, app and endpoint is there.
     messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "through the API");
-    apps.assert_all_stored(&stored_apps(&herald, &apps.acknowledged).await, "apps through the API");
+    let created = [("/app".to_owned(), &apps), (endpoints_under, &endpoints)];
+    assert_created_kept(&herald, &created, "through the API").await;
 
     // At the receiver: every acknowledged message arrives, and nothing arrives that is not stored.
     let stored = faults::message_ids(&herald, &app).await;
@@ -136,18 +176,41 @@ async fn sender_on_a_full_disk_never_acknowledges_what_it_did_not_store() {
         .await;
     let phantom: Vec<&String> = arrivals.iter().filter(|id| !stored.contains(*id)).collect();
     assert!(phantom.is_empty(), "delivered but not stored: {phantom:?}");
+    // The result writer, refused while the disk was full, recorded every one of those deliveries since.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let recorded = recorded_successes(&herald, &app, &endpoint).await;
+        let missing: Vec<&String> = messages.acknowledged.difference(&recorded).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} acknowledged messages delivered but never recorded as such: {:?}",
+            missing.len(),
+            missing.iter().take(5).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // After kill -9 and a restart: still all there.
     let mut herald = Arc::try_unwrap(herald).unwrap_or_else(|_| panic!("the producers are done"));
     herald.kill9();
     herald.restart().await;
     messages.assert_all_stored(&faults::message_ids(&herald, &app).await, "after kill -9 and restart");
-    apps.assert_all_stored(&stored_apps(&herald, &apps.acknowledged).await, "apps after kill -9");
+    assert_created_kept(&herald, &created, "after kill -9 and restart").await;
     report(
         "sender, SQLite, disk full",
         rounds,
         &messages,
         faults::duplicates(&arrivals),
+    );
+    println!(
+        "reliability: sender, SQLite, disk full: applications acknowledged={} endpoints acknowledged={} (refused {} and {})",
+        apps.acknowledged.len(),
+        endpoints.acknowledged.len(),
+        apps.refused_with("storage_full") + apps.refused_with("store_unavailable"),
+        endpoints.refused_with("storage_full") + endpoints.refused_with("store_unavailable"),
     );
 }
 

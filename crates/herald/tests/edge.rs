@@ -130,8 +130,9 @@ fn malformed() -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
     ]
 }
 
-/// Every malformed request gets JSON `{code, detail}` with its status; the server answers normally after.
-async fn assert_malformed_requests_get_json(addr: std::net::SocketAddr) {
+/// Every malformed request gets JSON `{code, detail}` with its status; the server answers normally after
+/// (a `GET` of `alive`, which it serves).
+async fn assert_malformed_requests_get_json(addr: std::net::SocketAddr, alive: &str) {
     for (what, request, status, code) in malformed() {
         let answer = send_raw(addr, &request).await;
         assert_eq!(answer.status, status, "{what}: {answer:?}");
@@ -145,20 +146,91 @@ async fn assert_malformed_requests_get_json(addr: std::net::SocketAddr) {
             "{what}: {answer:?}"
         );
     }
-    let health = send_raw(
-        addr,
-        b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    assert_eq!(health.status, 200, "{health:?}");
+    let request = format!("GET {alive} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let health = send_raw(addr, request.as_bytes()).await;
+    assert_eq!(health.status, 200, "{alive}: {health:?}");
 }
 
 #[tokio::test]
 async fn malformed_http_is_answered_json_with_its_status_by_the_sender_and_the_inbox() {
     let sender = Herald::start(&[]).await;
-    assert_malformed_requests_get_json(sender.addr).await;
+    assert_malformed_requests_get_json(sender.addr, "/api/v1/health").await;
     let inbox = Herald::start_inbox(INBOX, &[], None).await;
-    assert_malformed_requests_get_json(inbox.addr).await;
+    assert_malformed_requests_get_json(inbox.addr, "/api/v1/health").await;
+}
+
+/// A metrics listener served by the edge: JSON for malformed requests and unknown routes, a flood of idle
+/// sockets held to its small cap while a scrape is still answered, and (`short`: with 1 s timeouts) a
+/// silent connection closed.
+async fn assert_metrics_listener_is_edged(metrics: std::net::SocketAddr, short: bool) {
+    assert_malformed_requests_get_json(metrics, "/metrics").await;
+    for (request, status, code) in [
+        (
+            &b"GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"[..],
+            404,
+            "not_found",
+        ),
+        (
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            405,
+            "method_not_allowed",
+        ),
+    ] {
+        let answer = send_raw(metrics, request).await;
+        assert_eq!(
+            (answer.status, answer.body["code"].as_str()),
+            (status, Some(code)),
+            "{answer:?}"
+        );
+    }
+    if short {
+        let mut silent = TcpStream::connect(metrics).await.expect("connect");
+        assert!(read_all(&mut silent).await.is_empty());
+    }
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(metrics).await.expect("connect"));
+    }
+    let answer = send_raw(
+        metrics,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let clients: Vec<std::net::SocketAddr> = idle.iter().map(|s| s.local_addr().expect("addr")).collect();
+    let held = held_by_server(metrics, &clients);
+    assert!(held <= 16, "the metrics listener holds {held} idle connections");
+}
+
+/// A loopback address nothing listens on right now.
+fn free_addr() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()))
+}
+
+/// `herald serve`'s tokenless metrics listener (`HERALD_METRICS_LISTEN`) and `herald relay
+/// --metrics-listen` are ports of Herald's too: before, they were served by plain `axum::serve`, so a silent
+/// socket there stayed open for ever (any number of them, taking the process's descriptors from the API)
+/// and malformed requests got hyper's empty bodies.
+#[tokio::test]
+async fn the_metrics_listeners_have_the_edges_timeouts_cap_and_json_errors() {
+    let metrics = free_addr();
+    let listen = metrics.to_string();
+    let mut env = SHORT.to_vec();
+    env.push(("HERALD_METRICS_LISTEN", listen.as_str()));
+    let sender = Herald::start(&env).await;
+    assert_metrics_listener_is_edged(metrics, true).await;
+    assert_eq!(sender.call("GET", "/health", None).await.0, 200);
+
+    let producer = common::producer::Producer::sqlite().await;
+    let relay_metrics = free_addr().to_string();
+    let relay = common::producer::RelayProcess::start(
+        &producer,
+        &format!("http://{}", sender.addr),
+        &["--metrics-listen", relay_metrics.as_str()],
+    );
+    // Its listener is bound before the relay starts.
+    relay.wait_log("relay started", Duration::from_secs(20)).await;
+    assert_metrics_listener_is_edged(relay_metrics.parse().expect("address"), false).await;
 }
 
 /// The server's open sockets (the listener included), from /proc.
@@ -279,15 +351,13 @@ async fn an_answer_given_before_the_body_was_read_closes_the_connection_and_says
     );
 }
 
-#[tokio::test]
-async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_read() {
-    let herald = Herald::start(&[]).await;
-    // An authorised request whose Content-Length (100 MB) is over the body limit, most of it never sent:
-    // the answer comes on the head alone (before the body timeout could act), says `connection: close`,
-    // and the connection ends after it.
+/// An authorised request to `path` whose `Content-Length` (100 MB) is over the body limit, most of it
+/// never sent: the answer is a 413 JSON on the head alone (before the body timeout could act), says
+/// `connection: close`, and the connection ends after it.
+async fn assert_a_body_declared_over_the_limit_is_refused_at_once(herald: &Herald, path: &str) {
     let mut stream = TcpStream::connect(herald.addr).await.expect("connect");
     let head = format!(
-        "POST /api/v1/app HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
          Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.expect("write head");
@@ -297,10 +367,80 @@ async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_rea
         .expect("write the start of the body");
     let bytes = read_all(&mut stream).await;
     let answer = parse(&bytes).expect("an answer");
-    assert_eq!(answer.status, 413, "{:?}", String::from_utf8_lossy(&bytes));
+    assert_eq!(answer.status, 413, "{path}: {:?}", String::from_utf8_lossy(&bytes));
     assert!(answer.content_type.starts_with("application/json"), "{answer:?}");
-    assert!(answer.body["code"].is_string(), "{answer:?}");
+    assert_eq!(answer.body["code"], "payload_too_large", "{answer:?}");
     assert!(says_close(&bytes), "{:?}", String::from_utf8_lossy(&bytes));
+}
+
+#[tokio::test]
+async fn a_body_declared_over_the_limit_is_refused_413_at_once_without_being_read() {
+    let sender = Herald::start(&[]).await;
+    assert_a_body_declared_over_the_limit_is_refused_at_once(&sender, "/api/v1/app").await;
+    let inbox = Herald::start_inbox(INBOX, &[], None).await;
+    assert_a_body_declared_over_the_limit_is_refused_at_once(&inbox, "/in/acme").await;
+}
+
+/// A connection with a request in progress on it: the head of a POST to `path` sent, with one byte of
+/// its 100-byte body.
+async fn busy_connection(herald: &Herald, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(herald.addr).await.expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    stream
+}
+
+/// With every one of its connections (2 here) busy with a request, a newcomer is answered
+/// `503 server_busy` in JSON with `Retry-After`, and the server answers again once they are gone.
+async fn assert_overload_is_answered_json(herald: &Herald, path: &str) {
+    let health = b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    // A connection whose head the server has not read yet is idle to it, and is closed to admit a
+    // newcomer: so until a newcomer is refused, both are opened again, and given a moment.
+    let deadline = Instant::now() + CLOSED_WITHIN;
+    let mut held;
+    let refused = loop {
+        held = [busy_connection(herald, path).await, busy_connection(herald, path).await];
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answer = send_raw(herald.addr, health).await;
+        if answer.status != 200 || Instant::now() > deadline {
+            break answer;
+        }
+    };
+    assert_eq!(
+        (refused.status, refused.body["code"].as_str()),
+        (503, Some("server_busy")),
+        "{path}: {refused:?}"
+    );
+    assert!(refused.content_type.starts_with("application/json"), "{refused:?}");
+    assert!(
+        refused.body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{refused:?}"
+    );
+    drop(held);
+    let deadline = Instant::now() + CLOSED_WITHIN;
+    loop {
+        let answer = send_raw(herald.addr, health).await;
+        if answer.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path}: still refused after the busy connections left: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn overload_is_answered_503_server_busy_json_by_the_sender_and_the_inbox() {
+    let cap = [("HERALD_MAX_CONNECTIONS", "2")];
+    let sender = Herald::start(&cap).await;
+    assert_overload_is_answered_json(&sender, "/api/v1/app").await;
+    let inbox = Herald::start_inbox(INBOX, &cap, None).await;
+    assert_overload_is_answered_json(&inbox, "/in/acme").await;
 }
 
 /// Read until the stream ends; what was read (the connection is known to close).
@@ -523,15 +663,16 @@ fn raise_own_file_limit() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
-#[tokio::test]
-async fn under_a_1024_descriptor_limit_clients_are_answered_while_thousands_of_idle_sockets_arrive() {
+/// Under `prlimit --nofile=1024`, thousands of silent sockets opened as fast as the machine allows while a
+/// well-behaved client (kept-alive and fresh connections) asks `GET {path}`: every request is answered,
+/// and the server never holds `max_sockets` sockets or more.
+async fn assert_answered_under_a_descriptor_flood(mut herald: Herald, path: &str, max_sockets: usize) {
     let own_limit = raise_own_file_limit();
     let flood = usize::try_from(own_limit.saturating_sub(200).min(3000)).unwrap_or(3000);
     assert!(
         flood >= 1500,
         "this test needs an open-file limit of 1,700 or more (it has {own_limit})"
     );
-    let mut herald = Herald::start(&[(LAUNCHER, "prlimit --nofile=1024:1024")]).await;
     let pid = herald.pid();
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
     assert!(
@@ -563,12 +704,12 @@ async fn under_a_1024_descriptor_limit_clients_are_answered_while_thousands_of_i
     while !opener.is_finished() || answered < 20 {
         for client in [&kept_alive, &fresh] {
             let response = client
-                .get(format!("http://{addr}/api/v1/app?limit=1"))
+                .get(format!("http://{addr}{path}"))
                 .bearer_auth(TOKEN)
                 .send()
                 .await
                 .expect("the well-behaved client is answered");
-            assert_eq!(response.status(), 200);
+            assert_eq!(response.status(), 200, "{path}");
             answered += 1;
         }
         peak_sockets = peak_sockets.max(sockets(pid));
@@ -576,10 +717,21 @@ async fn under_a_1024_descriptor_limit_clients_are_answered_while_thousands_of_i
     }
     let idle = opener.await.expect("opener");
     assert!(idle.len() > 1000, "only {} sockets opened", idle.len());
-    // The cap kept the server's sockets below its limit (1,024 descriptors, 512 kept for deliveries).
-    assert!(peak_sockets < 600, "the server held {peak_sockets} sockets");
+    assert!(peak_sockets < max_sockets, "the server held {peak_sockets} sockets");
     assert!(herald.is_running(), "the server survived");
     drop(idle);
+}
+
+#[tokio::test]
+async fn under_a_1024_descriptor_limit_clients_are_answered_while_thousands_of_idle_sockets_arrive() {
+    let prlimit = [(LAUNCHER, "prlimit --nofile=1024:1024")];
+    // The cap keeps the sender's sockets well below its limit (1,024 descriptors, 512 + 64 kept for
+    // deliveries and the database: 384 connections).
+    let sender = Herald::start(&prlimit).await;
+    assert_answered_under_a_descriptor_flood(sender, "/api/v1/app?limit=1", 600).await;
+    // The inbox keeps its forwards' share (16 + 64): 880 connections, below the limit all the same.
+    let inbox = Herald::start_inbox(INBOX, &prlimit, None).await;
+    assert_answered_under_a_descriptor_flood(inbox, "/api/v1/inbox/event?limit=1", 1024 - 64).await;
 }
 
 /// CPU time the process has used (user and system), from /proc.

@@ -290,3 +290,69 @@ async fn inbox_with_injected_io_and_fsync_errors_never_acknowledges_what_it_did_
     );
     report("inbox, SQLite, injected I/O and fsync errors", rounds, &events, fired);
 }
+
+/// The retention job's runs that ended `result` (`ok`, `error`) so far, from `/metrics`.
+async fn retention_runs(herald: &Herald, result: &str) -> f64 {
+    let (status, text) = crate::metrics::scrape(herald.addr, Some(common::TOKEN)).await;
+    assert_eq!(status, 200, "{text}");
+    crate::metrics::sample(&text, "herald_retention_runs_total", &[("result", result)]).unwrap_or(0.0)
+}
+
+/// The retention job while every write of the database fails: its runs fail (counted, the process goes
+/// on, nothing is half-deleted), and once the fault is lifted its next run deletes what it could not —
+/// no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_fails_its_runs_while_writes_fail_and_catches_up_once_they_do_not() {
+    let shim = Shim::build();
+    let data = tempfile::tempdir().expect("data dir");
+    let url = format!("sqlite://{}", data.path().join("herald.db").display());
+    let mut env: Vec<(&str, &str)> = vec![
+        ("HERALD_DATABASE_URL", url.as_str()),
+        ("HERALD_RETENTION", "2s"),
+        ("HERALD_RETENTION_INTERVAL", "200ms"),
+    ];
+    let shim_env = shim.env();
+    env.extend(shim_env.iter().map(|(k, v)| (*k, v.as_str())));
+    let mut herald = Herald::start(&env).await;
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let app = herald.app("retention").await;
+    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let msg = herald
+        .post(&format!("/app/{app}/msg"), json!({"eventType": "t", "payload": {}}))
+        .await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    herald
+        .wait_attempts(&app, &msg, SOON, |attempts| attempts.len() == 1)
+        .await;
+    // Every write fails from now on, before the attempt is old enough (2 s) for retention to delete it.
+    shim.arm(&SCENARIOS[4]);
+    let failed_before = retention_runs(&herald, "error").await;
+    let deadline = Instant::now() + SOON;
+    while retention_runs(&herald, "error").await <= failed_before {
+        assert!(
+            Instant::now() < deadline,
+            "no retention run failed while every write did"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(shim.fired() > 0, "the retention runs' writes never hit the fault");
+    assert_eq!(
+        herald.attempts(&app, &msg).await.len(),
+        1,
+        "the attempt is kept while writes fail"
+    );
+    assert!(herald.is_running(), "a failing retention run stopped the server");
+    shim.lift();
+    // Lifted: the next runs delete the old attempt, by themselves.
+    let ok_before = retention_runs(&herald, "ok").await;
+    herald
+        .wait_attempts(&app, &msg, SOON, |attempts| attempts.is_empty())
+        .await;
+    assert!(
+        retention_runs(&herald, "ok").await > ok_before,
+        "no retention run succeeded since"
+    );
+    assert_eq!(herald.get(&format!("/app/{app}/msg/{msg}")).await["id"], msg.as_str());
+}

@@ -31,7 +31,7 @@ fn free_addr() -> SocketAddr {
 }
 
 /// `GET /metrics` with an optional bearer token: (status, body).
-async fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
+pub(crate) async fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
     let mut request = http().get(format!("http://{addr}/metrics"));
     if let Some(token) = token {
         request = request.bearer_auth(token);
@@ -42,7 +42,7 @@ async fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
 }
 
 /// The value of the sample `name{labels…}` whose labels include every `(key, value)` given.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .find(|line| {

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{AppId, AppIdOrUid, IdKind};
 use herald_core::model::Application;
 use herald_store::StoreError;
 
@@ -36,7 +36,7 @@ fn check(name: &str, uid: Option<&str>, metadata: &crate::model::Metadata) -> Ap
 /// Validate a whole [`ApplicationIn`], also where it is then ignored (an inline `application` of a message
 /// or a portal-access request naming an existing app, `get_if_exists` finding one): a body the document
 /// refuses is refused wherever it is sent.
-pub(crate) fn check_in(input: &ApplicationIn) -> ApiResult<()> {
+fn check_in(input: &ApplicationIn) -> ApiResult<()> {
     check(&input.name, input.uid.as_deref(), &input.metadata)?;
     retention(input.payload_retention_period).map(drop)
 }
@@ -47,22 +47,33 @@ fn retention(days: Option<i64>) -> ApiResult<Option<u32>> {
         .transpose()
 }
 
-/// The id of the app `id_or_uid` names, creating it from `input` when there is none (a message's inline
-/// `application`, as Svix: ignored when the app exists). The new app takes `id_or_uid` as its uid; a
-/// different `uid` in `input` is refused, as is a missing app named by an `app_…` id (ids are Herald's to
-/// give).
-pub(crate) async fn resolve_or_create(
+/// The id of the app the path's `id_or_uid` names; when there is none and the body has an inline
+/// `application` (a message's, a portal-access request's), it is created first, as Svix does.
+pub(crate) async fn id_or_create(
     state: &AppState,
     id_or_uid: &str,
-    mut input: ApplicationIn,
-) -> ApiResult<String> {
+    application: Option<ApplicationIn>,
+) -> ApiResult<AppId> {
+    match application {
+        Some(application) => resolve_or_create(state, id_or_uid, application)
+            .await
+            .map_err(|error| error.nested(&["application".to_owned()])),
+        None => lookup::app_id(state, id_or_uid).await,
+    }
+}
+
+/// The id of the app `id_or_uid` names, creating it from `input` when there is none (an inline
+/// `application` is ignored when the app exists, but validated all the same). The new app takes
+/// `id_or_uid` as its uid; a different `uid` in `input` is refused, as is a missing app named by an
+/// `app_…` id (ids are Herald's to give).
+async fn resolve_or_create(state: &AppState, id_or_uid: &str, mut input: ApplicationIn) -> ApiResult<AppId> {
     check_in(&input)?;
     match lookup::app_id(state, id_or_uid).await {
         Err(error) if error.status == StatusCode::NOT_FOUND => {}
         found => return found,
     }
     input.uid = Some(validate::uid_for_put(
-        id_or_uid,
+        ("app_id", id_or_uid),
         input.uid.as_deref(),
         IdKind::Application,
         "application",
@@ -97,7 +108,7 @@ async fn create(
     if Query::of(&uri).flag("get_if_exists", false)?
         && let Some(uid) = &input.uid
     {
-        match state.store.get_app(uid).await {
+        match state.store.get_app(&AppIdOrUid::new(uid)).await {
             Ok(existing) => return Ok((StatusCode::OK, Json(convert::application(existing)))),
             Err(StoreError::NotFound) => {}
             Err(other) => return Err(ApiError::from_store(other, "application")),
@@ -127,7 +138,7 @@ pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiRes
 fn new_app(input: ApplicationIn) -> ApiResult<Application> {
     let now = now_ms();
     Ok(Application {
-        id: new_id(IdKind::Application),
+        id: AppId::new(),
         uid: input.uid,
         name: input.name,
         rate_limit: input.throttle_rate.map(u32::from),
@@ -152,7 +163,7 @@ async fn replace(
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
     check(&input.name, input.uid.as_deref(), &input.metadata)?;
     let payload_retention_days = retention(input.payload_retention_period)?;
-    match state.store.get_app(&app_id).await {
+    match state.store.get_app(&AppIdOrUid::new(&app_id)).await {
         Ok(mut app) => {
             app.uid = input.uid;
             app.name = input.name;
@@ -166,7 +177,7 @@ async fn replace(
         Err(StoreError::NotFound) => {
             let mut input = input;
             input.uid = Some(validate::uid_for_put(
-                &app_id,
+                ("app_id", &app_id),
                 input.uid.as_deref(),
                 IdKind::Application,
                 "application",

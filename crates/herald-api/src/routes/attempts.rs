@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use herald_core::id::{MessageId, MessageIdOrEventId};
 use herald_core::model::{Attempt, Message};
 
 use crate::convert;
@@ -69,7 +70,7 @@ async fn message(state: &AppState, app_id: &str, msg_id: &str) -> ApiResult<Mess
     let app = lookup::app(state, app_id).await?;
     state
         .store
-        .get_message(&app.id, msg_id)
+        .get_message(&app.id, &MessageIdOrEventId::new(msg_id))
         .await
         .map_err(|e| ApiError::from_store(e, "message"))
 }
@@ -113,7 +114,7 @@ async fn scan_message(
         }
     }
     // Up to one more than asked was kept: it only tells whether more exist.
-    Ok(Page::assemble(kept, page, |a| a.id.clone()))
+    Ok(Page::assemble(kept, page, |a| a.id.to_string()))
 }
 
 async fn by_message(
@@ -150,7 +151,7 @@ async fn one(
         &message,
         &AttemptFilter::default(),
         &PageRequest::first(1),
-        |a| a.id == attempt_id,
+        |a| a.id == attempt_id.as_str(),
     )
     .await?;
     let attempt = found
@@ -180,12 +181,12 @@ async fn by_endpoint(
     }
     // `with_msg=true`: each attempt carries its message (with its payload, as Svix's expansion does).
     let with_content = query.flag("with_content", true)?;
-    let mut messages: HashMap<String, Message> = HashMap::new();
+    let mut messages: HashMap<MessageId, Message> = HashMap::new();
     for attempt in &found.items {
         if !messages.contains_key(&attempt.message_id) {
             let message = state
                 .store
-                .get_message(&app.id, &attempt.message_id)
+                .get_message(&app.id, &(&attempt.message_id).into())
                 .await
                 .map_err(|e| ApiError::from_store(e, "message"))?;
             messages.insert(attempt.message_id.clone(), message);

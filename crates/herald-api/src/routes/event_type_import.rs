@@ -52,6 +52,8 @@ async fn import(
             true,
             validate::MAX_DESCRIPTION_LEN,
         )?;
+        event_types::check_extras(imported.feature_flags.as_deref(), imported.group_name.as_deref())
+            .map_err(|error| error.nested(&["spec".to_owned(), "webhooks".to_owned()]))?;
     }
     if dry_run {
         return Ok(Json(EventTypeImportOut {
@@ -69,6 +71,8 @@ async fn import(
             archived: false,
             deprecated: imported.deprecated,
             feature_flag: None,
+            feature_flags: imported.feature_flags,
+            group_name: imported.group_name,
             schemas: imported.schemas,
         };
         let (stored, _) = event_types::upsert(&state, imported.name, fields).await?;

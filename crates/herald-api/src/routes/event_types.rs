@@ -10,7 +10,7 @@ use herald_store::StoreError;
 
 use crate::body::JsonBody;
 use crate::convert;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Source};
 use crate::model::{EventTypeIn, EventTypeOut, EventTypePatch, EventTypeUpdate, JsonObject, ListResponse};
 use crate::query::Query;
 use crate::state::AppState;
@@ -50,18 +50,18 @@ async fn create(
     JsonBody(input): JsonBody<EventTypeIn>,
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
     validate::name("name", &input.name, false)?;
-    validate::text("description", &input.description, false, validate::MAX_DESCRIPTION_LEN)?;
-    let now = now_ms();
-    let et = EventType {
-        name: input.name,
+    let fields = Replacement {
         description: input.description,
         archived: input.archived,
         deprecated: input.deprecated,
         feature_flag: input.feature_flag,
-        schemas: schemas_text(input.schemas),
-        created_at: now,
-        updated_at: now,
+        feature_flags: input.feature_flags,
+        group_name: input.group_name,
+        schemas: input.schemas,
     };
+    fields.validate()?;
+    let now = now_ms();
+    let et = fields.into_event_type(input.name, now, now);
     state.store.create_event_type(&et).await.map_err(store_error)?;
     Ok((StatusCode::CREATED, Json(convert::event_type(et))))
 }
@@ -78,12 +78,13 @@ async fn replace(
     Path(name): Path<String>,
     JsonBody(input): JsonBody<EventTypeUpdate>,
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
-    validate::text("description", &input.description, false, validate::MAX_DESCRIPTION_LEN)?;
     let fields = Replacement {
         description: input.description,
         archived: input.archived,
         deprecated: input.deprecated,
         feature_flag: input.feature_flag,
+        feature_flags: input.feature_flags,
+        group_name: input.group_name,
         schemas: input.schemas,
     };
     let (et, created) = upsert(&state, name, fields).await?;
@@ -91,37 +92,77 @@ async fn replace(
     Ok((status, Json(convert::event_type(et))))
 }
 
-/// What a replacement sets on an event type.
+/// The most feature flags an event type may carry.
+pub(super) const MAX_FEATURE_FLAGS: usize = 100;
+
+/// What a replacement (or a creation) sets on an event type.
 pub(super) struct Replacement {
     pub(super) description: String,
     pub(super) archived: bool,
     pub(super) deprecated: bool,
     pub(super) feature_flag: Option<String>,
+    pub(super) feature_flags: Option<Vec<String>>,
+    pub(super) group_name: Option<String>,
     pub(super) schemas: Option<JsonObject>,
+}
+
+impl Replacement {
+    /// Check the fields every write of an event type takes (its name is the caller's to check).
+    pub(super) fn validate(&self) -> ApiResult<()> {
+        validate::text("description", &self.description, false, validate::MAX_DESCRIPTION_LEN)?;
+        check_extras(self.feature_flags.as_deref(), self.group_name.as_deref())
+    }
+
+    /// The event type `name` with these fields.
+    fn into_event_type(self, name: String, created_at: i64, updated_at: i64) -> EventType {
+        EventType {
+            name,
+            description: self.description,
+            archived: self.archived,
+            deprecated: self.deprecated,
+            feature_flag: self.feature_flag,
+            feature_flags: self.feature_flags.map(distinct),
+            group_name: self.group_name,
+            schemas: schemas_text(self.schemas),
+            created_at,
+            updated_at,
+        }
+    }
+}
+
+/// `featureFlags` (each a name, at most [`MAX_FEATURE_FLAGS`]) and `groupName` (text of at most 256
+/// characters), as a create, replace or patch gives them.
+pub(super) fn check_extras(feature_flags: Option<&[String]>, group_name: Option<&str>) -> ApiResult<()> {
+    if let Some(flags) = feature_flags {
+        validate::names("featureFlags", flags, MAX_FEATURE_FLAGS, false)?;
+    }
+    if let Some(group) = group_name {
+        validate::text("groupName", group, false, validate::MAX_NAME_LEN)?;
+    }
+    Ok(())
+}
+
+/// The flags in their first order, each once.
+fn distinct(flags: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    flags.into_iter().filter(|flag| seen.insert(flag.clone())).collect()
 }
 
 /// Replace the event type `name` with `fields`, creating it when missing; the stored event type, and
 /// whether it was created.
 pub(super) async fn upsert(state: &AppState, name: String, fields: Replacement) -> ApiResult<(EventType, bool)> {
+    fields.validate()?;
     let now = now_ms();
     let existing = match state.store.get_event_type(&name).await {
         Ok(et) => Some(et),
         Err(StoreError::NotFound) => {
-            validate::name("name", &name, false)?;
+            validate::name("name", &name, false).map_err(|error| error.relocated(Source::Path, "event_type_name"))?;
             None
         }
         Err(other) => return Err(store_error(other)),
     };
-    let et = EventType {
-        name,
-        description: fields.description,
-        archived: fields.archived,
-        deprecated: fields.deprecated,
-        feature_flag: fields.feature_flag,
-        schemas: schemas_text(fields.schemas),
-        created_at: existing.as_ref().map_or(now, |e| e.created_at),
-        updated_at: now,
-    };
+    let created_at = existing.as_ref().map_or(now, |e| e.created_at);
+    let et = fields.into_event_type(name, created_at, now);
     if existing.is_some() {
         state.store.update_event_type(&et).await.map_err(store_error)?;
     } else {
@@ -147,6 +188,10 @@ async fn patch(
         et.deprecated = deprecated;
     }
     input.feature_flag.apply_to(&mut et.feature_flag);
+    input.feature_flags.apply_to(&mut et.feature_flags);
+    input.group_name.apply_to(&mut et.group_name);
+    check_extras(et.feature_flags.as_deref(), et.group_name.as_deref())?;
+    et.feature_flags = et.feature_flags.map(distinct);
     if let Some(update) = input.schemas.into_update() {
         et.schemas = schemas_text(update);
     }

@@ -11,6 +11,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::id::{AppId, MessageIdOrEventId};
 use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 
@@ -20,8 +21,8 @@ use crate::convert;
 use crate::error::{ApiError, ApiResult, Problem, Source};
 use crate::lookup;
 use crate::model::{
-    ApplicationIn, ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut,
-    MessageEndpointOut, MessageIn, MessageOut,
+    ListResponse, MAX_BATCH_MESSAGES, MessageBatchIn, MessageBatchItemOut, MessageBatchOut, MessageEndpointOut,
+    MessageIn, MessageOut,
 };
 use crate::query::Query;
 use crate::state::AppState;
@@ -56,7 +57,7 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
         validate::names("channels", channels, MAX_CHANNELS, true)?;
     }
     if let Some(tags) = &input.tags {
-        validate::tags(tags)?;
+        validate::tags("tags", tags)?;
     }
     if let Some(at) = input.deliver_at {
         validate::deliver_at(at, herald_core::clock::now_ms())?;
@@ -104,10 +105,10 @@ fn payload_retention_ms(input: &MessageIn) -> ApiResult<Option<i64>> {
 }
 
 /// The message to store for `input`, which [`check`] accepted (the app already resolved to its id).
-fn new_message(input: MessageIn, app_id: &str, idempotency_key: Option<String>) -> ApiResult<NewMessage> {
+fn new_message(input: MessageIn, app_id: &AppId, idempotency_key: Option<String>) -> ApiResult<NewMessage> {
     let payload_retention_ms = payload_retention_ms(&input)?;
     Ok(NewMessage {
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         event_id: input.event_id,
         event_type: input.event_type,
         channels: input.channels.map(|set| set.into_iter().collect()),
@@ -120,14 +121,6 @@ fn new_message(input: MessageIn, app_id: &str, idempotency_key: Option<String>) 
         to_endpoint: None,
         payload_retention_ms,
     })
-}
-
-/// The app of the path (its id), created first when `application` asks for it and the path names none.
-async fn app_of(state: &AppState, app_id: &str, application: Option<ApplicationIn>) -> ApiResult<String> {
-    match application {
-        Some(application) => apps::resolve_or_create(state, app_id, application).await,
-        None => lookup::app_id(state, app_id).await,
-    }
 }
 
 /// One span per ingest request (`ingest`): the application as given, then the message id and whether it
@@ -143,7 +136,7 @@ async fn create(
     check(&input, &state)?;
     let idempotency_key = crate::idempotency::key_of(&headers)?;
     let with_content = Query::of(&uri).flag("with_content", true)?;
-    let app_id = app_of(&state, &app_id, input.application.take()).await?;
+    let app_id = apps::id_or_create(&state, &app_id, input.application.take()).await?;
     let new = new_message(input, &app_id, idempotency_key)?;
     // Kept to compare with the stored message should the key turn out to be taken.
     let asked = new.idempotency_key.is_some().then(|| new.clone());
@@ -294,7 +287,11 @@ async fn read(
 ) -> ApiResult<Json<MessageOut>> {
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app = lookup::app(&state, &app_id).await?;
-    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
+    let message = state
+        .store
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .await
+        .map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
 }
 
@@ -307,7 +304,11 @@ async fn deliveries(
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let page = Query::of(&uri).page()?;
     let app = lookup::app(&state, &app_id).await?;
-    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
+    let message = state
+        .store
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .await
+        .map_err(store_error)?;
     let found = state
         .store
         .list_deliveries_of_message(&app.id, &message.id, &page)

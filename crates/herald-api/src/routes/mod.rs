@@ -62,9 +62,10 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .nest(
             "/api/v1",
-            authenticated
-                .route("/health", get(health::health))
-                .route("/openapi.json", get(crate::openapi::document)),
+            authenticated.route("/health", get(health::health)).route(
+                "/openapi.json",
+                get(crate::openapi::handler(state.limits.max_request_timeout_ms)),
+            ),
         )
         .merge(crate::metrics::routes())
         .merge(dashboard)

@@ -19,6 +19,7 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
+use herald_core::id::{AppId, EndpointId, MessageId, MessageIdOrEventId};
 use herald_core::model::{AttemptTrigger, DeliveryStatus, TaskKind, TaskState};
 use herald_store::{MessageFilter, Requeue};
 
@@ -113,7 +114,7 @@ async fn resend(
     let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
-        .get_message(&app.id, &msg_id)
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
         .await
         .map_err(store_error("message"))?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
@@ -200,11 +201,8 @@ async fn bulk_replay(
     if let Some(channel) = &input.channel {
         validate::name("channel", channel, true)?;
     }
-    if input.tag.is_some() {
-        return Err(ApiError::body(
-            "tag",
-            "filtering a bulk replay by message tag is not supported yet",
-        ));
+    if let Some(tag) = &input.tag {
+        validate::tags("tag", [tag])?;
     }
     if let Some(status) = input.status
         && !(0..=4).contains(&status)
@@ -225,6 +223,7 @@ async fn bulk_replay(
     let filter = ReplayFilter {
         event_types: input.event_types,
         channel: input.channel,
+        tag: input.tag,
         status: input.status,
         status_code_class: input.status_code_class,
     };
@@ -254,13 +253,18 @@ async fn tasks_list(
 async fn task(State(state): State<AppState>, Path(task_id): Path<String>) -> ApiResult<Json<BackgroundTaskOut>> {
     let task = state
         .store
-        .get_task(&task_id, None)
+        .get_task(&lookup::id(&task_id, "background task")?, None)
         .await
         .map_err(store_error("background task"))?;
     Ok(Json(convert::task(task)))
 }
 
-async fn cancel(state: &AppState, app_id: &str, message_id: Option<&str>, endpoint_id: Option<&str>) -> ApiResult<u64> {
+async fn cancel(
+    state: &AppState,
+    app_id: &AppId,
+    message_id: Option<&MessageId>,
+    endpoint_id: Option<&EndpointId>,
+) -> ApiResult<u64> {
     let cancelled = state
         .store
         .cancel_pending(app_id, message_id, endpoint_id, now_ms())
@@ -278,7 +282,7 @@ async fn cancel_message(
     let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
-        .get_message(&app.id, &msg_id)
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
         .await
         .map_err(store_error("message"))?;
     let cancelled = cancel(&state, &app.id, Some(&message.id), None).await?;
@@ -306,10 +310,10 @@ async fn expunge(
 }
 
 /// Cancel the pending deliveries of the message (by id or `eventId`) and remove its payload.
-async fn expunge_one(state: &AppState, app_id: &str, msg_id: &str) -> ApiResult<()> {
+async fn expunge_one(state: &AppState, app_id: &AppId, msg_id: &str) -> ApiResult<()> {
     let message = state
         .store
-        .get_message(app_id, msg_id)
+        .get_message(app_id, &MessageIdOrEventId::new(msg_id))
         .await
         .map_err(store_error("message"))?;
     cancel(state, app_id, Some(&message.id), None).await?;
@@ -369,12 +373,12 @@ async fn expunge_attempt(
     let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
-        .get_message(&app.id, &msg_id)
+        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
         .await
         .map_err(store_error("message"))?;
     state
         .store
-        .expunge_attempt_response(&app.id, &message.id, &attempt_id)
+        .expunge_attempt_response(&app.id, &message.id, &lookup::id(&attempt_id, "attempt")?)
         .await
         .map_err(store_error("attempt"))?;
     Ok(StatusCode::NO_CONTENT)
@@ -423,7 +427,7 @@ async fn list_deliveries(
     };
     let found = state
         .store
-        .list_deliveries(&app.id, endpoint.as_deref(), status, tag.as_deref(), &page)
+        .list_deliveries(&app.id, endpoint.as_ref(), status, tag.as_deref(), &page)
         .await
         .map_err(store_error("delivery"))?;
     Ok(Json(convert::list(found, |r| {

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::body::JsonBody;
 use crate::convert;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Source};
 use crate::lookup;
 use crate::model::MessageOut;
 use crate::polling_model::{
@@ -133,7 +133,7 @@ fn parse_iterator(text: &str) -> ApiResult<i64> {
 }
 
 fn consumer_id(id: &str) -> ApiResult<()> {
-    validate::name("consumer_id", id, false)
+    validate::name("consumer_id", id, false).map_err(|error| error.relocated(Source::Path, "consumer_id"))
 }
 
 /// Read the sink's stream after `from`, waiting up to `wait` for a first message when there is none.

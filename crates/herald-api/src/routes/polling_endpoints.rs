@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::{IdKind, SinkId};
 use herald_store::{PollingEndpoint, StoreError};
 
 use super::tenancy;
@@ -102,7 +102,7 @@ impl SinkFields {
 fn out(sink: PollingEndpoint) -> PollingEndpointSinkOut {
     let set = |list: Option<Vec<String>>| list.map(|l| l.into_iter().collect::<BTreeSet<_>>());
     PollingEndpointSinkOut {
-        id: sink.id,
+        id: sink.id.into_string(),
         uid: sink.uid,
         description: sink.description,
         event_types: set(sink.filter_types),
@@ -130,7 +130,11 @@ async fn list(
         .map_err(store_error)?;
     let done = found.len() <= page.limit;
     found.truncate(page.limit);
-    let iterator = if done { None } else { found.last().map(|s| s.id.clone()) };
+    let iterator = if done {
+        None
+    } else {
+        found.last().map(|s| s.id.to_string())
+    };
     Ok(Json(ListResponse {
         data: found.into_iter().map(out).collect(),
         iterator,
@@ -156,7 +160,7 @@ async fn create(
     .validate()?;
     let now = now_ms();
     let mut sink = PollingEndpoint {
-        id: new_id(IdKind::PollingEndpoint),
+        id: SinkId::new(),
         app_id,
         uid: None,
         description: String::new(),

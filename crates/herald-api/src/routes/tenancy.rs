@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use herald_core::clock::now_ms;
-use herald_core::id::IdKind;
+use herald_core::id::{AppId, SinkId};
 use herald_store::AppToken;
 
 use super::apps;
@@ -23,7 +23,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::lookup;
 use crate::model::{AppPortalAccessIn, AppPortalAccessOut, ApplicationTokenExpireIn, TokenInfoOut};
 use crate::state::AppState;
-use crate::validate;
 
 /// The longest a token may live, and its default (as Svix).
 const MAX_EXPIRY_SECONDS: u64 = 7 * 24 * 3600;
@@ -98,8 +97,8 @@ pub(crate) fn expiry_of(expiry: Option<u64>) -> ApiResult<u64> {
 pub(crate) async fn mint(
     state: &AppState,
     prefix: &str,
-    app_id: &str,
-    sink_id: Option<&str>,
+    app_id: &AppId,
+    sink_id: Option<&SinkId>,
     session_id: Option<&str>,
     read_only: bool,
     expiry_seconds: u64,
@@ -113,9 +112,9 @@ pub(crate) async fn mint(
     let expires_ms = i64::try_from(expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let stored = AppToken {
         token_sha256: hex::encode(crate::auth::token_digest(&token)),
-        app_id: app_id.to_owned(),
+        app_id: app_id.clone(),
         read_only,
-        sink_id: sink_id.map(str::to_owned),
+        sink_id: sink_id.cloned(),
         session_id: session_id.map(str::to_owned),
         created_at: now,
         expires_at: now.saturating_add(expires_ms),
@@ -168,27 +167,11 @@ async fn issue(
     if let Some(session) = &input.session_id {
         session_name("sessionId", session)?;
     }
-    if let Some(application) = &input.application {
-        apps::check_in(application)?;
-    }
-    let app = match (lookup::app(state, app_id).await, input.application) {
-        (Ok(app), _) => app,
-        // As Svix: `application` creates the application when the path names none.
-        (Err(error), Some(mut application)) if error.status == StatusCode::NOT_FOUND => {
-            application.uid = Some(validate::uid_for_put(
-                app_id,
-                application.uid.as_deref(),
-                IdKind::Application,
-                "application",
-            )?);
-            apps::create_new(state, application).await?
-        }
-        (Err(error), _) => return Err(error),
-    };
+    let app_id = apps::id_or_create(state, app_id, input.application).await?;
     let token = mint(
         state,
         TOKEN_PREFIX,
-        &app.id,
+        &app_id,
         None,
         input.session_id.as_deref(),
         input.read_only.unwrap_or(false),
@@ -259,7 +242,7 @@ async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInf
         },
         Principal::App(token) => TokenInfoOut {
             kind: "app",
-            app_id: Some(token.app_id),
+            app_id: Some(token.app_id.into_string()),
             read_only: token.read_only,
             expires_at: Some(crate::convert::datetime(token.expires_at)),
         },

@@ -1,6 +1,7 @@
 //! The listings whose statements are assembled from their filters: messages, attempts, deliveries,
 //! attempt buckets. Each filter adds its condition and binds its value; absent filters add nothing.
 
+use herald_core::id::{AppId, EndpointId};
 use herald_core::model::DeliveryStatus;
 
 use crate::dialect::Dialect;
@@ -30,7 +31,7 @@ fn push_tagged<'a>(sql: &mut Sql<'a>, column: &str, tag: &'a str) {
 /// An app's messages (see [`crate::Store::list_messages`]). Filtered by a tag, the listing walks the tag
 /// index (`message_tag`, keyed by app, tag and message id) in id order and joins each message, so a page
 /// costs its own rows whether the tag is common or rare.
-pub(super) fn messages<'a, D: Dialect>(app_id: &'a str, filter: &'a MessageFilter, page: &'a PageRequest) -> Sql<'a> {
+pub(super) fn messages<'a, D: Dialect>(app_id: &'a AppId, filter: &'a MessageFilter, page: &'a PageRequest) -> Sql<'a> {
     let (from, key) = match filter.tag {
         Some(_) => (
             "message_tag t JOIN message m ON m.id = t.message_id WHERE t.app_id = $1",
@@ -39,7 +40,7 @@ pub(super) fn messages<'a, D: Dialect>(app_id: &'a str, filter: &'a MessageFilte
         None => ("message m WHERE m.app_id = $1", "m.id"),
     };
     let keyset = Keyset::new(key, page, !filter.oldest_first);
-    let mut sql = Sql::new(format!("SELECT {} FROM {from}", rows::MESSAGE_COLUMNS)).free(app_id);
+    let mut sql = Sql::new(format!("SELECT {} FROM {from}", rows::MESSAGE_COLUMNS)).bind(app_id);
     if let Some(tag) = &filter.tag {
         sql.push(" AND t.tag = ").push_bind(tag);
     }
@@ -63,7 +64,7 @@ pub(super) fn messages<'a, D: Dialect>(app_id: &'a str, filter: &'a MessageFilte
 
 /// Attempts filtered on one column (`message_id` or `endpoint_id`) and `filter`, newest first.
 pub(super) fn attempts<'a>(
-    app_id: &'a str,
+    app_id: &'a AppId,
     column: &'static str,
     value: &'a str,
     filter: &'a AttemptFilter,
@@ -71,8 +72,8 @@ pub(super) fn attempts<'a>(
 ) -> Sql<'a> {
     let keyset = Keyset::new("id", page, true);
     let mut sql = Sql::new(format!("SELECT * FROM attempt WHERE app_id = $1 AND {column} = $2"))
-        .free(app_id)
-        .free(value);
+        .bind(app_id)
+        .bind(value);
     keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
     if let Some(success) = filter.success {
         sql.push(" AND success = ").push_bind(success);
@@ -108,8 +109,8 @@ pub(super) fn attempts<'a>(
 /// An app's deliveries, newest first (see [`crate::Store::list_deliveries`]); the page's iterator is a
 /// delivery `seq`.
 pub(super) fn deliveries<'a>(
-    app_id: &'a str,
-    endpoint_id: Option<&'a str>,
+    app_id: &'a AppId,
+    endpoint_id: Option<&'a EndpointId>,
     status: Option<DeliveryStatus>,
     tag: Option<&'a str>,
     page: &'a PageRequest,
@@ -154,7 +155,7 @@ pub(super) fn last_attempts<'a>(records: &'a [DeliveryRecord]) -> Sql<'a> {
 /// An endpoint's attempts per time bucket (see [`crate::Store::attempt_buckets`]). The smallest attempt id
 /// of the window is bound too, so the `(endpoint_id, id)` index is read from the window's start only (ids
 /// sort by creation time).
-pub(super) fn attempt_buckets(endpoint_id: &str, since: i64, until: i64, bucket_ms: i64) -> Sql<'_> {
+pub(super) fn attempt_buckets(endpoint_id: &EndpointId, since: i64, until: i64, bucket_ms: i64) -> Sql<'_> {
     let first_id = herald_core::id::lower_bound(herald_core::id::IdKind::Attempt, since);
     Sql::new(
         "SELECT (created_at - $1) / $2 AS bucket, \
@@ -165,7 +166,7 @@ pub(super) fn attempt_buckets(endpoint_id: &str, since: i64, until: i64, bucket_
     )
     .bind(since)
     .bind(bucket_ms.max(1))
-    .free(endpoint_id)
+    .bind(endpoint_id)
     .bind(first_id)
     .bind(until)
 }

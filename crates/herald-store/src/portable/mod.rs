@@ -10,16 +10,20 @@ pub(crate) mod secrets;
 
 use std::sync::Arc;
 
-use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret, TaskKind, TaskState,
+use herald_core::id::{
+    AppId, AppIdOrUid, AttemptId, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId, TaskId,
 };
-use tokio::sync::oneshot;
+use herald_core::model::{
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
+    HeaderNames, Message, OperationalEvent, PreviousSecret, TaskKind, TaskState,
+};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore};
 use crate::events::{self, NewEvent};
-use crate::group_commit::{Fence, IngestJob};
+use crate::group_commit::{Fence, Waiting};
 use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
@@ -34,21 +38,31 @@ const HEALTH_PROBE_KEY: &str = "health_probe";
 
 #[allow(private_bounds)]
 impl<D: Dialect> SqlStore<D> {
-    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`); the writer's answer.
+    /// Until when a request that starts now waits for the group-commit writer to take its messages, and
+    /// the bound that stands for (see [`SqlStore::ingest_wait`]).
+    fn ingest_deadline(&self) -> Option<(Instant, Duration)> {
+        self.ingest_wait.map(|bound| (Instant::now() + bound, bound))
+    }
+
+    /// Queue one message at the group-commit writer (see [`Fence`] for `fence`), waiting for room in its
+    /// queue until `until` at most (see [`Self::ingest_deadline`]); the request's side of the job.
     async fn queue_ingest(
         &self,
         new: NewMessage,
         fence: Option<Arc<Fence>>,
-    ) -> StoreResult<oneshot::Receiver<StoreResult<Ingested>>> {
-        let (reply, answer) = oneshot::channel();
-        let job = IngestJob {
-            new,
-            reply,
-            outbox: None,
-            fence,
-        };
-        self.ingest.send(job).await.map_err(|_| StoreError::Closed)?;
-        Ok(answer)
+        until: Option<(Instant, Duration)>,
+    ) -> StoreResult<Waiting> {
+        let (job, waiting) = Waiting::queue(new, fence);
+        let sent = self.ingest.send(job);
+        match until {
+            // Not queued by then: it is never written (a send given up does not deliver its job).
+            Some((at, bound)) => tokio::time::timeout_at(at, sent)
+                .await
+                .map_err(|_| StoreError::TimedOut(bound))?,
+            None => sent.await,
+        }
+        .map_err(|_| StoreError::Closed)?;
+        Ok(waiting)
     }
 
     /// Decode an endpoint row, opening its secret and headers.
@@ -93,7 +107,7 @@ fn unsigned(value: i64) -> u64 {
 
 /// An endpoint's changeable fields, in the column order both `create_endpoint` and `update_endpoint`
 /// bind them.
-const ENDPOINT_FIELDS: [&str; 15] = [
+const ENDPOINT_FIELDS: [&str; 16] = [
     "uid",
     "url",
     "description",
@@ -105,6 +119,7 @@ const ENDPOINT_FIELDS: [&str; 15] = [
     "max_concurrency",
     "ordering",
     "request_timeout_ms",
+    "signature_headers",
     "version",
     "metadata",
     "headers",
@@ -124,6 +139,7 @@ fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCiphe
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
         .bind(ep.request_timeout_ms.map(i64::from))
+        .bind(ep.signature_headers.map(HeaderNames::as_str))
         .bind(i64::from(ep.version))
         .bind(rows::encode_metadata(&ep.metadata))
         .bind(crate::sealing::seal_headers(cipher, &ep.id, &ep.headers))
@@ -162,6 +178,14 @@ pub(crate) fn selected<'a, D: Dialect>(what: &str, selection: &'a RequeueSelecti
     if let Some(channel) = &selection.channel {
         let mark = sql.mark(channel);
         sql.push(" AND ").push(&D::json_array_contains("m.channels", &mark));
+    }
+    if let Some(tag) = &selection.tag {
+        // One primary-key lookup in the tag index per candidate delivery.
+        let mark = sql.mark(tag);
+        sql.push(&format!(
+            " AND EXISTS (SELECT 1 FROM message_tag t WHERE t.app_id = m.app_id AND t.tag = {mark} \
+             AND t.message_id = m.id)"
+        ));
     }
     if let Some(class) = selection.status_class {
         // The latest attempt's status class; no attempt, or one without an HTTP response, is class 0.
@@ -215,9 +239,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.watched(created).map(drop)
     }
 
-    async fn get_app(&self, id_or_uid: &str) -> StoreResult<Application> {
+    async fn get_app(&self, id_or_uid: &AppIdOrUid) -> StoreResult<Application> {
         let row = Sql::new("SELECT * FROM application WHERE id = $1 OR uid = $1 LIMIT 1")
-            .free(id_or_uid)
+            .bind(id_or_uid)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -231,7 +255,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(decode_all(&found, rows::application)?, page, |a| {
-            a.id.clone()
+            a.id.to_string()
         }))
     }
 
@@ -254,14 +278,14 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
-    async fn delete_app(&self, id: &str) -> StoreResult<()> {
+    async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         Sql::new("DELETE FROM attempt WHERE app_id = $1")
-            .free(id)
+            .bind(id)
             .execute(tx.on())
             .await?;
         let deleted = Sql::new("DELETE FROM application WHERE id = $1")
-            .free(id)
+            .bind(id)
             .execute(tx.on())
             .await?;
         tx.commit().await?;
@@ -270,8 +294,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn create_event_type(&self, et: &EventType) -> StoreResult<()> {
         Sql::new(
-            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO event_type (name, description, archived, deprecated, feature_flag, schemas, feature_flags, \
+             group_name, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&et.name)
         .free(&et.description)
@@ -279,6 +303,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(et.deprecated)
         .opt_free(et.feature_flag.as_deref())
         .opt_free(et.schemas.as_deref())
+        .bind(rows::encode_list(&et.feature_flags))
+        .opt_free(et.group_name.as_deref())
         .bind(et.created_at)
         .bind(et.updated_at)
         .execute(self.writes())
@@ -314,13 +340,15 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn update_event_type(&self, et: &EventType) -> StoreResult<()> {
         let changed = Sql::new(
             "UPDATE event_type SET description = $1, archived = $2, deprecated = $3, feature_flag = $4, \
-             schemas = $5, updated_at = $6 WHERE name = $7",
+             schemas = $5, feature_flags = $6, group_name = $7, updated_at = $8 WHERE name = $9",
         )
         .free(&et.description)
         .bind(et.archived)
         .bind(et.deprecated)
         .opt_free(et.feature_flag.as_deref())
         .opt_free(et.schemas.as_deref())
+        .bind(rows::encode_list(&et.feature_flags))
+        .opt_free(et.group_name.as_deref())
         .bind(et.updated_at)
         .free(&et.name)
         .execute(self.writes())
@@ -338,7 +366,10 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
-        let marks = (1..=19).map(|n| format!("${n}")).collect::<Vec<_>>().join(", ");
+        let marks = (1..=ENDPOINT_FIELDS.len() + 4)
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let text = format!(
             "INSERT INTO endpoint (id, app_id, created_at, {}, secret) VALUES ({marks})",
             ENDPOINT_FIELDS.join(", ")
@@ -354,19 +385,19 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.watched(created)
     }
 
-    async fn get_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<Endpoint> {
+    async fn get_endpoint(&self, app_id: &AppId, id_or_uid: &EndpointIdOrUid) -> StoreResult<Endpoint> {
         let row = Sql::new("SELECT * FROM endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2) LIMIT 1")
-            .free(app_id)
-            .free(id_or_uid)
+            .bind(app_id)
+            .bind(id_or_uid)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
         self.endpoint(&row)
     }
 
-    async fn get_endpoint_by_id(&self, id: &str) -> StoreResult<Endpoint> {
+    async fn get_endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Endpoint> {
         let row = Sql::new("SELECT * FROM endpoint WHERE id = $1")
-            .free(id)
+            .bind(id)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -375,25 +406,25 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_endpoints(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         page: &PageRequest,
         newest_first: bool,
     ) -> StoreResult<Page<Endpoint>> {
         let keyset = Keyset::new("id", page, newest_first);
-        let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").free(app_id);
+        let mut sql = Sql::new("SELECT * FROM endpoint WHERE app_id = $1").bind(app_id);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(
             decode_all(&found, |row| self.endpoint(row))?,
             page,
-            |e| e.id.clone(),
+            |e| e.id.to_string(),
         ))
     }
 
-    async fn app_endpoints(&self, app_id: &str) -> StoreResult<Vec<Endpoint>> {
+    async fn app_endpoints(&self, app_id: &AppId) -> StoreResult<Vec<Endpoint>> {
         let found = Sql::new("SELECT * FROM endpoint WHERE app_id = $1 ORDER BY id")
-            .free(app_id)
+            .bind(app_id)
             .fetch_all(self.reads())
             .await?;
         decode_all(&found, |row| self.endpoint(row))
@@ -416,7 +447,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         new_secret: &str,
         old_expires_at: i64,
         now: i64,
@@ -426,14 +457,14 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(())
     }
 
-    async fn previous_secrets(&self, endpoint_id: &str, now: i64) -> StoreResult<Vec<PreviousSecret>> {
+    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: i64) -> StoreResult<Vec<PreviousSecret>> {
         secrets::previous(self, endpoint_id, now).await
     }
 
-    async fn delete_endpoint(&self, id: &str) -> StoreResult<()> {
+    async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         let deleted = Sql::new("DELETE FROM endpoint WHERE id = $1 RETURNING *")
-            .free(id)
+            .bind(id)
             .fetch_optional(tx.on())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -447,36 +478,53 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
-        // On PostgreSQL the wait is bounded like every call (see `crate::bounded`), by the writer's own
-        // transaction bound, not by the acquire timeout alone: a burst of thousands of messages
-        // legitimately queues for longer than a second. A message whose wait ran out is not acknowledged,
-        // though its batch may still commit (a retry with the same `eventId` or `idempotency-key` finds it).
-        let answer = self.queue_ingest(new, None).await?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        // Bounded here, not by the decorator of every PostgreSQL call (see `crate::bounded`): a message
+        // answered 503 must never be committed afterwards, so the wait is cut only while the writer has
+        // not taken the message yet; once it has, the batch's answer comes within the writer's own bound.
+        let until = self.ingest_deadline();
+        self.queue_ingest(new, None, until).await?.answer(until).await
     }
 
     async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>> {
+        let until = self.ingest_deadline();
         let fence = Arc::new(Fence::default());
-        let mut answers = Vec::with_capacity(batch.len());
+        let total = batch.len();
+        let mut waiting = Vec::with_capacity(total);
+        let mut unqueued = None;
         // Queued one after the other (never concurrently), so the writer sees them in the given order.
         for new in batch {
-            answers.push(self.queue_ingest(new, Some(fence.clone())).await?);
+            match self.queue_ingest(new, Some(fence.clone()), until).await {
+                Ok(queued) => waiting.push(queued),
+                Err(error) => {
+                    // Neither this message nor any after it is queued, so none of them is written.
+                    unqueued = Some(error);
+                    break;
+                }
+            }
         }
-        let mut outcomes = Vec::with_capacity(answers.len());
-        for answer in answers {
-            outcomes.push(answer.await.map_err(|_| StoreError::Closed)?);
+        let mut outcomes = Vec::with_capacity(total);
+        for queued in waiting {
+            outcomes.push(queued.answer(until).await);
+        }
+        if let Some(error) = unqueued {
+            while outcomes.len() < total {
+                outcomes.push(Err(match error {
+                    StoreError::TimedOut(bound) => StoreError::TimedOut(bound),
+                    _ => StoreError::Closed,
+                }));
+            }
         }
         Ok(outcomes)
     }
 
-    async fn get_message(&self, app_id: &str, id: &str) -> StoreResult<Message> {
+    async fn get_message(&self, app_id: &AppId, id: &MessageIdOrEventId) -> StoreResult<Message> {
         let text = format!(
             "SELECT {} FROM message m WHERE m.app_id = $1 AND (m.id = $2 OR m.event_id = $2) LIMIT 1",
             rows::MESSAGE_COLUMNS
         );
         let row = Sql::new(text)
-            .free(app_id)
-            .free(id)
+            .bind(app_id)
+            .bind(id)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -485,27 +533,27 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_messages(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         filter: &MessageFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Message>> {
         let sql = listing::messages::<D>(app_id, filter, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(decode_all(&found, rows::message)?, page, |m| {
-            m.id.clone()
+            m.id.to_string()
         }))
     }
 
-    async fn endpoints_with_pending(&self) -> StoreResult<Vec<String>> {
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>> {
         let found = Sql::new("SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0")
             .fetch_all(self.reads())
             .await?;
-        decode_all(&found, |row| row.text("endpoint_id"))
+        decode_all(&found, |row| row.id("endpoint_id"))
     }
 
     async fn load_pending(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         after_seq: i64,
         limit_n: usize,
     ) -> StoreResult<Vec<PendingDelivery>> {
@@ -517,7 +565,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             rows::MESSAGE_COLUMNS
         );
         let found = Sql::new(text)
-            .free(endpoint_id)
+            .bind(endpoint_id)
             .bind(after_seq)
             .bind(limit(limit_n))
             .fetch_all(self.reads())
@@ -525,7 +573,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         decode_all(&found, |row| {
             Ok(PendingDelivery {
                 seq: row.int("seq")?,
-                endpoint_id: row.text("endpoint_id")?,
+                endpoint_id: row.id("endpoint_id")?,
                 message: Arc::new(rows::message(row)?),
                 attempts: count(row.int("attempts")?),
                 next_attempt_at: row.int("next_attempt_at")?,
@@ -543,11 +591,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         D::expire_deliveries(self, seqs, now).await
     }
 
-    async fn expire_waiting(&self, endpoint_id: &str, created_before: i64, now: i64) -> StoreResult<u64> {
+    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: i64, now: i64) -> StoreResult<u64> {
         D::expire_waiting(self, endpoint_id, created_before, now).await
     }
 
-    async fn endpoint_backlog(&self, endpoint_id: &str) -> StoreResult<Backlog> {
+    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog> {
         // The endpoint's pending-index head: a count bounded at COUNT_CAP + 1 and the oldest pending
         // delivery's creation time (seq follows creation order).
         let text = format!(
@@ -557,11 +605,11 @@ impl<D: Dialect> Store for SqlStore<D> {
              ORDER BY d.seq LIMIT 1) AS oldest",
             cap = Backlog::COUNT_CAP + 1
         );
-        let row = Sql::new(text).free(endpoint_id).fetch_one(self.reads()).await?;
+        let row = Sql::new(text).bind(endpoint_id).fetch_one(self.reads()).await?;
         Ok(Backlog::from_count(row.int("pending")?, row.opt_int("oldest")?))
     }
 
-    async fn disable_endpoint(&self, endpoint_id: &str, reason: &str, now: i64) -> StoreResult<bool> {
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &str, now: i64) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
         let updated = Sql::new(
             "UPDATE endpoint SET disabled = TRUE, disabled_reason = $1, updated_at = $2 \
@@ -569,7 +617,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         )
         .free(reason)
         .bind(now)
-        .free(endpoint_id)
+        .bind(endpoint_id)
         .fetch_optional(tx.on())
         .await?;
         let Some(row) = updated else {
@@ -577,7 +625,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         };
         let event = NewEvent::about_endpoint(
             events::ENDPOINT_DISABLED,
-            &row.text("app_id")?,
+            &row.id("app_id")?,
             endpoint_id,
             None,
             serde_json::json!({ "reason": reason, "trigger": "automatic" }),
@@ -591,7 +639,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn set_endpoint_state(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         expected_reason: &DisabledReason,
         disabled: bool,
         reason: Option<&DisabledReason>,
@@ -604,7 +652,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(disabled)
         .opt_free(reason.map(DisabledReason::as_str))
         .bind(now)
-        .free(endpoint_id)
+        .bind(endpoint_id)
         .free(expected_reason.as_str())
         .execute(self.writes())
         .await?
@@ -639,7 +687,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn attempt_buckets(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: i64,
         until: i64,
         bucket_ms: i64,
@@ -698,7 +746,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         row.as_ref().map(rows::app_token).transpose()
     }
 
-    async fn expire_app_tokens(&self, app_id: &str, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
+    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
         let mut sql = Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
             .bind(at)
             .bind(app_id);
@@ -731,8 +779,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_attempts_by_message(
         &self,
-        app_id: &str,
-        message_id: &str,
+        app_id: &AppId,
+        message_id: &MessageId,
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
@@ -740,14 +788,14 @@ impl<D: Dialect> Store for SqlStore<D> {
             .fetch_all(self.reads())
             .await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
-            a.id.clone()
+            a.id.to_string()
         }))
     }
 
     async fn list_attempts_by_endpoint(
         &self,
-        app_id: &str,
-        endpoint_id: &str,
+        app_id: &AppId,
+        endpoint_id: &EndpointId,
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
@@ -755,14 +803,14 @@ impl<D: Dialect> Store for SqlStore<D> {
             .fetch_all(self.reads())
             .await?;
         Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
-            a.id.clone()
+            a.id.to_string()
         }))
     }
 
     async fn list_deliveries_of_message(
         &self,
-        app_id: &str,
-        message_id: &str,
+        app_id: &AppId,
+        message_id: &MessageId,
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryView>> {
         let keyset = Keyset::new("e.id", page, false);
@@ -771,8 +819,8 @@ impl<D: Dialect> Store for SqlStore<D> {
              d.updated_at AS d_updated FROM delivery d JOIN endpoint e ON e.id = d.endpoint_id \
              WHERE d.message_id = $1 AND e.app_id = $2",
         )
-        .free(message_id)
-        .free(app_id);
+        .bind(message_id)
+        .bind(app_id);
         keyset.condition(&mut sql, page.after.as_deref().map(Arg::free));
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
@@ -785,13 +833,17 @@ impl<D: Dialect> Store for SqlStore<D> {
                 updated_at: row.int("d_updated")?,
             })
         })?;
-        Ok(Page::assemble(views, page, |v| v.endpoint.id.clone()))
+        Ok(Page::assemble(views, page, |v| v.endpoint.id.to_string()))
     }
 
-    async fn delivery_state(&self, message_id: &str, endpoint_id: &str) -> StoreResult<(DeliveryStatus, u32)> {
+    async fn delivery_state(
+        &self,
+        message_id: &MessageId,
+        endpoint_id: &EndpointId,
+    ) -> StoreResult<(DeliveryStatus, u32)> {
         let row = Sql::new("SELECT status, attempts FROM delivery WHERE message_id = $1 AND endpoint_id = $2")
-            .free(message_id)
-            .free(endpoint_id)
+            .bind(message_id)
+            .bind(endpoint_id)
             .fetch_optional(self.reads())
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -845,8 +897,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn requeue_delivery(
         &self,
-        message_id: &str,
-        endpoint_id: &str,
+        message_id: &MessageId,
+        endpoint_id: &EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
@@ -874,7 +926,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(row.int("n")?)
     }
 
-    async fn count_messages(&self, app_id: &str, since: i64, until: i64) -> StoreResult<u64> {
+    async fn count_messages(&self, app_id: &AppId, since: i64, until: i64) -> StoreResult<u64> {
         let row =
             Sql::new("SELECT COUNT(*) AS n FROM message WHERE app_id = $1 AND created_at >= $2 AND created_at < $3")
                 .bind(app_id)
@@ -890,20 +942,20 @@ impl<D: Dialect> Store for SqlStore<D> {
         endpoint: &Endpoint,
         since: i64,
         until: i64,
-        after: Option<&str>,
+        after: Option<&MessageId>,
         limit_n: usize,
         now: i64,
-    ) -> StoreResult<(Option<String>, u64)> {
+    ) -> StoreResult<(Option<MessageId>, u64)> {
         D::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await
     }
 
     async fn cancel_pending(
         &self,
-        app_id: &str,
-        message_id: Option<&str>,
-        endpoint_id: Option<&str>,
+        app_id: &AppId,
+        message_id: Option<&MessageId>,
+        endpoint_id: Option<&EndpointId>,
         now: i64,
-    ) -> StoreResult<Vec<(String, i64)>> {
+    ) -> StoreResult<Vec<(EndpointId, i64)>> {
         let found = Sql::new(
             "UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 \
              AND endpoint_id IN (SELECT id FROM endpoint WHERE app_id = $3) \
@@ -917,10 +969,10 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(endpoint_id)
         .fetch_all(self.writes())
         .await?;
-        decode_all(&found, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))
+        decode_all(&found, |row| Ok((row.id("endpoint_id")?, row.int("seq")?)))
     }
 
-    async fn expunge_payload(&self, app_id: &str, message_id: &str) -> StoreResult<()> {
+    async fn expunge_payload(&self, app_id: &AppId, message_id: &MessageId) -> StoreResult<()> {
         let changed = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE app_id = $2 AND id = $3")
             .bind(&b"{}"[..])
             .bind(app_id)
@@ -932,17 +984,17 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn expunge_app_payloads(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         before: i64,
         limit_n: usize,
         now: i64,
-    ) -> StoreResult<(u64, Vec<(String, i64)>)> {
+    ) -> StoreResult<(u64, Vec<(EndpointId, i64)>)> {
         let mut tx = self.begin().await?;
         let found = Sql::new(format!(
             "SELECT id FROM message WHERE app_id = $1 AND created_at <= $2 AND NOT expunged ORDER BY id LIMIT $3{}",
             D::FOR_UPDATE
         ))
-        .free(app_id)
+        .bind(app_id)
         .bind(before)
         .bind(limit(limit_n))
         .fetch_all(tx.on())
@@ -958,7 +1010,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let marks = cancel.marks(&ids);
         cancel.push(&marks).push(") RETURNING endpoint_id, seq");
         let cancelled = cancel.fetch_all(tx.on()).await?;
-        let cancelled = decode_all(&cancelled, |row| Ok((row.text("endpoint_id")?, row.int("seq")?)))?;
+        let cancelled = decode_all(&cancelled, |row| Ok((row.id("endpoint_id")?, row.int("seq")?)))?;
         let mut expunge = Sql::new("UPDATE message SET payload = $1, expunged = TRUE WHERE id IN (").bind(&b"{}"[..]);
         let marks = expunge.marks(&ids);
         expunge.push(&marks).push(")");
@@ -967,11 +1019,16 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok((expunged, cancelled))
     }
 
-    async fn expunge_attempt_response(&self, app_id: &str, message_id: &str, attempt_id: &str) -> StoreResult<()> {
+    async fn expunge_attempt_response(
+        &self,
+        app_id: &AppId,
+        message_id: &MessageId,
+        attempt_id: &AttemptId,
+    ) -> StoreResult<()> {
         let changed = Sql::new("UPDATE attempt SET response = '' WHERE app_id = $1 AND message_id = $2 AND id = $3")
-            .free(app_id)
-            .free(message_id)
-            .free(attempt_id)
+            .bind(app_id)
+            .bind(message_id)
+            .bind(attempt_id)
             .execute(self.writes())
             .await?;
         one_changed(changed)
@@ -979,8 +1036,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn list_deliveries(
         &self,
-        app_id: &str,
-        endpoint_id: Option<&str>,
+        app_id: &AppId,
+        endpoint_id: Option<&EndpointId>,
         status: Option<DeliveryStatus>,
         tag: Option<&str>,
         page: &PageRequest,
@@ -990,7 +1047,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let mut records = decode_all(&found, |row| {
             Ok(DeliveryRecord {
                 seq: row.int("seq")?,
-                endpoint_id: row.text("endpoint_id")?,
+                endpoint_id: row.id("endpoint_id")?,
                 message: rows::message(row)?,
                 status: status_of(row.int("status")?)?,
                 attempts: count(row.int("attempts")?),
@@ -1006,7 +1063,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(Page::assemble(records, page, |r| r.seq.to_string()))
     }
 
-    async fn endpoint_stats(&self, endpoint_id: &str, since: i64, until: i64) -> StoreResult<DeliveryStats> {
+    async fn endpoint_stats(&self, endpoint_id: &EndpointId, since: i64, until: i64) -> StoreResult<DeliveryStats> {
         let found = Sql::new(
             "SELECT d.status, COUNT(*) AS n FROM delivery d JOIN message m ON m.id = d.message_id \
              WHERE d.endpoint_id = $1 AND m.created_at >= $2 AND m.created_at < $3 GROUP BY d.status",
@@ -1070,11 +1127,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         keyset.order_and_limit(&mut sql, page);
         let found = sql.fetch_all(self.reads()).await?;
         Ok(Page::assemble(decode_all(&found, rows::background_task)?, page, |t| {
-            t.id.clone()
+            t.id.to_string()
         }))
     }
 
-    async fn get_task(&self, id: &str, app_id: Option<&str>) -> StoreResult<BackgroundTask> {
+    async fn get_task(&self, id: &TaskId, app_id: Option<&AppId>) -> StoreResult<BackgroundTask> {
         let row = Sql::new("SELECT * FROM background_task WHERE id = $1 AND ($2 IS NULL OR app_id = $2)")
             .bind(id)
             .bind(app_id)

@@ -2,6 +2,8 @@
 //! numbered by a trigger in commit order, see the `polling` migrations) and consumer offsets, one SQL text
 //! per statement.
 
+use herald_core::id::{AppId, SinkId, SinkIdOrUid};
+
 use crate::dialect::{Dialect, SqlStore};
 use crate::polling::{ConsumerOffset, PollingEndpoint, PollingStore, StreamEntry};
 use crate::rows::{self, Columns};
@@ -14,10 +16,10 @@ use super::{decode_all, one_changed};
 /// Decode a polling endpoint row, opening its secret (sealed with the sink id as context, as an
 /// endpoint's is with its id).
 fn decode<D: Dialect>(store: &SqlStore<D>, row: &D::Row) -> StoreResult<PollingEndpoint> {
-    let id = row.text("id")?;
+    let id = row.id("id")?;
     let secret = crate::sealing::open_secret(&store.cipher, &id, &row.text("secret")?)?;
     Ok(PollingEndpoint {
-        app_id: row.text("app_id")?,
+        app_id: row.id("app_id")?,
         uid: row.opt_text("uid")?,
         description: row.free_text("description")?,
         filter_types: rows::decode_list(row.opt_text("filter_types")?)?,
@@ -62,12 +64,12 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         self.watched(created).map(drop)
     }
 
-    async fn get_polling_endpoint(&self, app_id: &str, id_or_uid: &str) -> StoreResult<PollingEndpoint> {
+    async fn get_polling_endpoint(&self, app_id: &AppId, id_or_uid: &SinkIdOrUid) -> StoreResult<PollingEndpoint> {
         // An id and a uid may coincide only across kinds; ordering by id makes the pick deterministic.
         let row =
             Sql::new("SELECT * FROM polling_endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2) ORDER BY id LIMIT 1")
-                .free(app_id)
-                .free(id_or_uid)
+                .bind(app_id)
+                .bind(id_or_uid)
                 .fetch_optional(self.reads())
                 .await?
                 .ok_or(StoreError::NotFound)?;
@@ -76,12 +78,12 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
 
     async fn list_polling_endpoints(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         after: Option<&str>,
         count: usize,
     ) -> StoreResult<Vec<PollingEndpoint>> {
         let found = Sql::new("SELECT * FROM polling_endpoint WHERE app_id = $1 AND id > $2 ORDER BY id LIMIT $3")
-            .free(app_id)
+            .bind(app_id)
             .free(after.unwrap_or(""))
             .bind(limit(count))
             .fetch_all(self.reads())
@@ -109,17 +111,17 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         one_changed(self.watched(changed)?)
     }
 
-    async fn delete_polling_endpoint(&self, app_id: &str, id: &str) -> StoreResult<()> {
+    async fn delete_polling_endpoint(&self, app_id: &AppId, id: &SinkId) -> StoreResult<()> {
         // Its consumers' offsets go with it (ON DELETE CASCADE).
         let deleted = Sql::new("DELETE FROM polling_endpoint WHERE app_id = $1 AND id = $2")
-            .free(app_id)
-            .free(id)
+            .bind(app_id)
+            .bind(id)
             .execute(self.writes())
             .await;
         one_changed(self.watched(deleted.map_err(StoreError::from))?)
     }
 
-    async fn read_stream(&self, app_id: &str, after: i64, count: usize) -> StoreResult<Vec<StreamEntry>> {
+    async fn read_stream(&self, app_id: &AppId, after: i64, count: usize) -> StoreResult<Vec<StreamEntry>> {
         // The poll: one range read of the `(app_id, seq)` index, joined to the messages it names.
         let text = format!(
             "SELECT s.seq AS seq, {} FROM message_stream s JOIN message m ON m.id = s.message_id \
@@ -127,7 +129,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
             rows::MESSAGE_COLUMNS
         );
         let found = Sql::new(text)
-            .free(app_id)
+            .bind(app_id)
             .bind(after)
             .bind(limit(count))
             .fetch_all(self.reads())
@@ -140,33 +142,33 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         })
     }
 
-    async fn stream_position_at(&self, app_id: &str, time_ms: i64) -> StoreResult<Option<i64>> {
+    async fn stream_position_at(&self, app_id: &AppId, time_ms: i64) -> StoreResult<Option<i64>> {
         // Through the `(app_id, created_at)` index of `message`: the first message at or after the time.
         let row = Sql::new(
             "SELECT s.seq AS seq FROM message m JOIN message_stream s ON s.message_id = m.id \
              WHERE m.app_id = $1 AND m.created_at >= $2 ORDER BY m.created_at, m.id LIMIT 1",
         )
-        .free(app_id)
+        .bind(app_id)
         .bind(time_ms)
         .fetch_optional(self.reads())
         .await?;
         row.map(|row| Ok(row.int("seq")? - 1)).transpose()
     }
 
-    async fn stream_head(&self, app_id: &str) -> StoreResult<i64> {
+    async fn stream_head(&self, app_id: &AppId) -> StoreResult<i64> {
         let row = Sql::new("SELECT COALESCE(MAX(seq), 0) AS seq FROM message_stream WHERE app_id = $1")
-            .free(app_id)
+            .bind(app_id)
             .fetch_one(self.reads())
             .await?;
         row.int("seq")
     }
 
-    async fn consumer_offset(&self, sink_id: &str, consumer_id: &str) -> StoreResult<Option<ConsumerOffset>> {
+    async fn consumer_offset(&self, sink_id: &SinkId, consumer_id: &str) -> StoreResult<Option<ConsumerOffset>> {
         let row = Sql::new(
             "SELECT committed_seq, leased_seq, lease_expires_at FROM polling_consumer \
              WHERE sink_id = $1 AND consumer_id = $2",
         )
-        .free(sink_id)
+        .bind(sink_id)
         .free(consumer_id)
         .fetch_optional(self.reads())
         .await?;
@@ -175,7 +177,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
 
     async fn put_consumer_offset(
         &self,
-        sink_id: &str,
+        sink_id: &SinkId,
         consumer_id: &str,
         offset: &ConsumerOffset,
         now: i64,
@@ -186,7 +188,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
              committed_seq = excluded.committed_seq, leased_seq = excluded.leased_seq, \
              lease_expires_at = excluded.lease_expires_at, updated_at = excluded.updated_at",
         )
-        .free(sink_id)
+        .bind(sink_id)
         .free(consumer_id)
         .bind(offset.committed)
         .bind(offset.leased)
@@ -198,7 +200,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         self.watched(written).map(drop)
     }
 
-    async fn commit_consumer(&self, sink_id: &str, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()> {
+    async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()> {
         // The offset only moves forward (a late, older commit never undoes a newer one); a commit that
         // covers the whole lease ends it.
         let written = Sql::new(
@@ -210,7 +212,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
                  THEN 0 ELSE polling_consumer.lease_expires_at END, \
              updated_at = excluded.updated_at",
         )
-        .free(sink_id)
+        .bind(sink_id)
         .free(consumer_id)
         .bind(seq)
         .bind(now)

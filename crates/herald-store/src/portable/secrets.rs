@@ -2,6 +2,7 @@
 //! and migration of rows written before encryption, and key rotation (`endpoint_secret` rows). Several
 //! nodes may run this at once against one PostgreSQL database.
 
+use herald_core::id::EndpointId;
 use herald_core::model::PreviousSecret;
 use serde_json::json;
 
@@ -73,7 +74,7 @@ pub(crate) async fn prepare<D: Dialect>(pool: &D::Pool, cipher: &SecretCipher) -
 /// See [`crate::Store::rotate_endpoint_secret`].
 pub(super) async fn rotate<D: Dialect>(
     store: &SqlStore<D>,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     new_secret: &str,
     old_expires_at: i64,
     now: i64,
@@ -85,22 +86,22 @@ pub(super) async fn rotate<D: Dialect>(
         "SELECT secret, app_id, uid FROM endpoint WHERE id = $1{}",
         D::FOR_UPDATE
     ))
-    .free(endpoint_id)
+    .bind(endpoint_id)
     .fetch_optional(tx.on())
     .await?
     .ok_or(StoreError::NotFound)?;
-    let (current, app_id, uid) = (found.text("secret")?, found.text("app_id")?, found.opt_text("uid")?);
+    let (current, app_id, uid) = (found.text("secret")?, found.id("app_id")?, found.opt_text("uid")?);
     // Older keys never outlive the one rotated away now; expired ones are dropped.
     Sql::new(format!(
         "UPDATE endpoint_secret SET expires_at = {}(expires_at, $1) WHERE endpoint_id = $2",
         D::LEAST
     ))
     .bind(old_expires_at)
-    .free(endpoint_id)
+    .bind(endpoint_id)
     .execute(tx.on())
     .await?;
     Sql::new("DELETE FROM endpoint_secret WHERE endpoint_id = $1 AND expires_at <= $2")
-        .free(endpoint_id)
+        .bind(endpoint_id)
         .bind(now)
         .execute(tx.on())
         .await?;
@@ -108,7 +109,7 @@ pub(super) async fn rotate<D: Dialect>(
         // Re-sealed (fresh nonce) rather than copied: the stored value may predate encryption.
         let plain = sealing::open_secret(cipher, endpoint_id, &current)?;
         Sql::new("INSERT INTO endpoint_secret (endpoint_id, secret, rotated_at, expires_at) VALUES ($1, $2, $3, $4)")
-            .free(endpoint_id)
+            .bind(endpoint_id)
             .bind(sealing::seal_secret(cipher, endpoint_id, &plain))
             .bind(now)
             .bind(old_expires_at)
@@ -118,7 +119,7 @@ pub(super) async fn rotate<D: Dialect>(
     Sql::new("UPDATE endpoint SET secret = $1, updated_at = $2 WHERE id = $3")
         .bind(sealing::seal_secret(cipher, endpoint_id, new_secret))
         .bind(now)
-        .free(endpoint_id)
+        .bind(endpoint_id)
         .execute(tx.on())
         .await?;
     // A rotation changes the endpoint (its signing key): operators hear of it as of any other change.
@@ -131,7 +132,7 @@ pub(super) async fn rotate<D: Dialect>(
 /// See [`crate::Store::previous_secrets`].
 pub(super) async fn previous<D: Dialect>(
     store: &SqlStore<D>,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     now: i64,
 ) -> StoreResult<Vec<PreviousSecret>> {
     let found = Sql::new(format!(
@@ -139,7 +140,7 @@ pub(super) async fn previous<D: Dialect>(
          ORDER BY rotated_at DESC, {} DESC",
         D::INSERTION_ORDER
     ))
-    .free(endpoint_id)
+    .bind(endpoint_id)
     .bind(now)
     .fetch_all(store.reads())
     .await?;

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use futures::future::BoxFuture;
+use herald_core::id::AppId;
 use herald_core::model::Endpoint;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
@@ -64,7 +65,7 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> S
 async fn apps_and_endpoints(
     conn: &mut PgConnection,
     app_ids: &[&str],
-) -> StoreResult<(Apps, HashMap<String, Vec<Endpoint>>)> {
+) -> StoreResult<(Apps, HashMap<AppId, Vec<Endpoint>>)> {
     let found = sqlx::query(
         "SELECT a.id AS a_id, a.payload_retention_period AS a_retention, e.* FROM application a \
          LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
@@ -74,7 +75,7 @@ async fn apps_and_endpoints(
     .fetch_all(&mut *conn)
     .await?;
     let mut existing = Apps::new();
-    let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
+    let mut by_app: HashMap<AppId, Vec<Endpoint>> = HashMap::new();
     for row in &found {
         existing.insert(
             row.try_get::<String, _>("a_id")?,
@@ -131,8 +132,8 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
         return Ok(());
     }
     let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
-    let ids = m(|r| Some(r.message.id.clone()));
-    let apps = m(|r| Some(r.message.app_id.clone()));
+    let ids = m(|r| Some(r.message.id.to_string()));
+    let apps = m(|r| Some(r.message.app_id.to_string()));
     let event_ids = m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned()));
     let keys = m(|r| r.idempotency_key.map(str::to_owned));
     let types = m(|r| Some(r.message.event_type.clone()));
@@ -196,7 +197,7 @@ async fn insert_deliveries(
         return Ok(by_job);
     }
     let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
-    let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id).collect();
+    let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id.as_str()).collect();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
     let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
     let due: Vec<i64> = fan_out.iter().map(|f| f.message.due_at()).collect();
@@ -241,7 +242,8 @@ async fn insert_deliveries(
 /// this node still holds (same owner, same epoch) are written; the others are dropped — another node owns
 /// those deliveries now and sends them again itself (at-least-once). The lease rows stay share-locked
 /// until commit, so a takeover cannot slip in between the check and the writes. A batch retried after a
-/// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`).
+/// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`), and records
+/// none of their operational events again.
 ///
 /// Should the database refuse the batch (rather than be unreachable or fail on a storage fault), it is
 /// written again one record per transaction and a record that cannot be stored is logged and dropped, so that it can never wedge the
@@ -294,18 +296,18 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     }
     let a = |f: fn(&AttemptRecord) -> String| kept.iter().map(|r| f(r)).collect::<Vec<_>>();
     let n = |f: fn(&AttemptRecord) -> i64| kept.iter().map(|r| f(r)).collect::<Vec<_>>();
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
          outcome, response_status, response, duration_ms, trigger_type, created_at) \
          SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::bigint[], $8::bool[], $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::bigint[], \
-         $14::bigint[]) ON CONFLICT DO NOTHING",
+         $14::bigint[]) ON CONFLICT DO NOTHING RETURNING id",
     )
-    .bind(a(|r| r.attempt.id.clone()))
+    .bind(a(|r| r.attempt.id.to_string()))
     .bind(n(|r| r.delivery_seq))
-    .bind(a(|r| r.app_id.clone()))
-    .bind(a(|r| r.attempt.message_id.clone()))
-    .bind(a(|r| r.attempt.endpoint_id.clone()))
+    .bind(a(|r| r.app_id.to_string()))
+    .bind(a(|r| r.attempt.message_id.to_string()))
+    .bind(a(|r| r.attempt.endpoint_id.to_string()))
     .bind(a(|r| escape(&r.attempt.url).into_owned()))
     .bind(n(|r| i64::from(r.attempt.attempt_number)))
     .bind(kept.iter().map(|r| r.attempt.success).collect::<Vec<_>>())
@@ -319,8 +321,12 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(n(|r| r.attempt.duration_ms))
     .bind(n(|r| r.attempt.trigger.code()))
     .bind(n(|r| r.attempt.created_at))
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
+    let inserted: HashSet<String> = inserted
+        .iter()
+        .map(|row| row.try_get::<String, _>("id"))
+        .collect::<Result<_, _>>()?;
 
     let kept: Vec<AttemptRecord> = kept.into_iter().cloned().collect();
     let latest = plan::latest_per_delivery(&kept);
@@ -339,7 +345,13 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(l(|r| r.attempt.created_at + r.attempt.duration_ms))
     .execute(&mut *tx)
     .await?;
-    super::events::record_attempt_events(&mut tx, &kept).await?;
+    // Only attempts this transaction added cause events: a batch written again after a commit whose
+    // answer was lost finds its attempts there, and its events with them.
+    let new: Vec<AttemptRecord> = kept
+        .into_iter()
+        .filter(|r| inserted.contains(r.attempt.id.as_str()))
+        .collect();
+    super::events::record_attempt_events(&mut tx, &new).await?;
     tx.commit().await?;
     Ok(())
 }

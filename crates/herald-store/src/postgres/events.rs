@@ -3,9 +3,10 @@
 
 use std::collections::HashSet;
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::events::{self, ATTEMPT_EXHAUSTED, ATTEMPT_FAILING, ATTEMPT_RECOVERED, NewEvent};
+use crate::rows::Columns;
 use crate::{AttemptRecord, StoreResult};
 
 /// Append events (in order) on a connection inside the caller's transaction.
@@ -20,9 +21,9 @@ pub(crate) async fn record(conn: &mut PgConnection, events: &[NewEvent]) -> Stor
          $6::bigint[]) WITH ORDINALITY AS v (t, a, m, e, d, c, n) ORDER BY n",
     )
     .bind(texts(|e| Some(e.event_type.to_owned())))
-    .bind(texts(|e| Some(e.app_id.clone())))
-    .bind(texts(|e| e.message_id.clone()))
-    .bind(texts(|e| e.endpoint_id.clone()))
+    .bind(texts(|e| Some(e.app_id.to_string())))
+    .bind(texts(|e| e.message_id.as_ref().map(ToString::to_string)))
+    .bind(texts(|e| e.endpoint_id.as_ref().map(ToString::to_string)))
     .bind(texts(|e| Some(e.data.to_string())))
     .bind(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
     .execute(&mut *conn)
@@ -52,7 +53,7 @@ pub(crate) async fn record_attempt_events(conn: &mut PgConnection, records: &[At
         .fetch_all(&mut *conn)
         .await?;
         for row in &found {
-            troubled.insert((row.try_get("message_id")?, row.try_get("endpoint_id")?));
+            troubled.insert((row.id("message_id")?, row.id("endpoint_id")?));
         }
     }
     record(conn, &events::attempt_events(records, troubled)).await

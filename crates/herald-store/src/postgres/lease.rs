@@ -26,13 +26,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use herald_core::id::EndpointId;
 use sqlx::postgres::PgListener;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use super::channels::{ENDPOINT_CHANNEL, WORK_CHANNEL};
-use crate::{Ownership, OwnershipEvent, PARTITIONS, StoreOptions, StoreResult, partition_of};
+use crate::{Ownership, OwnershipEvent, PARTITIONS, StoreError, StoreOptions, StoreResult, partition_of};
 
 /// Dead nodes' rows are deleted after this long without a heartbeat.
 const FORGET_NODES_AFTER_MS: i64 = 24 * 3600 * 1000;
@@ -380,6 +381,7 @@ impl Keeper {
                 .bind(&self.unscanned)
                 .fetch_all(&self.pool)
                 .await?;
+        let endpoints = endpoint_ids(endpoints)?;
         self.unscanned.clear();
         if !endpoints.is_empty() {
             self.leases.emit(OwnershipEvent::Work(endpoints));
@@ -472,7 +474,10 @@ async fn listen(pool: PgPool, leases: Arc<Leases>, wake: Arc<Notify>) {
         loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) if notification.channel() == ENDPOINT_CHANNEL => {
-                    leases.emit(OwnershipEvent::EndpointChanged(notification.payload().to_owned()));
+                    match EndpointId::parse(notification.payload()) {
+                        Ok(endpoint) => leases.emit(OwnershipEvent::EndpointChanged(endpoint)),
+                        Err(error) => tracing::warn!(%error, "an endpoint change named no endpoint; ignored"),
+                    }
                 }
                 Ok(Some(notification)) => {
                     // This node's own ingests reach its engine through the commit feed.
@@ -507,14 +512,16 @@ async fn watch(pool: PgPool, leases: Arc<Leases>, mut cursor: i64, wake: Arc<Not
         };
         // One snapshot for both: everything up to `top` is visible in it, and anything committed later
         // has a greater seq.
-        let found: Result<(i64, Vec<String>), sqlx::Error> = sqlx::query_as(
+        let found = sqlx::query_as::<_, (i64, Vec<String>)>(
             "SELECT (SELECT COALESCE(MAX(seq), 0) FROM delivery), \
              ARRAY(SELECT DISTINCT endpoint_id FROM delivery WHERE status = 0 AND seq > $1 AND partition = ANY($2))",
         )
         .bind(cursor)
         .bind(&owned)
         .fetch_one(&pool)
-        .await;
+        .await
+        .map_err(StoreError::from)
+        .and_then(|(top, endpoints)| Ok((top, endpoint_ids(endpoints)?)));
         match found {
             Ok((top, endpoints)) => {
                 cursor = cursor.max(top);
@@ -527,4 +534,11 @@ async fn watch(pool: PgPool, leases: Arc<Leases>, mut cursor: i64, wake: Arc<Not
             Err(error) => tracing::debug!(%error, "looking for new work failed; retrying at the next poll"),
         }
     }
+}
+/// Endpoint ids read from the `delivery` table, checked.
+fn endpoint_ids(texts: Vec<String>) -> StoreResult<Vec<EndpointId>> {
+    texts
+        .into_iter()
+        .map(|text| crate::rows::id_of("endpoint_id", text))
+        .collect()
 }

@@ -20,6 +20,7 @@ mod operations;
 mod outbox;
 mod retention;
 
+use herald_core::id::{EndpointId, MessageId};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
@@ -107,9 +108,9 @@ impl SqlStore<Postgres> {
         };
         let (stream_tx, stream) = tokio::sync::watch::channel(0);
         let health = Arc::new(WriteHealth::default());
-        // The writer gives a transaction up after the server's own bound plus the time to hear back (and
-        // closes its connection), and a request waits for its group commit no longer than that: the bound
-        // of every call (see `crate::bounded`).
+        // The writer gives a batch up after the server's own bound plus the time to get a connection and
+        // to hear back (and closes its connection); a request waits that long at most for the writer to
+        // take its message, then for that batch (see `crate::group_commit::Ticket`).
         tokio::spawn(group_commit::run(
             pool.clone(),
             writer,
@@ -130,6 +131,7 @@ impl SqlStore<Postgres> {
             reads: pool.clone(),
             writes: pool,
             ingest,
+            ingest_wait: Some(bound.limit()),
             feed: Mutex::new(Some(feed_rx)),
             stream,
             cipher,
@@ -223,14 +225,14 @@ impl Dialect for Postgres {
 
     /// Tell every node (the endpoint's owner among them) that an endpoint changed. Best effort: the
     /// change is committed already, and an owner that misses it reloads the endpoint when it takes it over.
-    async fn endpoint_changed<'a>(store: &'a PgStore, endpoint_id: &'a str) {
+    async fn endpoint_changed<'a>(store: &'a PgStore, endpoint_id: &'a EndpointId) {
         let result = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(ENDPOINT_CHANNEL)
-            .bind(escape(endpoint_id))
+            .bind(endpoint_id.as_str())
             .execute(&store.writes)
             .await;
         if let Err(error) = result {
-            tracing::warn!(%error, endpoint = endpoint_id, "announcing an endpoint change failed");
+            tracing::warn!(%error, endpoint = endpoint_id.as_str(), "announcing an endpoint change failed");
         }
     }
 
@@ -258,7 +260,7 @@ impl Dialect for Postgres {
 
     async fn expire_waiting<'a>(
         store: &'a PgStore,
-        endpoint_id: &'a str,
+        endpoint_id: &'a EndpointId,
         created_before: i64,
         now: i64,
     ) -> StoreResult<u64> {
@@ -303,8 +305,8 @@ impl Dialect for Postgres {
 
     async fn requeue_delivery<'a>(
         store: &'a PgStore,
-        message_id: &'a str,
-        endpoint_id: &'a str,
+        message_id: &'a MessageId,
+        endpoint_id: &'a EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
@@ -325,10 +327,10 @@ impl Dialect for Postgres {
         endpoint: &'a Endpoint,
         since: i64,
         until: i64,
-        after: Option<&'a str>,
+        after: Option<&'a MessageId>,
         limit: usize,
         now: i64,
-    ) -> StoreResult<(Option<String>, u64)> {
+    ) -> StoreResult<(Option<MessageId>, u64)> {
         operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
     }
 

@@ -5,6 +5,7 @@
 //! owners' cursors rely on it), and it notifies the work channel so the endpoint's owner — on whichever
 //! node — reads it. These writes come from the API on any node, like ingest, so they are not fenced.
 
+use herald_core::id::MessageId;
 use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -121,10 +122,10 @@ pub(super) async fn add_missing_deliveries(
     endpoint: &Endpoint,
     since: i64,
     until: i64,
-    after: Option<&str>,
+    after: Option<&MessageId>,
     limit_n: usize,
     now: i64,
-) -> StoreResult<(Option<String>, u64)> {
+) -> StoreResult<(Option<MessageId>, u64)> {
     let mut tx = pool.begin().await?;
     order_lock(&mut tx).await?;
     let found = sqlx::query(
@@ -133,11 +134,11 @@ pub(super) async fn add_missing_deliveries(
          FROM message m WHERE m.app_id = $2 AND m.created_at >= $3 AND m.created_at < $4 AND m.id > $5 \
          ORDER BY m.id LIMIT $6",
     )
-    .bind(&endpoint.id)
-    .bind(&endpoint.app_id)
+    .bind(endpoint.id.as_str())
+    .bind(endpoint.app_id.as_str())
     .bind(since)
     .bind(until)
-    .bind(after.unwrap_or(""))
+    .bind(after.map_or("", |id| id.as_str()))
     .bind(limit(limit_n))
     .fetch_all(&mut *tx)
     .await?;
@@ -149,8 +150,8 @@ pub(super) async fn add_missing_deliveries(
              SELECT v.message_id, $2, $3, 0, 0, $4, $4, $4, $5 FROM UNNEST($1::text[]) WITH ORDINALITY \
              AS v (message_id, n) ORDER BY n",
         )
-        .bind(&missing)
-        .bind(&endpoint.id)
+        .bind(missing.iter().map(|id| id.as_str()).collect::<Vec<_>>())
+        .bind(endpoint.id.as_str())
         .bind(crate::partition_of(&endpoint.id))
         .bind(now)
         .bind(AttemptTrigger::Recover.code())
@@ -162,7 +163,7 @@ pub(super) async fn add_missing_deliveries(
     let last = if found.len() < limit_n {
         None
     } else {
-        found.last().map(|row| row.try_get::<String, _>("id")).transpose()?
+        found.last().map(|row| row.id("id")).transpose()?
     };
     Ok((last, missing.len() as u64))
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use herald_core::backoff::Backoff;
+use herald_core::id::AppId;
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
@@ -194,27 +195,57 @@ async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
     .bind(queued)
     .fetch_all(pool)
     .await?;
-    rows.iter()
-        .map(|row| {
-            let payload: String = row.try_get("payload")?;
-            Ok(Pending {
-                seq: row.try_get("seq")?,
-                new: NewMessage {
-                    app_id: row.try_get("app_id")?,
-                    event_id: Some(row.try_get("event_id")?),
-                    event_type: row.try_get("event_type")?,
-                    channels: row.try_get("channels")?,
-                    payload: Arc::from(payload.into_bytes()),
-                    idempotency_key: None,
-                    ordering_key: row.try_get("ordering_key")?,
-                    tags: None,
-                    deliver_at: None,
-                    to_endpoint: None,
-                    payload_retention_ms: None,
-                },
-            })
-        })
-        .collect()
+    let (mut pending, mut refused, mut reasons) = (Vec::with_capacity(rows.len()), Vec::new(), Vec::new());
+    for row in &rows {
+        let seq: i64 = row.try_get("seq")?;
+        match AppId::try_from(row.try_get::<String, _>("app_id")?) {
+            Ok(app_id) => pending.push(Pending {
+                seq,
+                new: message(row, app_id)?,
+            }),
+            Err(not_an_id) => {
+                refused.push(seq);
+                reasons.push(not_an_id.to_string());
+            }
+        }
+    }
+    // No application has such an id, as the writer would find; refused here, since a message cannot carry
+    // it there. They become no message, so the rows after them keep their order.
+    refuse(pool, &refused, &reasons).await?;
+    Ok(pending)
+}
+
+/// Mark outbox rows (`seqs`) refused, each with its reason: they stay, for the producer to look at.
+async fn refuse<'c>(on: impl sqlx::PgExecutor<'c>, seqs: &[i64], reasons: &[String]) -> StoreResult<()> {
+    if !seqs.is_empty() {
+        sqlx::query(
+            "UPDATE herald_outbox o SET error = v.error FROM UNNEST($1::bigint[], $2::text[]) AS v (seq, error) \
+             WHERE o.seq = v.seq",
+        )
+        .bind(seqs)
+        .bind(reasons)
+        .execute(on)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The message an outbox row asks for, for the application `app_id`.
+fn message(row: &sqlx::postgres::PgRow, app_id: AppId) -> StoreResult<NewMessage> {
+    let payload: String = row.try_get("payload")?;
+    Ok(NewMessage {
+        app_id,
+        event_id: Some(row.try_get("event_id")?),
+        event_type: row.try_get("event_type")?,
+        channels: row.try_get("channels")?,
+        payload: Arc::from(payload.into_bytes()),
+        idempotency_key: None,
+        ordering_key: row.try_get("ordering_key")?,
+        tags: None,
+        deliver_at: None,
+        to_endpoint: None,
+        payload_retention_ms: None,
+    })
 }
 
 /// Queue a round of rows at the writer, in `seq` order (so one ordering key's messages are created in
@@ -228,6 +259,9 @@ async fn submit(ingest: &mpsc::Sender<IngestJob>, rows: Vec<Pending>, fence: &Ar
             reply,
             outbox: Some(row.seq),
             fence: Some(fence.clone()),
+            // The reader waits for every answer (the writer bounds its batches) and never gives a row
+            // back: a row committed after its session was abandoned is deleted by that commit.
+            ticket: Arc::default(),
         };
         ingest.send(job).await.ok()?;
         round.push((row.seq, answer));
@@ -298,17 +332,7 @@ pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], o
             .execute(&mut *conn)
             .await?;
     }
-    if !failed.is_empty() {
-        sqlx::query(
-            "UPDATE herald_outbox o SET error = v.error FROM UNNEST($1::bigint[], $2::text[]) AS v (seq, error) \
-             WHERE o.seq = v.seq",
-        )
-        .bind(&failed)
-        .bind(&reasons)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    refuse(&mut *conn, &failed, &reasons).await
 }
 
 /// Rows waiting and the oldest one's age, for `/metrics`.

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use herald_core::id::AppId;
 use herald_core::model::Endpoint;
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
@@ -72,13 +73,13 @@ async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreRe
 }
 
 /// Each app's endpoints, disabled ones included.
-async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Endpoint>>> {
+async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashMap<AppId, Vec<Endpoint>>> {
     let sql = format!("SELECT * FROM endpoint WHERE app_id IN ({})", marks(app_ids.len()));
     let mut query = sqlx::query(AssertSqlSafe(sql));
     for id in app_ids {
         query = query.bind(*id);
     }
-    let mut by_app: HashMap<String, Vec<Endpoint>> = HashMap::new();
+    let mut by_app: HashMap<AppId, Vec<Endpoint>> = HashMap::new();
     for row in query.fetch_all(&mut *conn).await? {
         // Subscription fields only: the secrets stay sealed.
         let endpoint = rows::endpoint(&row, None)?;
@@ -100,7 +101,7 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for job in chunk {
             query = query
-                .bind(&job.new.app_id)
+                .bind(job.new.app_id.as_str())
                 .bind(&job.new.event_id)
                 .bind(&job.new.idempotency_key);
         }
@@ -124,8 +125,8 @@ async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -
         for row in chunk {
             let m = &row.message;
             query = query
-                .bind(&m.id)
-                .bind(&m.app_id)
+                .bind(m.id.as_str())
+                .bind(m.app_id.as_str())
                 .bind(&m.event_id)
                 .bind(row.idempotency_key)
                 .bind(&m.event_type)
@@ -172,8 +173,8 @@ async fn insert_deliveries(
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for f in chunk {
             query = query
-                .bind(&f.message.id)
-                .bind(f.endpoint_id)
+                .bind(f.message.id.as_str())
+                .bind(f.endpoint_id.as_str())
                 .bind(f.message.due_at())
                 .bind(f.message.created_at)
                 .bind(plan::window_start(f.message));
@@ -208,11 +209,11 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         for record in chunk {
             let a = &record.attempt;
             query = query
-                .bind(&a.id)
+                .bind(a.id.as_str())
                 .bind(record.delivery_seq)
-                .bind(&record.app_id)
-                .bind(&a.message_id)
-                .bind(&a.endpoint_id)
+                .bind(record.app_id.as_str())
+                .bind(a.message_id.as_str())
+                .bind(a.endpoint_id.as_str())
                 .bind(&a.url)
                 .bind(i64::from(a.attempt_number))
                 .bind(a.success)

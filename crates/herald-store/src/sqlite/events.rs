@@ -4,11 +4,13 @@
 
 use std::collections::HashSet;
 
-use sqlx::{AssertSqlSafe, Row, SqliteConnection};
+use herald_core::id::{EndpointId, MessageId};
+use sqlx::{AssertSqlSafe, SqliteConnection};
 
 use super::chunk::ROWS_PER_INSERT;
 use crate::events::NewEvent;
 use crate::events::{self, ATTEMPT_EXHAUSTED, ATTEMPT_FAILING, ATTEMPT_RECOVERED};
+use crate::rows::Columns;
 use crate::{AttemptRecord, StoreResult};
 
 /// Append events (in order) on a connection that is inside the caller's transaction.
@@ -23,9 +25,9 @@ pub(crate) async fn record(conn: &mut SqliteConnection, events: &[NewEvent]) -> 
         for event in chunk {
             query = query
                 .bind(event.event_type)
-                .bind(&event.app_id)
-                .bind(&event.message_id)
-                .bind(&event.endpoint_id)
+                .bind(event.app_id.as_str())
+                .bind(event.message_id.as_deref())
+                .bind(event.endpoint_id.as_deref())
                 .bind(event.data.to_string())
                 .bind(event.created_at);
         }
@@ -51,7 +53,7 @@ pub(crate) async fn record_attempt_events(conn: &mut SqliteConnection, records: 
 async fn troubled_deliveries(
     conn: &mut SqliteConnection,
     successes: &[&AttemptRecord],
-) -> StoreResult<HashSet<(String, String)>> {
+) -> StoreResult<HashSet<(MessageId, EndpointId)>> {
     let mut troubled = HashSet::new();
     for chunk in successes.chunks(ROWS_PER_INSERT) {
         let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
@@ -65,10 +67,12 @@ async fn troubled_deliveries(
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for record in chunk {
-            query = query.bind(&record.attempt.message_id).bind(&record.attempt.endpoint_id);
+            query = query
+                .bind(record.attempt.message_id.as_str())
+                .bind(record.attempt.endpoint_id.as_str());
         }
         for row in query.fetch_all(&mut *conn).await? {
-            troubled.insert((row.try_get("message_id")?, row.try_get("endpoint_id")?));
+            troubled.insert((row.id("message_id")?, row.id("endpoint_id")?));
         }
     }
     Ok(troubled)

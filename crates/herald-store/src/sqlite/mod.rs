@@ -10,6 +10,7 @@ mod events;
 mod operations;
 mod retention;
 
+use herald_core::id::{EndpointId, MessageId};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,6 +75,7 @@ impl SqlStore<Sqlite> {
             reads,
             writes,
             ingest,
+            ingest_wait: None,
             feed: Mutex::new(Some(feed_rx)),
             stream,
             cipher,
@@ -168,7 +170,7 @@ impl Dialect for Sqlite {
         events::record(&mut tx.0, events).await
     }
 
-    async fn endpoint_changed<'a>(_store: &'a SqliteStore, _endpoint_id: &'a str) {
+    async fn endpoint_changed<'a>(_store: &'a SqliteStore, _endpoint_id: &'a EndpointId) {
         // One process owns a SQLite file: the API that made the change tells its engine itself.
     }
 
@@ -206,7 +208,7 @@ impl Dialect for Sqlite {
 
     async fn expire_waiting<'a>(
         store: &'a SqliteStore,
-        endpoint_id: &'a str,
+        endpoint_id: &'a EndpointId,
         created_before: i64,
         now: i64,
     ) -> StoreResult<u64> {
@@ -217,8 +219,8 @@ impl Dialect for Sqlite {
         loop {
             let mut tx = store.writes.begin().await?;
             let found = sqlx::query(AssertSqlSafe(sql.as_str()))
-                .bind(endpoint_id)
-                .bind(endpoint_id)
+                .bind(endpoint_id.as_str())
+                .bind(endpoint_id.as_str())
                 .bind(crate::events::EXPIRY_SCAN)
                 .bind(created_before)
                 .fetch_all(&mut *tx)
@@ -244,8 +246,8 @@ impl Dialect for Sqlite {
 
     async fn requeue_delivery<'a>(
         store: &'a SqliteStore,
-        message_id: &'a str,
-        endpoint_id: &'a str,
+        message_id: &'a MessageId,
+        endpoint_id: &'a EndpointId,
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
@@ -266,10 +268,10 @@ impl Dialect for Sqlite {
         endpoint: &'a Endpoint,
         since: i64,
         until: i64,
-        after: Option<&'a str>,
+        after: Option<&'a MessageId>,
         limit: usize,
         now: i64,
-    ) -> StoreResult<(Option<String>, u64)> {
+    ) -> StoreResult<(Option<MessageId>, u64)> {
         operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
     }
 

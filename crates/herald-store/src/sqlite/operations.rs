@@ -5,6 +5,7 @@
 //! one transaction): the scheduler reads each endpoint's backlog in `seq` order from a cursor, so a
 //! delivery that becomes pending again must sort after everything already read.
 
+use herald_core::id::MessageId;
 use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
 use sqlx::{Acquire, AssertSqlSafe, Row, SqliteConnection, SqlitePool};
 
@@ -106,10 +107,10 @@ pub(super) async fn add_missing_deliveries(
     endpoint: &Endpoint,
     since: i64,
     until: i64,
-    after: Option<&str>,
+    after: Option<&MessageId>,
     limit: usize,
     now: i64,
-) -> StoreResult<(Option<String>, u64)> {
+) -> StoreResult<(Option<MessageId>, u64)> {
     let mut conn = write.acquire().await?;
     let mut tx = conn.begin().await?;
     let found = sqlx::query(
@@ -118,11 +119,11 @@ pub(super) async fn add_missing_deliveries(
          FROM message m WHERE m.app_id = ? AND m.created_at >= ? AND m.created_at < ? AND m.id > ? \
          ORDER BY m.id LIMIT ?",
     )
-    .bind(&endpoint.id)
-    .bind(&endpoint.app_id)
+    .bind(endpoint.id.as_str())
+    .bind(endpoint.app_id.as_str())
     .bind(since)
     .bind(until)
-    .bind(after.unwrap_or(""))
+    .bind(after.map_or("", |id| id.as_str()))
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(&mut *tx)
     .await?;
@@ -136,8 +137,8 @@ pub(super) async fn add_missing_deliveries(
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for message_id in chunk {
             query = query
-                .bind(message_id)
-                .bind(&endpoint.id)
+                .bind(message_id.as_str())
+                .bind(endpoint.id.as_str())
                 .bind(now)
                 .bind(now)
                 .bind(now)
@@ -149,7 +150,7 @@ pub(super) async fn add_missing_deliveries(
     let last = if found.len() < limit {
         None
     } else {
-        found.last().map(|row| row.try_get::<String, _>("id")).transpose()?
+        found.last().map(|row| row.id("id")).transpose()?
     };
     Ok((last, missing.len() as u64))
 }
