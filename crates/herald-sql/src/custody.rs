@@ -231,6 +231,24 @@ pub struct Bound {
     abandoned: Arc<Mutex<Option<Instant>>>,
 }
 
+/// A call of [`Bound::run`] in progress: dropped before [`Unfinished::finished`], it marks its bound
+/// abandoned.
+struct Unfinished<'a>(Option<&'a Bound>);
+
+impl Unfinished<'_> {
+    fn finished(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(bound) = self.0 {
+            bound.mark_abandoned();
+        }
+    }
+}
+
 impl Bound {
     /// A bound of `limit` on each call.
     pub fn new(limit: Duration) -> Self {
@@ -249,7 +267,13 @@ impl Bound {
     /// may still commit), so the caller must not acknowledge it.
     pub async fn run<T, E: From<TimedOut>>(&self, work: impl Future<Output = Result<T, E>>) -> Result<T, E> {
         let mut work = std::pin::pin!(work);
-        match tokio::time::timeout(self.limit, work.as_mut()).await {
+        // Declared after `work`, so dropped before it: should the caller itself go away mid-call (a
+        // client that disconnected drops its request's future), the mark is set before the connection
+        // `work` holds goes back to the pool, whose release check then bounds its ping too.
+        let unfinished = Unfinished(Some(self));
+        let outcome = tokio::time::timeout(self.limit, work.as_mut()).await;
+        unfinished.finished();
+        match outcome {
             Ok(done) => done,
             Err(_) => {
                 // Marked before `work` (and the connection it holds) is dropped at the end of this scope,
@@ -270,18 +294,19 @@ impl Bound {
         .is_ok()
     }
 
-    fn mark_abandoned(&self) {
-        if let Ok(mut abandoned) = self.abandoned.lock() {
-            *abandoned = Some(Instant::now());
-        }
-    }
-
+    /// Whether a call was given up (or dropped unfinished) lately: what the release check acts on.
     fn abandoned_lately(&self) -> bool {
         self.abandoned
             .lock()
             .ok()
             .and_then(|abandoned| *abandoned)
             .is_some_and(|at| at.elapsed() < ABANDONED_WINDOW)
+    }
+
+    fn mark_abandoned(&self) {
+        if let Ok(mut abandoned) = self.abandoned.lock() {
+            *abandoned = Some(Instant::now());
+        }
     }
 
     /// `options` with the release check: for a while after a call was given up, a connection coming
@@ -425,6 +450,25 @@ impl WriteHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_call_dropped_unfinished_marks_its_bound_as_a_call_given_up() {
+        let bound = Bound::new(Duration::from_secs(60));
+        let finished: Result<(), TimedOut> = bound.run(async { Ok(()) }).await;
+        assert!(finished.is_ok());
+        assert!(!bound.abandoned_lately(), "a finished call marks nothing");
+        // The caller goes away while the call waits on a silent server.
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(20),
+            bound.run(std::future::pending::<Result<(), TimedOut>>()),
+        )
+        .await;
+        assert!(dropped.is_err());
+        assert!(
+            bound.abandoned_lately(),
+            "the dropped call's connection must be checked on release"
+        );
+    }
 
     #[test]
     fn sqlite_codes_are_classified_on_their_primary_code() {

@@ -918,3 +918,65 @@ async fn a_message_answered_503_is_never_committed_by_a_later_batch() {
     );
     println!("reliability: a message taken into a slow batch: answered {second_status} after {second_took:?}");
 }
+
+/// What the receiver of the result-commit test answers: only the result writer's statement that records
+/// the attempt carries it, so the proxy can cut that transaction's `COMMIT`.
+const RESULT_COMMIT_MARKER: &str = "result-commit-marker";
+
+/// The attempts and the `message.attempt.exhausted` events recorded for `msg`.
+async fn recorded_for(herald: &Herald, app: &str, msg: &str) -> (usize, usize) {
+    let attempts = herald.attempts(app, msg).await.len();
+    let events = herald.get("/operational-event?limit=250").await["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e["eventType"] == "message.attempt.exhausted" && e["data"]["msgId"] == msg)
+        .count();
+    (attempts, events)
+}
+
+/// The result writer's `COMMIT` goes through but its answer is lost: the writer cannot know it committed
+/// and writes the batch again. That retry must record nothing twice — neither the attempt (its id is
+/// the same) nor the operational events the attempt causes (a second `message.attempt.exhausted` would
+/// also be pushed to the operational webhook again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_commit_whose_answer_is_lost_records_its_attempt_and_events_once() {
+    let test = "a_result_commit_whose_answer_is_lost_records_its_attempt_and_events_once";
+    let Some((herald, proxy)) = Herald::start_behind_proxy(test, &[]).await else {
+        return;
+    };
+    let app = herald.app("result-commit").await;
+    // A 400 ends the delivery at its first attempt (a content rejection), with an exhausted event.
+    let receiver = Receiver::start(common::Reply::status(400).body(RESULT_COMMIT_MARKER)).await;
+    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    proxy.cut_commit_after(RESULT_COMMIT_MARKER.as_bytes(), CommitCut::After);
+    let post = |n: u32| {
+        let herald = &herald;
+        let path = format!("/app/{app}/msg");
+        async move {
+            let body = herald
+                .post(&path, json!({"eventType": "result.commit", "payload": {"n": n}}))
+                .await;
+            body["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let cut = post(1).await;
+    wait_fired(&proxy, "the result writer's COMMIT").await;
+    // The writer retries its batch before it takes another: once a later message's attempt is
+    // recorded, the retry is done.
+    let later = post(2).await;
+    herald
+        .wait_attempts(&app, &later, Duration::from_secs(60), |attempts| !attempts.is_empty())
+        .await;
+    let (attempts, events) = recorded_for(&herald, &app, &cut).await;
+    assert_eq!(
+        (attempts, events),
+        (1, 1),
+        "the cut message's attempt and exhausted event, each recorded once"
+    );
+    assert_eq!(recorded_for(&herald, &app, &later).await, (1, 1));
+    println!(
+        "reliability: result writer, PostgreSQL COMMIT answered into the void: attempts={attempts} exhausted_events={events}"
+    );
+}

@@ -242,7 +242,8 @@ async fn insert_deliveries(
 /// this node still holds (same owner, same epoch) are written; the others are dropped — another node owns
 /// those deliveries now and sends them again itself (at-least-once). The lease rows stay share-locked
 /// until commit, so a takeover cannot slip in between the check and the writes. A batch retried after a
-/// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`).
+/// commit whose answer was lost finds its attempts already there (`ON CONFLICT DO NOTHING`), and records
+/// none of their operational events again.
 ///
 /// Should the database refuse the batch (rather than be unreachable or fail on a storage fault), it is
 /// written again one record per transaction and a record that cannot be stored is logged and dropped, so that it can never wedge the
@@ -295,12 +296,12 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     }
     let a = |f: fn(&AttemptRecord) -> String| kept.iter().map(|r| f(r)).collect::<Vec<_>>();
     let n = |f: fn(&AttemptRecord) -> i64| kept.iter().map(|r| f(r)).collect::<Vec<_>>();
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
          outcome, response_status, response, duration_ms, trigger_type, created_at) \
          SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::bigint[], $8::bool[], $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::bigint[], \
-         $14::bigint[]) ON CONFLICT DO NOTHING",
+         $14::bigint[]) ON CONFLICT DO NOTHING RETURNING id",
     )
     .bind(a(|r| r.attempt.id.to_string()))
     .bind(n(|r| r.delivery_seq))
@@ -320,8 +321,12 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(n(|r| r.attempt.duration_ms))
     .bind(n(|r| r.attempt.trigger.code()))
     .bind(n(|r| r.attempt.created_at))
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
+    let inserted: HashSet<String> = inserted
+        .iter()
+        .map(|row| row.try_get::<String, _>("id"))
+        .collect::<Result<_, _>>()?;
 
     let kept: Vec<AttemptRecord> = kept.into_iter().cloned().collect();
     let latest = plan::latest_per_delivery(&kept);
@@ -340,7 +345,13 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(l(|r| r.attempt.created_at + r.attempt.duration_ms))
     .execute(&mut *tx)
     .await?;
-    super::events::record_attempt_events(&mut tx, &kept).await?;
+    // Only attempts this transaction added cause events: a batch written again after a commit whose
+    // answer was lost finds its attempts there, and its events with them.
+    let new: Vec<AttemptRecord> = kept
+        .into_iter()
+        .filter(|r| inserted.contains(r.attempt.id.as_str()))
+        .collect();
+    super::events::record_attempt_events(&mut tx, &new).await?;
     tx.commit().await?;
     Ok(())
 }

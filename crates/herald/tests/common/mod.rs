@@ -878,7 +878,9 @@ const COMMIT_MESSAGE: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 /// client sends that holds the bytes it waits for (a `COMMIT`, or a value only one request sends).
 #[derive(Default)]
 struct CommitCuts {
-    armed: Mutex<Option<(Vec<u8>, CommitCut)>>,
+    /// The bytes waited for, the cut, and whether it falls on that connection's next `COMMIT` rather
+    /// than on the chunk holding the bytes.
+    armed: Mutex<Option<(Vec<u8>, CommitCut, bool)>>,
     fired: std::sync::atomic::AtomicUsize,
 }
 
@@ -889,6 +891,8 @@ struct Fate {
     drop_reply: std::sync::atomic::AtomicBool,
     /// Nothing passes any more, either way.
     silent: std::sync::atomic::AtomicBool,
+    /// The cut its next `COMMIT` gets (see [`TcpProxy::cut_commit_after`]).
+    at_commit: Mutex<Option<CommitCut>>,
 }
 
 /// A TCP proxy on loopback in front of another address, that a test can cut and restore (refused
@@ -995,7 +999,13 @@ impl TcpProxy {
     /// only), at `cut` as if the chunk were its `COMMIT`; once. An autocommitted statement commits at
     /// the end of its chunk, so `After` lets it commit and `Before` keeps it from the server.
     pub(crate) fn cut_at_next(&self, bytes: &[u8], cut: CommitCut) {
-        *self.cuts.armed.lock().unwrap() = Some((bytes.to_vec(), cut));
+        *self.cuts.armed.lock().unwrap() = Some((bytes.to_vec(), cut, false));
+    }
+
+    /// Cut, at `cut`, the `COMMIT` of the transaction in which the next chunk holding `bytes` is sent:
+    /// a particular transaction's commit point, whatever else commits meanwhile; once.
+    pub(crate) fn cut_commit_after(&self, bytes: &[u8], cut: CommitCut) {
+        *self.cuts.armed.lock().unwrap() = Some((bytes.to_vec(), cut, true));
     }
 
     /// Whether an armed cut is still waiting for its `COMMIT`.
@@ -1048,13 +1058,27 @@ impl Pump {
             }
             match &self.side {
                 Side::Client(cuts) => {
-                    let armed = {
+                    let chunk = &buffer[..n];
+                    let holds = |bytes: &[u8]| chunk.windows(bytes.len()).any(|w| w == bytes);
+                    let hit = {
                         let mut armed = cuts.armed.lock().unwrap();
-                        let hit = armed
-                            .as_ref()
-                            .is_some_and(|(bytes, _)| buffer[..n].windows(bytes.len()).any(|w| w == bytes.as_slice()));
-                        if hit { armed.take().map(|(_, cut)| cut) } else { None }
+                        if armed.as_ref().is_some_and(|(bytes, _, _)| holds(bytes)) {
+                            armed.take().map(|(_, cut, at_commit)| (cut, at_commit))
+                        } else {
+                            None
+                        }
                     };
+                    let mut at_commit = self.fate.at_commit.lock().unwrap();
+                    let armed = match hit {
+                        Some((cut, true)) => {
+                            *at_commit = Some(cut);
+                            None
+                        }
+                        Some((cut, false)) => Some(cut),
+                        None => None,
+                    };
+                    let armed = armed.or_else(|| if holds(COMMIT_MESSAGE) { at_commit.take() } else { None });
+                    drop(at_commit);
                     if let Some(cut) = armed {
                         cuts.fired.fetch_add(1, Ordering::SeqCst);
                         // Set before the COMMIT goes on, so that its reply is already dropped.
