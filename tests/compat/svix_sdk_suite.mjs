@@ -148,16 +148,17 @@ async function startReceiver() {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
-      requests.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
+      requests.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
       res.writeHead(200, { "content-length": "0" }).end();
     });
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const url = `http://127.0.0.1:${server.address().port}/hook`;
-  const waitFor = async (msgId, timeoutMs = 20000) => {
+  // The first delivery of `msgId` (to `path`, the receiver's URL path, when given).
+  const waitFor = async (msgId, timeoutMs = 20000, path = null) => {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      const found = requests.find((r) => [r.headers["webhook-id"], r.headers["svix-id"]].includes(msgId));
+      const found = requests.find((r) => [r.headers["webhook-id"], r.headers["svix-id"]].includes(msgId) && (path === null || r.path === path));
       if (found) return found;
       await sleep(50);
     }
@@ -177,9 +178,9 @@ const HEADER_SETS = {
   svix: ["svix-id", "svix-timestamp", "svix-signature"],
 };
 
-/** The delivery carries exactly the header sets Herald was told to send; each set alone verifies. */
-function verifyDelivery(secret, { headers, body }) {
-  const mode = process.env.COMPAT_SIGNATURE_HEADERS ?? "webhook";
+/** The delivery carries exactly the header sets of `mode` (by default the server's, which Herald was told to
+ * send); each set alone verifies. */
+function verifyDelivery(secret, { headers, body }, mode = process.env.COMPAT_SIGNATURE_HEADERS ?? "webhook") {
   const wanted = mode === "both" ? ["webhook", "svix"] : [mode];
   const signatureNames = Object.values(HEADER_SETS).flat();
   for (const [set, names] of Object.entries(HEADER_SETS)) {
@@ -192,6 +193,17 @@ function verifyDelivery(secret, { headers, body }) {
       expect(present.length === 0, `${present} sent in ${mode} mode`);
     }
   }
+}
+
+/** A request to Herald without the SDK (for its extensions, which the SDKs have no field for). */
+async function heraldHttp(method, path, body) {
+  const answer = await fetch(`${process.env.HERALD_URL}/api/v1${path}`, {
+    method,
+    headers: { authorization: `Bearer ${process.env.HERALD_TOKEN}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await answer.text();
+  return { status: answer.status, body: text ? JSON.parse(text) : null };
 }
 
 async function waitAttempts(s, appId, msgId, n = 1, timeoutMs = 20000) {
@@ -314,13 +326,9 @@ async function scenario(s, receiver, step) {
   if (s.client.message.poller) {
     // Pull delivery: a polling endpoint (created over HTTP, a Herald resource the SDKs have no operation
     // for), read through the poller before any message is published.
-    const created = await fetch(`${process.env.HERALD_URL}/api/v1/app/${app.id}/polling-endpoint`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${process.env.HERALD_TOKEN}`, "content-type": "application/json" },
-      body: JSON.stringify({ eventTypes: [etName] }),
-    });
+    const created = await heraldHttp("POST", `/app/${app.id}/polling-endpoint`, { eventTypes: [etName] });
     expect(created.status === 201, `polling endpoint: HTTP ${created.status}`);
-    sinkId = (await created.json()).id;
+    sinkId = created.body.id;
     const head = await sdk.message.poller.poll(app.id, sinkId);
     expect(head.done === true && typeof head.iterator === "string", `poller.poll on an empty stream: ${JSON.stringify(head)}`);
     const polled = await sdk.message.poller.consumerPoll(app.id, sinkId, "compat");
@@ -469,6 +477,33 @@ async function scenario(s, receiver, step) {
   await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: etName });
   await s.error(422).sdk.endpoint.sendExample(app.id, ep.id, { eventType: exampleType, exampleIndex: 2 });
   await s.error(404).sdk.endpoint.sendExample(app.id, ep.id, { eventType: `compat.none.${suffix}` });
+
+  step("signature header names per endpoint");
+  // Each endpoint may choose the names of its signature headers (Herald's `signatureHeaders`, set over HTTP:
+  // the SDKs have no field for it); one message reaches an endpoint of each choice, and of none (the
+  // server's), each delivery with exactly its sets, each set verified by the SDK's `Webhook`.
+  const namesType = `compat.names.${suffix}`;
+  const choices = { webhook: "webhook", svix: "svix", both: "both", server: null };
+  const byChoice = {};
+  for (const [choice, names] of Object.entries(choices)) {
+    const created = await heraldHttp("POST", `/app/${app.id}/endpoint`, { url: `${receiver.url}/${choice}`, filterTypes: [namesType], signatureHeaders: names });
+    expect(created.status === 201 && (created.body.signatureHeaders ?? null) === names, `signatureHeaders ${names}: ${JSON.stringify(created)}`);
+    // The SDK reads the endpoint (and ignores the extension).
+    expect((await sdk.endpoint.get(app.id, created.body.id)).id === created.body.id, "endpoint.get of an endpoint with signatureHeaders");
+    byChoice[choice] = created.body.id;
+  }
+  const named = await sdk.message.create(app.id, { eventType: namesType, payload: { names: true } });
+  for (const [choice, names] of Object.entries(choices)) {
+    const delivery = await receiver.waitFor(named.id, 20000, `/hook/${choice}`);
+    const key = (await sdk.endpoint.getSecret(app.id, byChoice[choice])).key;
+    verifyDelivery(key, delivery, names ?? undefined);
+  }
+  // A PATCH to null gives the endpoint back to the server's setting; anything but the three names is a 422.
+  const reset = await heraldHttp("PATCH", `/app/${app.id}/endpoint/${byChoice.svix}`, { signatureHeaders: null });
+  expect(reset.status === 200 && !("signatureHeaders" in reset.body), `PATCH signatureHeaders null: ${JSON.stringify(reset)}`);
+  const bad = await heraldHttp("PATCH", `/app/${app.id}/endpoint/${byChoice.svix}`, { signatureHeaders: "x-svix" });
+  expect(bad.status === 422 && JSON.stringify(bad.body.detail[0].loc) === JSON.stringify(["body", "signatureHeaders"]), `a bad name: ${JSON.stringify(bad)}`);
+  for (const id of Object.values(byChoice)) await sdk.endpoint.delete(app.id, id);
 
   step("portal access");
   const access = await sdk.authentication.appPortalAccess(app.id, {});

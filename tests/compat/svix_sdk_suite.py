@@ -36,6 +36,7 @@ import threading
 import time
 import traceback
 import typing as t
+import urllib.error
 import urllib.request
 import uuid
 
@@ -196,7 +197,7 @@ def options(name: str, /, **fields: t.Any) -> t.Any:
 
 class Receiver:
     def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self.lock = threading.Lock()
         outer = self
 
@@ -204,7 +205,7 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 with outer.lock:
-                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                    outer.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -216,12 +217,13 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
-    def wait_for(self, msg_id: str, timeout: float = 20.0) -> tuple[dict[str, str], bytes]:
+    def wait_for(self, msg_id: str, timeout: float = 20.0, path: str | None = None) -> tuple[dict[str, str], bytes]:
+        """The first delivery of `msg_id` (to `path`, the receiver's URL path, when given)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                for headers, body in self.requests:
-                    if msg_id in (headers.get("webhook-id"), headers.get("svix-id")):
+                for at, headers, body in self.requests:
+                    if msg_id in (headers.get("webhook-id"), headers.get("svix-id")) and path in (None, at):
                         return headers, body
             time.sleep(0.05)
         raise Mismatch(f"message {msg_id} was not delivered within {timeout:.0f}s")
@@ -238,10 +240,10 @@ HEADER_SETS = {
 }
 
 
-def verify_delivery(secret: str, headers: dict[str, str], body: bytes) -> None:
-    """The delivery carries exactly the signature header sets Herald was told to send, and each set on its
-    own verifies with the SDK's `Webhook`."""
-    mode = os.environ.get("COMPAT_SIGNATURE_HEADERS", "webhook")
+def verify_delivery(secret: str, headers: dict[str, str], body: bytes, mode: str | None = None) -> None:
+    """The delivery carries exactly the signature header sets of `mode` (by default the server's, which
+    Herald was told to send), and each set on its own verifies with the SDK's `Webhook`."""
+    mode = mode or os.environ.get("COMPAT_SIGNATURE_HEADERS", "webhook")
     wanted = ["webhook", "svix"] if mode == "both" else [mode]
     for name, names in HEADER_SETS.items():
         present = [n for n in names if n in headers]
@@ -251,6 +253,23 @@ def verify_delivery(secret: str, headers: dict[str, str], body: bytes) -> None:
             Webhook(secret).verify(body, only)
         else:
             expect(not present, f"{present} sent in {mode!r} mode")
+
+
+def herald_http(method: str, path: str, body: t.Any = None) -> tuple[int, t.Any]:
+    """A request to Herald without the SDK (for its extensions, which the SDKs have no field for): the
+    status and the JSON answer (None when empty)."""
+    request = urllib.request.Request(
+        f"{os.environ['HERALD_URL']}/api/v1{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"authorization": f"Bearer {os.environ['HERALD_TOKEN']}", "content-type": "application/json"},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(request) as answer:
+            status, text = answer.status, answer.read()
+    except urllib.error.HTTPError as refused:
+        status, text = refused.code, refused.read()
+    return status, json.loads(text) if text else None
 
 
 def wait_attempts(s: Suite, app_id: str, msg_id: str, n: int = 1, timeout: float = 20.0) -> list[t.Any]:
@@ -417,14 +436,9 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     if hasattr(s.client.message, "poller"):  # every 2.x; some 1.x have no poller
         # Pull delivery: a polling endpoint (created over HTTP, a Herald resource the SDKs have no operation
         # for), read through the poller before any message is published.
-        request = urllib.request.Request(
-            f"{os.environ['HERALD_URL']}/api/v1/app/{app.id}/polling-endpoint",
-            data=json.dumps({"eventTypes": [et_name]}).encode(),
-            headers={"authorization": f"Bearer {os.environ['HERALD_TOKEN']}", "content-type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request) as answer:
-            sink_id = json.load(answer)["id"]
+        status, sink = herald_http("POST", f"/app/{app.id}/polling-endpoint", {"eventTypes": [et_name]})
+        expect(status == 201, f"polling endpoint: HTTP {status} {sink!r}")
+        sink_id = sink["id"]
         head = sdk.message.poller.poll(app.id, sink_id)
         expect(head.done and isinstance(head.iterator, str), f"poller.poll on an empty stream: {head!r}")
         polled = sdk.message.poller.consumer_poll(app.id, sink_id, "compat")
@@ -593,6 +607,33 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect(refused.detail[0].loc[-1] == "eventType", f"422 without an example names {refused.detail[0].loc!r}")
     s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type, example_index=2))
     s.error(404).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=f"compat.none.{suffix}"))
+
+    step("signature header names per endpoint")
+    # Each endpoint may choose the names of its signature headers (Herald's `signatureHeaders`, set over
+    # HTTP: the SDKs have no field for it); one message reaches an endpoint of each choice, and of none
+    # (the server's), each delivery with exactly its sets, each set verified by the SDK's `Webhook`.
+    names_type = f"compat.names.{suffix}"
+    choices = {"webhook": "webhook", "svix": "svix", "both": "both", "server": None}
+    by_choice = {}
+    for choice, names in choices.items():
+        body = {"url": f"{receiver.url}/{choice}", "filterTypes": [names_type], "signatureHeaders": names}
+        status, created = herald_http("POST", f"/app/{app.id}/endpoint", body)
+        expect(status == 201 and created.get("signatureHeaders") == names, f"signatureHeaders {names!r}: {status} {created!r}")
+        # The SDK reads the endpoint (and ignores the extension).
+        expect(sdk.endpoint.get(app.id, created["id"]).id == created["id"], "endpoint.get of an endpoint with signatureHeaders")
+        by_choice[choice] = created["id"]
+    named = sdk.message.create(app.id, mk("MessageIn", event_type=names_type, payload={"names": True}))
+    for choice, names in choices.items():
+        headers, body = receiver.wait_for(named.id, path=f"/hook/{choice}")
+        key = sdk.endpoint.get_secret(app.id, by_choice[choice]).key
+        verify_delivery(key, headers, body, mode=names)
+    # A PATCH to null gives the endpoint back to the server's setting; anything but the three names is a 422.
+    status, patched = herald_http("PATCH", f"/app/{app.id}/endpoint/{by_choice['svix']}", {"signatureHeaders": None})
+    expect(status == 200 and "signatureHeaders" not in patched, f"PATCH signatureHeaders null: {status} {patched!r}")
+    status, refused = herald_http("PATCH", f"/app/{app.id}/endpoint/{by_choice['svix']}", {"signatureHeaders": "x-svix"})
+    expect(status == 422 and refused["detail"][0]["loc"] == ["body", "signatureHeaders"], f"a bad name: {status} {refused!r}")
+    for endpoint_id in by_choice.values():
+        sdk.endpoint.delete(app.id, endpoint_id)
 
     step("portal access")
     access = sdk.authentication.app_portal_access(app.id, mk("AppPortalAccessIn"))

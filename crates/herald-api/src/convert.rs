@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
+    HeaderNames, Message, OperationalEvent,
 };
 use herald_store::{DeliveryRecord, DeliveryView};
 use serde_json::value::RawValue;
@@ -77,6 +77,7 @@ pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
         max_concurrency: ep.max_concurrency,
         ordering: ep.ordering.as_str(),
         request_timeout_ms: ep.request_timeout_ms,
+        signature_headers: ep.signature_headers.map(HeaderNames::as_str),
         disabled_reason: ep.disabled_reason.map(DisabledReason::into_text),
         health: None,
         id: ep.id.into_string(),

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use herald_signature::HeaderNames;
+
 use crate::id::{AppId, AttemptId, EndpointId, MessageId, TaskId};
 use crate::outcome::OutcomeClass;
 
@@ -149,6 +151,9 @@ pub struct Endpoint {
     pub ordering: Ordering,
     /// Time allowed for one attempt, in milliseconds; `None` for the operator's default.
     pub request_timeout_ms: Option<u32>,
+    /// The names its signature headers are sent under (`webhook-*`, `svix-*` or both); `None` for the
+    /// operator's setting (`HERALD_SIGNATURE_HEADERS`).
+    pub signature_headers: Option<HeaderNames>,
     /// Endpoint version (Svix field; informational).
     pub version: i32,
     /// Client labels.
@@ -538,6 +543,7 @@ mod tests {
             max_concurrency: None,
             ordering: Ordering::Unordered,
             request_timeout_ms: None,
+            signature_headers: None,
             version: 1,
             metadata: Metadata::new(),
             secret: "whsec_x".into(),

@@ -145,7 +145,9 @@ impl AttemptTask {
                     &message.id,
                     &message.payload,
                     started_at / 1000,
-                    self.client.signature_headers(),
+                    self.endpoint
+                        .signature_headers
+                        .unwrap_or_else(|| self.client.signature_headers()),
                 );
                 // The body shares the message's bytes: a fan-out or a retry never copies the payload.
                 let timeout = self.endpoint.request_timeout_ms.map_or_else(
@@ -399,6 +401,7 @@ mod tests {
             max_concurrency: None,
             ordering: herald_core::model::Ordering::Unordered,
             request_timeout_ms: None,
+            signature_headers: None,
             version: 1,
             metadata: Default::default(),
             secret: String::new(),

@@ -67,7 +67,7 @@ async fn challenge(client: &DeliveryClient, endpoint: &Endpoint) -> Result<(), S
         &id,
         payload.as_bytes(),
         now_ms() / 1000,
-        client.signature_headers(),
+        endpoint.signature_headers.unwrap_or_else(|| client.signature_headers()),
     );
     let response = client.post(&endpoint.url, headers, bytes::Bytes::from(payload)).await;
     match response.result {

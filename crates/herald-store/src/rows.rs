@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use herald_core::id::{EndpointId, Id, Kind, MessageId};
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Headers,
-    Message, Metadata, OperationalEvent, Ordering, TaskKind, TaskState,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
+    HeaderNames, Headers, Message, Metadata, OperationalEvent, Ordering, TaskKind, TaskState,
 };
 use herald_core::outcome::OutcomeClass;
 use sqlx::Row;
@@ -170,6 +170,14 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
         rate_limit: u32_opt(row.opt_int("rate_limit")?),
         max_concurrency: u32_opt(row.opt_int("max_concurrency")?),
         request_timeout_ms: u32_opt(row.opt_int("request_timeout_ms")?),
+        signature_headers: row
+            .opt_text("signature_headers")?
+            .map(|names| {
+                names
+                    .parse::<HeaderNames>()
+                    .map_err(|e| StoreError::Corrupt(format!("signature_headers column: {e}")))
+            })
+            .transpose()?,
         ordering: {
             let name = row.text("ordering")?;
             Ordering::parse(&name).ok_or_else(|| StoreError::Corrupt(format!("ordering column: {name:?}")))?

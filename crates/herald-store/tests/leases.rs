@@ -55,6 +55,7 @@ fn endpoint(app_id: &AppId) -> Endpoint {
         max_concurrency: None,
         ordering: Ordering::Unordered,
         request_timeout_ms: None,
+        signature_headers: None,
         version: 1,
         metadata: BTreeMap::new(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Herald, Receiver, Reply};
+use common::{Herald, Received, Receiver, Reply};
 use herald_signature::{HmacSecret, Verifier};
 use serde_json::{Value, json};
 
@@ -35,6 +35,50 @@ async fn verifying_app(herald: &Herald) -> String {
     app["id"].as_str().unwrap().to_owned()
 }
 
+/// `received` is signed with the endpoint's secret under the header `names` (id, timestamp, signature).
+async fn assert_signed(herald: &Herald, app: &str, ep: &str, received: &Received, names: [&str; 3]) {
+    let secret = herald.get(&format!("/app/{app}/endpoint/{ep}/secret")).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let [id, timestamp, signature] = names.map(|name| received.header(name));
+    Verifier::new(vec![HmacSecret::parse(&secret).unwrap().into()])
+        .verify_now(id, timestamp, signature, &received.body)
+        .unwrap_or_else(|e| panic!("not signed with the endpoint's secret under {names:?}: {e}"));
+}
+
+#[tokio::test]
+async fn the_challenge_goes_out_under_the_header_names_the_endpoint_chose() {
+    // The server sends `webhook-*`; this endpoint asked for `svix-*` alone.
+    let herald = Herald::start(&[]).await;
+    let receiver = Receiver::start(Reply::status(200).echo()).await;
+    let app = verifying_app(&herald).await;
+    let created = herald
+        .post(
+            &format!("/app/{app}/endpoint"),
+            json!({"url": receiver.url(), "signatureHeaders": "svix"}),
+        )
+        .await;
+    assert_eq!(created["signatureHeaders"], "svix", "{created}");
+    let ep = created["id"].as_str().unwrap().to_owned();
+    endpoint_when(&herald, &app, &ep, |e| e["disabled"] == false).await;
+    let challenge = &receiver.received()[0];
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        assert!(
+            challenge.headers.get(name).is_none(),
+            "{name} sent to an endpoint that chose svix-*"
+        );
+    }
+    assert_signed(
+        &herald,
+        &app,
+        &ep,
+        challenge,
+        ["svix-id", "svix-timestamp", "svix-signature"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn an_endpoint_that_echoes_the_signed_challenge_is_enabled() {
     let herald = Herald::start(&[]).await;
@@ -53,18 +97,8 @@ async fn an_endpoint_that_echoes_the_signed_challenge_is_enabled() {
     let body: Value = serde_json::from_slice(&challenge.body).unwrap();
     assert_eq!(body["type"], "webhook.verification");
     assert!(body["challenge"].as_str().unwrap().len() >= 32);
-    let secret = herald.get(&format!("/app/{app}/endpoint/{ep}/secret")).await["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    Verifier::new(vec![HmacSecret::parse(&secret).unwrap().into()])
-        .verify_now(
-            challenge.header("webhook-id"),
-            challenge.header("webhook-timestamp"),
-            challenge.header("webhook-signature"),
-            &challenge.body,
-        )
-        .expect("the challenge is signed with the endpoint's secret");
+    let names = ["webhook-id", "webhook-timestamp", "webhook-signature"];
+    assert_signed(&herald, &app, &ep, challenge, names).await;
 
     herald
         .post(

@@ -8,7 +8,9 @@
 //! Each run also sets `HERALD_SIGNATURE_HEADERS` and the script checks every delivery carries exactly those
 //! header sets, each verifying on its own with the SDK's `Webhook`: across a language's two generations
 //! the verifier sees `svix-*` alone and, in `both`, `webhook-*` alone and `svix-*` alone (the default
-//! `webhook` mode is the Standard Webhooks set the rest of the test suite verifies).
+//! `webhook` mode is the Standard Webhooks set the rest of the test suite verifies). Every run also gives
+//! one message to four endpoints that choose their own names (`signatureHeaders`: `webhook`, `svix`, `both`,
+//! and none, the server's), each delivery verified the same way.
 
 use crate::common;
 
@@ -29,9 +31,6 @@ fn sdk_dir() -> PathBuf {
         .unwrap_or_else(|| workspace().join("target"))
 }
 
-/// Run one suite script (`program script`) against a fresh Herald that sends the signature headers under
-/// `signature_headers` (`webhook`, `svix` or `both`); the script's last line must report success, and
-/// every operation it found must have been exercised.
 /// Which store the suite's server runs on.
 #[derive(Clone, Copy)]
 enum Backend {
@@ -51,6 +50,9 @@ async fn start(backend: Backend, signature_headers: &str) -> Option<Herald> {
     }
 }
 
+/// Run one suite script (`program script`) against a fresh Herald on `backend` that sends the signature
+/// headers under `signature_headers` (`webhook`, `svix` or `both`); the script's last line must report
+/// success, and every operation it found must have been exercised. `None` when the backend is not there.
 async fn run_suite(
     program: PathBuf,
     script: &str,

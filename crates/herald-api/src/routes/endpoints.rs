@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use herald_core::breaker::BreakerState;
 use herald_core::clock::now_ms;
 use herald_core::id::{EndpointId, EndpointIdOrUid, IdKind};
-use herald_core::model::{Application, DisabledReason, Endpoint, Headers, Ordering};
+use herald_core::model::{Application, DisabledReason, Endpoint, HeaderNames, Headers, Ordering};
 use herald_store::StoreError;
 
 use crate::body::JsonBody;
@@ -61,6 +61,8 @@ struct EndpointFields {
     /// As given; checked by `validate`.
     ordering: Option<String>,
     request_timeout_ms: Option<u32>,
+    /// As given; checked by `validate`.
+    signature_headers: Option<String>,
     metadata: Metadata,
     /// Basic-auth credentials taken out of the URL by `validate`, as an `Authorization` value: they are
     /// kept with the custom headers, which are sealed at rest, never in the URL column.
@@ -118,6 +120,14 @@ impl EndpointFields {
                 ),
             ));
         }
+        if let Some(names) = &self.signature_headers
+            && names.parse::<HeaderNames>().is_err()
+        {
+            return Err(ApiError::body(
+                "signatureHeaders",
+                format!("must be \"webhook\", \"svix\" or \"both\", got {names:?}"),
+            ));
+        }
         if let Some(mode) = &self.ordering
             && Ordering::parse(mode).is_none()
         {
@@ -143,6 +153,7 @@ impl EndpointFields {
         endpoint.rate_limit = self.throttle_rate.map(u32::from);
         endpoint.max_concurrency = self.max_concurrency;
         endpoint.request_timeout_ms = self.request_timeout_ms;
+        endpoint.signature_headers = self.signature_headers.as_deref().and_then(|names| names.parse().ok());
         endpoint.ordering = self.ordering.as_deref().and_then(Ordering::parse).unwrap_or_default();
         endpoint.metadata = self.metadata;
         if let Some(authorization) = self.url_credentials {
@@ -168,6 +179,8 @@ impl EndpointFields {
         patch.max_concurrency.apply_to(&mut max_concurrency);
         let mut request_timeout_ms = endpoint.request_timeout_ms;
         patch.request_timeout_ms.apply_to(&mut request_timeout_ms);
+        let mut signature_headers = endpoint.signature_headers.map(|names| names.as_str().to_owned());
+        patch.signature_headers.apply_to(&mut signature_headers);
         Self {
             url: patch.url.unwrap_or_else(|| endpoint.url.clone()),
             description: patch.description.unwrap_or_else(|| endpoint.description.clone()),
@@ -178,6 +191,7 @@ impl EndpointFields {
             throttle_rate,
             max_concurrency,
             request_timeout_ms,
+            signature_headers,
             ordering: Some(patch.ordering.unwrap_or_else(|| endpoint.ordering.as_str().to_owned())),
             metadata: patch.metadata.unwrap_or_else(|| endpoint.metadata.clone()),
             url_credentials: None,
@@ -198,6 +212,7 @@ impl From<EndpointUpdate> for EndpointFields {
             max_concurrency: u.max_concurrency,
             ordering: u.ordering,
             request_timeout_ms: u.request_timeout_ms,
+            signature_headers: u.signature_headers,
             metadata: u.metadata,
             url_credentials: None,
         }
@@ -268,6 +283,7 @@ async fn insert(
         max_concurrency: None,
         ordering: Ordering::Unordered,
         request_timeout_ms: None,
+        signature_headers: None,
         version: 1,
         metadata: Metadata::new(),
         secret,
@@ -305,6 +321,7 @@ impl EndpointIn {
             max_concurrency: self.max_concurrency,
             ordering: self.ordering,
             request_timeout_ms: self.request_timeout_ms,
+            signature_headers: self.signature_headers,
             metadata: self.metadata,
             url_credentials: None,
         }

@@ -86,7 +86,7 @@ impl DeliveryClient {
         self.config.total_timeout
     }
 
-    /// The names every request's signature headers go out under.
+    /// The names signature headers go out under where the endpoint does not choose (`HERALD_SIGNATURE_HEADERS`).
     pub fn signature_headers(&self) -> HeaderNames {
         self.config.signature_headers
     }

@@ -14,8 +14,8 @@ use herald_core::id::{
     AppId, AppIdOrUid, AttemptId, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId, TaskId,
 };
 use herald_core::model::{
-    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType, Message,
-    OperationalEvent, PreviousSecret, TaskKind, TaskState,
+    Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
+    HeaderNames, Message, OperationalEvent, PreviousSecret, TaskKind, TaskState,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -119,7 +119,7 @@ fn unsigned(value: i64) -> u64 {
 
 /// An endpoint's changeable fields, in the column order both `create_endpoint` and `update_endpoint`
 /// bind them.
-const ENDPOINT_FIELDS: [&str; 15] = [
+const ENDPOINT_FIELDS: [&str; 16] = [
     "uid",
     "url",
     "description",
@@ -131,6 +131,7 @@ const ENDPOINT_FIELDS: [&str; 15] = [
     "max_concurrency",
     "ordering",
     "request_timeout_ms",
+    "signature_headers",
     "version",
     "metadata",
     "headers",
@@ -150,6 +151,7 @@ fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCiphe
         .bind(ep.max_concurrency.map(i64::from))
         .bind(ep.ordering.as_str())
         .bind(ep.request_timeout_ms.map(i64::from))
+        .bind(ep.signature_headers.map(HeaderNames::as_str))
         .bind(i64::from(ep.version))
         .bind(rows::encode_metadata(&ep.metadata))
         .bind(crate::sealing::seal_headers(cipher, &ep.id, &ep.headers))
@@ -385,7 +387,10 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn create_endpoint(&self, ep: &Endpoint) -> StoreResult<()> {
-        let marks = (1..=19).map(|n| format!("${n}")).collect::<Vec<_>>().join(", ");
+        let marks = (1..=ENDPOINT_FIELDS.len() + 4)
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let text = format!(
             "INSERT INTO endpoint (id, app_id, created_at, {}, secret) VALUES ({marks})",
             ENDPOINT_FIELDS.join(", ")
