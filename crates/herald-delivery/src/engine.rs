@@ -35,7 +35,7 @@ use herald_core::scheduler::{
 use herald_store::{
     AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SharedStore, StoreError, partition_of,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
 use crate::client::DeliveryClient;
@@ -187,6 +187,18 @@ impl EngineHandle {
     }
 }
 
+/// How many endpoint records the engine loads at once, and, apart from them, how many backlog reads
+/// (refills and counts) it runs at once.
+///
+/// A wide fan-out to endpoints a node has not loaded yet starts a load (and, with several nodes, a
+/// backlog read and a count) per endpoint. Unbounded, a message to 10,000 such endpoints on PostgreSQL
+/// took every connection of the pool: each read waited out the pool's acquire timeout and retried, the
+/// lease keeper's own queries timed out with them, so the node gave up its partitions and dropped its
+/// queues, and deliveries crawled (under 50/s). Bounded, they run a few at a time and leave most of the
+/// pool to the API, the result writer and the keeper. Two separate budgets, so an endpoint whose record
+/// is loaded does not wait for every other endpoint's record before its backlog is read.
+const BACKGROUND_READS: usize = 4;
+
 /// The delivery engine.
 pub struct Engine {
     store: SharedStore,
@@ -211,6 +223,10 @@ pub struct Engine {
     feed_gate: FeedGate,
     /// Attempt counters of the endpoints that had attempts, for their metrics.
     counters: HashMap<EndpointId, EndpointCounters>,
+    /// Turns for loading endpoint records (see [`BACKGROUND_READS`]).
+    record_reads: Arc<Semaphore>,
+    /// Turns for backlog reads and counts (see [`BACKGROUND_READS`]).
+    backlog_reads: Arc<Semaphore>,
 }
 
 impl Engine {
@@ -247,6 +263,8 @@ impl Engine {
             feed_gate: FeedGate::new(Owner::of(&store).is_shared()),
             owner: Owner::of(&store),
             counters: HashMap::new(),
+            record_reads: Arc::new(Semaphore::new(BACKGROUND_READS)),
+            backlog_reads: Arc::new(Semaphore::new(BACKGROUND_READS)),
         };
         let mut backlogs = Vec::new();
         for endpoint_id in store.endpoints_with_pending().await? {
@@ -414,11 +432,15 @@ impl Engine {
         for refill in self.scheduler.refills_wanted() {
             let store = self.store.clone();
             let events = self.events_tx.clone();
+            let turns = self.backlog_reads.clone();
             tokio::spawn(async move {
-                let event = match store
-                    .load_pending(&refill.endpoint, refill.after_seq, refill.limit)
-                    .await
-                {
+                let read = {
+                    let _turn = turns.acquire().await;
+                    store
+                        .load_pending(&refill.endpoint, refill.after_seq, refill.limit)
+                        .await
+                };
+                let event = match read {
                     Ok(loaded) => {
                         let exhausted = loaded.len() < refill.limit;
                         Event::Refilled {
@@ -508,9 +530,11 @@ impl Engine {
         self.loading.insert(key.clone(), false);
         let store = self.store.clone();
         let events = self.events_tx.clone();
+        let turns = self.record_reads.clone();
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(100);
             loop {
+                let turn = turns.acquire().await;
                 let loaded = match store.get_endpoint_by_id(&key).await {
                     Ok(endpoint) => match store.previous_secrets(&key, now_ms()).await {
                         Ok(previous) => store
@@ -525,6 +549,7 @@ impl Engine {
                     },
                     Err(error) => Err(error),
                 };
+                drop(turn);
                 match loaded {
                     Ok(loaded) => break events.send(Event::EndpointLoaded(key, Box::new(loaded))),
                     Err(StoreError::NotFound) => break events.send(Event::EndpointGone(key)),
@@ -762,10 +787,14 @@ impl Engine {
         if keys.is_empty() {
             return;
         }
-        let (store, events) = (self.store.clone(), self.events_tx.clone());
+        let (store, events, turns) = (self.store.clone(), self.events_tx.clone(), self.backlog_reads.clone());
         tokio::spawn(async move {
             for key in keys {
-                match store.endpoint_backlog(&key).await {
+                let counted = {
+                    let _turn = turns.acquire().await;
+                    store.endpoint_backlog(&key).await
+                };
+                match counted {
                     Ok(backlog) => {
                         let _ = events.send(Event::BacklogCounted(key, backlog.pending));
                     }

@@ -10,6 +10,12 @@
 //! [`crate::plan`]), so a message can never be fanned out to a stale list of endpoints. How a batch is
 //! written is the backend's [`BatchWriter`]; should a batch fail as a whole, it is replayed one message
 //! per savepoint, so one failing message fails alone and never half-stores.
+//!
+//! A request waits for its answer within a bound (PostgreSQL), and a message answered `503` for its wait
+//! must never be committed by a later batch: a producer retrying it without an `eventId` would store it
+//! twice. So each job carries a [`Ticket`]: either the writer takes it (the job is in a batch, and the
+//! request waits for that batch's answer, which the writer bounds) or the request gives it back while
+//! the job is still queued (the writer then never writes it), whichever comes first.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
