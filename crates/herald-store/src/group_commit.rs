@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use herald_core::model::AttemptTrigger;
 
-use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
+use crate::{Change, Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 use herald_sql::custody::WriteHealth;
 
 /// The most messages committed in one transaction.
@@ -188,7 +188,7 @@ pub(crate) async fn run<W: BatchWriter>(
     pool: Pool<W::Db>,
     writer: W,
     mut jobs: mpsc::Receiver<IngestJob>,
-    feed: mpsc::UnboundedSender<Vec<PendingDelivery>>,
+    feed: mpsc::UnboundedSender<Change>,
     health: Arc<WriteHealth>,
     deadline: Option<Duration>,
     stream: tokio::sync::watch::Sender<u64>,
@@ -217,7 +217,7 @@ pub(crate) async fn run<W: BatchWriter>(
                 if !committed.is_empty() {
                     // The receiver is gone only when the node is shutting down; the rows are durable and
                     // are picked up from the store at the next start.
-                    let _ = feed.send(committed);
+                    let _ = feed.send(Change::Committed(committed));
                 }
                 for (job, outcome) in batch.drain(..).zip(outcomes) {
                     let _ = job.reply.send(outcome);
