@@ -117,17 +117,10 @@ impl AppState {
         }
     }
 
-    /// An endpoint changed (or was deleted): tell the delivery engine to reload it. Fan-out needs no
-    /// notice: the store reads the endpoints inside each ingest transaction.
-    pub(crate) fn endpoint_changed(&self, endpoint_id: &EndpointId) {
-        if let Some(engine) = &self.engine {
-            engine.endpoint_changed(endpoint_id);
-        }
-    }
-
-    /// Like [`endpoint_changed`](Self::endpoint_changed), and answer only once the engine uses the changed
-    /// record (keys, headers), so a client that saw its rotation or revocation succeed never sees a later
-    /// attempt signed with the replaced key. Bounded: a stuck engine delays the answer by 5 s at most.
+    /// Answer only once the delivery engine uses an endpoint's changed record (keys, headers), so a client
+    /// that saw its rotation or revocation succeed never sees a later attempt signed with the replaced key.
+    /// Every change reaches the engine on the store's change stream; only this wait is asked of it.
+    /// Bounded: a stuck engine delays the answer by 5 s at most.
     pub(crate) async fn endpoint_applied(&self, endpoint_id: &EndpointId) {
         if let Some(engine) = &self.engine {
             engine
@@ -136,25 +129,10 @@ impl AppState {
         }
     }
 
-    /// Deliveries of an endpoint became pending outside ingest (resend, recover, replay-missing): tell the
-    /// delivery engine to read its backlog again.
-    pub(crate) fn engine_backlog(&self, endpoint_id: &EndpointId) {
-        if let Some(engine) = &self.engine {
-            engine.backlog(endpoint_id);
-        }
-    }
-
     /// Run an endpoint's ownership check.
     pub(crate) fn engine_verify(&self, endpoint_id: &EndpointId) {
         if let Some(engine) = &self.engine {
             engine.verify(endpoint_id);
-        }
-    }
-
-    /// Pending deliveries were cancelled: tell the delivery engine not to send them.
-    pub(crate) fn engine_cancelled(&self, deliveries: Vec<(EndpointId, i64)>) {
-        if let Some(engine) = &self.engine {
-            engine.cancelled(deliveries);
         }
     }
 }

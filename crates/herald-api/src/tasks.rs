@@ -5,9 +5,9 @@
 //!
 //! A task works in chunks, one short transaction each, and records its progress after every chunk, so
 //! `GET /background-task/{id}` shows how far it is and the single write connection is never held for
-//! long. It does not send anything itself: it makes deliveries pending and tells the delivery engine,
-//! which sends them through the endpoint's usual concurrency cap, pacing, circuit breaker and slow start —
-//! that is what keeps a recovering endpoint from being flooded. Only deliveries that are not already
+//! long. It does not send anything itself: it makes deliveries pending, and the store announces them to
+//! the delivery engine, which sends them through the endpoint's usual concurrency cap, pacing, circuit
+//! breaker and slow start — that is what keeps a recovering endpoint from being flooded. Only deliveries that are not already
 //! pending are touched, so running a repair twice never queues anything twice.
 //!
 //! Recover and bulk replay take deliveries in `seq` order up to the highest `seq` that existed when they
@@ -331,11 +331,11 @@ fn spawn_purge(state: &AppState, task: BackgroundTask, before: i64) {
                 .and_then(|data| data.get("messagesPurged").and_then(Value::as_u64))
                 .unwrap_or(0);
             loop {
-                let (expunged, cancelled) = state
+                // The store announces the deliveries it cancelled to the engine.
+                let (expunged, _cancelled) = state
                     .store
                     .expunge_app_payloads(&task.app_id, before, CHUNK, now_ms())
                     .await?;
-                state.engine_cancelled(cancelled);
                 purged += expunged;
                 task.processed += expunged;
                 task.total = task.total.max(task.processed);
@@ -429,9 +429,6 @@ async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut 
         // A count taken at the start can be overtaken (deliveries finished meanwhile).
         task.total = task.total.max(task.processed);
         task.updated_at = now_ms();
-        if made_pending > 0 {
-            state.engine_backlog(&endpoint.id);
-        }
         if done {
             return Ok(());
         }

@@ -197,6 +197,32 @@ fn a_read_that_outlived_its_queue_is_not_taken_by_the_next_one() {
 }
 
 #[test]
+fn an_endpoint_is_asked_for_again_only_after_its_read_answers() {
+    // Thousands of endpoints may be read at once after a wide fan-out: one whose read is on its way is
+    // not considered again until the answer, and comes back if the store had more (or the read failed).
+    let mut s = sched(4);
+    for key in ["a", "b"] {
+        s.mark_backlog(key, limits(4));
+    }
+    let mut wanted = s.refills_wanted();
+    wanted.sort_by_key(|r| r.endpoint);
+    assert_eq!(wanted.len(), 2);
+    assert!(s.refills_wanted().is_empty(), "both reads are on their way");
+    let b = wanted.pop().unwrap();
+    let a = wanted.pop().unwrap();
+    s.refilled(a, vec![Loaded { seq: 1, due: 0, job: 1 }], false, 0);
+    s.refilled(b, Vec::new(), false, 0);
+    let mut again = s.refills_wanted();
+    again.sort_by_key(|r| r.endpoint);
+    let after: Vec<(&str, i64)> = again.iter().map(|r| (r.endpoint, r.after_seq)).collect();
+    assert_eq!(after, [("a", 1), ("b", 0)], "the store had more of a; b's read failed");
+    for refill in again {
+        s.refilled(refill, Vec::new(), true, 0);
+    }
+    assert!(s.refills_wanted().is_empty(), "both exhausted");
+}
+
+#[test]
 fn backlog_marked_at_start_is_refilled() {
     let mut s = sched(10);
     s.mark_backlog("a", limits(1));

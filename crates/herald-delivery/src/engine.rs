@@ -2,10 +2,11 @@
 //! attempt runs as its own task and reports back.
 //!
 //! Events the loop handles:
-//! - deliveries committed by ingest (the store's commit feed, in commit order);
+//! - the store's change stream, in commit order: deliveries committed by ingest (the commit feed),
+//!   endpoint changes, backlogs re-queued outside ingest, cancellations;
 //! - outcomes of finished attempts (whose records go to the batched result writer);
 //! - backlog refills read from the store;
-//! - endpoint (re)loads, after the API changed an endpoint or when an endpoint is first seen;
+//! - endpoint (re)loads, after the store announced an endpoint's change or when an endpoint is first seen;
 //! - the clock, when the earliest retry timer or endpoint wake-up (breaker probe, `Retry-After` hold, rate
 //!   pacing) is due, and a periodic sweep that settles deliveries whose time window ended while their
 //!   endpoint was paused or its circuit open;
@@ -31,8 +32,10 @@ use herald_core::retry::RetrySchedule;
 use herald_core::scheduler::{
     EndpointLimits, EndpointSnapshot, Finished, Loaded, Refill, Scheduler, SchedulerConfig, Verdict,
 };
-use herald_store::{AttemptRecord, CommitFeed, OwnershipEvent, PendingDelivery, SharedStore, StoreError, partition_of};
-use tokio::sync::{mpsc, oneshot};
+use herald_store::{
+    AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SharedStore, StoreError, partition_of,
+};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
 use crate::client::DeliveryClient;
@@ -140,14 +143,9 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// An endpoint was updated or deleted: reload it (limits, URL, secret, disabled state).
-    pub fn endpoint_changed(&self, endpoint_id: &EndpointId) {
-        let _ = self.events.send(Event::EndpointChanged(endpoint_id.clone(), None));
-    }
-
-    /// Like [`endpoint_changed`](Self::endpoint_changed), and wait (up to `timeout`) until the engine
-    /// signs and sends with the changed record: after a key rotation or revocation returns, no attempt
-    /// starts with the keys it replaced.
+    /// Wait (up to `timeout`) until the engine signs and sends with an endpoint's changed record: after a
+    /// key rotation or revocation returns, no attempt starts with the keys it replaced. (The change itself
+    /// reaches the engine on the store's change stream; this reloads it once more and waits for that.)
     pub async fn endpoint_applied(&self, endpoint_id: &EndpointId, timeout: Duration) {
         let (applied, done) = oneshot::channel();
         if self
@@ -156,19 +154,6 @@ impl EngineHandle {
             .is_ok()
         {
             let _ = tokio::time::timeout(timeout, done).await;
-        }
-    }
-
-    /// Deliveries of an endpoint became pending in the store outside ingest (resend, recover,
-    /// replay-missing): read its backlog again.
-    pub fn backlog(&self, endpoint_id: &EndpointId) {
-        let _ = self.events.send(Event::Backlog(endpoint_id.clone()));
-    }
-
-    /// Pending deliveries (endpoint id, seq) were cancelled in the store: never send them.
-    pub fn cancelled(&self, deliveries: Vec<(EndpointId, i64)>) {
-        if !deliveries.is_empty() {
-            let _ = self.events.send(Event::Cancelled(deliveries));
         }
     }
 
@@ -202,6 +187,18 @@ impl EngineHandle {
     }
 }
 
+/// How many endpoint records the engine loads at once, and, apart from them, how many backlog reads
+/// (refills and counts) it runs at once.
+///
+/// A wide fan-out to endpoints a node has not loaded yet starts a load (and, with several nodes, a
+/// backlog read and a count) per endpoint. Unbounded, a message to 10,000 such endpoints on PostgreSQL
+/// took every connection of the pool: each read waited out the pool's acquire timeout and retried, the
+/// lease keeper's own queries timed out with them, so the node gave up its partitions and dropped its
+/// queues, and deliveries crawled (under 50/s). Bounded, they run a few at a time and leave most of the
+/// pool to the API, the result writer and the keeper. Two separate budgets, so an endpoint whose record
+/// is loaded does not wait for every other endpoint's record before its backlog is read.
+const BACKGROUND_READS: usize = 4;
+
 /// The delivery engine.
 pub struct Engine {
     store: SharedStore,
@@ -226,18 +223,22 @@ pub struct Engine {
     feed_gate: FeedGate,
     /// Attempt counters of the endpoints that had attempts, for their metrics.
     counters: HashMap<EndpointId, EndpointCounters>,
+    /// Turns for loading endpoint records (see [`BACKGROUND_READS`]).
+    record_reads: Arc<Semaphore>,
+    /// Turns for backlog reads and counts (see [`BACKGROUND_READS`]).
+    backlog_reads: Arc<Semaphore>,
 }
 
 impl Engine {
-    /// Start the engine on `store`: take its commit feed, load the pending backlog and start delivering.
+    /// Start the engine on `store`: take its change stream, load the pending backlog and start delivering.
     ///
-    /// Fails if the commit feed was already taken (one engine per store).
+    /// Fails if the change stream was already taken (one engine per store).
     pub async fn start(
         store: SharedStore,
         client: DeliveryClient,
         config: EngineConfig,
     ) -> Result<EngineHandle, StoreError> {
-        let feed = store.take_commit_feed().ok_or(StoreError::Closed)?;
+        let changes = store.take_changes().ok_or(StoreError::Closed)?;
         crate::metrics::register();
         let default_concurrency = config.endpoint_concurrency;
         let (events_tx, events) = mpsc::unbounded_channel();
@@ -262,6 +263,8 @@ impl Engine {
             feed_gate: FeedGate::new(Owner::of(&store).is_shared()),
             owner: Owner::of(&store),
             counters: HashMap::new(),
+            record_reads: Arc::new(Semaphore::new(BACKGROUND_READS)),
+            backlog_reads: Arc::new(Semaphore::new(BACKGROUND_READS)),
         };
         let mut backlogs = Vec::new();
         for endpoint_id in store.endpoints_with_pending().await? {
@@ -275,7 +278,7 @@ impl Engine {
             backlogs.push(endpoint_id);
         }
         engine.count_backlogs(backlogs);
-        tokio::spawn(engine.run(feed));
+        tokio::spawn(engine.run(changes));
         Ok(EngineHandle {
             events: events_tx,
             default_concurrency,
@@ -301,8 +304,8 @@ impl Engine {
         i64::try_from((self.config.schedule.lifetime() + attempts).as_millis()).unwrap_or(i64::MAX / 2)
     }
 
-    async fn run(mut self, mut feed: CommitFeed) {
-        let mut feed_open = true;
+    async fn run(mut self, mut changes: ChangeStream) {
+        let mut changes_open = true;
         let mut ownership = Changes::take(&self.store);
         // Sweeping often enough that a delivery outlives its window by at most a quarter of it.
         let sweep_every = Duration::from_millis(u64::try_from(self.lifetime_ms() / 4).unwrap_or(0))
@@ -318,9 +321,9 @@ impl Engine {
                 .next_timer()
                 .map(|due| Duration::from_millis(u64::try_from(due - now).unwrap_or(0)));
             tokio::select! {
-                batch = feed.recv(), if feed_open => match batch {
-                    Some(batch) => self.accept_committed(batch),
-                    None => feed_open = false,
+                change = changes.recv(), if changes_open => match change {
+                    Some(change) => self.committed(change),
+                    None => changes_open = false,
                 },
                 Some(event) = self.events.recv() => self.handle(event),
                 change = ownership.next() => self.ownership_changed(change),
@@ -429,11 +432,15 @@ impl Engine {
         for refill in self.scheduler.refills_wanted() {
             let store = self.store.clone();
             let events = self.events_tx.clone();
+            let turns = self.backlog_reads.clone();
             tokio::spawn(async move {
-                let event = match store
-                    .load_pending(&refill.endpoint, refill.after_seq, refill.limit)
-                    .await
-                {
+                let read = {
+                    let _turn = turns.acquire().await;
+                    store
+                        .load_pending(&refill.endpoint, refill.after_seq, refill.limit)
+                        .await
+                };
+                let event = match read {
                     Ok(loaded) => {
                         let exhausted = loaded.len() < refill.limit;
                         Event::Refilled {
@@ -450,6 +457,16 @@ impl Engine {
                 };
                 let _ = events.send(event);
             });
+        }
+    }
+
+    /// A change the store committed (see [`Change`]).
+    fn committed(&mut self, change: Change) {
+        match change {
+            Change::Committed(batch) => self.accept_committed(batch),
+            Change::Endpoint(id) => self.handle(Event::EndpointChanged(id, None)),
+            Change::Backlog(id) => self.handle(Event::Backlog(id)),
+            Change::Cancelled(deliveries) => self.handle(Event::Cancelled(deliveries)),
         }
     }
 
@@ -513,9 +530,11 @@ impl Engine {
         self.loading.insert(key.clone(), false);
         let store = self.store.clone();
         let events = self.events_tx.clone();
+        let turns = self.record_reads.clone();
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(100);
             loop {
+                let turn = turns.acquire().await;
                 let loaded = match store.get_endpoint_by_id(&key).await {
                     Ok(endpoint) => match store.previous_secrets(&key, now_ms()).await {
                         Ok(previous) => store
@@ -530,6 +549,7 @@ impl Engine {
                     },
                     Err(error) => Err(error),
                 };
+                drop(turn);
                 match loaded {
                     Ok(loaded) => break events.send(Event::EndpointLoaded(key, Box::new(loaded))),
                     Err(StoreError::NotFound) => break events.send(Event::EndpointGone(key)),
@@ -631,12 +651,9 @@ impl Engine {
                 }
             }
             Event::Verify(id) => {
-                let (store, client, events) = (self.store.clone(), self.client.clone(), self.events_tx.clone());
-                tokio::spawn(async move {
-                    if crate::verification::verify(&store, &client, &id).await {
-                        let _ = events.send(Event::EndpointChanged(id, None));
-                    }
-                });
+                let (store, client) = (self.store.clone(), self.client.clone());
+                // Its result, if it changed the endpoint, comes back on the change stream.
+                tokio::spawn(async move { crate::verification::verify(&store, &client, &id).await });
             }
             Event::Health(key, reply) => {
                 let health = self
@@ -744,7 +761,6 @@ impl Engine {
                     self.counters.remove(&key);
                 }
             }
-            OwnershipEvent::EndpointChanged(id) => self.handle(Event::EndpointChanged(id, None)),
         }
     }
 
@@ -771,10 +787,14 @@ impl Engine {
         if keys.is_empty() {
             return;
         }
-        let (store, events) = (self.store.clone(), self.events_tx.clone());
+        let (store, events, turns) = (self.store.clone(), self.events_tx.clone(), self.backlog_reads.clone());
         tokio::spawn(async move {
             for key in keys {
-                match store.endpoint_backlog(&key).await {
+                let counted = {
+                    let _turn = turns.acquire().await;
+                    store.endpoint_backlog(&key).await
+                };
+                match counted {
                     Ok(backlog) => {
                         let _ = events.send(Event::BacklogCounted(key, backlog.pending));
                     }

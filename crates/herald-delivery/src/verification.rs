@@ -16,18 +16,18 @@ use herald_store::SharedStore;
 use crate::attempt::signed_headers;
 use crate::client::DeliveryClient;
 
-/// Run the check for an endpoint awaiting it; returns whether the endpoint's state changed (so the engine
-/// reloads it). An endpoint whose reason changed meanwhile is left alone.
-pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoint_id: &EndpointId) -> bool {
+/// Run the check for an endpoint awaiting it and record its result; the store announces the endpoint's
+/// change (so the engine reloads it). An endpoint whose reason changed meanwhile is left alone.
+pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoint_id: &EndpointId) {
     let endpoint = match store.get_endpoint_by_id(endpoint_id).await {
         Ok(endpoint) => endpoint,
         Err(error) => {
             tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: endpoint not readable");
-            return false;
+            return;
         }
     };
     if endpoint.disabled_reason != Some(DisabledReason::AwaitingVerification) {
-        return false;
+        return;
     }
     let verdict = challenge(client, &endpoint).await;
     let (disabled, reason) = match &verdict {
@@ -44,13 +44,11 @@ pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoin
         )
         .await
     {
-        Ok(changed) => {
-            tracing::info!(endpoint = %endpoint_id, passed = verdict.is_ok(), "ownership check done");
-            changed
+        Ok(recorded) => {
+            tracing::info!(endpoint = %endpoint_id, passed = verdict.is_ok(), recorded, "ownership check done");
         }
         Err(error) => {
             tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: recording the result failed");
-            false
         }
     }
 }

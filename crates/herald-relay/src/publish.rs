@@ -125,7 +125,8 @@ impl Publisher {
         Ok(Self {
             http,
             api: format!("{base}/api/v1"),
-            base,
+            // Only shown (logs, errors): a password in it (for a proxy in front of Herald) is masked.
+            base: herald_core::redact::url(&base),
             token: token.to_owned(),
             batch: tokio::sync::OnceCell::new(),
         })
@@ -247,11 +248,12 @@ impl Publisher {
             .await
             .map_err(|e| Transient::Unreachable {
                 url: self.base.clone(),
-                detail: herald_core::error_text::with_causes(&e),
+                // reqwest's text names the URL as given, password and all; `url` shows it masked.
+                detail: herald_core::error_text::with_causes(&e.without_url()),
             })
     }
 
-    /// The server's base URL.
+    /// The server's base URL, as logs and errors show it (a password masked).
     pub fn base(&self) -> &str {
         &self.base
     }
@@ -333,6 +335,19 @@ fn path_segment(app: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_password_in_heralds_url_is_never_shown() {
+        let publisher =
+            Publisher::new("http://relay:Hunter2pw@127.0.0.1:1", "t", 1, Duration::from_secs(2)).expect("publisher");
+        assert!(!publisher.base().contains("Hunter2pw"), "{}", publisher.base());
+        let refused = publisher
+            .send(format!("{}/app", publisher.api), "{}".to_owned())
+            .await
+            .expect_err("nothing listens there");
+        let shown = format!("{refused} {refused:?}");
+        assert!(!shown.contains("Hunter2pw") && shown.contains("127.0.0.1:1"), "{shown}");
+    }
 
     fn row(payload: &str, channels: Option<&str>) -> OutboxRow {
         OutboxRow {

@@ -16,7 +16,7 @@ use crate::group_commit::IngestJob;
 use crate::rows::Columns;
 use crate::statement::Sql;
 use crate::{
-    AttemptRecord, CommitFeed, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult,
+    AttemptRecord, Change, ChangeStream, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult,
 };
 use herald_sql::custody::WriteHealth;
 
@@ -34,8 +34,10 @@ pub struct SqlStore<D: Dialect> {
     /// PostgreSQL: the bound of every call, which also bounds the writer's batches; SQLite: no limit (a
     /// local file's commit is bounded by its busy timeout and the disk).
     pub(crate) ingest_wait: Option<Duration>,
-    /// The commit feed, until the engine takes it.
-    pub(crate) feed: Mutex<Option<CommitFeed>>,
+    /// The change stream, until the engine takes it.
+    pub(crate) changes: Mutex<Option<ChangeStream>>,
+    /// Where the store announces what it committed (the group-commit writer holds a clone).
+    pub(crate) change_tx: mpsc::UnboundedSender<Change>,
     /// Seals endpoint secrets and headers.
     pub(crate) cipher: SecretCipher,
     /// Moves whenever the group-commit writer commits a new message, so long polls wait on it (see

@@ -10,6 +10,12 @@
 //! [`crate::plan`]), so a message can never be fanned out to a stale list of endpoints. How a batch is
 //! written is the backend's [`BatchWriter`]; should a batch fail as a whole, it is replayed one message
 //! per savepoint, so one failing message fails alone and never half-stores.
+//!
+//! A request waits for its answer within a bound (PostgreSQL), and a message answered `503` for its wait
+//! must never be committed by a later batch: a producer retrying it without an `eventId` would store it
+//! twice. So each job carries a [`Ticket`]: either the writer takes it (the job is in a batch, and the
+//! request waits for that batch's answer, which the writer bounds) or the request gives it back while
+//! the job is still queued (the writer then never writes it), whichever comes first.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -22,7 +28,7 @@ use tokio::time::Instant;
 
 use herald_core::model::AttemptTrigger;
 
-use crate::{Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
+use crate::{Change, Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 use herald_sql::custody::WriteHealth;
 
 /// The most messages committed in one transaction.
@@ -182,7 +188,7 @@ pub(crate) async fn run<W: BatchWriter>(
     pool: Pool<W::Db>,
     writer: W,
     mut jobs: mpsc::Receiver<IngestJob>,
-    feed: mpsc::UnboundedSender<Vec<PendingDelivery>>,
+    feed: mpsc::UnboundedSender<Change>,
     health: Arc<WriteHealth>,
     deadline: Option<Duration>,
     stream: tokio::sync::watch::Sender<u64>,
@@ -211,7 +217,7 @@ pub(crate) async fn run<W: BatchWriter>(
                 if !committed.is_empty() {
                     // The receiver is gone only when the node is shutting down; the rows are durable and
                     // are picked up from the store at the next start.
-                    let _ = feed.send(committed);
+                    let _ = feed.send(Change::Committed(committed));
                 }
                 for (job, outcome) in batch.drain(..).zip(outcomes) {
                     let _ = job.reply.send(outcome);

@@ -798,9 +798,11 @@ unbounded {
     /// answered with an error), so what was stored is always a prefix of each ordering key's messages.
     async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
 
-    /// The feed of deliveries committed by [`Store::ingest`] on this node, in commit order, for the
-    /// local scheduler. It can be taken once; later calls return `None`.
-    fn take_commit_feed(&self) -> Option<CommitFeed>;
+    /// The stream of committed changes the delivery engine acts on ([`Change`]), in commit order: the
+    /// deliveries [`Store::ingest`] committed on this node, and every endpoint change, re-queue and
+    /// cancellation the store committed (on PostgreSQL, endpoint changes of every node too). It can be
+    /// taken once; later calls return `None`.
+    fn take_changes(&self) -> Option<ChangeStream>;
 
     /// The node is stopping: hand over whatever this node holds for others (PostgreSQL: its partition
     /// leases, so that other nodes take its work over at once instead of after the lease time).
@@ -821,8 +823,8 @@ forwarded {
         self.inner.ingest_many(batch).await
     }
 
-    fn take_commit_feed(&self) -> Option<CommitFeed> {
-        self.inner.take_commit_feed()
+    fn take_changes(&self) -> Option<ChangeStream> {
+        self.inner.take_changes()
     }
 
     async fn shutdown(&self) {
@@ -871,8 +873,6 @@ pub enum OwnershipEvent {
     /// committed while this node did not own it, and skip them; the takeover announces the partition's
     /// backlog afresh ([`OwnershipEvent::Work`], always after this event).
     Released(Vec<i32>),
-    /// An endpoint was changed or deleted, possibly through another node's API: reload it.
-    EndpointChanged(EndpointId),
     /// Every delivery up to this `seq` is committed, and the endpoints this node owns among them have
     /// been announced (by [`OwnershipEvent::Work`] before this event, or by this node's own commit feed).
     ///
@@ -912,8 +912,25 @@ impl Default for StoreOptions {
     }
 }
 
-/// Deliveries committed by ingest, in commit order (see [`Store::take_commit_feed`]).
-pub type CommitFeed = tokio::sync::mpsc::UnboundedReceiver<Vec<PendingDelivery>>;
+/// A change the store committed that the delivery engine must act on (see [`Store::take_changes`]). The
+/// store announces each after its commit, from the one place that wrote it, so the API only writes and
+/// the engine hears every change in one stream.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Deliveries [`Store::ingest`] committed on this node (the commit feed): straight into the queues.
+    Committed(Vec<PendingDelivery>),
+    /// An endpoint was created, changed (its fields, keys or state) or deleted: reload it. On PostgreSQL
+    /// also every other node's, by notification.
+    Endpoint(EndpointId),
+    /// Deliveries of an endpoint became pending outside ingest (resend, recover, replay): read its
+    /// backlog from the store.
+    Backlog(EndpointId),
+    /// Pending deliveries (endpoint, seq) were cancelled: never send them.
+    Cancelled(Vec<(EndpointId, i64)>),
+}
+
+/// The changes a store committed, in commit order (see [`Store::take_changes`]).
+pub type ChangeStream = tokio::sync::mpsc::UnboundedReceiver<Change>;
 
 /// A shared handle to any store.
 pub type SharedStore = Arc<dyn Store>;

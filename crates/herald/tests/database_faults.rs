@@ -744,8 +744,9 @@ async fn the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_r
     // The row-by-row marking is the only statement with this text (a batch marks rows with UNNEST).
     proxy.cut_at_next(b"SET error = $2 WHERE seq = $1", CommitCut::SilentBefore);
     // A row `herald_publish` would have refused (its app is unknown), as one whose app was deleted after
-    // it was published.
-    sqlx::query("INSERT INTO herald_outbox (app_id, event_type, payload, event_id) VALUES ('no-such-app', 'invoice.paid', '{}', 'orphan')")
+    // it was published: a well-formed application id (a malformed one is refused as the rows are read,
+    // by one statement for all of them), so that the writer's plan refuses it.
+    sqlx::query("INSERT INTO herald_outbox (app_id, event_type, payload, event_id) VALUES ('app_0000000000000000000000', 'invoice.paid', '{}', 'orphan')")
         .execute(&producer)
         .await
         .expect("insert the orphan row");

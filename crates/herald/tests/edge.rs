@@ -396,16 +396,18 @@ async fn busy_connection(herald: &Herald, path: &str) -> TcpStream {
 /// With every one of its connections (2 here) busy with a request, a newcomer is answered
 /// `503 server_busy` in JSON with `Retry-After`, and the server answers again once they are gone.
 async fn assert_overload_is_answered_json(herald: &Herald, path: &str) {
-    let held = [busy_connection(herald, path).await, busy_connection(herald, path).await];
     let health = b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    // The server takes the held connections' heads in a moment; until then a newcomer may take a slot.
+    // A connection whose head the server has not read yet is idle to it, and is closed to admit a
+    // newcomer: so until a newcomer is refused, both are opened again, and given a moment.
     let deadline = Instant::now() + CLOSED_WITHIN;
+    let mut held;
     let refused = loop {
+        held = [busy_connection(herald, path).await, busy_connection(herald, path).await];
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let answer = send_raw(herald.addr, health).await;
         if answer.status != 200 || Instant::now() > deadline {
             break answer;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(
         (refused.status, refused.body["code"].as_str()),

@@ -237,19 +237,11 @@ async fn save(state: &AppState, app: &mut Application) -> ApiResult<()> {
 
 async fn remove(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
-    let endpoints = state
-        .store
-        .app_endpoints(&app.id)
-        .await
-        .map_err(|e| ApiError::from_store(e, "application"))?;
     state
         .store
         .delete_app(&app.id)
         .await
         .map_err(|e| ApiError::from_store(e, "application"))?;
     state.app_ids.clear();
-    for endpoint in endpoints {
-        state.endpoint_changed(&endpoint.id);
-    }
     Ok(StatusCode::NO_CONTENT)
 }

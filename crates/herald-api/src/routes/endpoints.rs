@@ -296,7 +296,6 @@ async fn insert(
         await_verification(&mut endpoint);
     }
     state.store.create_endpoint(&endpoint).await.map_err(store_error)?;
-    state.endpoint_changed(&endpoint.id);
     if app.verify_endpoints {
         state.engine_verify(&endpoint.id);
     }
@@ -414,8 +413,6 @@ async fn save(
         // New credentials are a header change: like `PUT …/headers`, answer once no later attempt can
         // carry the old ones.
         state.endpoint_applied(&endpoint.id).await;
-    } else {
-        state.endpoint_changed(&endpoint.id);
     }
     if reverify {
         state.engine_verify(&endpoint.id);
@@ -433,7 +430,6 @@ async fn verify(
     await_verification(&mut endpoint);
     endpoint.updated_at = now_ms();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
-    state.endpoint_changed(&endpoint.id);
     state.engine_verify(&endpoint.id);
     Ok(StatusCode::ACCEPTED)
 }
@@ -512,6 +508,5 @@ async fn remove(
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     state.store.delete_endpoint(&endpoint.id).await.map_err(store_error)?;
-    state.endpoint_changed(&endpoint.id);
     Ok(StatusCode::NO_CONTENT)
 }

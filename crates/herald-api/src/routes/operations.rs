@@ -127,10 +127,7 @@ async fn resend(
             other => ApiError::from_store(other, "delivery"),
         })?;
     match outcome {
-        Requeue::Queued(_) => {
-            state.engine_backlog(&endpoint.id);
-            Ok((StatusCode::ACCEPTED, Json(serde_json::json!({}))))
-        }
+        Requeue::Queued(_) => Ok((StatusCode::ACCEPTED, Json(serde_json::json!({})))),
         Requeue::AlreadyPending => Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",
@@ -270,9 +267,7 @@ async fn cancel(
         .cancel_pending(app_id, message_id, endpoint_id, now_ms())
         .await
         .map_err(store_error("delivery"))?;
-    let count = cancelled.len() as u64;
-    state.engine_cancelled(cancelled);
-    Ok(count)
+    Ok(cancelled.len() as u64)
 }
 
 async fn cancel_message(

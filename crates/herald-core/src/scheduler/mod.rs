@@ -249,7 +249,10 @@ pub struct Scheduler<K, J> {
     timer_order: u64,
     /// Deliveries in flight across all endpoints (kept, not summed, so the hot loop stays O(1)).
     in_flight: u64,
-    /// Endpoints with deliveries in the store beyond their window: the only ones a refill can concern.
+    /// Endpoints with deliveries in the store beyond their window and no read of them on its way: the
+    /// only ones a refill can concern. An endpoint leaves it while its read is on its way and comes back
+    /// with the answer if it still overflows, so that [`Scheduler::refills_wanted`], which runs on every
+    /// turn of the engine, costs nothing for the thousands of endpoints a wide fan-out may be reading.
     overflowing: HashSet<K>,
     /// The last [`Refill::ticket`] handed out.
     refill_tickets: u64,
@@ -349,23 +352,30 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
     pub fn refills_wanted(&mut self) -> Vec<Refill<K>> {
         let window = self.config.window;
         let mut wanted = Vec::new();
-        for key in &self.overflowing {
-            let Some(queue) = self.endpoints.get_mut(key) else {
-                continue;
+        let (endpoints, tickets) = (&mut self.endpoints, &mut self.refill_tickets);
+        self.overflowing.retain(|key| {
+            let Some(queue) = endpoints.get_mut(key) else {
+                return false;
             };
-            if !queue.refilling && queue.resident <= window / 2 {
-                self.refill_tickets += 1;
-                queue.refilling = true;
-                queue.refill_ticket = self.refill_tickets;
-                queue.deferred_while_refilling = false;
-                wanted.push(Refill {
-                    endpoint: key.clone(),
-                    after_seq: queue.cursor,
-                    limit: window - queue.resident,
-                    ticket: self.refill_tickets,
-                });
+            if queue.refilling {
+                // Its answer puts it back if it still overflows.
+                return false;
             }
-        }
+            if queue.resident > window / 2 {
+                return true;
+            }
+            *tickets += 1;
+            queue.refilling = true;
+            queue.refill_ticket = *tickets;
+            queue.deferred_while_refilling = false;
+            wanted.push(Refill {
+                endpoint: key.clone(),
+                after_seq: queue.cursor,
+                limit: window - queue.resident,
+                ticket: *tickets,
+            });
+            false
+        });
         wanted
     }
 
@@ -383,7 +393,9 @@ impl<K: Hash + Eq + Clone, J: Queued> Scheduler<K, J> {
         queue.refilling = false;
         if store_exhausted && !queue.deferred_while_refilling {
             queue.overflow = false;
-            self.overflowing.remove(&endpoint);
+        }
+        if queue.overflow {
+            self.overflowing.insert(endpoint.clone());
         }
         let mut placed = Vec::with_capacity(loaded.len());
         let mut admitted = 0;

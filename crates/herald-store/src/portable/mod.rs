@@ -28,7 +28,7 @@ use crate::rows::{self, Columns};
 use crate::sql::{Keyset, limit, map_constraint};
 use crate::statement::{Arg, Sql};
 use crate::{
-    AppFilter, AppToken, AttemptBucket, AttemptFilter, AttemptRecord, Backlog, CommitFeed, DeliveryFilter,
+    AppFilter, AppToken, AttemptBucket, AttemptFilter, AttemptRecord, Backlog, Change, ChangeStream, DeliveryFilter,
     DeliveryRecord, DeliveryStats, DeliveryView, Ingested, MessageFilter, NewMessage, Ownership, Page, PageRequest,
     PendingDelivery, Remembered, Requeue, RequeueChunk, RequeueSelection, RetentionStep, Store, StoreError,
     StoreResult,
@@ -64,6 +64,18 @@ impl<D: Dialect> SqlStore<D> {
         }
         .map_err(|_| StoreError::Closed)?;
         Ok(waiting)
+    }
+
+    /// Announce a committed change on the change stream. Nobody listening is fine: no engine runs on
+    /// this store (tests, `herald migrate`), or the node is stopping; the change is durable either way.
+    fn announce(&self, change: Change) {
+        let _ = self.change_tx.send(change);
+    }
+
+    /// An endpoint's change committed: announce it here, and (PostgreSQL) to every node.
+    async fn endpoint_changed(&self, id: &EndpointId) {
+        self.announce(Change::Endpoint(id.clone()));
+        D::endpoint_changed(self, id).await;
     }
 
     /// Decode an endpoint row, opening its secret and headers.
@@ -281,6 +293,12 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
+        // Its endpoints go with it: announced once the deletion commits.
+        let endpoints = Sql::new("SELECT id FROM endpoint WHERE app_id = $1")
+            .bind(id)
+            .fetch_all(tx.on())
+            .await?;
+        let endpoints: Vec<EndpointId> = decode_all(&endpoints, |row| row.id("id"))?;
         Sql::new("DELETE FROM attempt WHERE app_id = $1")
             .bind(id)
             .execute(tx.on())
@@ -290,6 +308,9 @@ impl<D: Dialect> Store for SqlStore<D> {
             .execute(tx.on())
             .await?;
         tx.commit().await?;
+        for endpoint in &endpoints {
+            self.endpoint_changed(endpoint).await;
+        }
         one_changed(deleted)
     }
 
@@ -388,7 +409,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         ));
         let event = NewEvent::endpoint(events::ENDPOINT_CREATED, ep, serde_json::json!({}), ep.created_at);
         let created = self.execute_with_event(&sql, event).await;
-        self.watched(created)
+        self.watched(created)?;
+        self.endpoint_changed(&ep.id).await;
+        Ok(())
     }
 
     async fn get_endpoint(&self, app_id: &AppId, id_or_uid: &EndpointIdOrUid) -> StoreResult<Endpoint> {
@@ -447,7 +470,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let sql = bind_endpoint_fields(Sql::new(text), ep, &self.cipher).bind(&ep.id);
         let event = NewEvent::endpoint(events::ENDPOINT_UPDATED, ep, serde_json::json!({}), ep.updated_at);
         self.execute_with_event(&sql, event).await?;
-        D::endpoint_changed(self, &ep.id).await;
+        self.endpoint_changed(&ep.id).await;
         Ok(())
     }
 
@@ -459,7 +482,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         now: i64,
     ) -> StoreResult<()> {
         secrets::rotate(self, endpoint_id, new_secret, old_expires_at, now).await?;
-        D::endpoint_changed(self, endpoint_id).await;
+        self.endpoint_changed(endpoint_id).await;
         Ok(())
     }
 
@@ -479,7 +502,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let event = NewEvent::endpoint(events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
         D::record_events(&mut tx, &[event]).await?;
         tx.commit().await?;
-        D::endpoint_changed(self, id).await;
+        self.endpoint_changed(id).await;
         Ok(())
     }
 
@@ -639,7 +662,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         );
         D::record_events(&mut tx, &[event]).await?;
         tx.commit().await?;
-        D::endpoint_changed(self, endpoint_id).await;
+        self.endpoint_changed(endpoint_id).await;
         Ok(true)
     }
 
@@ -664,7 +687,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         .await?
             == 1;
         if changed {
-            D::endpoint_changed(self, endpoint_id).await;
+            self.endpoint_changed(endpoint_id).await;
         }
         Ok(changed)
     }
@@ -856,8 +879,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok((status_of(row.int("status")?)?, count(row.int("attempts")?)))
     }
 
-    fn take_commit_feed(&self) -> Option<CommitFeed> {
-        self.feed.lock().ok()?.take()
+    fn take_changes(&self) -> Option<ChangeStream> {
+        self.changes.lock().ok()?.take()
     }
 
     async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>> {
@@ -908,7 +931,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
-        D::requeue_delivery(self, message_id, endpoint_id, trigger, now).await
+        let requeued = D::requeue_delivery(self, message_id, endpoint_id, trigger, now).await?;
+        if let Requeue::Queued(_) = requeued {
+            self.announce(Change::Backlog(endpoint_id.clone()));
+        }
+        Ok(requeued)
     }
 
     async fn count_selected(&self, selection: &RequeueSelection) -> StoreResult<u64> {
@@ -922,7 +949,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         limit_n: usize,
         now: i64,
     ) -> StoreResult<RequeueChunk> {
-        D::requeue_selected(self, selection, limit_n, now).await
+        let chunk = D::requeue_selected(self, selection, limit_n, now).await?;
+        if chunk.queued > 0 {
+            self.announce(Change::Backlog(selection.endpoint_id.clone()));
+        }
+        Ok(chunk)
     }
 
     async fn last_delivery_seq(&self) -> StoreResult<i64> {
@@ -952,7 +983,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         limit_n: usize,
         now: i64,
     ) -> StoreResult<(Option<MessageId>, u64)> {
-        D::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await
+        let (last, created) = D::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await?;
+        if created > 0 {
+            self.announce(Change::Backlog(endpoint.id.clone()));
+        }
+        Ok((last, created))
     }
 
     async fn cancel_pending(
@@ -975,7 +1010,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         .bind(endpoint_id)
         .fetch_all(self.writes())
         .await?;
-        decode_all(&found, |row| Ok((row.id("endpoint_id")?, row.int("seq")?)))
+        let cancelled = decode_all(&found, |row| Ok((row.id("endpoint_id")?, row.int("seq")?)))?;
+        if !cancelled.is_empty() {
+            self.announce(Change::Cancelled(cancelled.clone()));
+        }
+        Ok(cancelled)
     }
 
     async fn expunge_payload(&self, app_id: &AppId, message_id: &MessageId) -> StoreResult<()> {
@@ -1022,6 +1061,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         expunge.push(&marks).push(")");
         let expunged = expunge.execute(tx.on()).await?;
         tx.commit().await?;
+        if !cancelled.is_empty() {
+            self.announce(Change::Cancelled(cancelled.clone()));
+        }
         Ok((expunged, cancelled))
     }
 

@@ -33,7 +33,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use super::channels::{ENDPOINT_CHANNEL, WORK_CHANNEL};
-use crate::{Ownership, OwnershipEvent, PARTITIONS, StoreError, StoreOptions, StoreResult, partition_of};
+use crate::{Change, Ownership, OwnershipEvent, PARTITIONS, StoreError, StoreOptions, StoreResult, partition_of};
 
 /// Dead nodes' rows are deleted after this long without a heartbeat.
 const FORGET_NODES_AFTER_MS: i64 = 24 * 3600 * 1000;
@@ -168,7 +168,11 @@ fn millis(d: Duration) -> i64 {
 
 /// Join the cluster: take this node's share of the partitions now (so a lone node owns everything as
 /// soon as the store is open), then keep the leases and watch for work in the background.
-pub(crate) async fn start(pool: PgPool, options: &StoreOptions) -> StoreResult<(Arc<Leases>, Vec<JoinHandle<()>>)> {
+pub(crate) async fn start(
+    pool: PgPool,
+    options: &StoreOptions,
+    changes: mpsc::UnboundedSender<Change>,
+) -> StoreResult<(Arc<Leases>, Vec<JoinHandle<()>>)> {
     let (events, events_rx) = mpsc::unbounded_channel();
     let leases = Arc::new(Leases {
         node_id: format!("node_{}", uuid::Uuid::new_v4().simple()),
@@ -199,7 +203,7 @@ pub(crate) async fn start(pool: PgPool, options: &StoreOptions) -> StoreResult<(
     let wake = Arc::new(Notify::new());
     let tasks = vec![
         tokio::spawn(keeper.run()),
-        tokio::spawn(listen(pool.clone(), leases.clone(), wake.clone())),
+        tokio::spawn(listen(pool.clone(), leases.clone(), changes, wake.clone())),
         tokio::spawn(watch(pool, leases.clone(), cursor, wake, timing.heartbeat)),
     ];
     Ok((leases, tasks))
@@ -455,7 +459,7 @@ async fn release(pool: &PgPool, node_id: &str, partitions: &[i32], epochs: &[i64
 /// Forward `NOTIFY herald_work` from other nodes to the watcher, and endpoint changes to the engine,
 /// reconnecting as needed. A (re)connection wakes the watcher too: notifications sent while
 /// disconnected are lost.
-async fn listen(pool: PgPool, leases: Arc<Leases>, wake: Arc<Notify>) {
+async fn listen(pool: PgPool, leases: Arc<Leases>, changes: mpsc::UnboundedSender<Change>, wake: Arc<Notify>) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
@@ -475,7 +479,10 @@ async fn listen(pool: PgPool, leases: Arc<Leases>, wake: Arc<Notify>) {
             match listener.try_recv().await {
                 Ok(Some(notification)) if notification.channel() == ENDPOINT_CHANNEL => {
                     match EndpointId::parse(notification.payload()) {
-                        Ok(endpoint) => leases.emit(OwnershipEvent::EndpointChanged(endpoint)),
+                        // Into the change stream, where this node's own changes are announced too.
+                        Ok(endpoint) => {
+                            let _ = changes.send(Change::Endpoint(endpoint));
+                        }
                         Err(error) => tracing::warn!(%error, "an endpoint change named no endpoint; ignored"),
                     }
                 }

@@ -100,9 +100,9 @@ impl SqlStore<Postgres> {
         let pool = connect(url, &options.database, &bound).await?;
         secrets::prepare::<Postgres>(&pool, &cipher).await?;
         retention::maintain(&pool, options.attempt_retention).await?;
-        let (leases, lease_tasks) = lease::start(pool.clone(), options).await?;
-        let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
+        let (leases, lease_tasks) = lease::start(pool.clone(), options, feed_tx.clone()).await?;
+        let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let writer = bulk::PgBatches {
             node_id: leases.node_id().to_owned(),
         };
@@ -115,7 +115,7 @@ impl SqlStore<Postgres> {
             pool.clone(),
             writer,
             jobs,
-            feed_tx,
+            feed_tx.clone(),
             health.clone(),
             Some(bound.limit()),
             stream_tx,
@@ -132,7 +132,8 @@ impl SqlStore<Postgres> {
             writes: pool,
             ingest,
             ingest_wait: Some(bound.limit()),
-            feed: Mutex::new(Some(feed_rx)),
+            changes: Mutex::new(Some(feed_rx)),
+            change_tx: feed_tx,
             stream,
             cipher,
             health,

@@ -64,7 +64,7 @@ impl SqlStore<Sqlite> {
             writes.clone(),
             bulk::SqliteBatches,
             jobs,
-            feed_tx,
+            feed_tx.clone(),
             health.clone(),
             // SQLite's work cannot be cancelled half-way (it runs on its own thread); a local file's
             // commit is bounded by its busy timeout and the disk.
@@ -76,7 +76,8 @@ impl SqlStore<Sqlite> {
             writes,
             ingest,
             ingest_wait: None,
-            feed: Mutex::new(Some(feed_rx)),
+            changes: Mutex::new(Some(feed_rx)),
+            change_tx: feed_tx,
             stream,
             cipher,
             health,
