@@ -410,7 +410,9 @@ impl<D: Dialect> Store for SqlStore<D> {
         let event = NewEvent::endpoint(events::ENDPOINT_CREATED, ep, serde_json::json!({}), ep.created_at);
         let created = self.execute_with_event(&sql, event).await;
         self.watched(created)?;
-        self.endpoint_changed(&ep.id).await;
+        // Announced here only: no other node holds anything for an endpoint that did not exist (a
+        // notification per creation would cost a round trip each on a wide setup).
+        self.announce(Change::Endpoint(ep.id.clone()));
         Ok(())
     }
 
