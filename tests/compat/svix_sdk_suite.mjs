@@ -385,6 +385,13 @@ async function scenario(s, receiver, step) {
   await sdk.messageAttempt.listAttemptedMessages(app.id, ep.id);
   await sdk.messageAttempt.resend(app.id, msg.id, ep.id);
   await waitAttempts(s, app.id, msg.id, 2);
+  // The delivery and its resend are counted (both succeeded).
+  const deliveredStats = await sdk.endpoint.getStats(app.id, ep.id);
+  expect(deliveredStats.success >= 1, `endpoint stats after a delivery: ${JSON.stringify(deliveredStats)}`);
+  if (typeof s.client.endpoint.getAttemptStats === "function") {
+    const counted = await sdk.endpoint.getAttemptStats(app.id, ep.id);
+    expect(counted.success >= 2 && counted.fail === 0, `attempt stats after a delivery and a resend: ${JSON.stringify(counted)}`);
+  }
 
   step("secret rotation, replay and recovery");
   await sdk.endpoint.rotateSecret(app.id, ep.id, {});

@@ -508,6 +508,12 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     sdk.message_attempt.list_attempted_messages(app.id, ep.id)
     sdk.message_attempt.resend(app.id, msg.id, ep.id)
     wait_attempts(s, app.id, msg.id, 2)
+    # The delivery and its resend are counted (both succeeded).
+    delivered_stats = sdk.endpoint.get_stats(app.id, ep.id)
+    expect(delivered_stats.success >= 1, f"endpoint stats after a delivery: {delivered_stats!r}")
+    if gen2:
+        counted = sdk.endpoint.get_attempt_stats(app.id, ep.id)
+        expect(counted.success >= 2 and counted.fail == 0, f"attempt stats after a delivery and a resend: {counted!r}")
 
     step("secret rotation, replay and recovery")
     sdk.endpoint.rotate_secret(app.id, ep.id, mk("EndpointSecretRotateIn"))

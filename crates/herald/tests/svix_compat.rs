@@ -167,3 +167,39 @@ async fn every_operation_of_the_javascript_sdk_2x_works_or_answers_501_on_postgr
     let test = "every_operation_of_the_javascript_sdk_2x_works_or_answers_501_on_postgres";
     javascript_generation(2, "2.5.0", "webhook", Backend::Postgres(test)).await;
 }
+
+/// docs/svix-compatibility.md lists every operation of the pinned SDKs: its table is exactly what
+/// `scripts/svix-operations` reads out of the installed SDKs, so a pinned SDK with another operation (or
+/// a status changed in the suites' NOT_OFFERED lists) must be documented before the suite passes.
+#[test]
+fn the_documented_operation_table_is_the_installed_sdks() {
+    let output = Command::new("python3")
+        .arg(workspace().join("scripts/svix-operations"))
+        .env("HERALD_TEST_SDK_DIR", sdk_dir())
+        .output()
+        .expect("run scripts/svix-operations");
+    assert!(
+        output.status.success(),
+        "scripts/svix-operations failed (run scripts/test first: it installs the SDKs):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = String::from_utf8_lossy(&output.stdout).into_owned();
+    let documented = std::fs::read_to_string(workspace().join("docs/svix-compatibility.md")).expect("read the doc");
+    let section = documented
+        .split_once("## Every SDK operation")
+        .map(|(_, rest)| rest)
+        .expect("docs/svix-compatibility.md has its operation table");
+    // The table rows and the closing note, each as the script prints them.
+    let wanted: Vec<&str> = generated.lines().filter(|line| !line.trim().is_empty()).collect();
+    let found: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with('|') || line.starts_with("Operations without a request"))
+        .collect();
+    assert!(wanted.len() > 100, "the script listed too little:\n{generated}");
+    let missing: Vec<_> = wanted.iter().filter(|line| !found.contains(line)).collect();
+    let stale: Vec<_> = found.iter().filter(|line| !wanted.contains(line)).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/svix-compatibility.md's table differs from scripts/svix-operations' output; missing: {missing:#?}\nstale: {stale:#?}"
+    );
+}
