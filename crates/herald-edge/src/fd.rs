@@ -4,6 +4,8 @@
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
+use crate::registry::CLOSING_ALLOWANCE;
+
 /// Descriptors kept for the process itself besides what the caller reserves: the listener, the
 /// runtime's, standard streams, database files.
 const BASE_RESERVE: u64 = 64;
@@ -33,18 +35,20 @@ fn raise_soft_limit() -> Option<u64> {
 }
 
 /// The connection cap: `configured`, lowered to the descriptors left after `reserved` ones (e.g. the
-/// delivery engine's outbound connections) and the process's own.
+/// delivery engine's outbound connections), the process's own, and those of evicted connections not
+/// closed yet.
 pub(crate) fn connection_cap(configured: usize, reserved: usize) -> usize {
     let Some(limit) = raise_soft_limit() else {
         return configured;
     };
-    let left = limit.saturating_sub(BASE_RESERVE + reserved as u64);
+    let held_back = BASE_RESERVE + CLOSING_ALLOWANCE as u64 + reserved as u64;
+    let left = limit.saturating_sub(held_back);
     let budget = usize::try_from(left).unwrap_or(usize::MAX).max(MIN_CONNECTIONS);
     if budget < configured {
         tracing::warn!(
             max_connections = configured,
             open_file_limit = limit,
-            reserved = BASE_RESERVE + reserved as u64,
+            reserved = held_back,
             cap = budget,
             "the open-file limit allows fewer connections than max_connections; raise it (ulimit -n, LimitNOFILE=) \
              or lower max_connections"

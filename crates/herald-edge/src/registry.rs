@@ -16,12 +16,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures::task::AtomicWaker;
+use tokio::sync::Notify;
 
 /// How many idle connections one eviction closes at most: under a flood the table is scanned once for
 /// several newcomers rather than once for each (a 256th of the cap, 1 to 16).
 fn eviction_batch(limit: usize) -> usize {
     (limit / 256).clamp(1, 16)
 }
+
+/// How many evicted connections may still hold their sockets before the accept loop waits for them to
+/// close; the connection cap leaves these descriptors free too.
+pub(crate) const CLOSING_ALLOWANCE: usize = 32;
 
 /// `idle_since` while a request is in progress.
 const BUSY: u64 = 0;
@@ -181,6 +186,8 @@ pub(crate) struct Registry {
     /// Response bytes not yet written, over all connections, and the budget for them.
     unwritten: Arc<AtomicU64>,
     unwritten_budget: u64,
+    /// Woken whenever a connection's place is freed (its socket is closed).
+    released: Notify,
 }
 
 #[derive(Default)]
@@ -212,6 +219,7 @@ impl Registry {
             epoch: Instant::now(),
             unwritten: Arc::new(AtomicU64::new(0)),
             unwritten_budget,
+            released: Notify::new(),
         })
     }
 
@@ -300,6 +308,27 @@ impl Registry {
         self.lock().open
     }
 
+    /// Connections chosen to be closed whose sockets are still open: their drivers have not run yet.
+    pub(crate) fn closing(&self) -> usize {
+        let slots = self.lock();
+        (slots.live.len() - slots.free.len()).saturating_sub(slots.open)
+    }
+
+    /// Wait until at most `max` chosen connections are still closing. Evicted connections no longer
+    /// count against the cap, but each holds its descriptor until its driver runs; on a busy machine a
+    /// flood of newcomers would otherwise be admitted faster than the evicted close, and the
+    /// descriptors held would climb past the cap to the process's limit.
+    pub(crate) async fn wait_for_closing_below(&self, max: usize) {
+        loop {
+            // A release between the check and the wait leaves a permit (`notify_one`): not missed.
+            let released = self.released.notified();
+            if self.closing() <= max {
+                return;
+            }
+            released.await;
+        }
+    }
+
     fn release(&self, index: usize, connection: &Connection) {
         connection.forget_unwritten();
         let mut slots = self.lock();
@@ -308,6 +337,8 @@ impl Registry {
         }
         slots.live[index] = None;
         slots.free.push(index);
+        drop(slots);
+        self.released.notify_one();
     }
 }
 
@@ -422,5 +453,31 @@ mod tests {
         reading.connection.buffered(10);
         reading.connection.written(50);
         assert_eq!(registry.unwritten(), 0);
+    }
+
+    #[tokio::test]
+    async fn evicted_connections_are_closing_until_their_sockets_are_dropped() {
+        let registry = Registry::new(2, u64::MAX);
+        let first = registry.admit().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let second = registry.admit().unwrap();
+        let third = registry.admit().expect("room made");
+        assert_eq!(registry.open(), 2);
+        assert_eq!(registry.closing(), 1, "the evicted one still holds its socket");
+        // At most one closing: the wait is over at once; at most none: it waits for the drop.
+        registry.wait_for_closing_below(1).await;
+        let waiter = {
+            let registry = registry.clone();
+            tokio::spawn(async move { registry.wait_for_closing_below(0).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "returned while a socket was still closing");
+        drop(first);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the wait ends when the socket is dropped")
+            .expect("waiter");
+        assert_eq!(registry.closing(), 0);
+        drop((second, third));
     }
 }

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Limits;
 use crate::front::Front;
-use crate::registry::{Admission, Registry};
+use crate::registry::{Admission, CLOSING_ALLOWANCE, Registry};
 use crate::service::{BoxError, EdgeService};
 use crate::{answer, fd, head};
 
@@ -90,6 +90,11 @@ impl Edge {
         let mut accept_failures = Throttled::default();
         let mut refusals = Throttled::default();
         loop {
+            // Newcomers wait in the listen backlog while too many evicted sockets are still open.
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = shared.registry.wait_for_closing_below(CLOSING_ALLOWANCE) => {}
+            }
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => accepted,
