@@ -398,6 +398,35 @@ async fn expire_all_with_session_ids_ends_only_those_sessions_tokens() {
         let (status, _) = call_as(&h, token, "GET", "/app/alpha", None).await;
         assert_eq!(status, expected);
     }
+    // Up to 1,000 sessions at once (one with a token among them), not one more.
+    let many: Vec<String> = (0..999)
+        .map(|n| format!("session-{n}"))
+        .chain(["bob".to_string()])
+        .collect();
+    let (status, body) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": many })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let (status, _) = call_as(&h, &bob, "GET", "/app/alpha", None).await;
+    assert_eq!(status, 401, "bob's session was among the thousand");
+    let bob = issue(&h, &a.id, json!({ "sessionId": "bob" })).await;
+    let too_many: Vec<String> = (0..1001).map(|n| format!("session-{n}")).collect();
+    let (status, body) = h
+        .call(
+            "POST",
+            &format!("/auth/app/{}/expire-all", a.id),
+            Some(json!({ "sessionIds": too_many })),
+        )
+        .await;
+    assert_eq!(
+        (status, body["detail"][0]["loc"][1].as_str()),
+        (422, Some("sessionIds")),
+        "{body}"
+    );
     let (status, body) = h
         .call(
             "POST",

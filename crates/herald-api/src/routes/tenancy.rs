@@ -133,7 +133,7 @@ pub(crate) async fn mint(
 }
 
 /// The most sessions one `expire-all` names.
-const MAX_SESSION_IDS: usize = 100;
+const MAX_SESSION_IDS: usize = 1_000;
 /// The longest session id, in characters.
 const MAX_SESSION_ID_LEN: usize = 256;
 
