@@ -373,6 +373,24 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect(imported.description == "imported event", f"imported description {imported.description!r}")
     expect(imported.schemas == {"1": {"type": "object", "properties": {"id": {"type": "string"}}}}, "imported schema")
     expect(imported.group_name == "Imported" and imported.feature_flags == ["imported-flag"], f"imported extensions {imported!r}")
+    # `specRaw` takes the document as text, YAML as well as JSON (how OpenAPI documents are mostly written).
+    yaml_spec = (
+        "openapi: 3.1.0\n"
+        "info: {title: compat, version: '1'}\n"
+        "webhooks:\n"
+        f"  imported-yaml.{suffix}:\n"
+        "    post:\n"
+        "      description: from YAML\n"
+        "      requestBody:\n"
+        "        content:\n"
+        "          application/json:\n"
+        "            schema: {type: object}\n"
+    )
+    from_yaml = sdk.event_type.import_openapi(mk("EventTypeImportOpenApiIn", spec_raw=yaml_spec))
+    expect(from_yaml.data.modified == [f"imported-yaml.{suffix}"], f"YAML import modified {from_yaml.data.modified!r}")
+    expect(sdk.event_type.get(f"imported-yaml.{suffix}").description == "from YAML", "YAML import description")
+    bad_yaml = s.error(422).sdk.event_type.import_openapi(mk("EventTypeImportOpenApiIn", spec_raw="webhooks: [unclosed"))
+    expect(bad_yaml.detail[0].loc[-1] == "specRaw", f"422 for bad specRaw names {bad_yaml.detail[0].loc!r}")
 
     step("endpoints")
     ep = sdk.endpoint.create(

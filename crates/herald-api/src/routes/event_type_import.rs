@@ -22,14 +22,37 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/event-type/import/openapi", post(import))
 }
 
-/// The document given as `spec` (an object) or `specRaw` (its JSON text), exactly one of them.
+/// The document given as `spec` (an object) or `specRaw` (its JSON or YAML text), exactly one of them.
 fn document(input: EventTypeImportIn) -> ApiResult<serde_json::Value> {
     match (input.spec, input.spec_raw) {
         (Some(spec), None) => Ok(spec),
-        (None, Some(raw)) => serde_json::from_str(&raw)
-            .map_err(|e| ApiError::body("specRaw", format!("not a JSON document (YAML is not supported): {e}"))),
+        (None, Some(raw)) => parse_raw(&raw),
         (Some(_), Some(_)) => Err(ApiError::body("specRaw", "give either spec or specRaw, not both")),
         (None, None) => Err(ApiError::body("spec", "give the OpenAPI document as spec or specRaw")),
+    }
+}
+
+/// `specRaw`: JSON, or else YAML (as OpenAPI documents are most often written). The YAML parser refuses
+/// alias bombs and deep nesting, so a hostile text costs no more than its (bounded) size.
+fn parse_raw(raw: &str) -> ApiResult<serde_json::Value> {
+    let json = match serde_json::from_str(raw) {
+        Ok(document) => return Ok(document),
+        Err(error) => error,
+    };
+    match serde_yaml_ng::from_str::<serde_json::Value>(raw) {
+        Ok(document) if document.is_object() => Ok(document),
+        Ok(_) => Err(ApiError::body(
+            "specRaw",
+            "the document is not a mapping (an OpenAPI object)",
+        )),
+        // Text that looks like JSON is best explained by the JSON parser's error.
+        Err(_) if raw.trim_start().starts_with('{') => {
+            Err(ApiError::body("specRaw", format!("not a JSON document: {json}")))
+        }
+        Err(yaml) => Err(ApiError::body(
+            "specRaw",
+            format!("neither a JSON nor a YAML document: {yaml}"),
+        )),
     }
 }
 
