@@ -125,6 +125,8 @@ class Suite:
         self.no_retry = Svix(token, SvixOptions(server_url=url, timeout=10.0, retry_schedule=[]))
         self.sdk = Recorder(self.client, "", self)
         self.called: set[str] = set()
+        # Operations called with a request model whose every optional field is None (see `nulls`).
+        self.sent_nulls: set[str] = set()
         self.failures: list[str] = []
         self.expected_status: int | None = None
 
@@ -148,6 +150,8 @@ class Suite:
         except Exception as exc:  # raised inside the SDK: the server's answer could not be parsed
             raise Mismatch(f"{dotted}: the SDK crashed on Herald's answer: {type(exc).__name__}: {exc}") from exc
         expect(expected is None, f"{dotted}: expected HTTP {expected}, the call succeeded")
+        if any(all_null(arg) for arg in (*args, *kwargs.values())):
+            self.sent_nulls.add(dotted)
         if declared in (None, "None", inspect.Signature.empty):
             expect(result is None, f"{dotted}: declared -> None, returned {result!r}")
         else:
@@ -182,6 +186,58 @@ def mk(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
             continue  # a field this generation does not have
         renamed[key] = value
     return cls(**renamed)
+
+
+def json_key(field: str, info: t.Any) -> str:
+    """The JSON key the SDK sends a model field under."""
+    return info.alias or re.sub(r"_(\w)", lambda m: m.group(1).upper(), field)
+
+
+# Optional fields of SDK models that are not nullable, on purpose (docs/svix-compatibility.md: a PATCH
+# cannot clear a name or a URL), by model and JSON key.
+NEVER_NULL = {("ApplicationPatch", "name"), ("EndpointPatch", "url")}
+# Deprecated names the 1.x models carry beside the current one (JSON keys). The document declares each
+# pair exclusive (`not: required: [both]`), as Svix's server takes them as one field: sending both keys,
+# even as null, is a 422, so a model with every optional field null sets only the current name.
+DEPRECATED_ALIASES = {"rateLimit": "throttleRate"}
+
+
+def null_fields(cls: type[pydantic.BaseModel]) -> list[str]:
+    """The optional fields of the SDK model `cls` that a caller may leave None, each sent as `null`."""
+    keys = {field: json_key(field, info) for field, info in cls.model_fields.items()}
+    return [
+        field
+        for field, info in cls.model_fields.items()
+        if not info.is_required()
+        and (cls.__name__, keys[field]) not in NEVER_NULL
+        and DEPRECATED_ALIASES.get(keys[field]) not in keys.values()
+    ]
+
+
+def nulls(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
+    """`mk(model, **fields)` with every other optional field set to None: what the SDK sends for arguments
+    left None is `null` in each of them, which must mean the default or absent (issue 16, item 2)."""
+    built = mk(model, **fields)
+    for field in null_fields(type(built)):
+        if field not in built.model_fields_set:
+            setattr(built, field, None)  # pydantic counts an assigned field as set, so it is sent
+    return built
+
+
+def all_null(value: t.Any) -> bool:
+    """Whether `value` is an SDK model with every optional field explicitly None (see `nulls`)."""
+    return isinstance(value, pydantic.BaseModel) and all(
+        field in value.model_fields_set and getattr(value, field) is None for field in null_fields(type(value))
+    )
+
+
+def body_models(method: t.Callable[..., t.Any]) -> list[type[pydantic.BaseModel]]:
+    """The request models an SDK operation takes (its body), by its signature."""
+    return [
+        p.annotation
+        for p in inspect.signature(method).parameters.values()
+        if inspect.isclass(p.annotation) and issubclass(p.annotation, pydantic.BaseModel)
+    ]
 
 
 def options(name: str, /, **fields: t.Any) -> t.Any:
@@ -464,7 +520,10 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
             app.id, sink_id, "compat", mk("PollingEndpointConsumerSeekIn", after=dt.datetime.now(dt.timezone.utc))
         )
         expect(isinstance(sought.iterator, str), f"poller.consumer_seek: {sought!r}")
-    extra = sdk.endpoint.create(app.id, mk("EndpointIn", url=receiver.url))
+    # Headers given at creation keep their spelling too.
+    extra = sdk.endpoint.create(app.id, mk("EndpointIn", url=receiver.url, headers={"X-Made-Here": "1"}))
+    made = sdk.endpoint.get_headers(app.id, extra.id).headers
+    expect(made == {"X-Made-Here": "1"}, f"headers given on create came back as {made!r}")
     sdk.endpoint.delete(app.id, extra.id)
     s.error(404).sdk.endpoint.get(app.id, extra.id)
     # A disabled endpoint: it exists but gets no deliveries.
@@ -660,6 +719,13 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     expect([d.id for d in destinations.data] == [ep.id], f"the example went to {[d.id for d in destinations.data]}")
     first_example = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=example_type))
     expect(first_example.payload == {"first": 1}, f"the default example is the first: {first_example.payload!r}")
+    if "payload" in models.EventExampleIn.model_fields:  # 2.x: the caller's payload instead of the example
+        custom = sdk.endpoint.send_example(
+            app.id, ep.id, mk("EventExampleIn", event_type=example_type, payload={"custom": [1, 2]})
+        )
+        expect(custom.payload == {"custom": [1, 2]}, f"send_example with a payload answered {custom.payload!r}")
+        _, body = receiver.wait_for(custom.id)
+        expect(json.loads(body) == {"custom": [1, 2]}, f"the given payload delivered as {body!r}")
     ping = sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type="svix.ping"))
     expect(ping.payload == {"success": True}, f"svix.ping example {ping.payload!r}")
     refused = s.error(422).sdk.endpoint.send_example(app.id, ep.id, mk("EventExampleIn", event_type=et_name))
@@ -721,6 +787,46 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     s.error(403).sdk.authentication.logout()
     sdk.authentication.expire_all(app.id, mk("ApplicationTokenExpireIn"))
 
+    step("null for every optional field")
+    # What the SDK sends for every argument left None: `null` in each optional field of the body, which
+    # means the default or absent (issue 16, item 2). Every operation that takes a body is called so once
+    # (main() checks none is missed), on an application of its own.
+    upsert = sdk.application.upsert if gen2 else sdk.application.update
+    void = sdk.application.create(nulls("ApplicationIn", name=f"all null {suffix}"))
+    expect(void.metadata == {} and void.uid is None, f"ApplicationIn with every optional field None: {void!r}")
+    sdk.application.get_or_create(nulls("ApplicationIn", name=f"all null too {suffix}"))
+    sdk.application.patch(void.id, nulls("ApplicationPatch"))
+    upsert(void.id, nulls("ApplicationIn", name=f"all null {suffix}"))
+    void_type = f"compat.null.{suffix}"
+    sdk.event_type.create(nulls("EventTypeIn", name=void_type, description="all null"))
+    sdk.event_type.patch(void_type, nulls("EventTypePatch"))
+    (sdk.event_type.upsert if gen2 else sdk.event_type.update)(
+        void_type, nulls(("EventTypeUpsertIn", "EventTypeUpdate"), description="all null")
+    )
+    sdk.event_type.import_openapi(nulls("EventTypeImportOpenApiIn", spec=spec))
+    void_ep = sdk.endpoint.create(void.id, nulls("EndpointIn", url=receiver.url))
+    sdk.endpoint.patch(void.id, void_ep.id, nulls("EndpointPatch"))
+    (sdk.endpoint.upsert if gen2 else sdk.endpoint.update)(
+        void.id, void_ep.id, nulls(("EndpointUpsertIn", "EndpointUpdate"), url=receiver.url)
+    )
+    sdk.endpoint.patch_headers(void.id, void_ep.id, nulls("EndpointHeadersPatchIn", headers={"X-Null": "1"}))
+    sdk.endpoint.rotate_secret(void.id, void_ep.id, nulls("EndpointSecretRotateIn"))
+    expect(sdk.message.precheck(void.id, nulls("MessagePrecheckIn", event_type=void_type)).active, "precheck, all null")
+    void_msg = sdk.message.create(void.id, nulls("MessageIn", event_type=void_type, payload={"all": None}))
+    headers, body = receiver.wait_for(void_msg.id)
+    verify_delivery(sdk.endpoint.get_secret(void.id, void_ep.id).key, headers, body)
+    expect(headers.get("x-null") == "1", f"the custom header set with deleteHeaders null: {headers!r}")
+    example = sdk.endpoint.send_example(void.id, void_ep.id, nulls("EventExampleIn", event_type="svix.ping"))
+    expect(example.payload == {"success": True}, f"send_example, all null: {example.payload!r}")
+    sdk.endpoint.replay_missing(void.id, void_ep.id, nulls("ReplayIn", since=since))
+    sdk.endpoint.recover(void.id, void_ep.id, nulls("RecoverIn", since=since))
+    wait_task(s, sdk.endpoint.bulk_replay(void.id, void_ep.id, nulls("BulkReplayIn", since=since)).id)
+    if gen2:
+        sdk.message.bulk_expunge_content(void.id, nulls("BulkExpungeContentsIn"))
+    sdk.authentication.app_portal_access(void.id, nulls("AppPortalAccessIn"))
+    sdk.authentication.expire_all(void.id, nulls("ApplicationTokenExpireIn"))
+    sdk.application.delete(void.id)
+
 
 # -------------------------------------------------------------------------------------------------------
 # Not offered: each must answer 501 not_implemented
@@ -768,10 +874,6 @@ DOCUMENT_SCHEMA = {
     "EndpointUpsertIn": "EndpointUpdate",
     "EventTypeUpsertIn": "EventTypeUpdate",
 }
-# Optional fields of SDK models that are not nullable, on purpose (docs/svix-compatibility.md: a PATCH
-# cannot clear a name or a URL).
-NEVER_NULL = {("ApplicationPatch", "name"), ("EndpointPatch", "url")}
-
 
 def check_document(operations: dict[str, t.Callable[..., t.Any]]) -> list[str]:
     """What the SDK can send, held against the document the server serves: for every operation Herald
@@ -828,7 +930,7 @@ def check_document(operations: dict[str, t.Callable[..., t.Any]]) -> list[str]:
                     continue
                 properties = schema.get("properties", {})
                 for field, info in kind.model_fields.items():
-                    key = info.alias or re.sub(r"_(\w)", lambda m: m.group(1).upper(), field)
+                    key = json_key(field, info)
                     if key not in properties:
                         problems.append(f"{name}: {kind.__name__}.{key} is not in the document")
                     elif not info.is_required() and (kind.__name__, key) not in NEVER_NULL and not nullable(properties[key]):
@@ -870,6 +972,15 @@ def main() -> None:
             f"{name}: an operation of svix {svix.__version__} the suite does not know (add it to the scenario "
             "or to NOT_OFFERED)"
             for name in unknown
+        )
+        # Each operation with a request body must have taken it with every optional field null once, so a
+        # field a newer pinned SDK adds is sent as null too.
+        suite.failures.extend(
+            f"{name}: never called with every optional field of {model.__name__} None (add a `nulls` call)"
+            for name, method in sorted(operations.items())
+            if name in suite.called and name not in suite.sent_nulls
+            for model in body_models(method)
+            if null_fields(model)
         )
 
     for failure in suite.failures:
