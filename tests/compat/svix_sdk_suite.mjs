@@ -248,11 +248,11 @@ async function scenario(s, receiver, step) {
   const again = await sdk.application.getOrCreate({ name: "ignored", uid: `app-${suffix}` });
   expect(again.id === app.id, "getOrCreate of an existing uid made a new app");
   // `null` for an optional field means the default (issue 16, item 2), as the Python SDK sends for None.
-  const nulls = await sdk.application.create({ name: `nulls ${suffix}`, uid: null, metadata: null, throttleRate: null });
-  expect(JSON.stringify(nulls.metadata) === "{}" && nulls.uid == null, `null fields on application create: ${JSON.stringify(nulls)}`);
-  const reset = await sdk.application.patch(app.id, { metadata: null });
-  expect(JSON.stringify(reset.metadata) === "{}", `PATCH metadata null gave ${JSON.stringify(reset.metadata)}`);
-  await sdk.application.delete(nulls.id);
+  const nullApp = await sdk.application.create({ name: `nulls ${suffix}`, uid: null, metadata: null, throttleRate: null });
+  expect(JSON.stringify(nullApp.metadata) === "{}" && nullApp.uid == null, `null fields on application create: ${JSON.stringify(nullApp)}`);
+  const noMetadata = await sdk.application.patch(app.id, { metadata: null });
+  expect(JSON.stringify(noMetadata.metadata) === "{}", `PATCH metadata null gave ${JSON.stringify(noMetadata.metadata)}`);
+  await sdk.application.delete(nullApp.id);
   const other = await sdk.application.create({ name: `other ${suffix}` });
   await sdk.application.delete(other.id);
   await s.error(404).sdk.application.get(other.id);

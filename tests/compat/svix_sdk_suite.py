@@ -125,7 +125,7 @@ class Suite:
         self.no_retry = Svix(token, SvixOptions(server_url=url, timeout=10.0, retry_schedule=[]))
         self.sdk = Recorder(self.client, "", self)
         self.called: set[str] = set()
-        # Operations called with a request model whose every optional field is None (see `nulls`).
+        # Operations called with a request model whose every optional field is None (see `mk_null`).
         self.sent_nulls: set[str] = set()
         self.failures: list[str] = []
         self.expected_status: int | None = None
@@ -135,6 +135,9 @@ class Suite:
         self.called.add(dotted)
         expected, self.expected_status = self.expected_status, None
         declared = inspect.signature(method).return_annotation
+        if any(all_null(arg) for arg in (*args, *kwargs.values())):
+            # Recorded now: a call that does not answer as the scenario expects fails the suite anyway.
+            self.sent_nulls.add(dotted)
         try:
             result = method(*args, **kwargs)
         except (HttpError, HTTPValidationError) as exc:
@@ -150,8 +153,6 @@ class Suite:
         except Exception as exc:  # raised inside the SDK: the server's answer could not be parsed
             raise Mismatch(f"{dotted}: the SDK crashed on Herald's answer: {type(exc).__name__}: {exc}") from exc
         expect(expected is None, f"{dotted}: expected HTTP {expected}, the call succeeded")
-        if any(all_null(arg) for arg in (*args, *kwargs.values())):
-            self.sent_nulls.add(dotted)
         if declared in (None, "None", inspect.Signature.empty):
             expect(result is None, f"{dotted}: declared -> None, returned {result!r}")
         else:
@@ -214,7 +215,7 @@ def null_fields(cls: type[pydantic.BaseModel]) -> list[str]:
     ]
 
 
-def nulls(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
+def mk_null(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
     """`mk(model, **fields)` with every other optional field set to None: what the SDK sends for arguments
     left None is `null` in each of them, which must mean the default or absent (issue 16, item 2)."""
     built = mk(model, **fields)
@@ -225,7 +226,7 @@ def nulls(model: str | tuple[str, ...], /, **fields: t.Any) -> t.Any:
 
 
 def all_null(value: t.Any) -> bool:
-    """Whether `value` is an SDK model with every optional field explicitly None (see `nulls`)."""
+    """Whether `value` is an SDK model with every optional field explicitly None (see `mk_null`)."""
     return isinstance(value, pydantic.BaseModel) and all(
         field in value.model_fields_set and getattr(value, field) is None for field in null_fields(type(value))
     )
@@ -792,39 +793,42 @@ def scenario(s: Suite, receiver: Receiver, step: t.Callable[[str], None]) -> Non
     # means the default or absent (issue 16, item 2). Every operation that takes a body is called so once
     # (main() checks none is missed), on an application of its own.
     upsert = sdk.application.upsert if gen2 else sdk.application.update
-    void = sdk.application.create(nulls("ApplicationIn", name=f"all null {suffix}"))
+    void = sdk.application.create(mk_null("ApplicationIn", name=f"all null {suffix}"))
     expect(void.metadata == {} and void.uid is None, f"ApplicationIn with every optional field None: {void!r}")
-    sdk.application.get_or_create(nulls("ApplicationIn", name=f"all null too {suffix}"))
-    sdk.application.patch(void.id, nulls("ApplicationPatch"))
-    upsert(void.id, nulls("ApplicationIn", name=f"all null {suffix}"))
+    sdk.application.get_or_create(mk_null("ApplicationIn", name=f"all null too {suffix}"))
+    sdk.application.patch(void.id, mk_null("ApplicationPatch"))
+    upsert(void.id, mk_null("ApplicationIn", name=f"all null {suffix}"))
     void_type = f"compat.null.{suffix}"
-    sdk.event_type.create(nulls("EventTypeIn", name=void_type, description="all null"))
-    sdk.event_type.patch(void_type, nulls("EventTypePatch"))
+    sdk.event_type.create(mk_null("EventTypeIn", name=void_type, description="all null"))
+    sdk.event_type.patch(void_type, mk_null("EventTypePatch"))
     (sdk.event_type.upsert if gen2 else sdk.event_type.update)(
-        void_type, nulls(("EventTypeUpsertIn", "EventTypeUpdate"), description="all null")
+        void_type, mk_null(("EventTypeUpsertIn", "EventTypeUpdate"), description="all null")
     )
-    sdk.event_type.import_openapi(nulls("EventTypeImportOpenApiIn", spec=spec))
-    void_ep = sdk.endpoint.create(void.id, nulls("EndpointIn", url=receiver.url))
-    sdk.endpoint.patch(void.id, void_ep.id, nulls("EndpointPatch"))
+    sdk.event_type.import_openapi(mk_null("EventTypeImportOpenApiIn", spec=spec))
+    # With both `spec` and `specRaw` null there is no document, as with neither sent.
+    refused = s.error(422).sdk.event_type.import_openapi(mk_null("EventTypeImportOpenApiIn"))
+    expect(refused.detail[0].loc[-1] == "spec", f"422 for an import of nothing names {refused.detail[0].loc!r}")
+    void_ep = sdk.endpoint.create(void.id, mk_null("EndpointIn", url=receiver.url))
+    sdk.endpoint.patch(void.id, void_ep.id, mk_null("EndpointPatch"))
     (sdk.endpoint.upsert if gen2 else sdk.endpoint.update)(
-        void.id, void_ep.id, nulls(("EndpointUpsertIn", "EndpointUpdate"), url=receiver.url)
+        void.id, void_ep.id, mk_null(("EndpointUpsertIn", "EndpointUpdate"), url=receiver.url)
     )
-    sdk.endpoint.patch_headers(void.id, void_ep.id, nulls("EndpointHeadersPatchIn", headers={"X-Null": "1"}))
-    sdk.endpoint.rotate_secret(void.id, void_ep.id, nulls("EndpointSecretRotateIn"))
-    expect(sdk.message.precheck(void.id, nulls("MessagePrecheckIn", event_type=void_type)).active, "precheck, all null")
-    void_msg = sdk.message.create(void.id, nulls("MessageIn", event_type=void_type, payload={"all": None}))
+    sdk.endpoint.patch_headers(void.id, void_ep.id, mk_null("EndpointHeadersPatchIn", headers={"X-Null": "1"}))
+    sdk.endpoint.rotate_secret(void.id, void_ep.id, mk_null("EndpointSecretRotateIn"))
+    expect(sdk.message.precheck(void.id, mk_null("MessagePrecheckIn", event_type=void_type)).active, "precheck, all null")
+    void_msg = sdk.message.create(void.id, mk_null("MessageIn", event_type=void_type, payload={"all": None}))
     headers, body = receiver.wait_for(void_msg.id)
     verify_delivery(sdk.endpoint.get_secret(void.id, void_ep.id).key, headers, body)
     expect(headers.get("x-null") == "1", f"the custom header set with deleteHeaders null: {headers!r}")
-    example = sdk.endpoint.send_example(void.id, void_ep.id, nulls("EventExampleIn", event_type="svix.ping"))
+    example = sdk.endpoint.send_example(void.id, void_ep.id, mk_null("EventExampleIn", event_type="svix.ping"))
     expect(example.payload == {"success": True}, f"send_example, all null: {example.payload!r}")
-    sdk.endpoint.replay_missing(void.id, void_ep.id, nulls("ReplayIn", since=since))
-    sdk.endpoint.recover(void.id, void_ep.id, nulls("RecoverIn", since=since))
-    wait_task(s, sdk.endpoint.bulk_replay(void.id, void_ep.id, nulls("BulkReplayIn", since=since)).id)
+    sdk.endpoint.replay_missing(void.id, void_ep.id, mk_null("ReplayIn", since=since))
+    sdk.endpoint.recover(void.id, void_ep.id, mk_null("RecoverIn", since=since))
+    wait_task(s, sdk.endpoint.bulk_replay(void.id, void_ep.id, mk_null("BulkReplayIn", since=since)).id)
     if gen2:
-        sdk.message.bulk_expunge_content(void.id, nulls("BulkExpungeContentsIn"))
-    sdk.authentication.app_portal_access(void.id, nulls("AppPortalAccessIn"))
-    sdk.authentication.expire_all(void.id, nulls("ApplicationTokenExpireIn"))
+        sdk.message.bulk_expunge_content(void.id, mk_null("BulkExpungeContentsIn"))
+    sdk.authentication.app_portal_access(void.id, mk_null("AppPortalAccessIn"))
+    sdk.authentication.expire_all(void.id, mk_null("ApplicationTokenExpireIn"))
     sdk.application.delete(void.id)
 
 
@@ -976,7 +980,7 @@ def main() -> None:
         # Each operation with a request body must have taken it with every optional field null once, so a
         # field a newer pinned SDK adds is sent as null too.
         suite.failures.extend(
-            f"{name}: never called with every optional field of {model.__name__} None (add a `nulls` call)"
+            f"{name}: never called with every optional field of {model.__name__} None (add a `mk_null` call)"
             for name, method in sorted(operations.items())
             if name in suite.called and name not in suite.sent_nulls
             for model in body_models(method)
