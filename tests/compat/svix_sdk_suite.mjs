@@ -164,7 +164,14 @@ async function startReceiver() {
     }
     throw new Mismatch(`message ${msgId} was not delivered within ${timeoutMs / 1000}s`);
   };
-  return { url, waitFor, close: () => server.close() };
+  // Closing ends the keep-alive connections Herald holds to the receiver too: with `close()` alone, one of
+  // them (seen when several suites ran side by side) stayed open and kept the script from exiting for
+  // about two minutes after its last line.
+  const close = () => {
+    server.close();
+    server.closeAllConnections();
+  };
+  return { url, waitFor, close };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
