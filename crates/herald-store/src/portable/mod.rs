@@ -640,13 +640,13 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(Backlog::from_count(row.int("pending")?, row.opt_int("oldest")?))
     }
 
-    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &str, now: i64) -> StoreResult<bool> {
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: i64) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
         let updated = Sql::new(
             "UPDATE endpoint SET disabled = TRUE, disabled_reason = $1, updated_at = $2 \
              WHERE id = $3 AND NOT disabled RETURNING app_id",
         )
-        .free(reason)
+        .free(reason.as_str())
         .bind(now)
         .bind(endpoint_id)
         .fetch_optional(tx.on())
@@ -659,7 +659,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             &row.id("app_id")?,
             endpoint_id,
             None,
-            serde_json::json!({ "reason": reason, "trigger": "automatic" }),
+            serde_json::json!({ "reason": reason.as_str(), "trigger": "automatic" }),
             now,
         );
         D::record_events(&mut tx, &[event]).await?;
