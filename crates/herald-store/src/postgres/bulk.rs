@@ -224,17 +224,7 @@ async fn insert_deliveries(
     .bind(windows)
     .fetch_all(&mut *conn)
     .await?;
-    let returned = found
-        .iter()
-        .map(|row| {
-            Ok((
-                row.try_get("seq")?,
-                row.try_get("message_id")?,
-                row.try_get("endpoint_id")?,
-            ))
-        })
-        .collect::<StoreResult<Vec<_>>>()?;
-    plan::group_deliveries(fan_out, returned, &mut by_job)?;
+    plan::group_deliveries(fan_out, &found, &mut by_job)?;
     Ok(by_job)
 }
 
