@@ -4,6 +4,7 @@
 //!
 //! A new store method is one SQL text here and one test in `tests/store.rs`, which runs on both backends.
 
+pub(crate) mod expiry;
 mod listing;
 mod operations;
 mod polling;

@@ -23,7 +23,6 @@ use herald_core::id::EndpointId;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-use herald_core::model::DeliveryStatus;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool};
 use tokio::sync::mpsc;
@@ -32,6 +31,7 @@ use self::channels::{ENDPOINT_CHANNEL, REPAIR_PAYLOAD, WORK_CHANNEL};
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore, Tx};
 use crate::events::NewEvent;
+use crate::portable::expiry::settle_expired;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
 use crate::{AttemptRecord, Ownership, RetentionStep, StoreOptions, StoreResult, group_commit, rows};
@@ -244,8 +244,8 @@ impl Dialect for Postgres {
     }
 
     async fn expire_deliveries<'a>(store: &'a PgStore, seqs: &'a [i64], now: i64) -> StoreResult<()> {
-        let mut tx = store.writes.begin().await?;
-        let held = store.dialect.leases.fence(&mut tx).await?;
+        let mut tx = store.begin().await?;
+        let held = store.dialect.leases.fence(&mut tx.0).await?;
         let sql = format!(
             "{} AND d.seq = ANY($1) AND d.partition = ANY($2) FOR UPDATE OF d",
             crate::events::EXPIRING
@@ -253,7 +253,7 @@ impl Dialect for Postgres {
         let found = sqlx::query(AssertSqlSafe(sql))
             .bind(seqs)
             .bind(&held)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut *tx.0)
             .await?;
         let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
         settle_expired(&mut tx, &expiring, now).await?;
@@ -275,8 +275,8 @@ impl Dialect for Postgres {
         );
         let mut total = 0;
         loop {
-            let mut tx = store.writes.begin().await?;
-            let held = store.dialect.leases.fence(&mut tx).await?;
+            let mut tx = store.begin().await?;
+            let held = store.dialect.leases.fence(&mut tx.0).await?;
             if !held.contains(&crate::partition_of(endpoint_id)) {
                 // Another node owns the endpoint now; it settles its deliveries.
                 return Ok(total);
@@ -285,7 +285,7 @@ impl Dialect for Postgres {
                 .bind(escape(endpoint_id))
                 .bind(created_before)
                 .bind(crate::events::EXPIRY_SCAN)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *tx.0)
                 .await?;
             let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
             settle_expired(&mut tx, &expiring, now).await?;
@@ -318,17 +318,4 @@ impl Dialect for Postgres {
     fn ownership(store: &PgStore) -> Option<Arc<dyn Ownership>> {
         Some(store.dialect.leases.clone())
     }
-}
-
-/// Mark these pending deliveries (locked by the caller) dead, with the `message.attempt.exhausted` event of
-/// each, inside the caller's transaction.
-async fn settle_expired(tx: &mut sqlx::PgConnection, expiring: &[crate::events::Expired], now: i64) -> StoreResult<()> {
-    let seqs: Vec<i64> = expiring.iter().map(|e| e.seq).collect();
-    sqlx::query("UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND seq = ANY($3)")
-        .bind(DeliveryStatus::Dead.code())
-        .bind(now)
-        .bind(&seqs)
-        .execute(&mut *tx)
-        .await?;
-    events::record(&mut *tx, &crate::events::expired_events(expiring, now)).await
 }

@@ -14,7 +14,6 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_core::model::DeliveryStatus;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
@@ -24,6 +23,7 @@ use tokio::sync::mpsc;
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore, Tx};
 use crate::events::NewEvent;
+use crate::portable::expiry::settle_expired;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
 use crate::{AttemptRecord, Ownership, RetentionStep, StoreResult, group_commit, rows};
@@ -181,22 +181,16 @@ impl Dialect for Sqlite {
     }
 
     async fn expire_deliveries<'a>(store: &'a SqliteStore, seqs: &'a [i64], now: i64) -> StoreResult<()> {
-        let mut tx = store.writes.begin().await?;
-        let mut expiring = Vec::new();
-        for chunk in seqs.chunks(chunk::ROWS_PER_INSERT) {
-            let sql = format!(
-                "{} AND d.seq IN ({})",
-                crate::events::EXPIRING,
-                chunk::marks(chunk.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for seq in chunk {
-                query = query.bind(seq);
-            }
-            for row in query.fetch_all(&mut *tx).await? {
-                expiring.push(rows::expired(&row)?);
-            }
-        }
+        let mut tx = store.begin().await?;
+        let found = Sql::new(format!(
+            "{} AND {}",
+            crate::events::EXPIRING,
+            Self::in_list("d.seq", "$1")
+        ))
+        .bind(Arg::Ints(seqs.into()))
+        .fetch_all(tx.on())
+        .await?;
+        let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
         settle_expired(&mut tx, &expiring, now).await?;
         tx.commit().await?;
         Ok(())
@@ -213,13 +207,13 @@ impl Dialect for Sqlite {
         let sql = crate::events::expiring_head("?", "?", "?", "?");
         let mut total = 0;
         loop {
-            let mut tx = store.writes.begin().await?;
+            let mut tx = store.begin().await?;
             let found = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(endpoint_id.as_str())
                 .bind(endpoint_id.as_str())
                 .bind(crate::events::EXPIRY_SCAN)
                 .bind(created_before)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *tx.0)
                 .await?;
             let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
             settle_expired(&mut tx, &expiring, now).await?;
@@ -278,27 +272,4 @@ async fn write_results(conn: &mut sqlx::SqliteConnection, records: &[AttemptReco
     }
     tx.commit().await?;
     Ok(())
-}
-
-/// Mark these pending deliveries dead, with the `message.attempt.exhausted` event of each, inside the
-/// caller's transaction (the write connection: nothing else changes them meanwhile).
-async fn settle_expired(
-    tx: &mut sqlx::SqliteConnection,
-    expiring: &[crate::events::Expired],
-    now: i64,
-) -> StoreResult<()> {
-    for chunk in expiring.chunks(chunk::ROWS_PER_INSERT) {
-        let sql = format!(
-            "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND seq IN ({})",
-            chunk::marks(chunk.len())
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql))
-            .bind(DeliveryStatus::Dead.code())
-            .bind(now);
-        for expired in chunk {
-            query = query.bind(expired.seq);
-        }
-        query.execute(&mut *tx).await?;
-    }
-    events::record(&mut *tx, &crate::events::expired_events(expiring, now)).await
 }
