@@ -595,16 +595,17 @@ impl Engine {
                 self.scheduler
                     .finish(endpoint.clone(), outcome.verdict, outcome.finished, now);
                 if outcome.disable_endpoint {
-                    self.disable(&endpoint, "the endpoint answered 410 Gone".to_owned(), now);
+                    let reason = DisabledReason::Automatic("the endpoint answered 410 Gone".to_owned());
+                    self.disable(&endpoint, reason, now);
                 } else if let Some(since) = self.failing_too_long(&endpoint, now) {
                     let since = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since) * 1_000_000)
                         .ok()
                         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
                         .unwrap_or_default();
-                    let reason = format!(
+                    let reason = DisabledReason::Automatic(format!(
                         "every attempt failed for {} (since {since})",
                         herald_core::retry::format_duration(self.config.disable_after)
-                    );
+                    ));
                     self.disable(&endpoint, reason, now);
                 }
             }
@@ -848,7 +849,7 @@ impl Engine {
 
     /// Disable an endpoint on Herald's own decision: pause it now, then record the change, its reason and
     /// an `endpoint.disabled` operational event in the store.
-    fn disable(&mut self, key: &EndpointId, reason: String, now: i64) {
+    fn disable(&mut self, key: &EndpointId, reason: DisabledReason, now: i64) {
         let Some(entry) = self.endpoints.get_mut(key) else {
             return;
         };
@@ -857,13 +858,13 @@ impl Engine {
         }
         let mut record = (*entry.endpoint).clone();
         record.disabled = true;
-        record.disabled_reason = Some(DisabledReason::Automatic(reason.clone()));
+        record.disabled_reason = Some(reason.clone());
         let limits = self.limits_of(&record);
         if let Some(entry) = self.endpoints.get_mut(key) {
             entry.endpoint = Arc::new(record);
         }
         self.scheduler.configure(key.clone(), limits, now);
-        tracing::warn!(endpoint = %key, %reason, "endpoint disabled");
+        tracing::warn!(endpoint = %key, reason = reason.as_str(), "endpoint disabled");
         let store = self.store.clone();
         let id = key.clone();
         tokio::spawn(async move {

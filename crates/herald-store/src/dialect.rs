@@ -1,13 +1,14 @@
 //! What a SQL backend is to the portable store ([`crate::portable`]): a way to run a [`Sql`] statement,
-//! the few fragments the dialects spell differently, and the store operations whose SQL truly differs
-//! (bulk writes, leases, retention, notifications); and [`SqlStore`], what every SQL backend holds.
+//! the few fragments the dialects spell differently (list binds, row locks, the partition column), the
+//! hooks where one does more (the ingest order lock and the work notification on PostgreSQL), and the
+//! store operations whose SQL truly differs (bulk writes, leases, retention, notifications); and
+//! [`SqlStore`], what every SQL backend holds.
 
-use herald_core::id::{EndpointId, MessageId};
+use herald_core::id::EndpointId;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_core::model::{AttemptTrigger, Endpoint};
 use tokio::sync::mpsc;
 
 use crate::crypto::SecretCipher;
@@ -15,9 +16,7 @@ use crate::events::NewEvent;
 use crate::group_commit::IngestJob;
 use crate::rows::Columns;
 use crate::statement::Sql;
-use crate::{
-    AttemptRecord, Change, ChangeStream, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult,
-};
+use crate::{AttemptRecord, Change, ChangeStream, Ownership, RetentionStep, StoreResult};
 use herald_sql::custody::WriteHealth;
 
 /// A SQL store of dialect `D` ([`crate::sqlite::SqliteStore`], [`crate::postgres::PgStore`]).
@@ -117,8 +116,57 @@ impl<D: Dialect> Tx<D> {
     }
 }
 
-/// A SQL backend: how it runs portable statements, the fragments it spells its own way, and the store
-/// operations whose SQL differs. Implemented by [`crate::sqlite::Sqlite`] and [`crate::postgres::Postgres`]
+/// The [`Dialect`] methods that run portable statements (`begin`, `commit`, `fetch_all`, `fetch_optional`,
+/// `execute`), for a dialect on sqlx's pool and transaction types: written once, since the dialects differ
+/// only in how they bind a statement's arguments, which the function `query` in scope where it is expanded
+/// does (`fn query<'q>(sql: &'q Sql<'_>) -> sqlx::query::Query<'q, …>`).
+macro_rules! run_statements {
+    () => {
+        async fn begin(pool: &Self::Pool) -> Result<$crate::dialect::Tx<Self>, sqlx::Error> {
+            Ok($crate::dialect::Tx(pool.begin().await?))
+        }
+
+        async fn commit(tx: Self::Tx) -> Result<(), sqlx::Error> {
+            tx.commit().await
+        }
+
+        async fn fetch_all<'a>(
+            on: $crate::dialect::On<'a, Self>,
+            sql: &'a $crate::statement::Sql<'_>,
+        ) -> Result<Vec<Self::Row>, sqlx::Error> {
+            match on {
+                $crate::dialect::On::Pool(pool) => query(sql).fetch_all(pool).await,
+                $crate::dialect::On::Tx(tx) => query(sql).fetch_all(&mut **tx).await,
+            }
+        }
+
+        async fn fetch_optional<'a>(
+            on: $crate::dialect::On<'a, Self>,
+            sql: &'a $crate::statement::Sql<'_>,
+        ) -> Result<Option<Self::Row>, sqlx::Error> {
+            match on {
+                $crate::dialect::On::Pool(pool) => query(sql).fetch_optional(pool).await,
+                $crate::dialect::On::Tx(tx) => query(sql).fetch_optional(&mut **tx).await,
+            }
+        }
+
+        async fn execute<'a>(
+            on: $crate::dialect::On<'a, Self>,
+            sql: &'a $crate::statement::Sql<'_>,
+        ) -> Result<u64, sqlx::Error> {
+            let done = match on {
+                $crate::dialect::On::Pool(pool) => query(sql).execute(pool).await?,
+                $crate::dialect::On::Tx(tx) => query(sql).execute(&mut **tx).await?,
+            };
+            Ok(done.rows_affected())
+        }
+    };
+}
+
+pub(crate) use run_statements;
+
+/// A SQL backend: how it runs portable statements, the fragments it spells its own way, the hooks where it
+/// does more than the other, and the store operations whose SQL differs. Implemented by [`crate::sqlite::Sqlite`] and [`crate::postgres::Postgres`]
 /// only.
 pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// Its connection pool.
@@ -130,9 +178,9 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
 
     /// The smaller of two values (`MIN(a, b)` on SQLite, `LEAST(a, b)` on PostgreSQL).
     const LEAST: &'static str;
-    /// What locks the rows a `SELECT` read until commit, where rows can be locked (empty on SQLite: its one
-    /// writer already excludes every other).
-    const FOR_UPDATE: &'static str;
+    /// Whether a delivery row carries its endpoint's partition ([`crate::partition_of`]): PostgreSQL's do,
+    /// since its nodes lease delivery work by partition.
+    const PARTITIONED: bool;
     /// The column that orders rows of one table by insertion (SQLite's `rowid`, a serial `id` on
     /// PostgreSQL) — for `endpoint_secret`.
     const INSERTION_ORDER: &'static str;
@@ -143,6 +191,24 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
 
     /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
     fn json_array_contains(column: &str, mark: &str) -> String;
+    /// A condition: `column` is one of the list ([`crate::statement::Arg::Ints`] or
+    /// [`crate::statement::Arg::Texts`]) bound at `mark`.
+    fn in_list(column: &str, mark: &str) -> String;
+    /// A table for `FROM`: the list bound at `mark`, one row `(value, n)` per item, `n` rising in list
+    /// order, named `alias`.
+    fn list_rows(mark: &str, alias: &str) -> String;
+    /// What locks the rows a `SELECT` read until commit (those of table `of` only, in a join), where rows
+    /// can be locked (empty on SQLite: its one writer already excludes every other).
+    fn for_update(of: Option<&str>) -> String;
+
+    /// Make the `seq`s this write transaction gives out follow commit order, as ingest's do (PostgreSQL:
+    /// hold the ingest order lock until commit, as concurrent nodes draw `seq`s; SQLite: nothing, its one
+    /// writer commits in order).
+    fn order_seqs<'a>(tx: &'a mut Tx<Self>) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+    /// Deliveries became pending in this transaction outside ingest: wake the endpoints' owners when it
+    /// commits (PostgreSQL: notify the work channel, for an owner on any node; SQLite: nothing, the store's
+    /// change stream tells its one engine).
+    fn work_queued<'a>(tx: &'a mut Tx<Self>) -> impl Future<Output = StoreResult<()>> + Send + 'a;
 
     /// Open a transaction.
     fn begin(pool: &Self::Pool) -> impl Future<Output = Result<Tx<Self>, sqlx::Error>> + Send;
@@ -197,33 +263,6 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         now: i64,
         limit: usize,
     ) -> impl Future<Output = StoreResult<RetentionStep>> + Send + '_;
-    /// See [`crate::Store::requeue_delivery`] (new `seq`s in commit order across nodes on PostgreSQL).
-    fn requeue_delivery<'a>(
-        store: &'a SqlStore<Self>,
-        message_id: &'a MessageId,
-        endpoint_id: &'a EndpointId,
-        trigger: AttemptTrigger,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<Requeue>> + Send + 'a;
-    /// See [`crate::Store::requeue_selected`] (the selection is [`crate::portable::selected`]; the lock and
-    /// the re-insert differ).
-    fn requeue_selected<'a>(
-        store: &'a SqlStore<Self>,
-        selection: &'a RequeueSelection,
-        limit: usize,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<RequeueChunk>> + Send + 'a;
-    /// See [`crate::Store::add_missing_deliveries`].
-    #[allow(clippy::too_many_arguments)]
-    fn add_missing_deliveries<'a>(
-        store: &'a SqlStore<Self>,
-        endpoint: &'a Endpoint,
-        since: i64,
-        until: i64,
-        after: Option<&'a MessageId>,
-        limit: usize,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<(Option<MessageId>, u64)>> + Send + 'a;
     /// See [`crate::Store::shutdown`].
     fn shutdown(store: &SqlStore<Self>) -> impl Future<Output = ()> + Send + '_;
     /// See [`crate::Store::ownership`].

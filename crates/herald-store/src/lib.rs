@@ -580,9 +580,10 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: i64, now: i64) -> StoreResult<u64>;
     /// Pending deliveries of an endpoint and the age of the oldest.
     async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog>;
-    /// Disable an endpoint with a reason and record an `endpoint.disabled` operational event, in one
-    /// transaction. Returns `false` if it was already disabled or is gone (nothing recorded then).
-    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &str, now: i64) -> StoreResult<bool>;
+    /// Disable an endpoint with a reason (stored, and given in the event, as [`DisabledReason::as_str`]'s
+    /// text) and record an `endpoint.disabled` operational event, in one transaction. Returns `false` if it
+    /// was already disabled or is gone (nothing recorded then).
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: i64) -> StoreResult<bool>;
     /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
     /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
     async fn set_endpoint_state(

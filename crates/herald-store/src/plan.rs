@@ -13,6 +13,7 @@ use herald_core::id::{AppId, EndpointId, MessageId};
 use herald_core::model::{Endpoint, Message};
 
 use crate::group_commit::IngestJob;
+use crate::rows::Columns;
 use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
 
 /// Messages already stored, or earlier in this batch, by (app, event id) and (app, idempotency key).
@@ -212,18 +213,19 @@ pub(crate) fn window_start(message: &Message) -> Option<i64> {
     message.deliver_at.map(|_| message.due_at())
 }
 
-/// Match deliveries returned by an insert back to their jobs, by (message, endpoint), which is unique in
-/// a batch (the order of `RETURNING` rows is unspecified).
+/// Match the deliveries an insert returned (`RETURNING seq, message_id, endpoint_id`) back to their jobs,
+/// by (message, endpoint), which is unique in a batch (the order of `RETURNING` rows is unspecified).
 pub(crate) fn group_deliveries<'a>(
     fan_out: &[FanOut<'a>],
-    returned: impl IntoIterator<Item = (i64, String, String)>,
+    returned: &[impl Columns],
     by_job: &mut HashMap<usize, Vec<CreatedDelivery>>,
 ) -> StoreResult<()> {
     let index_of: HashMap<(&str, &str), (usize, &EndpointId)> = fan_out
         .iter()
         .map(|f| ((f.message.id.as_str(), f.endpoint_id.as_str()), (f.job, f.endpoint_id)))
         .collect();
-    for (seq, message_id, endpoint_id) in returned {
+    for row in returned {
+        let (seq, message_id, endpoint_id) = (row.int("seq")?, row.text("message_id")?, row.text("endpoint_id")?);
         let (index, endpoint_id) = index_of
             .get(&(message_id.as_str(), endpoint_id.as_str()))
             .copied()

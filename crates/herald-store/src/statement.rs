@@ -20,6 +20,13 @@ pub(crate) enum Arg<'a> {
     Bool(Option<bool>),
     /// Bytes.
     Bytes(Cow<'a, [u8]>),
+    /// A list of integers, read by a [`crate::dialect::Dialect::in_list`] condition or a
+    /// [`crate::dialect::Dialect::list_rows`] table: PostgreSQL binds an array, SQLite a JSON array. One
+    /// placeholder whatever its length, so a statement over many rows is one text on both dialects (no
+    /// chunks, one prepared statement).
+    Ints(Cow<'a, [i64]>),
+    /// A list of text the store itself makes (ids), bound as [`Arg::Ints`] is.
+    Texts(Vec<&'a str>),
 }
 
 impl<'a> Arg<'a> {

@@ -4,7 +4,9 @@
 //!
 //! A new store method is one SQL text here and one test in `tests/store.rs`, which runs on both backends.
 
+pub(crate) mod expiry;
 mod listing;
+mod operations;
 mod polling;
 pub(crate) mod secrets;
 
@@ -159,9 +161,9 @@ fn bind_endpoint_fields<'a>(sql: Sql<'a>, ep: &'a Endpoint, cipher: &SecretCiphe
         .bind(ep.updated_at)
 }
 
-/// `SELECT {what}` over the deliveries `selection` takes (see [`RequeueSelection`]); the dialects append
-/// their order, limit and lock to re-queue them.
-pub(crate) fn selected<'a, D: Dialect>(what: &str, selection: &'a RequeueSelection) -> Sql<'a> {
+/// `SELECT {what}` over the deliveries `selection` takes (see [`RequeueSelection`]), to count them or (with
+/// an order, a limit and a lock appended) to re-queue them.
+fn selected<'a, D: Dialect>(what: &str, selection: &'a RequeueSelection) -> Sql<'a> {
     let mut sql = Sql::new(format!(
         "SELECT {what} FROM delivery d JOIN message m ON m.id = d.message_id \
          WHERE d.endpoint_id = $1 AND m.created_at >= $2 AND m.created_at < $3 AND d.seq > $4 AND d.seq <= $5 \
@@ -640,13 +642,13 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(Backlog::from_count(row.int("pending")?, row.opt_int("oldest")?))
     }
 
-    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &str, now: i64) -> StoreResult<bool> {
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: i64) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
         let updated = Sql::new(
             "UPDATE endpoint SET disabled = TRUE, disabled_reason = $1, updated_at = $2 \
              WHERE id = $3 AND NOT disabled RETURNING app_id",
         )
-        .free(reason)
+        .free(reason.as_str())
         .bind(now)
         .bind(endpoint_id)
         .fetch_optional(tx.on())
@@ -659,7 +661,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             &row.id("app_id")?,
             endpoint_id,
             None,
-            serde_json::json!({ "reason": reason, "trigger": "automatic" }),
+            serde_json::json!({ "reason": reason.as_str(), "trigger": "automatic" }),
             now,
         );
         D::record_events(&mut tx, &[event]).await?;
@@ -933,7 +935,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         trigger: AttemptTrigger,
         now: i64,
     ) -> StoreResult<Requeue> {
-        let requeued = D::requeue_delivery(self, message_id, endpoint_id, trigger, now).await?;
+        let requeued = operations::requeue_delivery(self, message_id, endpoint_id, trigger, now).await?;
         if let Requeue::Queued(_) = requeued {
             self.announce(Change::Backlog(endpoint_id.clone()));
         }
@@ -951,7 +953,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         limit_n: usize,
         now: i64,
     ) -> StoreResult<RequeueChunk> {
-        let chunk = D::requeue_selected(self, selection, limit_n, now).await?;
+        let chunk = operations::requeue_selected(self, selection, limit_n, now).await?;
         if chunk.queued > 0 {
             self.announce(Change::Backlog(selection.endpoint_id.clone()));
         }
@@ -985,7 +987,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         limit_n: usize,
         now: i64,
     ) -> StoreResult<(Option<MessageId>, u64)> {
-        let (last, created) = D::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await?;
+        let (last, created) =
+            operations::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await?;
         if created > 0 {
             self.announce(Change::Backlog(endpoint.id.clone()));
         }
@@ -1039,7 +1042,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let mut tx = self.begin().await?;
         let found = Sql::new(format!(
             "SELECT id FROM message WHERE app_id = $1 AND created_at <= $2 AND NOT expunged ORDER BY id LIMIT $3{}",
-            D::FOR_UPDATE
+            D::for_update(None)
         ))
         .bind(app_id)
         .bind(before)

@@ -84,7 +84,7 @@ pub(super) async fn rotate<D: Dialect>(
     // Locks the row where rows can be locked: concurrent rotations of one endpoint run one after the other.
     let found = Sql::new(format!(
         "SELECT secret, app_id, uid FROM endpoint WHERE id = $1{}",
-        D::FOR_UPDATE
+        D::for_update(None)
     ))
     .bind(endpoint_id)
     .fetch_optional(tx.on())

@@ -1,9 +1,10 @@
 //! PostgreSQL's half of group commit, and the fenced result writer.
 //!
 //! A batch is written with array parameters (`UNNEST`), one statement per table whatever the batch size.
-//! Before anything is written, the batch transaction takes [`INGEST_LOCK`] (held until it commits):
-//! nodes ingest concurrently, and without it a transaction that drew lower `seq`s could commit after one
-//! that drew higher ones, and a reader's cursor (`seq > n`) would skip it. The same lock serialises the
+//! Before anything is written, the batch transaction takes the ingest lock
+//! ([`order_lock`](super::channels::order_lock), held until it commits): nodes ingest concurrently, and
+//! without it a transaction that drew lower `seq`s could commit after one that drew higher ones, and a
+//! reader's cursor (`seq > n`) would skip it. The same lock serialises the
 //! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' and
 //! endpoints' rows are read `FOR SHARE`: a concurrent delete waits for the batch, so a message is never
 //! fanned out to an endpoint that is being deleted.
@@ -15,7 +16,7 @@ use herald_core::id::AppId;
 use herald_core::model::Endpoint;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
-use super::channels::{INGEST_LOCK, WORK_CHANNEL};
+use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
@@ -31,13 +32,7 @@ impl BatchWriter for PgBatches {
     type Db = Postgres;
 
     fn prepare<'c>(&'c self, conn: &'c mut PgConnection) -> BoxFuture<'c, StoreResult<()>> {
-        Box::pin(async move {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(INGEST_LOCK)
-                .execute(&mut *conn)
-                .await?;
-            Ok(())
-        })
+        Box::pin(super::channels::order_lock(conn))
     }
 
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
@@ -224,17 +219,7 @@ async fn insert_deliveries(
     .bind(windows)
     .fetch_all(&mut *conn)
     .await?;
-    let returned = found
-        .iter()
-        .map(|row| {
-            Ok((
-                row.try_get("seq")?,
-                row.try_get("message_id")?,
-                row.try_get("endpoint_id")?,
-            ))
-        })
-        .collect::<StoreResult<Vec<_>>>()?;
-    plan::group_deliveries(fan_out, returned, &mut by_job)?;
+    plan::group_deliveries(fan_out, &found, &mut by_job)?;
     Ok(by_job)
 }
 

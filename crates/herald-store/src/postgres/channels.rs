@@ -1,11 +1,30 @@
 //! The names every node sharing a PostgreSQL database agrees on: its notification channels and the
 //! advisory lock that orders ingest.
 
+use sqlx::PgConnection;
+
+use crate::StoreResult;
+
 /// The advisory lock key that orders ingest transactions ("herald" in ASCII).
 pub(crate) const INGEST_LOCK: i64 = 0x6865_7261_6c64;
 
+/// Take [`INGEST_LOCK`] until the transaction on `conn` commits: transactions that draw delivery `seq`s
+/// (ingest, re-queueing) then commit in the order they drew them, across nodes, so an owner's cursor
+/// (`seq > n`) never skips a row that commits late.
+pub(crate) async fn order_lock(conn: &mut PgConnection) -> StoreResult<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(INGEST_LOCK)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The channel ingest notifies when it committed deliveries; the payload is the node id.
 pub(crate) const WORK_CHANNEL: &str = "herald_work";
+
+/// The work-channel payload of a repair (deliveries re-queued or added outside ingest): no node's id, so
+/// every node's watcher looks.
+pub(crate) const REPAIR_PAYLOAD: &str = "repair";
 
 /// The channel notified with an endpoint's id when it changes, so that its owner — maybe another node —
 /// reloads it.

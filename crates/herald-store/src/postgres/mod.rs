@@ -16,29 +16,25 @@ mod bulk;
 mod channels;
 mod events;
 mod lease;
-mod operations;
 mod outbox;
 mod retention;
 
-use herald_core::id::{EndpointId, MessageId};
+use herald_core::id::EndpointId;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool};
 use tokio::sync::mpsc;
 
-use self::channels::ENDPOINT_CHANNEL;
+use self::channels::{ENDPOINT_CHANNEL, REPAIR_PAYLOAD, WORK_CHANNEL};
 use crate::crypto::SecretCipher;
-use crate::dialect::{Dialect, On, SqlStore, Tx};
+use crate::dialect::{Dialect, SqlStore, Tx};
 use crate::events::NewEvent;
+use crate::portable::expiry::settle_expired;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
-use crate::{
-    AttemptRecord, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreOptions, StoreResult,
-    group_commit, rows,
-};
+use crate::{AttemptRecord, Ownership, RetentionStep, StoreOptions, StoreResult, group_commit, rows};
 use herald_sql::custody::{Bound, DatabaseTimeouts, WriteHealth};
 use herald_sql::text::escape;
 
@@ -156,22 +152,27 @@ impl SqlStore<Postgres> {
 /// values that could never contain NUL are unchanged by it, and a NUL in a lookup then finds nothing, as on
 /// SQLite, instead of failing the statement. Text the store made holds no NUL; where a client's value
 /// reached a filter as such (an event type or channel in a query string) and holds one, it is escaped
-/// too, so that it matches nothing rather than failing the statement with a 503.
+/// too, so that it matches nothing rather than failing the statement with a 503. Lists are bound as
+/// arrays.
 fn query<'q>(sql: &'q Sql<'_>) -> sqlx::query::Query<'q, sqlx::Postgres, PgArguments> {
     let mut query = sqlx::query(AssertSqlSafe(sql.text()));
     for arg in sql.args() {
         query = match arg {
-            Arg::Text(text) => query.bind(
-                text.as_deref()
-                    .map(|t| if t.contains('\0') { escape(t) } else { t.into() }),
-            ),
+            Arg::Text(text) => query.bind(text.as_deref().map(made_text)),
             Arg::Free(text) => query.bind(text.as_deref().map(escape)),
             Arg::Int(n) => query.bind(*n),
             Arg::Bool(flag) => query.bind(*flag),
             Arg::Bytes(bytes) => query.bind(&**bytes),
+            Arg::Ints(list) => query.bind(&**list),
+            Arg::Texts(list) => query.bind(list.iter().map(|t| made_text(t).into_owned()).collect::<Vec<_>>()),
         };
     }
     query
+}
+
+/// Text the store made, as bound: itself, unless it holds a NUL (see [`query`]).
+fn made_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') { escape(text) } else { text.into() }
 }
 
 impl Dialect for Postgres {
@@ -180,7 +181,7 @@ impl Dialect for Postgres {
     type Row = PgRow;
 
     const LEAST: &'static str = "LEAST";
-    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const PARTITIONED: bool = true;
     const INSERTION_ORDER: &'static str = "id";
     // Several nodes share the table; a running task records progress after every chunk, so only one
     // that has made none for a minute can be the orphan of a stopped node.
@@ -190,35 +191,36 @@ impl Dialect for Postgres {
         format!("EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}::jsonb) c WHERE c = {mark})")
     }
 
-    async fn begin(pool: &PgPool) -> Result<Tx<Self>, sqlx::Error> {
-        Ok(Tx(pool.begin().await?))
+    fn in_list(column: &str, mark: &str) -> String {
+        format!("{column} = ANY({mark})")
     }
 
-    async fn commit(tx: Self::Tx) -> Result<(), sqlx::Error> {
-        tx.commit().await
+    fn list_rows(mark: &str, alias: &str) -> String {
+        format!("UNNEST({mark}) WITH ORDINALITY AS {alias} (value, n)")
     }
 
-    async fn fetch_all<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> Result<Vec<PgRow>, sqlx::Error> {
-        match on {
-            On::Pool(pool) => query(sql).fetch_all(pool).await,
-            On::Tx(tx) => query(sql).fetch_all(&mut **tx).await,
+    fn for_update(of: Option<&str>) -> String {
+        match of {
+            Some(table) => format!(" FOR UPDATE OF {table}"),
+            None => " FOR UPDATE".to_owned(),
         }
     }
 
-    async fn fetch_optional<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> Result<Option<PgRow>, sqlx::Error> {
-        match on {
-            On::Pool(pool) => query(sql).fetch_optional(pool).await,
-            On::Tx(tx) => query(sql).fetch_optional(&mut **tx).await,
-        }
+    async fn order_seqs(tx: &mut Tx<Self>) -> StoreResult<()> {
+        channels::order_lock(&mut tx.0).await
     }
 
-    async fn execute<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> Result<u64, sqlx::Error> {
-        let done = match on {
-            On::Pool(pool) => query(sql).execute(pool).await?,
-            On::Tx(tx) => query(sql).execute(&mut **tx).await?,
-        };
-        Ok(done.rows_affected())
+    async fn work_queued(tx: &mut Tx<Self>) -> StoreResult<()> {
+        // No node's id in the payload, so every node's watcher looks.
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(WORK_CHANNEL)
+            .bind(REPAIR_PAYLOAD)
+            .execute(&mut *tx.0)
+            .await?;
+        Ok(())
     }
+
+    crate::dialect::run_statements!();
 
     async fn record_events<'a>(tx: &'a mut Tx<Self>, events: &'a [NewEvent]) -> StoreResult<()> {
         events::record(&mut tx.0, events).await
@@ -242,8 +244,8 @@ impl Dialect for Postgres {
     }
 
     async fn expire_deliveries<'a>(store: &'a PgStore, seqs: &'a [i64], now: i64) -> StoreResult<()> {
-        let mut tx = store.writes.begin().await?;
-        let held = store.dialect.leases.fence(&mut tx).await?;
+        let mut tx = store.begin().await?;
+        let held = store.dialect.leases.fence(&mut tx.0).await?;
         let sql = format!(
             "{} AND d.seq = ANY($1) AND d.partition = ANY($2) FOR UPDATE OF d",
             crate::events::EXPIRING
@@ -251,7 +253,7 @@ impl Dialect for Postgres {
         let found = sqlx::query(AssertSqlSafe(sql))
             .bind(seqs)
             .bind(&held)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut *tx.0)
             .await?;
         let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
         settle_expired(&mut tx, &expiring, now).await?;
@@ -273,8 +275,8 @@ impl Dialect for Postgres {
         );
         let mut total = 0;
         loop {
-            let mut tx = store.writes.begin().await?;
-            let held = store.dialect.leases.fence(&mut tx).await?;
+            let mut tx = store.begin().await?;
+            let held = store.dialect.leases.fence(&mut tx.0).await?;
             if !held.contains(&crate::partition_of(endpoint_id)) {
                 // Another node owns the endpoint now; it settles its deliveries.
                 return Ok(total);
@@ -283,7 +285,7 @@ impl Dialect for Postgres {
                 .bind(escape(endpoint_id))
                 .bind(created_before)
                 .bind(crate::events::EXPIRY_SCAN)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *tx.0)
                 .await?;
             let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
             settle_expired(&mut tx, &expiring, now).await?;
@@ -304,37 +306,6 @@ impl Dialect for Postgres {
         retention::step(&store.writes, attempts_before, now, limit).await
     }
 
-    async fn requeue_delivery<'a>(
-        store: &'a PgStore,
-        message_id: &'a MessageId,
-        endpoint_id: &'a EndpointId,
-        trigger: AttemptTrigger,
-        now: i64,
-    ) -> StoreResult<Requeue> {
-        operations::requeue_delivery(&store.writes, message_id, endpoint_id, trigger, now).await
-    }
-
-    async fn requeue_selected<'a>(
-        store: &'a PgStore,
-        selection: &'a RequeueSelection,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<RequeueChunk> {
-        operations::requeue_selected(&store.writes, selection, limit, now).await
-    }
-
-    async fn add_missing_deliveries<'a>(
-        store: &'a PgStore,
-        endpoint: &'a Endpoint,
-        since: i64,
-        until: i64,
-        after: Option<&'a MessageId>,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<(Option<MessageId>, u64)> {
-        operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
-    }
-
     async fn shutdown(store: &PgStore) {
         for task in &store.dialect.tasks {
             task.abort();
@@ -347,17 +318,4 @@ impl Dialect for Postgres {
     fn ownership(store: &PgStore) -> Option<Arc<dyn Ownership>> {
         Some(store.dialect.leases.clone())
     }
-}
-
-/// Mark these pending deliveries (locked by the caller) dead, with the `message.attempt.exhausted` event of
-/// each, inside the caller's transaction.
-async fn settle_expired(tx: &mut sqlx::PgConnection, expiring: &[crate::events::Expired], now: i64) -> StoreResult<()> {
-    let seqs: Vec<i64> = expiring.iter().map(|e| e.seq).collect();
-    sqlx::query("UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 AND seq = ANY($3)")
-        .bind(DeliveryStatus::Dead.code())
-        .bind(now)
-        .bind(&seqs)
-        .execute(&mut *tx)
-        .await?;
-    events::record(&mut *tx, &crate::events::expired_events(expiring, now)).await
 }

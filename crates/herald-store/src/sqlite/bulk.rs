@@ -179,19 +179,8 @@ async fn insert_deliveries(
                 .bind(f.message.created_at)
                 .bind(plan::window_start(f.message));
         }
-        let returned = query
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get("seq")?,
-                    row.try_get("message_id")?,
-                    row.try_get("endpoint_id")?,
-                ))
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
-        plan::group_deliveries(chunk, returned, &mut by_job)?;
+        let returned = query.fetch_all(&mut *conn).await?;
+        plan::group_deliveries(chunk, &returned, &mut by_job)?;
     }
     Ok(by_job)
 }

@@ -1,21 +1,19 @@
 //! The SQLite dialect: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
 //! message survives `kill -9` and a power cut), one writer connection and a pool of readers. The store's
 //! statements are [`crate::portable`]'s; this module runs them on sqlx's SQLite driver and holds what
-//! SQLite does its own way: multi-row inserts in chunks ([`bulk`]), expiry and re-queueing on its one
-//! writer ([`operations`]), row-by-row retention ([`retention`]).
+//! SQLite does its own way: lists bound as JSON arrays (read with `json_each`), multi-row inserts in
+//! chunks ([`bulk`]), expiry on its one writer, row-by-row retention ([`retention`]).
 
 mod bulk;
 mod chunk;
 mod events;
-mod operations;
 mod retention;
 
-use herald_core::id::{EndpointId, MessageId};
+use herald_core::id::EndpointId;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
@@ -23,13 +21,12 @@ use sqlx::{Acquire, AssertSqlSafe, SqlitePool};
 use tokio::sync::mpsc;
 
 use crate::crypto::SecretCipher;
-use crate::dialect::{Dialect, On, SqlStore, Tx};
+use crate::dialect::{Dialect, SqlStore, Tx};
 use crate::events::NewEvent;
+use crate::portable::expiry::settle_expired;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
-use crate::{
-    AttemptRecord, Ownership, Requeue, RequeueChunk, RequeueSelection, RetentionStep, StoreResult, group_commit, rows,
-};
+use crate::{AttemptRecord, Ownership, RetentionStep, StoreResult, group_commit, rows};
 use herald_sql::custody::{self, WriteHealth};
 
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
@@ -109,7 +106,8 @@ pub async fn migrate(url: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// A portable statement on sqlx's SQLite driver (free text needs no escaping: SQLite's text holds NUL).
+/// A portable statement on sqlx's SQLite driver (free text needs no escaping: SQLite's text holds NUL; a
+/// list is bound as the text of a JSON array, which [`Dialect::in_list`] and [`Dialect::list_rows`] read).
 fn query<'q>(sql: &'q Sql<'_>) -> sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments> {
     let mut query = sqlx::query(AssertSqlSafe(sql.text()));
     for arg in sql.args() {
@@ -118,6 +116,8 @@ fn query<'q>(sql: &'q Sql<'_>) -> sqlx::query::Query<'q, sqlx::Sqlite, SqliteArg
             Arg::Int(n) => query.bind(*n),
             Arg::Bool(flag) => query.bind(*flag),
             Arg::Bytes(bytes) => query.bind(&**bytes),
+            Arg::Ints(list) => query.bind(serde_json::Value::from(&**list).to_string()),
+            Arg::Texts(list) => query.bind(serde_json::Value::from(list.as_slice()).to_string()),
         };
     }
     query
@@ -129,7 +129,7 @@ impl Dialect for Sqlite {
     type Row = SqliteRow;
 
     const LEAST: &'static str = "MIN";
-    const FOR_UPDATE: &'static str = "";
+    const PARTITIONED: bool = false;
     const INSERTION_ORDER: &'static str = "rowid";
     const TASK_ORPHANED_AFTER_MS: Option<i64> = None;
 
@@ -137,35 +137,30 @@ impl Dialect for Sqlite {
         format!("EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = {mark})")
     }
 
-    async fn begin(pool: &SqlitePool) -> Result<Tx<Self>, sqlx::Error> {
-        Ok(Tx(pool.begin().await?))
+    fn in_list(column: &str, mark: &str) -> String {
+        format!("{column} IN (SELECT value FROM json_each({mark}))")
     }
 
-    async fn commit(tx: Self::Tx) -> Result<(), sqlx::Error> {
-        tx.commit().await
+    fn list_rows(mark: &str, alias: &str) -> String {
+        // `key` is the item's index in the array.
+        format!("(SELECT value, key AS n FROM json_each({mark})) AS {alias}")
     }
 
-    async fn fetch_all<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> Result<Vec<SqliteRow>, sqlx::Error> {
-        match on {
-            On::Pool(pool) => query(sql).fetch_all(pool).await,
-            On::Tx(tx) => query(sql).fetch_all(&mut **tx).await,
-        }
+    fn for_update(_of: Option<&str>) -> String {
+        String::new()
     }
 
-    async fn fetch_optional<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> Result<Option<SqliteRow>, sqlx::Error> {
-        match on {
-            On::Pool(pool) => query(sql).fetch_optional(pool).await,
-            On::Tx(tx) => query(sql).fetch_optional(&mut **tx).await,
-        }
+    async fn order_seqs(_tx: &mut Tx<Self>) -> StoreResult<()> {
+        // The one writer connection: transactions that draw `seq`s commit in the order they draw them.
+        Ok(())
     }
 
-    async fn execute<'a>(on: On<'a, Self>, sql: &'a Sql<'_>) -> Result<u64, sqlx::Error> {
-        let done = match on {
-            On::Pool(pool) => query(sql).execute(pool).await?,
-            On::Tx(tx) => query(sql).execute(&mut **tx).await?,
-        };
-        Ok(done.rows_affected())
+    async fn work_queued(_tx: &mut Tx<Self>) -> StoreResult<()> {
+        // One process owns a SQLite file: the store's change stream tells its engine.
+        Ok(())
     }
+
+    crate::dialect::run_statements!();
 
     async fn record_events<'a>(tx: &'a mut Tx<Self>, events: &'a [NewEvent]) -> StoreResult<()> {
         events::record(&mut tx.0, events).await
@@ -186,22 +181,16 @@ impl Dialect for Sqlite {
     }
 
     async fn expire_deliveries<'a>(store: &'a SqliteStore, seqs: &'a [i64], now: i64) -> StoreResult<()> {
-        let mut tx = store.writes.begin().await?;
-        let mut expiring = Vec::new();
-        for chunk in seqs.chunks(chunk::ROWS_PER_INSERT) {
-            let sql = format!(
-                "{} AND d.seq IN ({})",
-                crate::events::EXPIRING,
-                chunk::marks(chunk.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for seq in chunk {
-                query = query.bind(seq);
-            }
-            for row in query.fetch_all(&mut *tx).await? {
-                expiring.push(rows::expired(&row)?);
-            }
-        }
+        let mut tx = store.begin().await?;
+        let found = Sql::new(format!(
+            "{} AND {}",
+            crate::events::EXPIRING,
+            Self::in_list("d.seq", "$1")
+        ))
+        .bind(Arg::Ints(seqs.into()))
+        .fetch_all(tx.on())
+        .await?;
+        let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
         settle_expired(&mut tx, &expiring, now).await?;
         tx.commit().await?;
         Ok(())
@@ -218,13 +207,13 @@ impl Dialect for Sqlite {
         let sql = crate::events::expiring_head("?", "?", "?", "?");
         let mut total = 0;
         loop {
-            let mut tx = store.writes.begin().await?;
+            let mut tx = store.begin().await?;
             let found = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(endpoint_id.as_str())
                 .bind(endpoint_id.as_str())
                 .bind(crate::events::EXPIRY_SCAN)
                 .bind(created_before)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *tx.0)
                 .await?;
             let expiring = found.iter().map(rows::expired).collect::<StoreResult<Vec<_>>>()?;
             settle_expired(&mut tx, &expiring, now).await?;
@@ -243,37 +232,6 @@ impl Dialect for Sqlite {
         limit: usize,
     ) -> StoreResult<RetentionStep> {
         retention::step(&store.writes, attempts_before, now, limit).await
-    }
-
-    async fn requeue_delivery<'a>(
-        store: &'a SqliteStore,
-        message_id: &'a MessageId,
-        endpoint_id: &'a EndpointId,
-        trigger: AttemptTrigger,
-        now: i64,
-    ) -> StoreResult<Requeue> {
-        operations::requeue_delivery(&store.writes, message_id, endpoint_id, trigger, now).await
-    }
-
-    async fn requeue_selected<'a>(
-        store: &'a SqliteStore,
-        selection: &'a RequeueSelection,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<RequeueChunk> {
-        operations::requeue_selected(&store.writes, selection, limit, now).await
-    }
-
-    async fn add_missing_deliveries<'a>(
-        store: &'a SqliteStore,
-        endpoint: &'a Endpoint,
-        since: i64,
-        until: i64,
-        after: Option<&'a MessageId>,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<(Option<MessageId>, u64)> {
-        operations::add_missing_deliveries(&store.writes, endpoint, since, until, after, limit, now).await
     }
 
     async fn shutdown(_store: &SqliteStore) {}
@@ -314,27 +272,4 @@ async fn write_results(conn: &mut sqlx::SqliteConnection, records: &[AttemptReco
     }
     tx.commit().await?;
     Ok(())
-}
-
-/// Mark these pending deliveries dead, with the `message.attempt.exhausted` event of each, inside the
-/// caller's transaction (the write connection: nothing else changes them meanwhile).
-async fn settle_expired(
-    tx: &mut sqlx::SqliteConnection,
-    expiring: &[crate::events::Expired],
-    now: i64,
-) -> StoreResult<()> {
-    for chunk in expiring.chunks(chunk::ROWS_PER_INSERT) {
-        let sql = format!(
-            "UPDATE delivery SET status = ?, updated_at = ? WHERE status = 0 AND seq IN ({})",
-            chunk::marks(chunk.len())
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql))
-            .bind(DeliveryStatus::Dead.code())
-            .bind(now);
-        for expired in chunk {
-            query = query.bind(expired.seq);
-        }
-        query.execute(&mut *tx).await?;
-    }
-    events::record(&mut *tx, &crate::events::expired_events(expiring, now)).await
 }
