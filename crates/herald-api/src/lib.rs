@@ -21,7 +21,6 @@ pub mod model;
 mod not_offered;
 mod openapi;
 mod openapi_import;
-pub mod polling_model;
 mod query;
 mod routes;
 mod sets;

@@ -28,9 +28,8 @@ use crate::body::JsonBody;
 use crate::convert;
 use crate::error::{ApiError, ApiResult, Source};
 use crate::lookup;
-use crate::model::MessageOut;
-use crate::polling_model::{
-    PollerV2CommitIn, PollerV2MessageOut, PollerV2PollOut, PollingEndpointConsumerSeekIn,
+use crate::model::{
+    MessageOut, PollerV2CommitIn, PollerV2MessageOut, PollerV2PollOut, PollingEndpointConsumerSeekIn,
     PollingEndpointConsumerSeekOut, PollingEndpointOut,
 };
 use crate::query::Query;

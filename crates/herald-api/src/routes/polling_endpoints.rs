@@ -19,9 +19,9 @@ use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::keys::{initial_key, secret_out};
 use crate::lookup;
-use crate::model::{EndpointSecretOut, ListResponse, Metadata};
-use crate::polling_model::{
-    PollingEndpointIn, PollingEndpointPatch, PollingEndpointSinkOut, PollingEndpointTokenIn, PollingEndpointTokenOut,
+use crate::model::{
+    EndpointSecretOut, ListResponse, Metadata, PollingEndpointIn, PollingEndpointPatch, PollingEndpointSinkOut,
+    PollingEndpointTokenIn, PollingEndpointTokenOut,
 };
 use crate::query::Query;
 use crate::state::AppState;

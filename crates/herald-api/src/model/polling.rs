@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 
 use time::OffsetDateTime;
 
-use crate::model::{MessageOut, Metadata, Patch, non_null};
+use super::common::{Metadata, Patch, non_null};
+use super::messages::MessageOut;
 
 /// Body of `POST /api/v1/app/{app_id}/polling-endpoint`: a polling endpoint, filtered like an endpoint.
 #[derive(Debug, Clone, serde::Deserialize)]
