@@ -32,28 +32,33 @@ fn document(input: EventTypeImportIn) -> ApiResult<serde_json::Value> {
     }
 }
 
-/// `specRaw`: JSON, or else YAML (as OpenAPI documents are most often written). The YAML parser refuses
-/// alias bombs and deep nesting, so a hostile text costs no more than its (bounded) size.
+/// `specRaw`: JSON, or else YAML (as OpenAPI documents are most often written), and a mapping either way
+/// (the error names `specRaw`, the field the client sent). The YAML parser refuses alias bombs and deep
+/// nesting, so a hostile text costs no more than its (bounded) size.
 fn parse_raw(raw: &str) -> ApiResult<serde_json::Value> {
-    let json = match serde_json::from_str(raw) {
-        Ok(document) => return Ok(document),
-        Err(error) => error,
+    let document = match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(document) => document,
+        Err(json) => match serde_yaml_ng::from_str::<serde_json::Value>(raw) {
+            Ok(document) => document,
+            // Text that looks like JSON is best explained by the JSON parser's error.
+            Err(_) if raw.trim_start().starts_with('{') => {
+                return Err(ApiError::body("specRaw", format!("not a JSON document: {json}")));
+            }
+            Err(yaml) => {
+                return Err(ApiError::body(
+                    "specRaw",
+                    format!("neither a JSON nor a YAML document: {yaml}"),
+                ));
+            }
+        },
     };
-    match serde_yaml_ng::from_str::<serde_json::Value>(raw) {
-        Ok(document) if document.is_object() => Ok(document),
-        Ok(_) => Err(ApiError::body(
+    if !document.is_object() {
+        return Err(ApiError::body(
             "specRaw",
             "the document is not a mapping (an OpenAPI object)",
-        )),
-        // Text that looks like JSON is best explained by the JSON parser's error.
-        Err(_) if raw.trim_start().starts_with('{') => {
-            Err(ApiError::body("specRaw", format!("not a JSON document: {json}")))
-        }
-        Err(yaml) => Err(ApiError::body(
-            "specRaw",
-            format!("neither a JSON nor a YAML document: {yaml}"),
-        )),
+        ));
     }
+    Ok(document)
 }
 
 async fn import(
@@ -146,5 +151,33 @@ fn preview(imported: Imported) -> EventTypeFromOpenApiOut {
         deprecated: imported.deprecated,
         group_name: imported.group_name,
         feature_flags: imported.feature_flags,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_raw;
+
+    /// The detail of a refusal (the field it names is `specRaw` in every case here).
+    fn refusal(raw: &str) -> String {
+        let error = parse_raw(raw).expect_err(raw);
+        let text = format!("{error:?}");
+        assert!(text.contains("specRaw"), "{text}");
+        text
+    }
+
+    #[test]
+    fn json_and_yaml_mappings_are_read_alike() {
+        let json = parse_raw(r#"{"openapi": "3.1.0", "webhooks": {"a.b": {}}}"#).expect("JSON");
+        let yaml = parse_raw("openapi: 3.1.0\nwebhooks:\n  a.b: {}\n").expect("YAML");
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn text_that_is_not_a_mapping_is_refused_naming_what_failed() {
+        assert!(refusal(r#"{"openapi": "3.1.0","#).contains("not a JSON document"));
+        assert!(refusal("webhooks: [unclosed").contains("neither a JSON nor a YAML document"));
+        assert!(refusal("[1, 2]").contains("not a mapping"));
+        assert!(refusal("just words").contains("not a mapping"));
     }
 }
