@@ -104,6 +104,23 @@ fn one_changed(rows_affected: u64) -> StoreResult<()> {
     }
 }
 
+/// A page of an application's attempts whose `column` (the message or the endpoint) is `value`.
+async fn attempts_where<D: Dialect>(
+    store: &SqlStore<D>,
+    app_id: &AppId,
+    column: &'static str,
+    value: &str,
+    filter: &AttemptFilter,
+    page: &PageRequest,
+) -> StoreResult<Page<Attempt>> {
+    let found = listing::attempts::<D>(app_id, column, value, filter, page)
+        .fetch_all(store.reads())
+        .await?;
+    Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
+        a.id.to_string()
+    }))
+}
+
 fn decode_all<R, T>(found: &[R], decode: impl Fn(&R) -> StoreResult<T>) -> StoreResult<Vec<T>> {
     found.iter().map(decode).collect()
 }
@@ -817,12 +834,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        let found = listing::attempts::<D>(app_id, "message_id", message_id, filter, page)
-            .fetch_all(self.reads())
-            .await?;
-        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
-            a.id.to_string()
-        }))
+        attempts_where(self, app_id, "message_id", message_id.as_str(), filter, page).await
     }
 
     async fn list_attempts_by_endpoint(
@@ -832,12 +844,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         filter: &AttemptFilter,
         page: &PageRequest,
     ) -> StoreResult<Page<Attempt>> {
-        let found = listing::attempts::<D>(app_id, "endpoint_id", endpoint_id, filter, page)
-            .fetch_all(self.reads())
-            .await?;
-        Ok(Page::assemble(decode_all(&found, rows::attempt)?, page, |a| {
-            a.id.to_string()
-        }))
+        attempts_where(self, app_id, "endpoint_id", endpoint_id.as_str(), filter, page).await
     }
 
     async fn list_deliveries_of_message(
