@@ -2,29 +2,19 @@
 
 use std::collections::BTreeSet;
 
+use herald_core::clock::Millis;
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
     HeaderNames, Message, OperationalEvent,
 };
 use herald_store::{DeliveryRecord, DeliveryView};
 use serde_json::value::RawValue;
-use time::OffsetDateTime;
 
 use crate::model::{
     ApplicationOut, BackgroundTaskOut, EndpointMessageOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse,
     MessageAttemptOut, MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, OperationalEventOut,
     ThrottleRateOut, empty_payload,
 };
-
-/// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
-pub(crate) fn datetime(ms: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
-}
-
-/// A date-time as Unix milliseconds (saturating far outside the supported range).
-pub(crate) fn millis(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(if t.year() < 0 { i64::MIN } else { i64::MAX })
-}
 
 fn set(list: &Option<Vec<String>>) -> Option<BTreeSet<String>> {
     list.as_ref().map(|items| items.iter().cloned().collect())
@@ -44,8 +34,8 @@ pub(crate) fn application(app: Application) -> ApplicationOut {
         verify_endpoints: app.verify_endpoints,
         payload_retention_period: app.payload_retention_days,
         metadata: app.metadata,
-        created_at: datetime(app.created_at),
-        updated_at: datetime(app.updated_at),
+        created_at: app.created_at.to_datetime(),
+        updated_at: app.updated_at.to_datetime(),
     }
 }
 
@@ -60,8 +50,8 @@ pub(crate) fn event_type(et: EventType) -> EventTypeOut {
         feature_flag: et.feature_flag,
         feature_flags: et.feature_flags,
         group_name: et.group_name,
-        created_at: datetime(et.created_at),
-        updated_at: datetime(et.updated_at),
+        created_at: et.created_at.to_datetime(),
+        updated_at: et.updated_at.to_datetime(),
     }
 }
 
@@ -88,8 +78,8 @@ pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
         disabled: ep.disabled,
         metadata: ep.metadata,
         version: u16::try_from(ep.version).unwrap_or(1),
-        created_at: datetime(ep.created_at),
-        updated_at: datetime(ep.updated_at),
+        created_at: ep.created_at.to_datetime(),
+        updated_at: ep.updated_at.to_datetime(),
     }
 }
 
@@ -110,8 +100,8 @@ pub(crate) fn message(msg: &Message, with_content: bool) -> MessageOut {
         payload,
         channels: set(&msg.channels),
         tags: set(&msg.tags),
-        timestamp: datetime(msg.created_at),
-        deliver_at: msg.deliver_at.map(datetime),
+        timestamp: msg.created_at.to_datetime(),
+        deliver_at: msg.deliver_at.map(Millis::to_datetime),
     }
 }
 
@@ -141,7 +131,7 @@ pub(crate) fn attempt(a: Attempt) -> MessageAttemptOut {
         },
         trigger: a.trigger.as_str(),
         outcome: a.outcome.as_str(),
-        timestamp: datetime(a.created_at),
+        timestamp: a.created_at.to_datetime(),
         msg: None,
     }
 }
@@ -177,7 +167,7 @@ pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> En
         message: message(&record.message, with_content),
         status,
         status_text: status.text(),
-        next_attempt: (record.status == DeliveryStatus::Pending).then(|| datetime(record.next_attempt_at)),
+        next_attempt: (record.status == DeliveryStatus::Pending).then(|| record.next_attempt_at.to_datetime()),
         endpoint_id: record.endpoint_id.into_string(),
         delivery_status: name,
         attempts: record.attempts,
@@ -194,8 +184,8 @@ pub(crate) fn task(task: BackgroundTask) -> BackgroundTaskOut {
         data: serde_json::from_str(&task.data).unwrap_or(serde_json::Value::Null),
         processed: task.processed,
         total: task.total,
-        created_at: datetime(task.created_at),
-        updated_at: datetime(task.updated_at),
+        created_at: task.created_at.to_datetime(),
+        updated_at: task.updated_at.to_datetime(),
     }
 }
 
@@ -206,7 +196,7 @@ pub(crate) fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
         endpoint: endpoint(view.endpoint),
         status,
         status_text: status.text(),
-        next_attempt: (view.status == DeliveryStatus::Pending).then(|| datetime(view.next_attempt_at)),
+        next_attempt: (view.status == DeliveryStatus::Pending).then(|| view.next_attempt_at.to_datetime()),
         delivery_status,
         attempts: view.attempts,
     }
@@ -230,6 +220,6 @@ pub(crate) fn operational_event(event: OperationalEvent) -> OperationalEventOut 
         event_type: event.event_type,
         app_id: event.app_id.into_string(),
         data: serde_json::from_str(&event.data).unwrap_or(serde_json::Value::Null),
-        timestamp: datetime(event.created_at),
+        timestamp: event.created_at.to_datetime(),
     }
 }

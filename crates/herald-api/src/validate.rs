@@ -3,6 +3,9 @@
 //! The caps are documented in the OpenAPI document (`maxLength`, `maxProperties`, …) and in the README;
 //! a value over one is a 422, never truncated, so what is stored is what was sent.
 
+use herald_core::clock::Millis;
+use std::time::Duration;
+
 use crate::error::{ApiError, Source};
 use crate::model::Metadata;
 
@@ -32,20 +35,20 @@ pub(crate) fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), Ap
     Ok(())
 }
 
-/// How far ahead a message's `deliverAt` may be, in milliseconds: 24 hours, Svix's limit. A later time
-/// is a 422; an earlier one (the past included) is accepted, and a past one means at once.
-pub(crate) const MAX_SCHEDULE_AHEAD_MS: i64 = 24 * 3_600_000;
+/// How far ahead a message's `deliverAt` may be: 24 hours, Svix's limit. A later time is a 422; an
+/// earlier one (the past included) is accepted, and a past one means at once.
+pub(crate) const MAX_SCHEDULE_AHEAD: Duration = Duration::from_secs(24 * 3600);
 
-/// A message's `deliverAt`, as Unix milliseconds, checked against the horizon at `now`.
-pub(crate) fn deliver_at(at: time::OffsetDateTime, now: i64) -> Result<i64, ApiError> {
-    let at_ms = crate::convert::millis(at);
-    if at_ms > now.saturating_add(MAX_SCHEDULE_AHEAD_MS) {
+/// A message's `deliverAt`, checked against the horizon at `now`.
+pub(crate) fn deliver_at(at: time::OffsetDateTime, now: Millis) -> Result<Millis, ApiError> {
+    let at = Millis::from_datetime(at);
+    if at > now + MAX_SCHEDULE_AHEAD {
         return Err(ApiError::body(
             "deliverAt",
             "must be at most 24 hours ahead (a time already past delivers at once)",
         ));
     }
-    Ok(at_ms)
+    Ok(at)
 }
 
 /// The most tags a message may carry (Svix's `maxItems`).

@@ -5,6 +5,8 @@
 //! over an alphabet in ASCII order, so sorting ids as strings sorts them by creation time. That lets
 //! listings page by id alone ("newest first" is `ORDER BY id DESC`) without a second time column.
 
+use crate::clock::Millis;
+
 /// The kinds of object that get an id, each with its own prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdKind {
@@ -119,9 +121,9 @@ impl<K: Kind> Id<K> {
         Self::try_from(text.to_owned())
     }
 
-    /// The smallest id of this kind that can have been made at or after `unix_ms` (see [`lower_bound`]).
-    pub fn lower_bound(unix_ms: i64) -> Self {
-        Self::trusted(lower_bound(K::KIND, unix_ms))
+    /// The smallest id of this kind that can have been made at or after `at` (see [`lower_bound`]).
+    pub fn lower_bound(at: Millis) -> Self {
+        Self::trusted(lower_bound(K::KIND, at))
     }
 
     fn trusted(text: String) -> Self {
@@ -343,12 +345,12 @@ pub fn new_id(kind: IdKind) -> String {
     out
 }
 
-/// The smallest id of this kind that can have been made at or after `unix_ms`: every id made from that
+/// The smallest id of this kind that can have been made at or after `at`: every id made from that
 /// millisecond on sorts at or after it, every id made before sorts before it. Lets a store bound a range
 /// of ids by time.
-pub fn lower_bound(kind: IdKind, unix_ms: i64) -> String {
+pub fn lower_bound(kind: IdKind, at: Millis) -> String {
     // A UUIDv7 keeps its 48-bit millisecond timestamp in the top bits.
-    let ms = u128::try_from(unix_ms.max(0)).unwrap_or(0) & ((1 << 48) - 1);
+    let ms = u128::try_from(at.as_unix_ms().max(0)).unwrap_or(0) & ((1 << 48) - 1);
     format!("{}{}", kind.prefix(), encode_base62(ms << 80))
 }
 
@@ -368,11 +370,11 @@ mod tests {
 
     #[test]
     fn a_lower_bound_separates_ids_by_time() {
-        let before = crate::clock::now_ms();
+        let before = crate::clock::now();
         let id = new_id(IdKind::Attempt);
-        let after = crate::clock::now_ms();
+        let after = crate::clock::now();
         assert!(lower_bound(IdKind::Attempt, before) <= id, "{id}");
-        assert!(lower_bound(IdKind::Attempt, after + 1) > id, "{id}");
+        assert!(lower_bound(IdKind::Attempt, after.add_ms(1)) > id, "{id}");
         assert!(IdKind::Attempt.matches(&lower_bound(IdKind::Attempt, before)));
     }
 
@@ -414,7 +416,7 @@ mod tests {
         // A map keyed by ids is looked up by text.
         let map = std::collections::HashMap::from([(id.clone(), 1)]);
         assert_eq!(map.get(id.as_str()), Some(&1));
-        assert!(AttemptId::lower_bound(0) < AttemptId::new());
+        assert!(AttemptId::lower_bound(Millis::EPOCH) < AttemptId::new());
     }
 
     #[test]

@@ -265,7 +265,7 @@ pub(crate) async fn replay_one(
     id: Result<Path<String>, PathRejection>,
 ) -> HttpResult<(StatusCode, Json<EventOut>)> {
     let Path(id) = id.map_err(|e| HttpError::bad_request(e.body_text()))?;
-    if !state.store.replay(&id, herald_core::clock::now_ms()).await? {
+    if !state.store.replay(&id, herald_core::clock::now().as_unix_ms()).await? {
         return Err(HttpError::not_found("event not found"));
     }
     state.wake.notify_one();
@@ -326,7 +326,7 @@ pub(crate) async fn replay_window(
         return Err(HttpError::not_found(format!("no source named {source:?}")));
     }
     let (since, until) = window(&body)?;
-    let now = herald_core::clock::now_ms();
+    let now = herald_core::clock::now().as_unix_ms();
     let since = parse_time("since", &since)?;
     let until = match &until {
         Some(text) => parse_time("until", text)?,

@@ -4,7 +4,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::id::{AppId, AppIdOrUid, IdKind};
 use herald_core::model::Application;
 use herald_store::{AppFilter, StoreError};
@@ -144,7 +144,7 @@ pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiRes
 }
 
 fn new_app(input: ApplicationIn) -> ApiResult<Application> {
-    let now = now_ms();
+    let now = clock::now();
     Ok(Application {
         id: AppId::new(),
         uid: input.uid,
@@ -225,7 +225,7 @@ async fn patch(
 
 /// Store a changed app. Its uid may have moved, so the id cache starts over.
 async fn save(state: &AppState, app: &mut Application) -> ApiResult<()> {
-    app.updated_at = now_ms();
+    app.updated_at = clock::now();
     state
         .store
         .update_app(app)

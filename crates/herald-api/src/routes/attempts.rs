@@ -55,8 +55,8 @@ fn filter(query: &Query) -> ApiResult<AttemptFilter> {
         event_types: query.list(&["event_types", "eventTypes"])?,
         tag: query.get(&["tag"]).map(str::to_owned),
         channel: query.get(&["channel"]).map(str::to_owned),
-        before: query.time_ms(&["before"])?,
-        after: query.time_ms(&["after"])?,
+        before: query.time(&["before"])?,
+        after: query.time(&["after"])?,
     })
 }
 

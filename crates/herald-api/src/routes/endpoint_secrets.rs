@@ -1,12 +1,14 @@
 //! An endpoint's signing keys and custom headers: `GET …/secret`, `POST …/secret/rotate`, and
 //! `GET/PUT/PATCH …/headers`.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::model::Endpoint;
 use herald_signature::SigningKey;
 
@@ -77,9 +79,8 @@ async fn rotate(
             generate_key(current.as_ref().map_or(KeyKind::Hmac, KeyKind::of))
         }
     };
-    let now = now_ms();
-    // `grace` is at most a week, so this cannot overflow.
-    let old_expires_at = now + i64::try_from(grace).unwrap_or(0) * 1_000;
+    let now = clock::now();
+    let old_expires_at = now + Duration::from_secs(grace);
     state
         .store
         .rotate_endpoint_secret(&endpoint.id, &new_key, old_expires_at, now)
@@ -106,7 +107,7 @@ async fn headers(
 
 async fn save_headers(state: &AppState, mut endpoint: Endpoint, headers: herald_core::model::Headers) -> ApiResult<()> {
     endpoint.headers = headers;
-    endpoint.updated_at = now_ms();
+    endpoint.updated_at = clock::now();
     state
         .store
         .update_endpoint(&endpoint)

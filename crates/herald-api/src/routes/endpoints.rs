@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::breaker::BreakerState;
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
 use herald_core::id::{EndpointId, EndpointIdOrUid, IdKind};
 use herald_core::model::{Application, DisabledReason, Endpoint, HeaderNames, Headers, Ordering};
 use herald_store::StoreError;
@@ -268,7 +268,7 @@ async fn insert(
     fields: EndpointFields,
 ) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
-    let now = now_ms();
+    let now = clock::now();
     let mut endpoint = Endpoint {
         id,
         app_id: app.id.clone(),
@@ -349,7 +349,7 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
     };
     let default_cap = state.engine.as_ref().map_or(1, |e| e.default_concurrency());
     let cap = endpoint.max_concurrency.unwrap_or(default_cap);
-    let time = |ms: Option<i64>| ms.map(convert::datetime);
+    let time = |at: Option<Millis>| at.map(Millis::to_datetime);
     Ok(match snapshot {
         Some(health) => {
             let s = health.snapshot;
@@ -407,7 +407,7 @@ async fn save(
     if reverify {
         await_verification(&mut endpoint);
     }
-    endpoint.updated_at = now_ms();
+    endpoint.updated_at = clock::now();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
     if credentials_changed {
         // New credentials are a header change: like `PUT …/headers`, answer once no later attempt can
@@ -428,7 +428,7 @@ async fn verify(
     let app = lookup::app(&state, &app_id).await?;
     let mut endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     await_verification(&mut endpoint);
-    endpoint.updated_at = now_ms();
+    endpoint.updated_at = clock::now();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
     state.engine_verify(&endpoint.id);
     Ok(StatusCode::ACCEPTED)
@@ -490,7 +490,7 @@ async fn patch(
     let fields = EndpointFields::of_patch(&endpoint, input);
     let endpoint = save(&state, &app, endpoint, fields).await?;
     if let Some(secret) = &new_secret {
-        let now = now_ms();
+        let now = clock::now();
         state
             .store
             .rotate_endpoint_secret(&endpoint.id, secret, now, now)

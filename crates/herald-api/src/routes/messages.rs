@@ -11,6 +11,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::clock::Millis;
 use herald_core::id::{AppId, MessageIdOrEventId};
 use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
@@ -60,7 +61,7 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
         validate::tags("tags", tags)?;
     }
     if let Some(at) = input.deliver_at {
-        validate::deliver_at(at, herald_core::clock::now_ms())?;
+        validate::deliver_at(at, herald_core::clock::now())?;
     }
     if let Some(key) = &input.ordering_key {
         validate::text("orderingKey", key, true, MAX_KEY_LEN)?;
@@ -117,7 +118,7 @@ fn new_message(input: MessageIn, app_id: &AppId, idempotency_key: Option<String>
         ordering_key: input.ordering_key,
         tags: input.tags.map(|set| set.into_iter().collect()),
         // Within the horizon: `check` saw to it.
-        deliver_at: input.deliver_at.map(convert::millis),
+        deliver_at: input.deliver_at.map(Millis::from_datetime),
         to_endpoint: None,
         payload_retention_ms,
     })
@@ -264,8 +265,8 @@ async fn list(
     let page = query.page()?;
     let with_content = query.flag("with_content", true)?;
     let filter = MessageFilter {
-        since: query.time_ms(&["since", "after"])?,
-        until: query.time_ms(&["until", "before"])?,
+        since: query.time(&["since", "after"])?,
+        until: query.time(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
         tag: query.get(&["tag"]).map(str::to_owned),

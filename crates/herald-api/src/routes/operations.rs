@@ -18,7 +18,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
 use herald_core::id::{AppId, EndpointId, MessageId, MessageIdOrEventId};
 use herald_core::model::{AttemptTrigger, DeliveryStatus, TaskKind, TaskState};
 use herald_store::{DeliveryFilter, MessageFilter, Requeue};
@@ -81,8 +81,8 @@ async fn events(
     }
     let with_content = query.flag("with_content", true)?;
     let filter = MessageFilter {
-        since: query.time_ms(&["since", "after"])?,
-        until: query.time_ms(&["until", "before"])?,
+        since: query.time(&["since", "after"])?,
+        until: query.time(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
         tag: None,
@@ -120,7 +120,7 @@ async fn resend(
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let outcome = state
         .store
-        .requeue_delivery(&message.id, &endpoint.id, AttemptTrigger::Manual, now_ms())
+        .requeue_delivery(&message.id, &endpoint.id, AttemptTrigger::Manual, clock::now())
         .await
         .map_err(|e| match e {
             herald_store::StoreError::NotFound => ApiError::not_found("delivery of this message to this endpoint"),
@@ -143,9 +143,9 @@ async fn resend(
 
 /// The window of a repair. One that ends before it starts is empty, like `until = since`: the task finds
 /// nothing to do (the document cannot state a rule between two fields, so none is imposed).
-fn window(since: time::OffsetDateTime, until: Option<time::OffsetDateTime>) -> (i64, i64) {
-    let since = convert::millis(since);
-    let until = until.map_or_else(now_ms, convert::millis).max(since);
+fn window(since: time::OffsetDateTime, until: Option<time::OffsetDateTime>) -> (Millis, Millis) {
+    let since = Millis::from_datetime(since);
+    let until = until.map_or_else(clock::now, Millis::from_datetime).max(since);
     (since, until)
 }
 
@@ -154,7 +154,7 @@ async fn start_repair(
     repair: Repair,
     app_id: &str,
     endpoint_id: &str,
-    (since, until): (i64, i64),
+    (since, until): (Millis, Millis),
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     let app = lookup::app(state, app_id).await?;
     let endpoint = lookup::endpoint(state, &app.id, endpoint_id).await?;
@@ -264,7 +264,7 @@ async fn cancel(
 ) -> ApiResult<u64> {
     let cancelled = state
         .store
-        .cancel_pending(app_id, message_id, endpoint_id, now_ms())
+        .cancel_pending(app_id, message_id, endpoint_id, clock::now())
         .await
         .map_err(store_error("delivery"))?;
     Ok(cancelled.len() as u64)
@@ -417,8 +417,8 @@ async fn list_deliveries(
         tag: query.get(&["tag"]).map(str::to_owned),
         channel: query.get(&["channel"]).map(str::to_owned),
         event_types: query.list(&["event_types", "eventTypes"])?,
-        before: query.time_ms(&["before"])?,
-        after: query.time_ms(&["after"])?,
+        before: query.time(&["before"])?,
+        after: query.time(&["after"])?,
     };
     let with_content = query.flag("with_content", true)?;
     let app = lookup::app(state, app_id).await?;
@@ -459,8 +459,8 @@ async fn stats(
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<EndpointStatsOut>> {
     let query = Query::of(&uri);
-    let since = query.time_ms(&["since"])?.unwrap_or(0);
-    let until = query.time_ms(&["until"])?.unwrap_or(i64::MAX);
+    let since = query.time(&["since"])?.unwrap_or(Millis::EPOCH);
+    let until = query.time(&["until"])?.unwrap_or(Millis::MAX);
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let s = state

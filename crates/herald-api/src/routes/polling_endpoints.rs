@@ -9,13 +9,13 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::id::{IdKind, SinkId};
 use herald_store::{PollingEndpoint, StoreError};
 
 use super::tenancy;
 use crate::body::JsonBody;
-use crate::convert;
+
 use crate::error::{ApiError, ApiResult};
 use crate::keys::{initial_key, secret_out};
 use crate::lookup;
@@ -108,8 +108,8 @@ fn out(sink: PollingEndpoint) -> PollingEndpointSinkOut {
         event_types: set(sink.filter_types),
         channels: set(sink.channels),
         metadata: sink.metadata,
-        created_at: convert::datetime(sink.created_at),
-        updated_at: convert::datetime(sink.updated_at),
+        created_at: sink.created_at.to_datetime(),
+        updated_at: sink.updated_at.to_datetime(),
     }
 }
 
@@ -158,7 +158,7 @@ async fn create(
         metadata: input.metadata,
     }
     .validate()?;
-    let now = now_ms();
+    let now = clock::now();
     let mut sink = PollingEndpoint {
         id: SinkId::new(),
         app_id,
@@ -190,7 +190,7 @@ async fn patch(
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
     let mut sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     SinkFields::of_patch(&sink, input).validate()?.apply(&mut sink);
-    sink.updated_at = now_ms();
+    sink.updated_at = clock::now();
     state.store.update_polling_endpoint(&sink).await.map_err(store_error)?;
     Ok(Json(out(sink)))
 }

@@ -517,7 +517,7 @@ impl<B: Backend> InboxStore for B {
         };
         let probe = async {
             let mut conn = self.write().await?;
-            let now = herald_core::clock::now_ms();
+            let now = herald_core::clock::now().as_unix_ms();
             conn.execute(fixed(statement::PROBE), params![now]).await.map(drop)
         };
         health.recheck(probe, StoreError::fault, StoreError::FileCorrupt).await
