@@ -48,7 +48,7 @@ impl IdKind {
 }
 
 /// The kind of object an [`Id`] names, as a type: [`App`], [`Endpoint`], [`Message`], [`Attempt`], [`Task`],
-/// [`Sink`]. Each is a type without values; it only tells ids of one kind from those of another.
+/// [`Sink`], [`InboxEvent`]. Each is a type without values; it only tells ids of one kind from those of another.
 pub trait Kind: 'static {
     /// The kind, with its prefix.
     const KIND: IdKind;
@@ -82,6 +82,8 @@ kinds! {
     Task = Task, TaskId;
     /// A polling endpoint's id, `sink_…`.
     Sink = PollingEndpoint, SinkId;
+    /// The id `herald inbox` gives an event it received, `evt_…`.
+    InboxEvent = InboxEvent, InboxEventId;
 }
 
 /// A text that is not an id of the kind expected.
