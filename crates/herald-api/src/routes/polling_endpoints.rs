@@ -102,7 +102,7 @@ impl SinkFields {
 fn out(sink: PollingEndpoint) -> PollingEndpointSinkOut {
     let set = |list: Option<Vec<String>>| list.map(|l| l.into_iter().collect::<BTreeSet<_>>());
     PollingEndpointSinkOut {
-        id: sink.id.into_string(),
+        id: sink.id,
         uid: sink.uid,
         description: sink.description,
         event_types: set(sink.filter_types),

@@ -242,7 +242,7 @@ async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInf
         },
         Principal::App(token) => TokenInfoOut {
             kind: "app",
-            app_id: Some(token.app_id.into_string()),
+            app_id: Some(token.app_id),
             read_only: token.read_only,
             expires_at: Some(crate::convert::datetime(token.expires_at)),
         },
