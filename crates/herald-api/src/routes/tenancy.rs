@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use herald_core::clock::now_ms;
-use herald_core::id::{AppId, SinkId};
+use herald_core::id::{AppId, AppIdOrUid, SinkId};
 use herald_store::AppToken;
 
 use super::apps;
@@ -58,7 +58,7 @@ fn dashboard_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
 
 async fn portal_access(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     JsonBody(input): JsonBody<AppPortalAccessIn>,
@@ -70,7 +70,7 @@ async fn portal_access(
 /// as `app-portal-access` with no options (seven days, read and write), without a body.
 async fn dashboard_access(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
@@ -152,7 +152,7 @@ fn session_name(field: &str, value: &str) -> ApiResult<()> {
 /// Issue an application token for the application `app_id` names (creating it when `input` says so).
 async fn issue(
     state: &AppState,
-    app_id: &str,
+    app_id: &AppIdOrUid,
     uri: &Uri,
     headers: &HeaderMap,
     input: AppPortalAccessIn,
@@ -187,7 +187,7 @@ async fn issue(
 
 async fn expire_all(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<ApplicationTokenExpireIn>,
 ) -> ApiResult<StatusCode> {
     // As Svix: a non-empty list ends only the tokens issued with one of these `sessionId`s.
