@@ -35,7 +35,7 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use herald_core::clock;
-use herald_core::id::{AppId, SinkId, SinkIdOrUid, TaskId};
+use herald_core::id::{AppId, AppIdOrUid, SinkId, SinkIdOrUid, TaskId};
 use herald_store::{AppToken, StoreError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -231,7 +231,7 @@ async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<
         return Ok(None);
     };
     // The same resolution the handlers use (id or uid, through the same cache).
-    match crate::lookup::app_id(state, app).await {
+    match crate::lookup::app_id(state, &AppIdOrUid::new(app.as_str())).await {
         Ok(id) => Ok(Some(id)),
         Err(error) if error.status == StatusCode::NOT_FOUND => Ok(None),
         Err(error) => Err(error),

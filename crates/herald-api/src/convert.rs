@@ -27,7 +27,7 @@ fn rate(limit: Option<u32>) -> ThrottleRateOut {
 /// An application on the wire.
 pub(crate) fn application(app: Application) -> ApplicationOut {
     ApplicationOut {
-        id: app.id.into_string(),
+        id: app.id,
         uid: app.uid,
         name: app.name,
         throttle_rate: rate(app.rate_limit),
@@ -70,7 +70,7 @@ pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
         signature_headers: ep.signature_headers.map(HeaderNames::as_str),
         disabled_reason: ep.disabled_reason.map(DisabledReason::into_text),
         health: None,
-        id: ep.id.into_string(),
+        id: ep.id,
         uid: ep.uid,
         // Endpoints stored before URL credentials were moved to the sealed headers show them masked.
         url: herald_core::redact::userinfo(&ep.url),
@@ -94,7 +94,7 @@ pub(crate) fn message(msg: &Message, with_content: bool) -> MessageOut {
         empty_payload()
     };
     MessageOut {
-        id: msg.id.to_string(),
+        id: msg.id.clone(),
         event_id: msg.event_id.clone(),
         event_type: msg.event_type.clone(),
         payload,
@@ -113,9 +113,9 @@ pub(crate) fn attempt(a: Attempt) -> MessageAttemptOut {
         MessageStatus::Fail
     };
     MessageAttemptOut {
-        id: a.id.into_string(),
-        msg_id: a.message_id.into_string(),
-        endpoint_id: a.endpoint_id.into_string(),
+        id: a.id,
+        msg_id: a.message_id,
+        endpoint_id: a.endpoint_id,
         url: herald_core::redact::userinfo(&a.url),
         response: a.response,
         // Svix requires an integer; 0 says "no HTTP answer" (timeout, connection error, blocked).
@@ -168,7 +168,7 @@ pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> En
         status,
         status_text: status.text(),
         next_attempt: (record.status == DeliveryStatus::Pending).then(|| record.next_attempt_at.to_datetime()),
-        endpoint_id: record.endpoint_id.into_string(),
+        endpoint_id: record.endpoint_id,
         delivery_status: name,
         attempts: record.attempts,
         last_attempt: record.last_attempt.map(attempt),
@@ -178,7 +178,7 @@ pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> En
 /// A background task on the wire.
 pub(crate) fn task(task: BackgroundTask) -> BackgroundTaskOut {
     BackgroundTaskOut {
-        id: task.id.into_string(),
+        id: task.id,
         status: task.state.as_str(),
         task: task.kind.as_str(),
         data: serde_json::from_str(&task.data).unwrap_or(serde_json::Value::Null),
@@ -218,7 +218,7 @@ pub(crate) fn operational_event(event: OperationalEvent) -> OperationalEventOut 
     OperationalEventOut {
         id: event.seq.to_string(),
         event_type: event.event_type,
-        app_id: event.app_id.into_string(),
+        app_id: event.app_id,
         data: serde_json::from_str(&event.data).unwrap_or(serde_json::Value::Null),
         timestamp: event.created_at.to_datetime(),
     }

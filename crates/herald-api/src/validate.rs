@@ -182,17 +182,17 @@ pub(crate) fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
 }
 
 /// The uid of an object that a PUT creates because `path_segment` (the path parameter `path_param`)
-/// named nothing.
+/// named nothing; the segment's type says which kind of object, so which prefix is Herald's.
 ///
 /// An id cannot be chosen by a client, so a segment shaped like an id of `kind` is simply not found;
 /// otherwise the segment becomes the uid (a segment that cannot be one is a 422 naming the parameter),
 /// and a body that names a different uid is refused.
-pub(crate) fn uid_for_put(
-    (path_param, path_segment): (&str, &str),
+pub(crate) fn uid_for_put<K: herald_core::id::Kind>(
+    (path_param, path_segment): (&str, &herald_core::id::IdOrUid<K>),
     body_uid: Option<&str>,
-    kind: herald_core::id::IdKind,
     what: &str,
 ) -> Result<String, ApiError> {
+    let (path_segment, kind) = (path_segment.as_str(), K::KIND);
     if kind.matches(path_segment) {
         return Err(ApiError::not_found(what));
     }

@@ -50,7 +50,7 @@ impl IdKind {
 }
 
 /// The kind of object an [`Id`] names, as a type: [`App`], [`Endpoint`], [`Message`], [`Attempt`], [`Task`],
-/// [`Sink`]. Each is a type without values; it only tells ids of one kind from those of another.
+/// [`Sink`], [`InboxEvent`]. Each is a type without values; it only tells ids of one kind from those of another.
 pub trait Kind: 'static {
     /// The kind, with its prefix.
     const KIND: IdKind;
@@ -84,6 +84,8 @@ kinds! {
     Task = Task, TaskId;
     /// A polling endpoint's id, `sink_…`.
     Sink = PollingEndpoint, SinkId;
+    /// The id `herald inbox` gives an event it received, `evt_…`.
+    InboxEvent = InboxEvent, InboxEventId;
 }
 
 /// A text that is not an id of the kind expected.
@@ -305,6 +307,14 @@ impl<K> IdOrUid<K> {
     }
 }
 
+// Any text may name an object (a uid is the client's choice), so reading one never fails: a path segment
+// or a field that names nothing is the lookup's to answer, as an id nobody has is.
+impl<'de, K: Kind> serde::Deserialize<'de> for IdOrUid<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
 impl<K: Kind> From<&Id<K>> for IdOrUid<K> {
     fn from(id: &Id<K>) -> Self {
         Self::new(id.as_str())
@@ -417,6 +427,22 @@ mod tests {
         let map = std::collections::HashMap::from([(id.clone(), 1)]);
         assert_eq!(map.get(id.as_str()), Some(&1));
         assert!(AttemptId::lower_bound(Millis::EPOCH) < AttemptId::new());
+    }
+
+    #[test]
+    fn an_id_or_uid_reads_any_text_as_given() {
+        let id = AppId::new();
+        let json = serde_json::to_string(id.as_str()).unwrap();
+        assert_eq!(serde_json::from_str::<AppIdOrUid>(&json).unwrap().as_str(), id.as_str());
+        // A uid, even one shaped like another kind's id, is kept for the store to match.
+        let endpoint_shaped = serde_json::to_string(EndpointId::new().as_str()).unwrap();
+        let named: AppIdOrUid = serde_json::from_str(&endpoint_shaped).unwrap();
+        assert_eq!(serde_json::to_string(named.as_str()).unwrap(), endpoint_shaped);
+        assert_eq!(
+            serde_json::from_str::<AppIdOrUid>(r#""acme""#).unwrap().as_str(),
+            "acme"
+        );
+        assert!(serde_json::from_str::<AppIdOrUid>("1").is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_core::clock;
+use herald_core::id::InboxEventId;
 use herald_core::retry::RetrySchedule;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -52,7 +53,7 @@ pub(crate) struct Forwarder {
 
 /// What a finished forward frees.
 struct Done {
-    id: String,
+    id: InboxEventId,
     resource: Option<(String, String)>,
 }
 
@@ -61,7 +62,7 @@ struct Done {
 struct Work {
     tasks: JoinSet<Done>,
     /// Ids being forwarded.
-    in_flight: HashSet<String>,
+    in_flight: HashSet<InboxEventId>,
     /// Resources (source, key) with a forward in flight.
     busy_resources: HashSet<(String, String)>,
     /// Due events read from the store and not started yet, earliest first. Reading a batch at a time

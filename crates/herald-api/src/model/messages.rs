@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use herald_core::id::MessageId;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
@@ -91,7 +92,7 @@ pub fn empty_payload() -> Box<RawValue> {
 #[serde(rename_all = "camelCase")]
 pub struct MessageOut {
     /// Message id (`msg_…`).
-    pub id: String,
+    pub id: MessageId,
     /// Producer's idempotency id, if given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,

@@ -8,6 +8,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid};
 
 use crate::error::{ApiError, ApiResult};
 use crate::lookup;
@@ -21,7 +22,7 @@ pub(super) fn routes() -> Router<AppState> {
 
 async fn attempt_stats(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<EndpointAttemptStatsOut>> {
     let query = Query::of(&uri);

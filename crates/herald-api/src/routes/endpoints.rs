@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::breaker::BreakerState;
 use herald_core::clock::{self, Millis};
-use herald_core::id::{EndpointId, EndpointIdOrUid, IdKind};
+use herald_core::id::{AppIdOrUid, EndpointId, EndpointIdOrUid, IdKind};
 use herald_core::model::{Application, DisabledReason, Endpoint, HeaderNames, Headers, Ordering};
 use herald_store::StoreError;
 
@@ -221,7 +221,7 @@ impl From<EndpointUpdate> for EndpointFields {
 
 async fn list(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
     let query = Query::of(&uri);
@@ -239,7 +239,7 @@ async fn list(
 
 async fn create(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = lookup::app(&state, &app_id).await?;
@@ -330,7 +330,7 @@ impl EndpointIn {
 
 async fn read(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<Json<EndpointOut>> {
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
@@ -423,7 +423,7 @@ async fn save(
 /// Run the ownership check again (e.g. after fixing the receiver); the endpoint is held until it passes.
 async fn verify(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     let mut endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
@@ -437,15 +437,11 @@ async fn verify(
 /// PUT replaces the endpoint, creating it (with the path segment as its uid) when missing.
 async fn replace(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EndpointUpdate>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = lookup::app(&state, &app_id).await?;
-    match state
-        .store
-        .get_endpoint(&app.id, &EndpointIdOrUid::new(&endpoint_id))
-        .await
-    {
+    match state.store.get_endpoint(&app.id, &endpoint_id).await {
         Ok(existing) => Ok((
             StatusCode::OK,
             Json(convert::endpoint(save(&state, &app, existing, input.into()).await?)),
@@ -455,7 +451,6 @@ async fn replace(
             fields.uid = Some(validate::uid_for_put(
                 ("endpoint_id", &endpoint_id),
                 fields.uid.as_deref(),
-                IdKind::Endpoint,
                 "endpoint",
             )?);
             let secret = generate_key(KeyKind::Hmac);
@@ -468,7 +463,7 @@ async fn replace(
 
 async fn patch(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
     let app = lookup::app(&state, &app_id).await?;
@@ -503,7 +498,7 @@ async fn patch(
 
 async fn remove(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;

@@ -20,6 +20,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, SinkIdOrUid};
 use herald_core::model::Message;
 use herald_store::{ConsumerOffset, PollingEndpoint, StoreError, StreamPage};
 use tokio::time::Instant;
@@ -188,7 +189,7 @@ async fn new_consumer_start(state: &AppState, sink: &PollingEndpoint, latest: bo
 
 async fn poll(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<PollingEndpointOut>> {
     let query = Query::of(&uri);
@@ -224,7 +225,7 @@ async fn position_at(state: &AppState, sink: &PollingEndpoint, time: Millis) -> 
 
 async fn consumer_poll(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<PollingEndpointOut>> {
     consumer_id(&consumer)?;
@@ -258,7 +259,7 @@ async fn consumer_poll(
 
 async fn consumer_seek(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     JsonBody(input): JsonBody<PollingEndpointConsumerSeekIn>,
 ) -> ApiResult<Json<PollingEndpointConsumerSeekOut>> {
     consumer_id(&consumer)?;
@@ -276,7 +277,7 @@ async fn consumer_seek(
 
 async fn v2_poll(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<PollerV2PollOut>> {
     consumer_id(&consumer)?;
@@ -358,7 +359,7 @@ async fn v2_poll(
 
 async fn v2_commit(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     JsonBody(input): JsonBody<PollerV2CommitIn>,
 ) -> ApiResult<StatusCode> {
     consumer_id(&consumer)?;

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::clock;
-use herald_core::id::{IdKind, SinkId};
+use herald_core::id::{AppIdOrUid, IdKind, SinkId, SinkIdOrUid};
 use herald_store::{PollingEndpoint, StoreError};
 
 use super::tenancy;
@@ -102,7 +102,7 @@ impl SinkFields {
 fn out(sink: PollingEndpoint) -> PollingEndpointSinkOut {
     let set = |list: Option<Vec<String>>| list.map(|l| l.into_iter().collect::<BTreeSet<_>>());
     PollingEndpointSinkOut {
-        id: sink.id.into_string(),
+        id: sink.id,
         uid: sink.uid,
         description: sink.description,
         event_types: set(sink.filter_types),
@@ -115,7 +115,7 @@ fn out(sink: PollingEndpoint) -> PollingEndpointSinkOut {
 
 async fn list(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<PollingEndpointSinkOut>>> {
     let page = Query::of(&uri).page()?;
@@ -145,7 +145,7 @@ async fn list(
 
 async fn create(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<PollingEndpointIn>,
 ) -> ApiResult<(StatusCode, Json<PollingEndpointSinkOut>)> {
     let app_id = lookup::app_id(&state, &app_id).await?;
@@ -178,14 +178,14 @@ async fn create(
 
 async fn read(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
     Ok(Json(out(lookup::polling_endpoint(&state, &app_id, &sink_id).await?)))
 }
 
 async fn patch(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
     JsonBody(input): JsonBody<PollingEndpointPatch>,
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
     let mut sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
@@ -197,7 +197,7 @@ async fn patch(
 
 async fn remove(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
 ) -> ApiResult<StatusCode> {
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     state
@@ -210,7 +210,7 @@ async fn remove(
 
 async fn secret(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     Ok(Json(secret_out(sink.secret)))
@@ -221,7 +221,7 @@ const TOKEN_PREFIX: &str = "herald_sink_";
 
 async fn issue_token(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
     JsonBody(input): JsonBody<PollingEndpointTokenIn>,
 ) -> ApiResult<Json<PollingEndpointTokenOut>> {
     let expiry = tenancy::expiry_of(input.expiry)?;

@@ -6,6 +6,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid};
 
 use crate::error::{ApiError, ApiResult};
 use crate::lookup;
@@ -67,7 +68,7 @@ impl Buckets {
 
 async fn endpoint_attempts(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<AttemptStatisticsResponse>> {
     let query = Query::of(&uri);

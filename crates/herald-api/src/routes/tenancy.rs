@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine as _;
 use herald_core::clock;
-use herald_core::id::{AppId, SinkId};
+use herald_core::id::{AppId, AppIdOrUid, SinkId};
 use herald_store::AppToken;
 
 use super::apps;
@@ -60,7 +60,7 @@ fn dashboard_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
 
 async fn portal_access(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     JsonBody(input): JsonBody<AppPortalAccessIn>,
@@ -72,7 +72,7 @@ async fn portal_access(
 /// as `app-portal-access` with no options (seven days, read and write), without a body.
 async fn dashboard_access(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
@@ -153,7 +153,7 @@ fn session_name(field: &str, value: &str) -> ApiResult<()> {
 /// Issue an application token for the application `app_id` names (creating it when `input` says so).
 async fn issue(
     state: &AppState,
-    app_id: &str,
+    app_id: &AppIdOrUid,
     uri: &Uri,
     headers: &HeaderMap,
     input: AppPortalAccessIn,
@@ -188,7 +188,7 @@ async fn issue(
 
 async fn expire_all(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<ApplicationTokenExpireIn>,
 ) -> ApiResult<StatusCode> {
     // As Svix: a non-empty list ends only the tokens issued with one of these `sessionId`s.
@@ -243,7 +243,7 @@ async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInf
         },
         Principal::App(token) => TokenInfoOut {
             kind: "app",
-            app_id: Some(token.app_id.into_string()),
+            app_id: Some(token.app_id),
             read_only: token.read_only,
             expires_at: Some(token.expires_at.to_datetime()),
         },
