@@ -12,7 +12,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine as _;
-use herald_core::id::IdKind;
+use herald_core::id::InboxEventId;
 use herald_edge::problem::{FieldError, Problem, Source};
 use serde::Serialize;
 use serde_json::Value;
@@ -60,7 +60,7 @@ pub(crate) async fn require_admin(
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EventOut {
-    id: String,
+    id: InboxEventId,
     source: String,
     event_id: String,
     status: Status,
@@ -192,7 +192,7 @@ fn limit(text: Option<&str>) -> HttpResult<usize> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EventPage {
     data: Vec<EventOut>,
-    iterator: Option<String>,
+    iterator: Option<InboxEventId>,
     prev_iterator: Option<String>,
     done: bool,
 }
@@ -212,10 +212,10 @@ pub(crate) async fn list(State(state): State<InboxState>, RawQuery(raw): RawQuer
         None => None,
     };
     let limit = limit(params.get("limit"))?;
-    let iterator = match params.get("iterator") {
+    let iterator = match params.get("iterator").map(InboxEventId::parse) {
         // An event id this inbox issued: the page starts after it.
-        Some(text) if IdKind::InboxEvent.matches(text) => Some(text.to_owned()),
-        Some(_) => {
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
             return Err(HttpError::invalid(
                 Source::Query,
                 "iterator",
@@ -244,12 +244,19 @@ pub(crate) async fn list(State(state): State<InboxState>, RawQuery(raw): RawQuer
     }))
 }
 
+/// The event a path's `{id}` names: 400 for a path that cannot be read, 404 for a text that is no event id
+/// (the same answer as an id no event has: nothing is stored under it).
+fn event_id(path: Result<Path<String>, PathRejection>) -> HttpResult<InboxEventId> {
+    let Path(text) = path.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    InboxEventId::parse(&text).map_err(|_| HttpError::not_found("event not found"))
+}
+
 /// `GET /api/v1/inbox/event/{id}`: one event with its headers and body.
 pub(crate) async fn get(
     State(state): State<InboxState>,
     id: Result<Path<String>, PathRejection>,
 ) -> HttpResult<Json<EventOut>> {
-    let Path(id) = id.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    let id = event_id(id)?;
     let event = state
         .store
         .get(&id)
@@ -264,8 +271,8 @@ pub(crate) async fn replay_one(
     State(state): State<InboxState>,
     id: Result<Path<String>, PathRejection>,
 ) -> HttpResult<(StatusCode, Json<EventOut>)> {
-    let Path(id) = id.map_err(|e| HttpError::bad_request(e.body_text()))?;
-    if !state.store.replay(&id, herald_core::clock::now_ms()).await? {
+    let id = event_id(id)?;
+    if !state.store.replay(&id, herald_core::clock::now().as_unix_ms()).await? {
         return Err(HttpError::not_found("event not found"));
     }
     state.wake.notify_one();
@@ -326,7 +333,7 @@ pub(crate) async fn replay_window(
         return Err(HttpError::not_found(format!("no source named {source:?}")));
     }
     let (since, until) = window(&body)?;
-    let now = herald_core::clock::now_ms();
+    let now = herald_core::clock::now().as_unix_ms();
     let since = parse_time("since", &since)?;
     let until = match &until {
         Some(text) => parse_time("until", text)?,

@@ -224,7 +224,7 @@ pub(crate) async fn watch_backlog(
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
-        let now = herald_core::clock::now_ms();
+        let now = herald_core::clock::now().as_unix_ms();
         for name in sources.keys() {
             match store.pending_of(name).await {
                 Ok(pending) => {

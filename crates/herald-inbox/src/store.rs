@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use herald_core::id::InboxEventId;
 use herald_sql::custody::Fault;
 
 /// What became of an event.
@@ -104,7 +105,7 @@ pub struct NewEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inserted {
     /// The inbox id: the new row's, or for a duplicate the original's.
-    pub id: String,
+    pub id: InboxEventId,
     /// True when an event with the same source and event id was already stored (nothing was written).
     pub duplicate: bool,
 }
@@ -113,7 +114,7 @@ pub struct Inserted {
 #[derive(Debug, Clone)]
 pub struct StoredEvent {
     /// `evt_…`.
-    pub id: String,
+    pub id: InboxEventId,
     /// The source's name.
     pub source: String,
     /// The provider's event id.
@@ -180,7 +181,7 @@ pub struct ListQuery {
     /// At most this many.
     pub limit: usize,
     /// Only events older than this id (the previous page's `iterator`).
-    pub before: Option<String>,
+    pub before: Option<InboxEventId>,
 }
 
 /// When this process may forward, as a store sees it.
@@ -306,16 +307,16 @@ pub trait InboxStore: [Send + Sync], bounded in BoundedInbox {
 
     /// Record what became of a pending event after `attempts` attempts, unless it was replayed meanwhile
     /// (its replay count is no longer `replays`) or is no longer pending. Returns whether it was recorded.
-    async fn record(&self, id: &str, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool>;
+    async fn record(&self, id: &InboxEventId, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool>;
 
     /// One event.
-    async fn get(&self, id: &str) -> StoreResult<Option<StoredEvent>>;
+    async fn get(&self, id: &InboxEventId) -> StoreResult<Option<StoredEvent>>;
 
     /// Events, newest first; `limit + 1` are fetched to tell whether more follow.
     async fn list(&self, query: &ListQuery) -> StoreResult<Vec<StoredEvent>>;
 
     /// Make one event pending again, due now, whatever its status. Returns false if there is no such event.
-    async fn replay(&self, id: &str, now: i64) -> StoreResult<bool>;
+    async fn replay(&self, id: &InboxEventId, now: i64) -> StoreResult<bool>;
 
     /// Make every event of `source` received in `[since, until)` (Unix ms) pending again, due now.
     /// Returns how many.

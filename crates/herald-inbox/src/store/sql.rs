@@ -12,7 +12,7 @@ use std::ops::DerefMut;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use herald_core::id::{IdKind, new_id};
+use herald_core::id::InboxEventId;
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 
 use super::{
@@ -69,6 +69,12 @@ impl From<Option<String>> for Param {
 impl From<&Option<String>> for Param {
     fn from(value: &Option<String>) -> Self {
         Param::OptText(value.clone())
+    }
+}
+
+impl From<&InboxEventId> for Param {
+    fn from(value: &InboxEventId) -> Self {
+        Param::Text(value.as_str().to_owned())
     }
 }
 
@@ -253,7 +259,7 @@ fn decode(row: &impl Columns) -> StoreResult<StoredEvent> {
         serde_json::from_str(&row.text("headers")?).map_err(|e| StoreError::Corrupt(format!("headers: {e}")))?;
     let attempts = row.int("attempts")?;
     Ok(StoredEvent {
-        id: row.text("id")?,
+        id: event_id(row.text("id")?)?,
         source: row.text("source")?,
         event_id: row.text("event_id")?,
         headers,
@@ -270,6 +276,12 @@ fn decode(row: &impl Columns) -> StoreResult<StoredEvent> {
     })
 }
 
+/// An event's id as read back from the store: one this inbox made, or the row is corrupt (never passed on
+/// to a forward or an admin answer as if it were an id).
+fn event_id(text: String) -> StoreResult<InboxEventId> {
+    InboxEventId::try_from(text).map_err(|e| StoreError::Corrupt(format!("event id: {e}")))
+}
+
 fn clamp(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
@@ -282,7 +294,7 @@ fn clamp(limit: usize) -> i64 {
 /// transaction; when that commits, nothing is inserted and the lookup — a new statement, so a new
 /// snapshot — sees the original.
 pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: i64) -> StoreResult<Inserted> {
-    let id = new_id(IdKind::InboxEvent);
+    let id = InboxEventId::new();
     let headers = serde_json::to_string(&event.headers).map_err(|e| StoreError::Corrupt(format!("headers: {e}")))?;
     let params = params![
         &id,
@@ -297,7 +309,10 @@ pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: 
         &event.version,
     ];
     if let Some(id) = db.text(fixed(statement::INSERT), params).await? {
-        return Ok(Inserted { id, duplicate: false });
+        return Ok(Inserted {
+            id: event_id(id)?,
+            duplicate: false,
+        });
     }
     // Already stored (earlier, or earlier in this very batch): answer with the original's id.
     let original = db
@@ -305,7 +320,7 @@ pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: 
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("event {:?} conflicts but cannot be found", event.event_id)))?;
     Ok(Inserted {
-        id: original,
+        id: event_id(original)?,
         duplicate: true,
     })
 }
@@ -313,7 +328,7 @@ pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: 
 /// A forwarding outcome to record (see [`InboxStore::record`]).
 #[derive(Debug, Clone)]
 pub(super) struct Record {
-    pub(super) id: String,
+    pub(super) id: InboxEventId,
     pub(super) replays: i64,
     pub(super) attempts: u32,
     pub(super) outcome: Outcome,
@@ -438,9 +453,16 @@ impl<B: Backend> InboxStore for B {
         conn.text(fixed(statement::NEWEST), params![source, resource_key]).await
     }
 
-    async fn record(&self, id: &str, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool> {
+    async fn record(
+        &self,
+        id: &InboxEventId,
+        replays: i64,
+        attempts: u32,
+        outcome: &Outcome,
+        now: i64,
+    ) -> StoreResult<bool> {
         let record = Record {
-            id: id.to_owned(),
+            id: id.clone(),
             replays,
             attempts,
             outcome: outcome.clone(),
@@ -449,7 +471,7 @@ impl<B: Backend> InboxStore for B {
         self.record_outcome(record).await
     }
 
-    async fn get(&self, id: &str) -> StoreResult<Option<StoredEvent>> {
+    async fn get(&self, id: &InboxEventId) -> StoreResult<Option<StoredEvent>> {
         let mut conn = self.read().await?;
         Ok(conn.events(fixed(statement::GET), params![id]).await?.pop())
     }
@@ -481,7 +503,7 @@ impl<B: Backend> InboxStore for B {
         conn.events(AssertSqlSafe(sql).into_sql_str(), params).await
     }
 
-    async fn replay(&self, id: &str, now: i64) -> StoreResult<bool> {
+    async fn replay(&self, id: &InboxEventId, now: i64) -> StoreResult<bool> {
         let mut conn = self.write().await?;
         Ok(conn.execute(fixed(statement::REPLAY), params![now, id]).await? == 1)
     }
@@ -517,7 +539,7 @@ impl<B: Backend> InboxStore for B {
         };
         let probe = async {
             let mut conn = self.write().await?;
-            let now = herald_core::clock::now_ms();
+            let now = herald_core::clock::now().as_unix_ms();
             conn.execute(fixed(statement::PROBE), params![now]).await.map(drop)
         };
         health.recheck(probe, StoreError::fault, StoreError::FileCorrupt).await

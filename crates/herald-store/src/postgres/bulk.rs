@@ -12,6 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use futures::future::BoxFuture;
+use herald_core::clock::Millis;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
@@ -136,10 +137,10 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     let channels = m(|r| rows::encode_list(&r.message.channels));
     let ordering = m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned()));
     let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
-    let created: Vec<i64> = messages.iter().map(|r| r.message.created_at).collect();
-    let expires: Vec<Option<i64>> = messages.iter().map(|r| r.payload_expires_at).collect();
+    let created: Vec<Millis> = messages.iter().map(|r| r.message.created_at).collect();
+    let expires: Vec<Option<Millis>> = messages.iter().map(|r| r.payload_expires_at).collect();
     let tags = m(|r| rows::encode_list(&r.message.tags));
-    let deliver_at: Vec<Option<i64>> = messages.iter().map(|r| r.message.deliver_at).collect();
+    let deliver_at: Vec<Option<Millis>> = messages.iter().map(|r| r.message.deliver_at).collect();
     sqlx::query(
         "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
          created_at, payload_expires_at, tags, deliver_at) SELECT * FROM UNNEST($1::text[], $2::text[], \
@@ -195,9 +196,9 @@ async fn insert_deliveries(
     let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
     let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id.as_str()).collect();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
-    let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
-    let due: Vec<i64> = fan_out.iter().map(|f| f.message.due_at()).collect();
-    let windows: Vec<Option<i64>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
+    let times: Vec<Millis> = fan_out.iter().map(|f| f.message.created_at).collect();
+    let due: Vec<Millis> = fan_out.iter().map(|f| f.message.due_at()).collect();
+    let windows: Vec<Option<Millis>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
     // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
     // The notification rides in the same statement (one round trip less per batch).
     let found = sqlx::query(
@@ -306,7 +307,7 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(a(|r| escape(&r.attempt.response).into_owned()))
     .bind(n(|r| r.attempt.duration_ms))
     .bind(n(|r| r.attempt.trigger.code()))
-    .bind(n(|r| r.attempt.created_at))
+    .bind(kept.iter().map(|r| r.attempt.created_at).collect::<Vec<_>>())
     .fetch_all(&mut *tx)
     .await?;
     let inserted: HashSet<String> = inserted
@@ -327,8 +328,8 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(l(|r| r.delivery_seq))
     .bind(l(|r| r.status.code()))
     .bind(l(|r| i64::from(r.attempt.attempt_number)))
-    .bind(l(|r| r.next_attempt_at))
-    .bind(l(|r| r.attempt.created_at + r.attempt.duration_ms))
+    .bind(latest.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
+    .bind(latest.iter().map(|r| r.attempt.finished_at()).collect::<Vec<_>>())
     .execute(&mut *tx)
     .await?;
     // Only attempts this transaction added cause events: a batch written again after a commit whose

@@ -253,7 +253,7 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
                 .bind(record.status.code())
                 .bind(i64::from(a.attempt_number))
                 .bind(record.next_attempt_at)
-                .bind(a.created_at + a.duration_ms);
+                .bind(a.finished_at());
         }
         query.execute(&mut *conn).await?;
     }
