@@ -2,9 +2,9 @@
 //! Herald reads the wall clock.
 //!
 //! A point in time and a span are different types: a [`Millis`] is a moment, a [`Duration`] (or a count of
-//! milliseconds named `…_ms`) is a span. A moment plus a span is a moment, a moment minus a moment is a
-//! span, and a moment plus a moment does not compile, so a due time cannot be passed where a delay is
-//! expected, or the other way round.
+//! milliseconds named `…_ms`) is a span. A moment plus or minus a span is a moment, the span between two
+//! moments is [`Millis::duration_since`] (or the signed [`Millis::ms_since`]), and a moment plus a moment
+//! does not compile, so a due time cannot be passed where a delay is expected, or the other way round.
 //!
 //! The pure logic in this crate never calls [`now`]; the I/O shells (store, engine, API) do, and hand the
 //! value in. The raw `i64` appears only at the edges: the wire, and SQL, where the stores bind and read a

@@ -12,6 +12,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine as _;
+use herald_core::clock::Millis;
 use herald_core::id::InboxEventId;
 use herald_edge::problem::{FieldError, Problem, Source};
 use serde::Serialize;
@@ -84,12 +85,9 @@ pub(crate) struct EventOut {
     body_base64: Option<String>,
 }
 
-/// Unix milliseconds as RFC 3339.
-fn rfc3339(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+/// A moment as RFC 3339 (empty outside the years a date-time can hold).
+fn rfc3339(at: Millis) -> String {
+    at.to_rfc3339().unwrap_or_default()
 }
 
 impl EventOut {
@@ -272,7 +270,7 @@ pub(crate) async fn replay_one(
     id: Result<Path<String>, PathRejection>,
 ) -> HttpResult<(StatusCode, Json<EventOut>)> {
     let id = event_id(id)?;
-    if !state.store.replay(&id, herald_core::clock::now().as_unix_ms()).await? {
+    if !state.store.replay(&id, herald_core::clock::now()).await? {
         return Err(HttpError::not_found("event not found"));
     }
     state.wake.notify_one();
@@ -333,12 +331,12 @@ pub(crate) async fn replay_window(
         return Err(HttpError::not_found(format!("no source named {source:?}")));
     }
     let (since, until) = window(&body)?;
-    let now = herald_core::clock::now().as_unix_ms();
+    let now = herald_core::clock::now();
     let since = parse_time("since", &since)?;
     let until = match &until {
         Some(text) => parse_time("until", text)?,
         // Everything received so far, including this very millisecond.
-        None => now.saturating_add(1),
+        None => now.add_ms(1),
     };
     if until <= since {
         return Err(HttpError::invalid(
@@ -355,11 +353,12 @@ pub(crate) async fn replay_window(
     Ok((StatusCode::ACCEPTED, Json(Replayed { replayed })))
 }
 
-fn parse_time(field: &str, text: &str) -> HttpResult<i64> {
+fn parse_time(field: &str, text: &str) -> HttpResult<Millis> {
     let invalid = |msg: String| HttpError::invalid(Source::Body, field, Problem::Value, msg);
     let time = OffsetDateTime::parse(text, &Rfc3339)
         .map_err(|_| invalid(format!("expected an RFC 3339 date-time, got {text:?}")))?;
-    i64::try_from(time.unix_timestamp_nanos() / 1_000_000).map_err(|_| invalid("out of range".to_owned()))
+    // RFC 3339 years end at 9999: every one fits in Unix milliseconds.
+    Ok(Millis::from_datetime(time))
 }
 
 /// `GET /api/v1/inbox/stats`: the counters since start.
@@ -373,9 +372,13 @@ mod tests {
 
     #[test]
     fn times_round_trip() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(parse_time("since", "1970-01-01T00:00:01.5Z"), Ok(1500));
-        assert_eq!(parse_time("since", &rfc3339(1_700_000_000_123)), Ok(1_700_000_000_123));
+        let at = Millis::from_unix_ms;
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(parse_time("since", "1970-01-01T00:00:01.5Z"), Ok(at(1500)));
+        assert_eq!(
+            parse_time("since", &rfc3339(at(1_700_000_000_123))),
+            Ok(at(1_700_000_000_123))
+        );
         assert!(
             parse_time("since", "yesterday")
                 .unwrap_err()

@@ -65,7 +65,7 @@ pub(crate) async fn receive(
         }
     })?;
 
-    let now = herald_core::clock::now().as_unix_ms() / 1000;
+    let now = herald_core::clock::now().as_unix_secs();
     if let Some(timestamp) = headers
         .get(herald_signature::HEADER_TIMESTAMP)
         .and_then(|v| v.to_str().ok())

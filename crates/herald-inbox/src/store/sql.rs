@@ -12,6 +12,7 @@ use std::ops::DerefMut;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use herald_core::clock::Millis;
 use herald_core::id::InboxEventId;
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 
@@ -81,6 +82,19 @@ impl From<&InboxEventId> for Param {
 impl From<i64> for Param {
     fn from(value: i64) -> Self {
         Param::Int(value)
+    }
+}
+
+// A moment is stored as integer Unix milliseconds on both dialects.
+impl From<Millis> for Param {
+    fn from(value: Millis) -> Self {
+        Param::Int(value.as_unix_ms())
+    }
+}
+
+impl From<Option<Millis>> for Param {
+    fn from(value: Option<Millis>) -> Self {
+        Param::OptInt(value.map(Millis::as_unix_ms))
     }
 }
 
@@ -264,15 +278,15 @@ fn decode(row: &impl Columns) -> StoreResult<StoredEvent> {
         event_id: row.text("event_id")?,
         headers,
         body: Bytes::from(row.bytes("body")?),
-        received_at: row.int("received_at")?,
+        received_at: Millis::from_unix_ms(row.int("received_at")?),
         status: row.text("status")?.parse()?,
         attempts: u32::try_from(attempts).map_err(|_| StoreError::Corrupt(format!("attempts {attempts}")))?,
-        next_attempt_at: row.int("next_attempt_at")?,
+        next_attempt_at: Millis::from_unix_ms(row.int("next_attempt_at")?),
         last_error: row.opt_text("last_error")?,
         resource_key: row.opt_text("resource_key")?,
         version: row.opt_text("version")?,
         replays: row.int("replays")?,
-        updated_at: row.int("updated_at")?,
+        updated_at: Millis::from_unix_ms(row.int("updated_at")?),
     })
 }
 
@@ -293,7 +307,7 @@ fn clamp(limit: usize) -> i64 {
 /// On PostgreSQL a concurrent insert of the same key makes `ON CONFLICT DO NOTHING` wait for the other
 /// transaction; when that commits, nothing is inserted and the lookup — a new statement, so a new
 /// snapshot — sees the original.
-pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: i64) -> StoreResult<Inserted> {
+pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: Millis) -> StoreResult<Inserted> {
     let id = InboxEventId::new();
     let headers = serde_json::to_string(&event.headers).map_err(|e| StoreError::Corrupt(format!("headers: {e}")))?;
     let params = params![
@@ -332,11 +346,11 @@ pub(super) struct Record {
     pub(super) replays: i64,
     pub(super) attempts: u32,
     pub(super) outcome: Outcome,
-    pub(super) now: i64,
+    pub(super) now: Millis,
 }
 
 /// What an outcome writes: the new status, the next attempt time (kept when `None`) and the error.
-fn columns(outcome: &Outcome) -> (Status, Option<i64>, Option<String>) {
+fn columns(outcome: &Outcome) -> (Status, Option<Millis>, Option<String>) {
     match outcome {
         Outcome::Forwarded { .. } => (Status::Forwarded, None, None),
         Outcome::Retry { next_attempt_at, error } => (Status::Pending, Some(*next_attempt_at), Some(error.clone())),
@@ -438,14 +452,17 @@ impl<B: Backend> InboxStore for B {
         self.insert_event(event).await
     }
 
-    async fn due(&self, now: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+    async fn due(&self, now: Millis, limit: usize) -> StoreResult<Vec<StoredEvent>> {
         let mut conn = self.read().await?;
         conn.events(fixed(statement::DUE), params![now, clamp(limit)]).await
     }
 
-    async fn next_due_after(&self, now: i64) -> StoreResult<Option<i64>> {
+    async fn next_due_after(&self, now: Millis) -> StoreResult<Option<Millis>> {
         let mut conn = self.read().await?;
-        conn.int(fixed(statement::NEXT_DUE), params![now]).await
+        Ok(conn
+            .int(fixed(statement::NEXT_DUE), params![now])
+            .await?
+            .map(Millis::from_unix_ms))
     }
 
     async fn newest_version(&self, source: &str, resource_key: &str) -> StoreResult<Option<String>> {
@@ -459,7 +476,7 @@ impl<B: Backend> InboxStore for B {
         replays: i64,
         attempts: u32,
         outcome: &Outcome,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<bool> {
         let record = Record {
             id: id.clone(),
@@ -503,12 +520,12 @@ impl<B: Backend> InboxStore for B {
         conn.events(AssertSqlSafe(sql).into_sql_str(), params).await
     }
 
-    async fn replay(&self, id: &InboxEventId, now: i64) -> StoreResult<bool> {
+    async fn replay(&self, id: &InboxEventId, now: Millis) -> StoreResult<bool> {
         let mut conn = self.write().await?;
         Ok(conn.execute(fixed(statement::REPLAY), params![now, id]).await? == 1)
     }
 
-    async fn replay_window(&self, source: &str, since: i64, until: i64, now: i64) -> StoreResult<u64> {
+    async fn replay_window(&self, source: &str, since: Millis, until: Millis, now: Millis) -> StoreResult<u64> {
         let mut conn = self.write().await?;
         conn.execute(fixed(statement::REPLAY_WINDOW), params![now, source, since, until])
             .await
@@ -521,7 +538,10 @@ impl<B: Backend> InboxStore for B {
             .int(fixed(statement::PENDING_COUNT), params![source, cap.saturating_add(1)])
             .await?
             .unwrap_or(0);
-        let oldest_received_at = conn.int(fixed(statement::OLDEST_PENDING), params![source]).await?;
+        let oldest_received_at = conn
+            .int(fixed(statement::OLDEST_PENDING), params![source])
+            .await?
+            .map(Millis::from_unix_ms);
         let count = u64::try_from(count).unwrap_or(0);
         Ok(super::Pending {
             count: count.min(super::Pending::COUNT_CAP),
@@ -539,7 +559,7 @@ impl<B: Backend> InboxStore for B {
         };
         let probe = async {
             let mut conn = self.write().await?;
-            let now = herald_core::clock::now().as_unix_ms();
+            let now = herald_core::clock::now();
             conn.execute(fixed(statement::PROBE), params![now]).await.map(drop)
         };
         health.recheck(probe, StoreError::fault, StoreError::FileCorrupt).await
