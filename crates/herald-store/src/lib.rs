@@ -24,6 +24,7 @@ mod sealing;
 mod sql;
 pub mod sqlite;
 mod statement;
+mod subscribers;
 #[cfg(feature = "testdb")]
 pub mod testdb;
 

@@ -11,10 +11,11 @@ use std::collections::{HashMap, HashSet};
 
 use herald_core::clock::Millis;
 use herald_core::id::{AppId, EndpointId, MessageId};
-use herald_core::model::{Endpoint, Message};
+use herald_core::model::Message;
 
 use crate::group_commit::IngestJob;
 use crate::rows::Columns;
+use crate::subscribers::ByApp;
 use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
 
 /// Messages already stored, or earlier in this batch, by (app, event id) and (app, idempotency key).
@@ -157,7 +158,7 @@ impl Plan<'_> {
     /// The deliveries of the new messages: one per subscribed endpoint of the message's app (disabled
     /// endpoints included: their deliveries wait until the endpoint is enabled again or expire), or to
     /// its one endpoint when it names one.
-    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<AppId, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
+    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p ByApp) -> Vec<FanOut<'p>> {
         self.messages
             .iter()
             .flat_map(|row| {
@@ -165,10 +166,10 @@ impl Plan<'_> {
                 subscribers
                     .get(message.app_id.as_str())
                     .into_iter()
-                    .flatten()
+                    .flat_map(|list| list.iter())
                     .filter(|ep| match row.to_endpoint {
                         Some(only) => ep.id == only,
-                        None => ep.subscribes_to(&message.event_type, message.channels.as_deref()),
+                        None => ep.takes(message),
                     })
                     .map(move |ep| FanOut {
                         job: row.job,

@@ -14,14 +14,13 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use herald_core::clock::Millis;
-use herald_core::id::AppId;
-use herald_core::model::Endpoint;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
+use crate::subscribers::{self, ByApp, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
 use herald_sql::text::escape;
 
@@ -59,31 +58,33 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], leases: &Leases) ->
 }
 
 /// The apps of the batch that exist (with their default payload retention), and their endpoints (disabled
-/// ones included), in one round trip.
-async fn apps_and_endpoints(
-    conn: &mut PgConnection,
-    app_ids: &[&str],
-) -> StoreResult<(Apps, HashMap<AppId, Vec<Endpoint>>)> {
-    let found = sqlx::query(
+/// ones included) as fan-out sees them, in one round trip. Not cached as SQLite's are (see
+/// [`subscribers`]): reading the rows `FOR SHARE` is what keeps another node from deleting an endpoint
+/// this batch fans out to.
+async fn apps_and_endpoints(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, ByApp)> {
+    let sql = format!(
         "SELECT a.id AS a_id, a.payload_retention_period AS a_retention, e.* FROM application a \
-         LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
+         LEFT JOIN LATERAL (SELECT {} FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
          WHERE a.id = ANY($1) ORDER BY a.id FOR SHARE OF a",
-    )
-    .bind(app_ids)
-    .fetch_all(&mut *conn)
-    .await?;
+        subscribers::COLUMNS
+    );
+    let found = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(app_ids)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut existing = Apps::new();
-    let mut by_app: HashMap<AppId, Vec<Endpoint>> = HashMap::new();
+    let mut read = Vec::new();
     for row in &found {
         existing.insert(
             row.try_get::<String, _>("a_id")?,
             plan::retention_ms(row.try_get("a_retention")?),
         );
         if row.try_get::<Option<String>, _>("id")?.is_some() {
-            let endpoint = rows::endpoint(row, None)?;
-            by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
+            read.push(Subscriber::from_row(row)?);
         }
     }
+    let found_apps: Vec<&str> = existing.keys().map(String::as_str).collect();
+    let by_app = subscribers::group(&found_apps, read)?;
     Ok((existing, by_app))
 }
 

@@ -60,7 +60,7 @@ impl SqlStore<Sqlite> {
         let health = Arc::new(WriteHealth::default());
         tokio::spawn(group_commit::run(
             writes.clone(),
-            bulk::SqliteBatches,
+            bulk::SqliteBatches::default(),
             jobs,
             feed_tx.clone(),
             health.clone(),
