@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
-use herald_core::id::{AppId, EndpointId, Id, Kind, MessageId, SinkId};
+use herald_core::id::Kind;
+
+use crate::server_id::{AppId, EndpointId, MessageId, ServerId, SinkId};
 use indicatif::ProgressBar;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::{Deserialize, Serialize};
@@ -246,7 +248,7 @@ impl Api {
 
     /// POST `body` to `url` and read the id of what it created, which must be of kind `K`: the harness
     /// talks to any server with this API, so what it answers is checked, not assumed.
-    async fn create<K: Kind>(&self, url: String, body: &impl Serialize) -> anyhow::Result<Id<K>> {
+    async fn create<K: Kind>(&self, url: String, body: &impl Serialize) -> anyhow::Result<ServerId<K>> {
         let response = self
             .client
             .post(&url)
@@ -265,7 +267,7 @@ impl Api {
         }
         let created: Created =
             serde_json::from_slice(&answer).with_context(|| format!("the answer of {url} has no id"))?;
-        Id::try_from(created.id).with_context(|| format!("the answer of {url} names no {} id", K::KIND.prefix()))
+        ServerId::parse(created.id).with_context(|| format!("the answer of {url} names no {} id", K::KIND.prefix()))
     }
 }
 

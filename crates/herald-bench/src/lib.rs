@@ -20,6 +20,7 @@ pub mod progress;
 pub mod receiver;
 pub mod report;
 pub mod scenario;
+pub mod server_id;
 pub mod stats;
 pub mod table;
 

@@ -75,8 +75,8 @@ pub(crate) fn group(app_ids: &[&str], subscribers: Vec<Subscriber>) -> StoreResu
     Ok(lists.into_iter().map(|(app, list)| (app, Arc::from(list))).collect())
 }
 
-/// The most subscribers the [`Cache`] holds over all applications; past it, it starts again empty (a
-/// node serving more endpoints than this reads the lists of the apps in each batch afresh, as without
+/// The most subscribers (plus one per application) the [`Cache`] holds; past it, it starts again empty
+/// (a node serving more endpoints than this reads the lists of the apps in each batch afresh, as without
 /// a cache). About 200 bytes each with their filters: tens of megabytes at most.
 const MAX_CACHED: usize = 200_000;
 
@@ -117,16 +117,23 @@ impl Cache {
             let Some((app, list)) = read.get_key_value(app_id) else {
                 continue;
             };
-            if state.held + list.len() > MAX_CACHED {
+            if let Some((_, old)) = state.lists.remove(app_id) {
+                state.held -= cost(&old);
+            }
+            if state.held + cost(list) > MAX_CACHED {
                 state.lists.clear();
                 state.held = 0;
             }
-            state.held += list.len();
-            if let Some((_, old)) = state.lists.insert(app.clone(), (version, list.clone())) {
-                state.held -= old.len();
-            }
+            state.held += cost(list);
+            state.lists.insert(app.clone(), (version, list.clone()));
         }
     }
+}
+
+/// What a list counts against [`MAX_CACHED`]: its subscribers, and one for the entry itself, so that many
+/// apps without endpoints (or deleted ones, never looked up again) cannot grow the cache without bound.
+fn cost(list: &[Subscriber]) -> usize {
+    list.len() + 1
 }
 
 #[cfg(test)]
@@ -179,7 +186,7 @@ mod tests {
     fn the_cache_starts_again_when_it_would_hold_too_many() {
         let (big, small) = (AppId::new(), AppId::new());
         let cache = Cache::default();
-        let big_list: Vec<_> = (0..MAX_CACHED).map(|_| subscriber(&big)).collect();
+        let big_list: Vec<_> = (0..MAX_CACHED - 1).map(|_| subscriber(&big)).collect();
         let versions = [(big.as_str(), 0)];
         cache.remember(&versions, &group(&[big.as_str()], big_list).expect("grouped"));
         let other = [(small.as_str(), 0)];

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use herald_core::id::{AppId, EndpointId};
+use crate::server_id::{AppId, EndpointId};
 
 use crate::api::EndpointSpec;
 use crate::env::Env;

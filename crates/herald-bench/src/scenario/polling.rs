@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::server_id::{AppId, MessageId, SinkId};
 use anyhow::Context;
-use herald_core::id::{AppId, MessageId, SinkId};
 use serde::Serialize;
 
 use super::common::{app_with_endpoints, delivery_timeout};
