@@ -34,8 +34,8 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use herald_core::clock::now_ms;
-use herald_core::id::{AppId, SinkId, SinkIdOrUid, TaskId};
+use herald_core::clock;
+use herald_core::id::{AppId, AppIdOrUid, SinkId, SinkIdOrUid, TaskId};
 use herald_store::{AppToken, StoreError};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -133,7 +133,7 @@ pub(crate) async fn require_admin(state: &AppState, headers: &axum::http::Header
     if bool::from(digest.ct_eq(&state.admin_token_sha256)) {
         return Ok(());
     }
-    match state.store.find_app_token(&hex::encode(digest), now_ms()).await {
+    match state.store.find_app_token(&hex::encode(digest), clock::now()).await {
         Ok(Some(_)) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -157,7 +157,7 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
     // the token.
     let token = state
         .store
-        .find_app_token(&hex::encode(digest), now_ms())
+        .find_app_token(&hex::encode(digest), clock::now())
         .await
         .map_err(|e| ApiError::from_store(e, "token"))?
         .ok_or_else(ApiError::unauthorized)?;
@@ -231,7 +231,7 @@ async fn app_of(state: &AppState, params: &[(String, String)]) -> Result<Option<
         return Ok(None);
     };
     // The same resolution the handlers use (id or uid, through the same cache).
-    match crate::lookup::app_id(state, app).await {
+    match crate::lookup::app_id(state, &AppIdOrUid::new(app.as_str())).await {
         Ok(id) => Ok(Some(id)),
         Err(error) if error.status == StatusCode::NOT_FOUND => Ok(None),
         Err(error) => Err(error),

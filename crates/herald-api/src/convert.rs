@@ -2,29 +2,19 @@
 
 use std::collections::BTreeSet;
 
+use herald_core::clock::Millis;
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
     HeaderNames, Message, OperationalEvent,
 };
 use herald_store::{DeliveryRecord, DeliveryView};
 use serde_json::value::RawValue;
-use time::OffsetDateTime;
 
 use crate::model::{
     ApplicationOut, BackgroundTaskOut, EndpointMessageOut, EndpointOut, EventTypeOut, FilterTypesOut, ListResponse,
     MessageAttemptOut, MessageAttemptTriggerType, MessageEndpointOut, MessageOut, MessageStatus, OperationalEventOut,
     ThrottleRateOut, empty_payload,
 };
-
-/// Unix milliseconds as a date-time (out-of-range values clamp to the epoch).
-pub(crate) fn datetime(ms: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
-}
-
-/// A date-time as Unix milliseconds (saturating far outside the supported range).
-pub(crate) fn millis(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(if t.year() < 0 { i64::MIN } else { i64::MAX })
-}
 
 fn set(list: &Option<Vec<String>>) -> Option<BTreeSet<String>> {
     list.as_ref().map(|items| items.iter().cloned().collect())
@@ -37,15 +27,15 @@ fn rate(limit: Option<u32>) -> ThrottleRateOut {
 /// An application on the wire.
 pub(crate) fn application(app: Application) -> ApplicationOut {
     ApplicationOut {
-        id: app.id.into_string(),
+        id: app.id,
         uid: app.uid,
         name: app.name,
         throttle_rate: rate(app.rate_limit),
         verify_endpoints: app.verify_endpoints,
         payload_retention_period: app.payload_retention_days,
         metadata: app.metadata,
-        created_at: datetime(app.created_at),
-        updated_at: datetime(app.updated_at),
+        created_at: app.created_at.to_datetime(),
+        updated_at: app.updated_at.to_datetime(),
     }
 }
 
@@ -60,8 +50,8 @@ pub(crate) fn event_type(et: EventType) -> EventTypeOut {
         feature_flag: et.feature_flag,
         feature_flags: et.feature_flags,
         group_name: et.group_name,
-        created_at: datetime(et.created_at),
-        updated_at: datetime(et.updated_at),
+        created_at: et.created_at.to_datetime(),
+        updated_at: et.updated_at.to_datetime(),
     }
 }
 
@@ -80,7 +70,7 @@ pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
         signature_headers: ep.signature_headers.map(HeaderNames::as_str),
         disabled_reason: ep.disabled_reason.map(DisabledReason::into_text),
         health: None,
-        id: ep.id.into_string(),
+        id: ep.id,
         uid: ep.uid,
         // Endpoints stored before URL credentials were moved to the sealed headers show them masked.
         url: herald_core::redact::userinfo(&ep.url),
@@ -88,8 +78,8 @@ pub(crate) fn endpoint(ep: Endpoint) -> EndpointOut {
         disabled: ep.disabled,
         metadata: ep.metadata,
         version: u16::try_from(ep.version).unwrap_or(1),
-        created_at: datetime(ep.created_at),
-        updated_at: datetime(ep.updated_at),
+        created_at: ep.created_at.to_datetime(),
+        updated_at: ep.updated_at.to_datetime(),
     }
 }
 
@@ -104,14 +94,14 @@ pub(crate) fn message(msg: &Message, with_content: bool) -> MessageOut {
         empty_payload()
     };
     MessageOut {
-        id: msg.id.to_string(),
+        id: msg.id.clone(),
         event_id: msg.event_id.clone(),
         event_type: msg.event_type.clone(),
         payload,
         channels: set(&msg.channels),
         tags: set(&msg.tags),
-        timestamp: datetime(msg.created_at),
-        deliver_at: msg.deliver_at.map(datetime),
+        timestamp: msg.created_at.to_datetime(),
+        deliver_at: msg.deliver_at.map(Millis::to_datetime),
     }
 }
 
@@ -123,9 +113,9 @@ pub(crate) fn attempt(a: Attempt) -> MessageAttemptOut {
         MessageStatus::Fail
     };
     MessageAttemptOut {
-        id: a.id.into_string(),
-        msg_id: a.message_id.into_string(),
-        endpoint_id: a.endpoint_id.into_string(),
+        id: a.id,
+        msg_id: a.message_id,
+        endpoint_id: a.endpoint_id,
         url: herald_core::redact::userinfo(&a.url),
         response: a.response,
         // Svix requires an integer; 0 says "no HTTP answer" (timeout, connection error, blocked).
@@ -141,7 +131,7 @@ pub(crate) fn attempt(a: Attempt) -> MessageAttemptOut {
         },
         trigger: a.trigger.as_str(),
         outcome: a.outcome.as_str(),
-        timestamp: datetime(a.created_at),
+        timestamp: a.created_at.to_datetime(),
         msg: None,
     }
 }
@@ -177,8 +167,8 @@ pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> En
         message: message(&record.message, with_content),
         status,
         status_text: status.text(),
-        next_attempt: (record.status == DeliveryStatus::Pending).then(|| datetime(record.next_attempt_at)),
-        endpoint_id: record.endpoint_id.into_string(),
+        next_attempt: (record.status == DeliveryStatus::Pending).then(|| record.next_attempt_at.to_datetime()),
+        endpoint_id: record.endpoint_id,
         delivery_status: name,
         attempts: record.attempts,
         last_attempt: record.last_attempt.map(attempt),
@@ -188,14 +178,14 @@ pub(crate) fn endpoint_message(record: DeliveryRecord, with_content: bool) -> En
 /// A background task on the wire.
 pub(crate) fn task(task: BackgroundTask) -> BackgroundTaskOut {
     BackgroundTaskOut {
-        id: task.id.into_string(),
+        id: task.id,
         status: task.state.as_str(),
         task: task.kind.as_str(),
         data: serde_json::from_str(&task.data).unwrap_or(serde_json::Value::Null),
         processed: task.processed,
         total: task.total,
-        created_at: datetime(task.created_at),
-        updated_at: datetime(task.updated_at),
+        created_at: task.created_at.to_datetime(),
+        updated_at: task.updated_at.to_datetime(),
     }
 }
 
@@ -206,7 +196,7 @@ pub(crate) fn message_endpoint(view: DeliveryView) -> MessageEndpointOut {
         endpoint: endpoint(view.endpoint),
         status,
         status_text: status.text(),
-        next_attempt: (view.status == DeliveryStatus::Pending).then(|| datetime(view.next_attempt_at)),
+        next_attempt: (view.status == DeliveryStatus::Pending).then(|| view.next_attempt_at.to_datetime()),
         delivery_status,
         attempts: view.attempts,
     }
@@ -228,8 +218,8 @@ pub(crate) fn operational_event(event: OperationalEvent) -> OperationalEventOut 
     OperationalEventOut {
         id: event.seq.to_string(),
         event_type: event.event_type,
-        app_id: event.app_id.into_string(),
+        app_id: event.app_id,
         data: serde_json::from_str(&event.data).unwrap_or(serde_json::Value::Null),
-        timestamp: datetime(event.created_at),
+        timestamp: event.created_at.to_datetime(),
     }
 }

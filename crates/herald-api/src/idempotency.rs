@@ -13,13 +13,15 @@
 //! same transaction, and compared with the message by [`check_same_message`]. Issuing an application
 //! token is never remembered: the answer holds the token, which is stored only as a digest.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::model::Message;
 use herald_store::{NewMessage, Remembered};
 use sha2::{Digest, Sha256};
@@ -28,7 +30,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How long an answer is remembered.
-const KEEP_MS: i64 = 24 * 60 * 60 * 1000;
+const KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 /// The largest answer remembered (larger ones are passed through unremembered).
 const MAX_REMEMBERED_BYTES: usize = 1024 * 1024;
 /// The longest key accepted (the shortest is one character).
@@ -105,8 +107,8 @@ pub(crate) async fn replay_or_remember(State(state): State<AppState>, request: R
     };
     let scope = scope(&parts.headers);
     let digest = request_digest(&parts.method, &parts.uri, &body);
-    let now = now_ms();
-    match state.store.idempotent_response(&scope, &key, now - KEEP_MS).await {
+    let now = clock::now();
+    match state.store.idempotent_response(&scope, &key, now - KEEP).await {
         Ok(Some(remembered)) if remembered.request_digest.as_ref().is_some_and(|d| *d != digest) => {
             return reused().into_response();
         }
@@ -134,7 +136,7 @@ pub(crate) async fn replay_or_remember(State(state): State<AppState>, request: R
     };
     if let Err(error) = state
         .store
-        .remember_response(&scope, &key, &remembered, now, now - KEEP_MS)
+        .remember_response(&scope, &key, &remembered, now, now - KEEP)
         .await
     {
         // The answer itself is right; only a later retry would not find it.
@@ -211,7 +213,7 @@ mod tests {
             ordering_key: None,
             tags: Some(vec!["t".into()]),
             deliver_at: None,
-            created_at: 0,
+            created_at: herald_core::clock::Millis::EPOCH,
         };
         let new = NewMessage {
             app_id,

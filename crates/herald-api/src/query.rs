@@ -4,6 +4,7 @@
 //! offset; both are accepted here, in one place.
 
 use axum::http::Uri;
+use herald_core::clock::Millis;
 use herald_store::PageRequest;
 
 use crate::error::ApiError;
@@ -88,15 +89,13 @@ impl Query {
         }
     }
 
-    /// A time in RFC 3339 (a missing offset means UTC), as Unix milliseconds.
-    pub(crate) fn time_ms(&self, keys: &[&str]) -> Result<Option<i64>, ApiError> {
+    /// A time in RFC 3339 (a missing offset means UTC).
+    pub(crate) fn time(&self, keys: &[&str]) -> Result<Option<Millis>, ApiError> {
         let Some((key, text)) = keys.iter().find_map(|key| self.get(&[key]).map(|text| (*key, text))) else {
             return Ok(None);
         };
         let parsed = crate::contract::parse_date_time(text)
             .ok_or_else(|| ApiError::query(key, "expected an RFC 3339 date-time"))?;
-        Ok(Some(
-            i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
-        ))
+        Ok(Some(Millis::from_datetime(parsed)))
     }
 }

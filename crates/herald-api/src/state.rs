@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use herald_core::address::AddressPolicy;
-use herald_core::id::{AppId, EndpointId};
+use herald_core::id::{AppId, AppIdOrUid, EndpointId};
 use herald_delivery::EngineHandle;
 use herald_store::SharedStore;
 
@@ -152,16 +152,16 @@ impl AppIdCache {
     /// Most entries kept; past that the cache starts over (it refills itself from the store).
     const MAX_ENTRIES: usize = 100_000;
 
-    pub(crate) fn get(&self, id_or_uid: &str) -> Option<AppId> {
-        self.ids.read().ok()?.get(id_or_uid).cloned()
+    pub(crate) fn get(&self, id_or_uid: &AppIdOrUid) -> Option<AppId> {
+        self.ids.read().ok()?.get(id_or_uid.as_str()).cloned()
     }
 
-    pub(crate) fn insert(&self, id_or_uid: &str, app_id: &AppId) {
+    pub(crate) fn insert(&self, id_or_uid: &AppIdOrUid, app_id: &AppId) {
         if let Ok(mut ids) = self.ids.write() {
             if ids.len() >= Self::MAX_ENTRIES {
                 ids.clear();
             }
-            ids.insert(id_or_uid.to_owned(), app_id.clone());
+            ids.insert(id_or_uid.as_str().to_owned(), app_id.clone());
         }
     }
 

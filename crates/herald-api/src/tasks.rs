@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
 use herald_core::id::{AppId, EndpointId, MessageId, TaskId};
 use herald_core::model::{AttemptTrigger, BackgroundTask, DeliveryStatus, Endpoint, TaskKind, TaskState};
 use herald_store::{RequeueSelection, StoreError, StoreResult};
@@ -97,8 +97,8 @@ impl Repair {
 #[derive(Debug, Clone)]
 struct Plan {
     endpoint_id: EndpointId,
-    since: i64,
-    until: i64,
+    since: Millis,
+    until: Millis,
     repair: Repair,
     /// Recover and bulk replay: the highest `seq` they take, and the last one taken so far.
     through_seq: i64,
@@ -177,8 +177,8 @@ impl Plan {
         };
         Some(Plan {
             endpoint_id: EndpointId::parse(data.get("endpointId")?.as_str()?).ok()?,
-            since: int("since")?,
-            until: int("until")?,
+            since: Millis::from_unix_ms(int("since")?),
+            until: Millis::from_unix_ms(int("until")?),
             repair,
             through_seq: int("throughSeq")?,
             after_seq: int("afterSeq")?,
@@ -192,8 +192,8 @@ pub(crate) async fn start(
     state: &AppState,
     repair: Repair,
     endpoint: Endpoint,
-    since: i64,
-    until: i64,
+    since: Millis,
+    until: Millis,
 ) -> StoreResult<BackgroundTask> {
     let mut plan = Plan {
         endpoint_id: endpoint.id.clone(),
@@ -212,7 +212,7 @@ pub(crate) async fn start(
         }
         None => state.store.count_messages(&endpoint.app_id, since, until).await?,
     };
-    let now = now_ms();
+    let now = clock::now();
     let task = BackgroundTask {
         id: TaskId::new(),
         kind: plan.repair.kind(),
@@ -232,14 +232,14 @@ pub(crate) async fn start(
 
 /// Record a task expunging the payload of every message of `app_id` created until now, and start it.
 pub(crate) async fn start_purge(state: &AppState, app_id: &AppId) -> StoreResult<BackgroundTask> {
-    let now = now_ms();
+    let now = clock::now();
     let task = BackgroundTask {
         id: TaskId::new(),
         kind: TaskKind::PurgeContent,
         app_id: app_id.clone(),
         state: TaskState::Running,
         processed: 0,
-        total: state.store.count_messages(app_id, 0, now.saturating_add(1)).await?,
+        total: state.store.count_messages(app_id, Millis::EPOCH, now.add_ms(1)).await?,
         data: json!({ "before": now, "messagesPurged": 0 }).to_string(),
         created_at: now,
         updated_at: now,
@@ -270,7 +270,7 @@ pub async fn resume_interrupted(state: &AppState) -> StoreResult<()> {
 async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
     let (claimed, failed) = state
         .store
-        .take_interrupted_tasks(now_ms(), starting, &RESUMABLE)
+        .take_interrupted_tasks(clock::now(), starting, &RESUMABLE)
         .await?;
     if failed > 0 {
         tracing::warn!(failed, "background tasks interrupted by a stop are marked failed");
@@ -279,7 +279,8 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
         if task.kind == TaskKind::PurgeContent {
             let before = serde_json::from_str::<Value>(&task.data)
                 .ok()
-                .and_then(|data| data.get("before").and_then(Value::as_i64));
+                .and_then(|data| data.get("before").and_then(Value::as_i64))
+                .map(Millis::from_unix_ms);
             if let Some(before) = before {
                 tracing::warn!(task = %task.id, kind = task.kind.as_str(), "carrying on a background task a stop interrupted");
                 spawn_purge(state, task, before);
@@ -302,7 +303,7 @@ async fn sweep(state: &AppState, starting: bool) -> StoreResult<()> {
             Err(error) => {
                 // Its endpoint is gone (or its row unreadable): there is nothing left to do.
                 task.state = TaskState::Failed;
-                task.updated_at = now_ms();
+                task.updated_at = clock::now();
                 task.data = json!({ "error": error.to_string() }).to_string();
                 state.store.update_task(&task).await?;
             }
@@ -323,7 +324,7 @@ fn spawn_plan(state: &AppState, task: BackgroundTask, mut plan: Plan, endpoint: 
 }
 
 /// Expunge the app's payloads in the background, chunk by chunk, cancelling their pending deliveries.
-fn spawn_purge(state: &AppState, task: BackgroundTask, before: i64) {
+fn spawn_purge(state: &AppState, task: BackgroundTask, before: Millis) {
     spawn(state, task, TaskKind::PurgeContent, move |state, task| {
         Box::pin(async move {
             let mut purged = serde_json::from_str::<Value>(&task.data)
@@ -334,12 +335,12 @@ fn spawn_purge(state: &AppState, task: BackgroundTask, before: i64) {
                 // The store announces the deliveries it cancelled to the engine.
                 let (expunged, _cancelled) = state
                     .store
-                    .expunge_app_payloads(&task.app_id, before, CHUNK, now_ms())
+                    .expunge_app_payloads(&task.app_id, before, CHUNK, clock::now())
                     .await?;
                 purged += expunged;
                 task.processed += expunged;
                 task.total = task.total.max(task.processed);
-                task.updated_at = now_ms();
+                task.updated_at = clock::now();
                 task.data = json!({ "before": before, "messagesPurged": purged }).to_string();
                 if expunged < CHUNK as u64 {
                     return Ok(json!({ "before": before, "messagesPurged": purged }));
@@ -375,7 +376,7 @@ where
     tokio::spawn(async move {
         let mut task = running;
         let outcome = work(state.clone(), &mut task).await;
-        task.updated_at = now_ms();
+        task.updated_at = clock::now();
         match outcome {
             Ok(data) => {
                 task.state = TaskState::Finished;
@@ -399,7 +400,7 @@ where
 async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut BackgroundTask) -> StoreResult<()> {
     let mut cursor: Option<MessageId> = None;
     loop {
-        let now = now_ms();
+        let now = clock::now();
         let (done, made_pending, handled) = match plan.selection() {
             Some(selection) => {
                 let chunk = state.store.requeue_selected(&selection, CHUNK, now).await?;
@@ -428,7 +429,7 @@ async fn run(state: &AppState, plan: &mut Plan, endpoint: &Endpoint, task: &mut 
         task.processed += handled;
         // A count taken at the start can be overtaken (deliveries finished meanwhile).
         task.total = task.total.max(task.processed);
-        task.updated_at = now_ms();
+        task.updated_at = clock::now();
         if done {
             return Ok(());
         }

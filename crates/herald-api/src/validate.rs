@@ -3,6 +3,9 @@
 //! The caps are documented in the OpenAPI document (`maxLength`, `maxProperties`, …) and in the README;
 //! a value over one is a 422, never truncated, so what is stored is what was sent.
 
+use herald_core::clock::Millis;
+use std::time::Duration;
+
 use crate::error::{ApiError, Source};
 use crate::model::Metadata;
 
@@ -32,20 +35,20 @@ pub(crate) fn name(field: &str, value: &str, allow_colon: bool) -> Result<(), Ap
     Ok(())
 }
 
-/// How far ahead a message's `deliverAt` may be, in milliseconds: 24 hours, Svix's limit. A later time
-/// is a 422; an earlier one (the past included) is accepted, and a past one means at once.
-pub(crate) const MAX_SCHEDULE_AHEAD_MS: i64 = 24 * 3_600_000;
+/// How far ahead a message's `deliverAt` may be: 24 hours, Svix's limit. A later time is a 422; an
+/// earlier one (the past included) is accepted, and a past one means at once.
+pub(crate) const MAX_SCHEDULE_AHEAD: Duration = Duration::from_secs(24 * 3600);
 
-/// A message's `deliverAt`, as Unix milliseconds, checked against the horizon at `now`.
-pub(crate) fn deliver_at(at: time::OffsetDateTime, now: i64) -> Result<i64, ApiError> {
-    let at_ms = crate::convert::millis(at);
-    if at_ms > now.saturating_add(MAX_SCHEDULE_AHEAD_MS) {
+/// A message's `deliverAt`, checked against the horizon at `now`.
+pub(crate) fn deliver_at(at: time::OffsetDateTime, now: Millis) -> Result<Millis, ApiError> {
+    let at = Millis::from_datetime(at);
+    if at > now + MAX_SCHEDULE_AHEAD {
         return Err(ApiError::body(
             "deliverAt",
             "must be at most 24 hours ahead (a time already past delivers at once)",
         ));
     }
-    Ok(at_ms)
+    Ok(at)
 }
 
 /// The most tags a message may carry (Svix's `maxItems`).
@@ -179,17 +182,17 @@ pub(crate) fn retention_days(field: &str, days: i64) -> Result<u32, ApiError> {
 }
 
 /// The uid of an object that a PUT creates because `path_segment` (the path parameter `path_param`)
-/// named nothing.
+/// named nothing; the segment's type says which kind of object, so which prefix is Herald's.
 ///
 /// An id cannot be chosen by a client, so a segment shaped like an id of `kind` is simply not found;
 /// otherwise the segment becomes the uid (a segment that cannot be one is a 422 naming the parameter),
 /// and a body that names a different uid is refused.
-pub(crate) fn uid_for_put(
-    (path_param, path_segment): (&str, &str),
+pub(crate) fn uid_for_put<K: herald_core::id::Kind>(
+    (path_param, path_segment): (&str, &herald_core::id::IdOrUid<K>),
     body_uid: Option<&str>,
-    kind: herald_core::id::IdKind,
     what: &str,
 ) -> Result<String, ApiError> {
+    let (path_segment, kind) = (path_segment.as_str(), K::KIND);
     if kind.matches(path_segment) {
         return Err(ApiError::not_found(what));
     }

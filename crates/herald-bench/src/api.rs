@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
+use herald_core::id::{AppId, EndpointId, Id, Kind, MessageId, SinkId};
 use indicatif::ProgressBar;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::{Deserialize, Serialize};
@@ -76,11 +77,13 @@ pub struct PolledPage {
 #[derive(Debug, Deserialize)]
 pub struct PolledMessage {
     /// The message id.
-    pub id: String,
+    pub id: MessageId,
     /// Its payload, as posted.
     pub payload: serde_json::Value,
 }
 
+/// The answer to a create, of which only the id is read. The id is read as text and checked apart, so that
+/// an id of another form is reported as such rather than as JSON that does not parse.
 #[derive(Deserialize)]
 struct Created {
     id: String,
@@ -134,7 +137,7 @@ impl Api {
     }
 
     /// Create an application named `name`; returns its id.
-    pub async fn create_app(&self, name: &str) -> anyhow::Result<String> {
+    pub async fn create_app(&self, name: &str) -> anyhow::Result<AppId> {
         let body = serde_json::json!({ "name": name });
         self.create(format!("{}/app", self.base), &body)
             .await
@@ -142,7 +145,7 @@ impl Api {
     }
 
     /// Create an endpoint of `app_id`; returns its id.
-    pub async fn create_endpoint(&self, app_id: &str, spec: &EndpointSpec) -> anyhow::Result<String> {
+    pub async fn create_endpoint(&self, app_id: &AppId, spec: &EndpointSpec) -> anyhow::Result<EndpointId> {
         self.create(format!("{}/app/{app_id}/endpoint", self.base), spec)
             .await
             .with_context(|| format!("creating an endpoint for {}", spec.url))
@@ -151,10 +154,10 @@ impl Api {
     /// Create many endpoints of `app_id`, a few at a time; returns their ids in the order given.
     pub async fn create_endpoints(
         &self,
-        app_id: &str,
+        app_id: &AppId,
         specs: &[EndpointSpec],
         bar: &ProgressBar,
-    ) -> anyhow::Result<Vec<String>> {
+    ) -> anyhow::Result<Vec<EndpointId>> {
         futures::stream::iter(specs)
             .map(|spec| async move {
                 let id = self.create_endpoint(app_id, spec).await;
@@ -194,7 +197,7 @@ impl Api {
     }
 
     /// Create a polling endpoint of `app_id` that keeps messages of `event_type`; returns its id.
-    pub async fn create_polling_endpoint(&self, app_id: &str, event_type: &str) -> anyhow::Result<String> {
+    pub async fn create_polling_endpoint(&self, app_id: &AppId, event_type: &str) -> anyhow::Result<SinkId> {
         let body = serde_json::json!({ "eventTypes": [event_type] });
         self.create(format!("{}/app/{app_id}/polling-endpoint", self.base), &body)
             .await
@@ -206,8 +209,8 @@ impl Api {
     /// message when there is none (Herald's `wait_ms`).
     pub async fn consumer_poll(
         &self,
-        app_id: &str,
-        sink_id: &str,
+        app_id: &AppId,
+        sink_id: &SinkId,
         consumer: &str,
         iterator: Option<&str>,
         limit: u32,
@@ -241,7 +244,9 @@ impl Api {
         serde_json::from_slice(&answer).context("a poll's answer is not a PollingEndpointOut")
     }
 
-    async fn create(&self, url: String, body: &impl Serialize) -> anyhow::Result<String> {
+    /// POST `body` to `url` and read the id of what it created, which must be of kind `K`: the harness
+    /// talks to any server with this API, so what it answers is checked, not assumed.
+    async fn create<K: Kind>(&self, url: String, body: &impl Serialize) -> anyhow::Result<Id<K>> {
         let response = self
             .client
             .post(&url)
@@ -260,7 +265,7 @@ impl Api {
         }
         let created: Created =
             serde_json::from_slice(&answer).with_context(|| format!("the answer of {url} has no id"))?;
-        Ok(created.id)
+        Id::try_from(created.id).with_context(|| format!("the answer of {url} names no {} id", K::KIND.prefix()))
     }
 }
 

@@ -37,7 +37,7 @@ pub async fn run(options: &Options, scenario: &Scenario) -> anyhow::Result<Repor
 
 /// The wall clock in Unix microseconds (the unit of `sent_at_us` and of arrival times).
 pub fn unix_micros() -> u64 {
-    herald_core::clock::now()
+    herald_core::clock::system_now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

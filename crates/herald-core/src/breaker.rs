@@ -33,6 +33,8 @@
 //! shut off within a cool-down. (The scheduler also picks its probe among the deliveries tried most
 //! often, so such an endpoint's probe is a retry, not another first attempt.)
 
+use std::time::Duration;
+
 use crate::clock::Millis;
 
 /// Tunables of every endpoint's breaker.
@@ -40,18 +42,18 @@ use crate::clock::Millis;
 pub struct BreakerConfig {
     /// Consecutive failed attempts that open the breaker (at least 1).
     pub failure_threshold: u32,
-    /// The first cool-down after opening, in milliseconds.
-    pub initial_cooldown: Millis,
+    /// The first cool-down after opening.
+    pub initial_cooldown: Duration,
     /// The longest cool-down, however long the endpoint keeps failing.
-    pub max_cooldown: Millis,
+    pub max_cooldown: Duration,
 }
 
 impl Default for BreakerConfig {
     fn default() -> Self {
         Self {
             failure_threshold: 5,
-            initial_cooldown: 5_000,
-            max_cooldown: 10 * 60_000,
+            initial_cooldown: Duration::from_secs(5),
+            max_cooldown: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -85,7 +87,7 @@ pub struct Breaker {
     consecutive_failures: u32,
     opened_at: Option<Millis>,
     next_probe_at: Option<Millis>,
-    cooldown: Millis,
+    cooldown: Duration,
     /// Requests allowed in flight while ramping up after a recovery; `None` once the ramp is over.
     ramp: Option<u32>,
     /// When the current run of failures began (cleared by a success).
@@ -220,7 +222,7 @@ impl Breaker {
             BreakerState::Closed => {
                 let recently_alive = self
                     .alive_at
-                    .is_some_and(|at| now.saturating_sub(at) < config.initial_cooldown);
+                    .is_some_and(|at| now < at.saturating_add(config.initial_cooldown));
                 if self.consecutive_failures >= config.failure_threshold.max(1) && !recently_alive {
                     self.open(config.initial_cooldown, now);
                 }
@@ -234,7 +236,7 @@ impl Breaker {
         }
     }
 
-    fn open(&mut self, cooldown: Millis, now: Millis) {
+    fn open(&mut self, cooldown: Duration, now: Millis) {
         self.state = BreakerState::Open;
         self.opened_at = Some(now);
         self.cooldown = cooldown;
@@ -250,9 +252,14 @@ mod tests {
     fn config() -> BreakerConfig {
         BreakerConfig {
             failure_threshold: 3,
-            initial_cooldown: 1_000,
-            max_cooldown: 5_000,
+            initial_cooldown: Duration::from_secs(1),
+            max_cooldown: Duration::from_secs(5),
         }
+    }
+
+    /// A moment of the tests' virtual clock.
+    fn at(ms: i64) -> Millis {
+        Millis::from_unix_ms(ms)
     }
 
     #[test]
@@ -260,18 +267,18 @@ mod tests {
         let c = config();
         let mut b = Breaker::new(&c);
         for now in [10, 20] {
-            b.on_failure(&c, now);
+            b.on_failure(&c, at(now));
             assert_eq!(b.state(), BreakerState::Closed);
-            assert_eq!(b.allowed_in_flight(10, now), 10);
+            assert_eq!(b.allowed_in_flight(10, at(now)), 10);
         }
-        b.on_failure(&c, 30);
+        b.on_failure(&c, at(30));
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(b.opened_at(), Some(30));
-        assert_eq!(b.next_probe_at(), Some(1_030));
-        assert_eq!(b.allowed_in_flight(10, 1_029), 0);
-        assert_eq!(b.blocked_until(1_029), Some(1_030));
-        assert_eq!(b.allowed_in_flight(10, 1_030), 1, "exactly one probe");
-        assert_eq!(b.failing_since(), Some(10));
+        assert_eq!(b.opened_at(), Some(at(30)));
+        assert_eq!(b.next_probe_at(), Some(at(1_030)));
+        assert_eq!(b.allowed_in_flight(10, at(1_029)), 0);
+        assert_eq!(b.blocked_until(at(1_029)), Some(at(1_030)));
+        assert_eq!(b.allowed_in_flight(10, at(1_030)), 1, "exactly one probe");
+        assert_eq!(b.failing_since(), Some(at(10)));
     }
 
     #[test]
@@ -279,17 +286,17 @@ mod tests {
         let c = config();
         let mut b = Breaker::new(&c);
         for _ in 0..3 {
-            b.on_failure(&c, 0);
+            b.on_failure(&c, at(0));
         }
         let mut now = 0;
         for expected in [2_000, 4_000, 5_000, 5_000] {
-            now = b.next_probe_at().unwrap_or(now);
+            now = b.next_probe_at().map_or(now, Millis::as_unix_ms);
             b.on_send();
             assert_eq!(b.state(), BreakerState::HalfOpen);
-            assert_eq!(b.allowed_in_flight(10, now), 0, "only the probe while half-open");
-            b.on_failure(&c, now);
+            assert_eq!(b.allowed_in_flight(10, at(now)), 0, "only the probe while half-open");
+            b.on_failure(&c, at(now));
             assert_eq!(b.state(), BreakerState::Open);
-            assert_eq!(b.next_probe_at(), Some(now + expected));
+            assert_eq!(b.next_probe_at(), Some(at(now + expected)));
         }
     }
 
@@ -298,25 +305,25 @@ mod tests {
         let c = config();
         let mut b = Breaker::new(&c);
         for _ in 0..3 {
-            b.on_failure(&c, 0);
+            b.on_failure(&c, at(0));
         }
         b.on_send();
-        b.on_success(&c, 0);
+        b.on_success(&c, at(0));
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.consecutive_failures(), 0);
         assert_eq!(b.failing_since(), None);
-        let mut seen = vec![b.allowed_in_flight(10, 0)];
+        let mut seen = vec![b.allowed_in_flight(10, at(0))];
         while b.ramp().is_some() {
-            b.on_success(&c, 0);
+            b.on_success(&c, at(0));
             b.ramp_reached(10);
-            seen.push(b.allowed_in_flight(10, 0));
+            seen.push(b.allowed_in_flight(10, at(0)));
         }
         assert_eq!(seen, vec![2, 3, 4, 5, 6, 7, 8, 9, 10]);
         // The cool-down starts over after a recovery.
         for _ in 0..3 {
-            b.on_failure(&c, 50_000);
+            b.on_failure(&c, at(50_000));
         }
-        assert_eq!(b.next_probe_at(), Some(51_000));
+        assert_eq!(b.next_probe_at(), Some(at(51_000)));
     }
 
     #[test]
@@ -324,11 +331,11 @@ mod tests {
         let c = config();
         let mut b = Breaker::new(&c);
         for _ in 0..3 {
-            b.on_failure(&c, 0);
+            b.on_failure(&c, at(0));
         }
-        b.on_success(&c, 0);
+        b.on_success(&c, at(0));
         assert_eq!(b.state(), BreakerState::Closed);
-        assert_eq!(b.allowed_in_flight(10, 0), 2);
+        assert_eq!(b.allowed_in_flight(10, at(0)), 2);
     }
 
     #[test]
@@ -336,10 +343,10 @@ mod tests {
         let c = config();
         let mut b = Breaker::new(&c);
         for _ in 0..3 {
-            b.on_failure(&c, 0);
+            b.on_failure(&c, at(0));
         }
-        b.on_failure(&c, 500);
-        assert_eq!(b.next_probe_at(), Some(1_000));
+        b.on_failure(&c, at(500));
+        assert_eq!(b.next_probe_at(), Some(at(1_000)));
         assert_eq!(b.consecutive_failures(), 4);
     }
 
@@ -348,27 +355,27 @@ mod tests {
         let c = config();
         let mut b = Breaker::new(&c);
         for now in 0..20 {
-            b.on_rejected(&c, now * 10);
+            b.on_rejected(&c, at(now * 10));
         }
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.consecutive_failures(), 0);
-        assert_eq!(b.allowed_in_flight(10, 200), 10);
+        assert_eq!(b.allowed_in_flight(10, at(200)), 10);
         assert_eq!(
             b.failing_since(),
-            Some(0),
+            Some(at(0)),
             "still failed deliveries, for the disable-after rule"
         );
         // A rejected probe closes an open breaker: the endpoint answered.
         for _ in 0..3 {
-            b.on_failure(&c, 5_000);
+            b.on_failure(&c, at(5_000));
         }
         assert_eq!(b.state(), BreakerState::Open);
         b.on_send();
-        b.on_rejected(&c, 6_000);
+        b.on_rejected(&c, at(6_000));
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.ramp(), Some(2));
         // A success clears the failing run; a rejection alone never does.
-        b.on_success(&c, 6_100);
+        b.on_success(&c, at(6_100));
         assert_eq!(b.failing_since(), None);
     }
 
@@ -380,30 +387,30 @@ mod tests {
         let mut b = Breaker::new(&c);
         let mut now = 0;
         for _ in 0..50 {
-            b.on_success(&c, now);
+            b.on_success(&c, at(now));
             for _ in 0..10 {
                 now += 50;
-                b.on_failure(&c, now);
+                b.on_failure(&c, at(now));
             }
             assert_eq!(b.state(), BreakerState::Closed, "at {now}");
         }
         // Silence for a whole cool-down: the next failure opens it.
         now += 1_000;
-        b.on_failure(&c, now);
+        b.on_failure(&c, at(now));
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(b.opened_at(), Some(now));
+        assert_eq!(b.opened_at(), Some(at(now)));
     }
 
     #[test]
     fn the_threshold_still_opens_it_once_the_last_sign_of_life_is_a_cool_down_old() {
         let c = config();
         let mut b = Breaker::new(&c);
-        b.on_success(&c, 0);
+        b.on_success(&c, at(0));
         for now in [100, 200, 300, 999] {
-            b.on_failure(&c, now);
+            b.on_failure(&c, at(now));
             assert_eq!(b.state(), BreakerState::Closed);
         }
-        b.on_failure(&c, 1_000);
+        b.on_failure(&c, at(1_000));
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.consecutive_failures(), 5);
     }

@@ -5,6 +5,8 @@
 //! over an alphabet in ASCII order, so sorting ids as strings sorts them by creation time. That lets
 //! listings page by id alone ("newest first" is `ORDER BY id DESC`) without a second time column.
 
+use crate::clock::Millis;
+
 /// The kinds of object that get an id, each with its own prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdKind {
@@ -48,7 +50,7 @@ impl IdKind {
 }
 
 /// The kind of object an [`Id`] names, as a type: [`App`], [`Endpoint`], [`Message`], [`Attempt`], [`Task`],
-/// [`Sink`]. Each is a type without values; it only tells ids of one kind from those of another.
+/// [`Sink`], [`InboxEvent`]. Each is a type without values; it only tells ids of one kind from those of another.
 pub trait Kind: 'static {
     /// The kind, with its prefix.
     const KIND: IdKind;
@@ -82,6 +84,8 @@ kinds! {
     Task = Task, TaskId;
     /// A polling endpoint's id, `sink_…`.
     Sink = PollingEndpoint, SinkId;
+    /// The id `herald inbox` gives an event it received, `evt_…`.
+    InboxEvent = InboxEvent, InboxEventId;
 }
 
 /// A text that is not an id of the kind expected.
@@ -119,9 +123,9 @@ impl<K: Kind> Id<K> {
         Self::try_from(text.to_owned())
     }
 
-    /// The smallest id of this kind that can have been made at or after `unix_ms` (see [`lower_bound`]).
-    pub fn lower_bound(unix_ms: i64) -> Self {
-        Self::trusted(lower_bound(K::KIND, unix_ms))
+    /// The smallest id of this kind that can have been made at or after `at` (see [`lower_bound`]).
+    pub fn lower_bound(at: Millis) -> Self {
+        Self::trusted(lower_bound(K::KIND, at))
     }
 
     fn trusted(text: String) -> Self {
@@ -303,6 +307,14 @@ impl<K> IdOrUid<K> {
     }
 }
 
+// Any text may name an object (a uid is the client's choice), so reading one never fails: a path segment
+// or a field that names nothing is the lookup's to answer, as an id nobody has is.
+impl<'de, K: Kind> serde::Deserialize<'de> for IdOrUid<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
 impl<K: Kind> From<&Id<K>> for IdOrUid<K> {
     fn from(id: &Id<K>) -> Self {
         Self::new(id.as_str())
@@ -343,12 +355,12 @@ pub fn new_id(kind: IdKind) -> String {
     out
 }
 
-/// The smallest id of this kind that can have been made at or after `unix_ms`: every id made from that
+/// The smallest id of this kind that can have been made at or after `at`: every id made from that
 /// millisecond on sorts at or after it, every id made before sorts before it. Lets a store bound a range
 /// of ids by time.
-pub fn lower_bound(kind: IdKind, unix_ms: i64) -> String {
+pub fn lower_bound(kind: IdKind, at: Millis) -> String {
     // A UUIDv7 keeps its 48-bit millisecond timestamp in the top bits.
-    let ms = u128::try_from(unix_ms.max(0)).unwrap_or(0) & ((1 << 48) - 1);
+    let ms = u128::try_from(at.as_unix_ms().max(0)).unwrap_or(0) & ((1 << 48) - 1);
     format!("{}{}", kind.prefix(), encode_base62(ms << 80))
 }
 
@@ -368,11 +380,11 @@ mod tests {
 
     #[test]
     fn a_lower_bound_separates_ids_by_time() {
-        let before = crate::clock::now_ms();
+        let before = crate::clock::now();
         let id = new_id(IdKind::Attempt);
-        let after = crate::clock::now_ms();
+        let after = crate::clock::now();
         assert!(lower_bound(IdKind::Attempt, before) <= id, "{id}");
-        assert!(lower_bound(IdKind::Attempt, after + 1) > id, "{id}");
+        assert!(lower_bound(IdKind::Attempt, after.add_ms(1)) > id, "{id}");
         assert!(IdKind::Attempt.matches(&lower_bound(IdKind::Attempt, before)));
     }
 
@@ -414,7 +426,23 @@ mod tests {
         // A map keyed by ids is looked up by text.
         let map = std::collections::HashMap::from([(id.clone(), 1)]);
         assert_eq!(map.get(id.as_str()), Some(&1));
-        assert!(AttemptId::lower_bound(0) < AttemptId::new());
+        assert!(AttemptId::lower_bound(Millis::EPOCH) < AttemptId::new());
+    }
+
+    #[test]
+    fn an_id_or_uid_reads_any_text_as_given() {
+        let id = AppId::new();
+        let json = serde_json::to_string(id.as_str()).unwrap();
+        assert_eq!(serde_json::from_str::<AppIdOrUid>(&json).unwrap().as_str(), id.as_str());
+        // A uid, even one shaped like another kind's id, is kept for the store to match.
+        let endpoint_shaped = serde_json::to_string(EndpointId::new().as_str()).unwrap();
+        let named: AppIdOrUid = serde_json::from_str(&endpoint_shaped).unwrap();
+        assert_eq!(serde_json::to_string(named.as_str()).unwrap(), endpoint_shaped);
+        assert_eq!(
+            serde_json::from_str::<AppIdOrUid>(r#""acme""#).unwrap().as_str(),
+            "acme"
+        );
+        assert!(serde_json::from_str::<AppIdOrUid>("1").is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the SSRF address policy and the delivery scheduler.
 //!
 //! Nothing in this crate performs I/O, and no decision reads a clock on its own (only minting an id and
-//! [`clock::now_ms`], which the I/O shells call, do), so every decision can be tested exhaustively with
+//! [`clock::now`], which the I/O shells call, do), so every decision can be tested exhaustively with
 //! plain values (and a virtual clock for the scheduler).
 
 pub mod address;

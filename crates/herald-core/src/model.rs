@@ -1,10 +1,11 @@
-//! The domain records Herald stores and serves. Times are Unix milliseconds.
+//! The domain records Herald stores and serves. Moments are [`Millis`]; spans are millisecond counts named `…_ms`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use herald_signature::HeaderNames;
 
+use crate::clock::Millis;
 use crate::id::{AppId, AttemptId, EndpointId, MessageId, TaskId};
 use crate::outcome::OutcomeClass;
 
@@ -33,9 +34,9 @@ pub struct Application {
     /// Client labels.
     pub metadata: Metadata,
     /// Creation time.
-    pub created_at: i64,
+    pub created_at: Millis,
     /// Last change.
-    pub updated_at: i64,
+    pub updated_at: Millis,
 }
 
 /// A kind of event producers publish (global, like Svix's event types).
@@ -58,9 +59,9 @@ pub struct EventType {
     /// JSON schemas by version, kept as raw JSON text.
     pub schemas: Option<String>,
     /// Creation time.
-    pub created_at: i64,
+    pub created_at: Millis,
     /// Last change.
-    pub updated_at: i64,
+    pub updated_at: Millis,
 }
 
 /// Why Herald disabled an endpoint: stored as `disabled_reason` and shown as `disabledReason`, both as
@@ -164,9 +165,9 @@ pub struct Endpoint {
     /// Custom headers sent with every request (never the signature or transport headers).
     pub headers: Headers,
     /// Creation time.
-    pub created_at: i64,
+    pub created_at: Millis,
     /// Last change.
-    pub updated_at: i64,
+    pub updated_at: Millis,
 }
 
 /// A signing key an endpoint rotated away from, which still signs (next to the current one) until it
@@ -176,9 +177,9 @@ pub struct PreviousSecret {
     /// The key, `whsec_…` or `whsk_…`.
     pub secret: String,
     /// When it stopped being the current key.
-    pub rotated_at: i64,
+    pub rotated_at: Millis,
     /// From this time on it no longer signs.
-    pub expires_at: i64,
+    pub expires_at: Millis,
 }
 
 impl std::fmt::Debug for PreviousSecret {
@@ -291,15 +292,15 @@ pub struct Message {
     /// Free-form tags the message can be listed by (`tags`); they do not change its delivery.
     pub tags: Option<Vec<String>>,
     /// When its deliveries are first attempted (`deliverAt`, scheduled delivery); `None` for at once.
-    pub deliver_at: Option<i64>,
+    pub deliver_at: Option<Millis>,
     /// Creation time.
-    pub created_at: i64,
+    pub created_at: Millis,
 }
 
 impl Message {
     /// When the first attempt of each of its deliveries is due: its `deliverAt`, or its creation when it
     /// has none or when that time had already passed at creation.
-    pub fn due_at(&self) -> i64 {
+    pub fn due_at(&self) -> Millis {
         self.deliver_at.map_or(self.created_at, |at| at.max(self.created_at))
     }
 }
@@ -331,7 +332,7 @@ pub struct OperationalEvent {
     /// The event's data as JSON text.
     pub data: String,
     /// When it happened.
-    pub created_at: i64,
+    pub created_at: Millis,
 }
 
 impl DeliveryStatus {
@@ -489,9 +490,9 @@ pub struct BackgroundTask {
     /// The task's parameters and results as JSON text.
     pub data: String,
     /// When it started.
-    pub created_at: i64,
+    pub created_at: Millis,
     /// Its last progress.
-    pub updated_at: i64,
+    pub updated_at: Millis,
 }
 
 /// One HTTP attempt of one delivery; the attempt log is append-only.
@@ -520,7 +521,14 @@ pub struct Attempt {
     /// Why it was made.
     pub trigger: AttemptTrigger,
     /// When it started.
-    pub created_at: i64,
+    pub created_at: Millis,
+}
+
+impl Attempt {
+    /// When it ended: its start plus how long it took (the delivery's change time, an event's time).
+    pub fn finished_at(&self) -> Millis {
+        self.created_at.add_ms(self.duration_ms)
+    }
 }
 
 #[cfg(test)]
@@ -548,8 +556,8 @@ mod tests {
             metadata: Metadata::new(),
             secret: "whsec_x".into(),
             headers: Headers::new(),
-            created_at: 0,
-            updated_at: 0,
+            created_at: Millis::EPOCH,
+            updated_at: Millis::EPOCH,
         }
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
 use herald_core::id::AttemptId;
 use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Headers, Message, PreviousSecret};
 use herald_core::outcome::{AttemptResult, NextStep, OutcomeClass, endpoint_hold, next_step};
@@ -28,7 +28,7 @@ pub(crate) struct Job {
     /// Attempts already made.
     pub(crate) attempts: u32,
     /// When its time window starts (the message's creation, or when it was re-queued).
-    pub(crate) window_start: i64,
+    pub(crate) window_start: Millis,
     /// Why its next attempt is made.
     pub(crate) trigger: AttemptTrigger,
 }
@@ -55,7 +55,7 @@ impl Queued for Job {
         self.attempts
     }
 
-    fn pending_since(&self) -> i64 {
+    fn pending_since(&self) -> Millis {
         self.window_start
     }
 }
@@ -77,7 +77,7 @@ pub(crate) struct Outcome {
 #[derive(Debug)]
 pub(crate) struct EndpointKeys {
     current: SigningKey,
-    previous: Vec<(SigningKey, i64)>,
+    previous: Vec<(SigningKey, Millis)>,
 }
 
 impl EndpointKeys {
@@ -98,13 +98,13 @@ impl EndpointKeys {
         Ok(Self { current, previous })
     }
 
-    /// The keys that sign at `now_ms`: the current one first.
-    pub(crate) fn signing_at(&self, now_ms: i64) -> Vec<&SigningKey> {
+    /// The keys that sign at `now`: the current one first.
+    pub(crate) fn signing_at(&self, now: Millis) -> Vec<&SigningKey> {
         std::iter::once(&self.current)
             .chain(
                 self.previous
                     .iter()
-                    .filter(|(_, expires)| *expires > now_ms)
+                    .filter(|(_, expires)| *expires > now)
                     .map(|(key, _)| key),
             )
             .collect()
@@ -124,7 +124,7 @@ impl AttemptTask {
     /// Make the attempt; returns the record for the attempt log and the outcome for the scheduler.
     pub(crate) async fn run(self) -> (AttemptRecord, Outcome) {
         let message = &self.job.message;
-        let started_at = now_ms();
+        let started_at = clock::now();
         let attempt_number = self.job.attempts + 1;
         // One span per attempt: its log lines and its trace carry the message, the endpoint and, once
         // known, the outcome, so they join the attempt log and the dashboard on `msg_…`.
@@ -144,7 +144,7 @@ impl AttemptTask {
                     &self.endpoint.headers,
                     &message.id,
                     &message.payload,
-                    started_at / 1000,
+                    started_at.as_unix_secs(),
                     self.endpoint
                         .signature_headers
                         .unwrap_or_else(|| self.client.signature_headers()),
@@ -173,7 +173,7 @@ impl AttemptTask {
         let outcome = OutcomeClass::of(&response.result);
         let jitter = rand::random_range(-1.0..=1.0);
         let step = next_step(&response.result, attempt_number, &self.schedule, jitter);
-        let finished_at = started_at + i64::try_from(response.duration.as_millis()).unwrap_or(i64::MAX / 2);
+        let finished_at = started_at + response.duration;
         let (status, next_attempt_at, finished, disable_endpoint) = match step {
             NextStep::Delivered => (
                 DeliveryStatus::Delivered,
@@ -194,7 +194,7 @@ impl AttemptTask {
                 false,
             ),
             NextStep::RetryIn(delay) => {
-                let due = finished_at.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2));
+                let due = finished_at + delay;
                 let job = Job {
                     attempts: attempt_number,
                     trigger: AttemptTrigger::Scheduled,
@@ -208,8 +208,7 @@ impl AttemptTask {
         } else if !outcome.is_health_failure() {
             Verdict::Rejected
         } else {
-            let hold = endpoint_hold(&response.result)
-                .map(|wait| finished_at.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2)));
+            let hold = endpoint_hold(&response.result).map(|wait| finished_at + wait);
             Verdict::Failure { hold_until: hold }
         };
         let response_status = match response.result {
@@ -218,8 +217,9 @@ impl AttemptTask {
         };
         let report = AttemptReport {
             class: outcome,
-            duration_ms: finished_at - started_at,
-            delivered_lag_ms: (status == DeliveryStatus::Delivered).then(|| finished_at - self.job.window_start),
+            duration_ms: finished_at.ms_since(started_at),
+            delivered_lag_ms: (status == DeliveryStatus::Delivered)
+                .then(|| finished_at.ms_since(self.job.window_start)),
             dead: status == DeliveryStatus::Dead,
         };
         report.record();
@@ -256,7 +256,7 @@ impl AttemptTask {
                 outcome,
                 response_status,
                 response: response.body,
-                duration_ms: finished_at - started_at,
+                duration_ms: finished_at.ms_since(started_at),
                 trigger: self.job.trigger,
                 created_at: started_at,
             },
@@ -337,24 +337,28 @@ mod tests {
         let previous = [
             PreviousSecret {
                 secret: "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".into(),
-                rotated_at: 0,
-                expires_at: 2_000,
+                rotated_at: Millis::from_unix_ms(0),
+                expires_at: Millis::from_unix_ms(2_000),
             },
             PreviousSecret {
                 secret: "not a key!".into(),
-                rotated_at: 0,
-                expires_at: 9_000,
+                rotated_at: Millis::from_unix_ms(0),
+                expires_at: Millis::from_unix_ms(9_000),
             },
         ];
         let keys = EndpointKeys::parse(&endpoint, &previous).unwrap();
-        assert_eq!(keys.signing_at(1_999).len(), 2);
-        assert_eq!(keys.signing_at(2_000).len(), 1, "an expired key stops signing");
+        assert_eq!(keys.signing_at(Millis::from_unix_ms(1_999)).len(), 2);
+        assert_eq!(
+            keys.signing_at(Millis::from_unix_ms(2_000)).len(),
+            1,
+            "an expired key stops signing"
+        );
         let custom = Headers::from([
             ("webhook-signature".to_owned(), "v1,forged".to_owned()),
             ("x-tenant".to_owned(), "acme".to_owned()),
         ]);
         let headers = signed_headers(
-            &keys.signing_at(0),
+            &keys.signing_at(Millis::from_unix_ms(0)),
             &custom,
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
             b"{\"test\": 2432232314}",
@@ -406,8 +410,8 @@ mod tests {
             metadata: Default::default(),
             secret: String::new(),
             headers: Headers::new(),
-            created_at: 0,
-            updated_at: 0,
+            created_at: Millis::from_unix_ms(0),
+            updated_at: Millis::from_unix_ms(0),
         }
     }
 

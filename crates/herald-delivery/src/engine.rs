@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_core::breaker::{BreakerConfig, BreakerState};
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
 use herald_core::id::EndpointId;
 use herald_core::model::{DisabledReason, Endpoint, Ordering, PreviousSecret};
 use herald_core::retry::RetrySchedule;
@@ -297,29 +297,25 @@ impl Engine {
         }
     }
 
-    /// A delivery's time window in milliseconds: the schedule's (see [`RetrySchedule::lifetime`]) plus the
-    /// time its attempts may take, so a delivery retried on schedule is never cut short by it.
-    fn lifetime_ms(&self) -> i64 {
+    /// A delivery's time window: the schedule's (see [`RetrySchedule::lifetime`]) plus the time its
+    /// attempts may take, so a delivery retried on schedule is never cut short by it.
+    fn lifetime(&self) -> Duration {
         let attempts = self.config.attempt_timeout * self.config.schedule.max_attempts();
-        i64::try_from((self.config.schedule.lifetime() + attempts).as_millis()).unwrap_or(i64::MAX / 2)
+        self.config.schedule.lifetime() + attempts
     }
 
     async fn run(mut self, mut changes: ChangeStream) {
         let mut changes_open = true;
         let mut ownership = Changes::take(&self.store);
         // Sweeping often enough that a delivery outlives its window by at most a quarter of it.
-        let sweep_every = Duration::from_millis(u64::try_from(self.lifetime_ms() / 4).unwrap_or(0))
-            .clamp(Duration::from_millis(50), Duration::from_secs(30));
+        let sweep_every = (self.lifetime() / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
         let mut sweep = tokio::time::interval(sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let now = now_ms();
+            let now = clock::now();
             self.dispatch(now);
             self.request_refills();
-            let wake = self
-                .scheduler
-                .next_timer()
-                .map(|due| Duration::from_millis(u64::try_from(due - now).unwrap_or(0)));
+            let wake = self.scheduler.next_timer().map(|due| due.duration_since(now));
             tokio::select! {
                 change = changes.recv(), if changes_open => match change {
                     Some(change) => self.committed(change),
@@ -327,14 +323,14 @@ impl Engine {
                 },
                 Some(event) = self.events.recv() => self.handle(event),
                 change = ownership.next() => self.ownership_changed(change),
-                _ = sweep.tick() => self.sweep_expired(now_ms()),
+                _ = sweep.tick() => self.sweep_expired(clock::now()),
                 () = sleep_for(wake) => {}
             }
         }
     }
 
-    fn dispatch(&mut self, now: i64) {
-        let lifetime = self.lifetime_ms();
+    fn dispatch(&mut self, now: Millis) {
+        let lifetime = self.lifetime();
         let mut expired = Vec::new();
         while self.scheduler.total_in_flight() < self.config.max_in_flight {
             let Some((key, job)) = self.scheduler.next(now) else {
@@ -345,7 +341,7 @@ impl Engine {
                 self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
                 continue;
             }
-            if job.window_start.saturating_add(lifetime) <= now {
+            if job.window_start + lifetime <= now {
                 // Its window ended while it waited: it dies unsent (it would die after this attempt anyway).
                 expired.push(job.seq);
                 self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
@@ -355,8 +351,12 @@ impl Engine {
                 // Endpoints stay paused until loaded, so this means the record was dropped while work
                 // was ready. Keep the delivery (it is still pending in the store) and look again later.
                 tracing::error!(endpoint = %key, "delivery ready for an endpoint with no record; retrying later");
-                self.scheduler
-                    .finish(key, Verdict::NotSent, Finished::RetryAt(now + 1_000, job), now);
+                self.scheduler.finish(
+                    key,
+                    Verdict::NotSent,
+                    Finished::RetryAt(now + Duration::from_secs(1), job),
+                    now,
+                );
                 continue;
             };
             let task = AttemptTask {
@@ -378,7 +378,7 @@ impl Engine {
     }
 
     /// Mark deliveries dead in the store without an attempt (their window ended while they waited).
-    fn settle_expired(&self, seqs: Vec<i64>, now: i64) {
+    fn settle_expired(&self, seqs: Vec<i64>, now: Millis) {
         if seqs.is_empty() {
             return;
         }
@@ -393,8 +393,8 @@ impl Engine {
 
     /// Deliveries that wait on a paused endpoint or an open circuit use up no attempts, so nothing else
     /// ends them: settle the ones whose window has ended, resident or still in the store.
-    fn sweep_expired(&mut self, now: i64) {
-        let cutoff = now - self.lifetime_ms();
+    fn sweep_expired(&mut self, now: Millis) {
+        let cutoff = now - self.lifetime();
         let waiting: Vec<(EndpointId, bool)> = self
             .scheduler
             .endpoint_keys()
@@ -479,7 +479,7 @@ impl Engine {
             self.work_arrived(endpoints);
             return;
         }
-        let now = now_ms();
+        let now = clock::now();
         let mut unqueued = Vec::new();
         for delivery in batch {
             if !self.owner.owns(&delivery.endpoint_id) {
@@ -515,7 +515,8 @@ impl Engine {
             return Some(key);
         }
         if self.scheduler.endpoint_counts(&key).is_none() {
-            self.scheduler.configure(key.clone(), self.unloaded_limits(), now_ms());
+            self.scheduler
+                .configure(key.clone(), self.unloaded_limits(), clock::now());
             self.request_load(key.clone());
         }
         Some(key)
@@ -536,7 +537,7 @@ impl Engine {
             loop {
                 let turn = turns.acquire().await;
                 let loaded = match store.get_endpoint_by_id(&key).await {
-                    Ok(endpoint) => match store.previous_secrets(&key, now_ms()).await {
+                    Ok(endpoint) => match store.previous_secrets(&key, clock::now()).await {
                         Ok(previous) => store
                             .get_app(&(&endpoint.app_id).into())
                             .await
@@ -582,7 +583,7 @@ impl Engine {
     }
 
     fn handle(&mut self, event: Event) {
-        let now = now_ms();
+        let now = clock::now();
         match event {
             Event::Attempted { endpoint, outcome } => {
                 self.counters
@@ -598,10 +599,7 @@ impl Engine {
                     let reason = DisabledReason::Automatic("the endpoint answered 410 Gone".to_owned());
                     self.disable(&endpoint, reason, now);
                 } else if let Some(since) = self.failing_too_long(&endpoint, now) {
-                    let since = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since) * 1_000_000)
-                        .ok()
-                        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-                        .unwrap_or_default();
+                    let since = since.to_rfc3339().unwrap_or_default();
                     let reason = DisabledReason::Automatic(format!(
                         "every attempt failed for {} (since {since})",
                         herald_core::retry::format_duration(self.config.disable_after)
@@ -806,7 +804,7 @@ impl Engine {
     }
 
     /// The figures of a scrape: one pass over the scheduler's endpoints.
-    fn metrics(&self, top_n: usize, now: i64) -> EngineMetrics {
+    fn metrics(&self, top_n: usize, now: Millis) -> EngineMetrics {
         let (keys, gauges): (Vec<&EndpointId>, Vec<_>) = self.scheduler.endpoint_gauges(now).unzip();
         let (listed, unlisted) = crate::metrics::select(&gauges, top_n);
         let listed = listed
@@ -841,15 +839,14 @@ impl Engine {
     }
 
     /// When the endpoint's current run of failures began, if it has lasted past `disable_after`.
-    fn failing_too_long(&self, key: &EndpointId, now: i64) -> Option<i64> {
-        let limit = i64::try_from(self.config.disable_after.as_millis()).unwrap_or(i64::MAX);
+    fn failing_too_long(&self, key: &EndpointId, now: Millis) -> Option<Millis> {
         let since = self.scheduler.breaker(key)?.failing_since()?;
-        (now.saturating_sub(since) >= limit).then_some(since)
+        (now >= since + self.config.disable_after).then_some(since)
     }
 
     /// Disable an endpoint on Herald's own decision: pause it now, then record the change, its reason and
     /// an `endpoint.disabled` operational event in the store.
-    fn disable(&mut self, key: &EndpointId, reason: DisabledReason, now: i64) {
+    fn disable(&mut self, key: &EndpointId, reason: DisabledReason, now: Millis) {
         let Some(entry) = self.endpoints.get_mut(key) else {
             return;
         };

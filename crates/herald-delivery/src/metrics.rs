@@ -16,8 +16,9 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use herald_core::breaker::BreakerState;
+use herald_core::clock::Millis;
 use herald_core::outcome::OutcomeClass;
-use herald_core::scheduler::{EndpointGauges, Millis};
+use herald_core::scheduler::EndpointGauges;
 use herald_telemetry::text::{Kind, Text};
 
 /// Attempts by outcome class (node total), label `outcome`.
@@ -99,10 +100,10 @@ pub(crate) fn register() {
     let _ = NodeHandles::get();
 }
 
-/// A batch of `records` attempts was committed, the oldest finished `oldest_finished_at` (ms).
-pub(crate) fn results_committed(records: usize, oldest_finished_at: i64, now: i64) {
+/// A batch of `records` attempts was committed, the oldest finished at `oldest_finished_at`.
+pub(crate) fn results_committed(records: usize, oldest_finished_at: Millis, now: Millis) {
     metrics::histogram!(RESULT_BATCH).record(records as f64);
-    metrics::histogram!(RESULT_LAG).record(seconds(now - oldest_finished_at));
+    metrics::histogram!(RESULT_LAG).record(seconds(now.ms_since(oldest_finished_at)));
 }
 
 /// A result-writer commit failed.
@@ -284,7 +285,7 @@ pub fn select(all: &[EndpointGauges], top_n: usize) -> (Vec<usize>, Unlisted) {
 
 /// How long ago `since` was; never negative (a delivery scheduled for later is pending from its due time).
 fn age_seconds(now: Millis, since: Option<Millis>) -> f64 {
-    since.map_or(0.0, |since| seconds(now.saturating_sub(since).max(0)))
+    since.map_or(0.0, |since| seconds(now.ms_since(since)))
 }
 
 /// A per-endpoint gauge family: its name, kind, help, and how to read it from a row at a time.
@@ -485,12 +486,12 @@ mod tests {
     #[test]
     fn lists_open_breakers_and_the_oldest_backlogs_and_sums_the_rest() {
         let all = [
-            gauges(Some(50), BreakerState::Closed),
+            gauges(Some(Millis::from_unix_ms(50)), BreakerState::Closed),
             gauges(None, BreakerState::Open),
-            gauges(Some(10), BreakerState::Closed),
+            gauges(Some(Millis::from_unix_ms(10)), BreakerState::Closed),
             gauges(None, BreakerState::Closed),
-            gauges(Some(30), BreakerState::Closed),
-            gauges(Some(90), BreakerState::HalfOpen),
+            gauges(Some(Millis::from_unix_ms(30)), BreakerState::Closed),
+            gauges(Some(Millis::from_unix_ms(90)), BreakerState::HalfOpen),
         ];
         let (listed, rest) = select(&all, 2);
         // The two oldest backlogs (10, 30) oldest first, then the open breakers.
@@ -498,7 +499,7 @@ mod tests {
         assert_eq!(rest.endpoints, 2);
         assert_eq!(rest.pending, 1);
         assert_eq!(rest.in_flight, 2);
-        assert_eq!(rest.oldest_pending_since, Some(50));
+        assert_eq!(rest.oldest_pending_since, Some(Millis::from_unix_ms(50)));
         let (none, rest) = select(&all, 0);
         assert_eq!(none, vec![5, 1]);
         assert_eq!(rest.endpoints, 4);

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::model::OperationalEvent;
 use herald_core::outcome::OutcomeClass;
 use herald_signature::HmacSecret;
@@ -74,9 +74,7 @@ async fn run(store: SharedStore, client: DeliveryClient, config: OperationalWebh
 /// The body of an event's webhook, as Svix's operational webhooks: `{type, timestamp, data}`.
 pub fn payload(event: &OperationalEvent) -> String {
     let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_else(|_| json!({}));
-    let timestamp = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(event.created_at) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
+    let timestamp = event.created_at.to_rfc3339();
     json!({ "type": event.event_type, "timestamp": timestamp, "data": data }).to_string()
 }
 
@@ -99,7 +97,7 @@ async fn deliver(
             &Default::default(),
             &id,
             &body,
-            now_ms() / 1000,
+            clock::now().as_unix_secs(),
             client.signature_headers(),
         );
         let response = client.post(&config.url, headers, body.clone()).await;
@@ -119,7 +117,7 @@ async fn deliver(
         wait = (wait * 2).min(MAX_BACKOFF);
     }
     let mut retry = FIRST_BACKOFF;
-    while let Err(error) = store.mark_operational_event_sent(event.seq, now_ms()).await {
+    while let Err(error) = store.mark_operational_event_sent(event.seq, clock::now()).await {
         // Unmarked, it would be sent again after a restart (at least once); keep trying meanwhile.
         tracing::warn!(%error, event = %id, "marking an operational event sent failed; retrying");
         tokio::time::sleep(retry).await;

@@ -32,7 +32,7 @@ pub(crate) async fn run(store: SharedStore, mut results: mpsc::Receiver<AttemptR
             }
         }
         crate::metrics::results_queued(results.len());
-        let oldest = batch.iter().map(|r| r.attempt.created_at + r.attempt.duration_ms).min();
+        let oldest = batch.iter().map(|r| r.attempt.finished_at()).min();
         let mut wait = Duration::from_millis(50);
         // Keep trying: dropping a batch would lose the attempt log and leave deliveries pending (which
         // would then be re-sent after a restart). A store outage stalls results, not ingest custody.
@@ -42,7 +42,7 @@ pub(crate) async fn run(store: SharedStore, mut results: mpsc::Receiver<AttemptR
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(Duration::from_secs(5));
         }
-        crate::metrics::results_committed(batch.len(), oldest.unwrap_or_default(), herald_core::clock::now_ms());
+        crate::metrics::results_committed(batch.len(), oldest.unwrap_or_default(), herald_core::clock::now());
         batch.clear();
     }
 }

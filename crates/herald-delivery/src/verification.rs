@@ -6,7 +6,7 @@
 //! it, anyone with API access could aim webhook traffic at a third party's server. The request goes
 //! through the same address-checked client as every delivery, so the check itself cannot be used for SSRF.
 
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::id::{EndpointId, MessageId};
 use herald_core::model::{DisabledReason, Endpoint};
 use herald_core::outcome::AttemptResult;
@@ -40,7 +40,7 @@ pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoin
             &DisabledReason::AwaitingVerification,
             disabled,
             reason.as_ref(),
-            now_ms(),
+            clock::now(),
         )
         .await
     {
@@ -66,7 +66,7 @@ async fn challenge(client: &DeliveryClient, endpoint: &Endpoint) -> Result<(), S
         &endpoint.headers,
         &id,
         payload.as_bytes(),
-        now_ms() / 1000,
+        clock::now().as_unix_secs(),
         endpoint.signature_headers.unwrap_or_else(|| client.signature_headers()),
     );
     let response = client.post(&endpoint.url, headers, bytes::Bytes::from(payload)).await;

@@ -27,7 +27,7 @@ pub(crate) fn wire(refusal: &Refusal) -> Vec<u8> {
         refusal.status.as_str(),
         refusal.status.canonical_reason().unwrap_or(""),
         body.len(),
-        httpdate::fmt_http_date(herald_core::clock::now()),
+        httpdate::fmt_http_date(herald_core::clock::now().to_system_time()),
     )
     .into_bytes();
     out.extend_from_slice(&body);

@@ -12,7 +12,8 @@ use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine as _;
-use herald_core::id::IdKind;
+use herald_core::clock::Millis;
+use herald_core::id::InboxEventId;
 use herald_edge::problem::{FieldError, Problem, Source};
 use serde::Serialize;
 use serde_json::Value;
@@ -60,7 +61,7 @@ pub(crate) async fn require_admin(
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EventOut {
-    id: String,
+    id: InboxEventId,
     source: String,
     event_id: String,
     status: Status,
@@ -84,12 +85,9 @@ pub(crate) struct EventOut {
     body_base64: Option<String>,
 }
 
-/// Unix milliseconds as RFC 3339.
-fn rfc3339(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+/// A moment as RFC 3339 (empty outside the years a date-time can hold).
+fn rfc3339(at: Millis) -> String {
+    at.to_rfc3339().unwrap_or_default()
 }
 
 impl EventOut {
@@ -192,7 +190,7 @@ fn limit(text: Option<&str>) -> HttpResult<usize> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EventPage {
     data: Vec<EventOut>,
-    iterator: Option<String>,
+    iterator: Option<InboxEventId>,
     prev_iterator: Option<String>,
     done: bool,
 }
@@ -212,10 +210,10 @@ pub(crate) async fn list(State(state): State<InboxState>, RawQuery(raw): RawQuer
         None => None,
     };
     let limit = limit(params.get("limit"))?;
-    let iterator = match params.get("iterator") {
+    let iterator = match params.get("iterator").map(InboxEventId::parse) {
         // An event id this inbox issued: the page starts after it.
-        Some(text) if IdKind::InboxEvent.matches(text) => Some(text.to_owned()),
-        Some(_) => {
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
             return Err(HttpError::invalid(
                 Source::Query,
                 "iterator",
@@ -244,12 +242,19 @@ pub(crate) async fn list(State(state): State<InboxState>, RawQuery(raw): RawQuer
     }))
 }
 
+/// The event a path's `{id}` names: 400 for a path that cannot be read, 404 for a text that is no event id
+/// (the same answer as an id no event has: nothing is stored under it).
+fn event_id(path: Result<Path<String>, PathRejection>) -> HttpResult<InboxEventId> {
+    let Path(text) = path.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    InboxEventId::parse(&text).map_err(|_| HttpError::not_found("event not found"))
+}
+
 /// `GET /api/v1/inbox/event/{id}`: one event with its headers and body.
 pub(crate) async fn get(
     State(state): State<InboxState>,
     id: Result<Path<String>, PathRejection>,
 ) -> HttpResult<Json<EventOut>> {
-    let Path(id) = id.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    let id = event_id(id)?;
     let event = state
         .store
         .get(&id)
@@ -264,8 +269,8 @@ pub(crate) async fn replay_one(
     State(state): State<InboxState>,
     id: Result<Path<String>, PathRejection>,
 ) -> HttpResult<(StatusCode, Json<EventOut>)> {
-    let Path(id) = id.map_err(|e| HttpError::bad_request(e.body_text()))?;
-    if !state.store.replay(&id, herald_core::clock::now_ms()).await? {
+    let id = event_id(id)?;
+    if !state.store.replay(&id, herald_core::clock::now()).await? {
         return Err(HttpError::not_found("event not found"));
     }
     state.wake.notify_one();
@@ -326,12 +331,12 @@ pub(crate) async fn replay_window(
         return Err(HttpError::not_found(format!("no source named {source:?}")));
     }
     let (since, until) = window(&body)?;
-    let now = herald_core::clock::now_ms();
+    let now = herald_core::clock::now();
     let since = parse_time("since", &since)?;
     let until = match &until {
         Some(text) => parse_time("until", text)?,
         // Everything received so far, including this very millisecond.
-        None => now.saturating_add(1),
+        None => now.add_ms(1),
     };
     if until <= since {
         return Err(HttpError::invalid(
@@ -348,11 +353,12 @@ pub(crate) async fn replay_window(
     Ok((StatusCode::ACCEPTED, Json(Replayed { replayed })))
 }
 
-fn parse_time(field: &str, text: &str) -> HttpResult<i64> {
+fn parse_time(field: &str, text: &str) -> HttpResult<Millis> {
     let invalid = |msg: String| HttpError::invalid(Source::Body, field, Problem::Value, msg);
     let time = OffsetDateTime::parse(text, &Rfc3339)
         .map_err(|_| invalid(format!("expected an RFC 3339 date-time, got {text:?}")))?;
-    i64::try_from(time.unix_timestamp_nanos() / 1_000_000).map_err(|_| invalid("out of range".to_owned()))
+    // RFC 3339 years end at 9999: every one fits in Unix milliseconds.
+    Ok(Millis::from_datetime(time))
 }
 
 /// `GET /api/v1/inbox/stats`: the counters since start.
@@ -366,9 +372,13 @@ mod tests {
 
     #[test]
     fn times_round_trip() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(parse_time("since", "1970-01-01T00:00:01.5Z"), Ok(1500));
-        assert_eq!(parse_time("since", &rfc3339(1_700_000_000_123)), Ok(1_700_000_000_123));
+        let at = Millis::from_unix_ms;
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(parse_time("since", "1970-01-01T00:00:01.5Z"), Ok(at(1500)));
+        assert_eq!(
+            parse_time("since", &rfc3339(at(1_700_000_000_123))),
+            Ok(at(1_700_000_000_123))
+        );
         assert!(
             parse_time("since", "yesterday")
                 .unwrap_err()

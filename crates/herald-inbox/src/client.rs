@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use herald_core::id::InboxEventId;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 /// The most response-body bytes kept for `last_error`.
@@ -64,7 +65,7 @@ impl ForwardClient {
         &self,
         url: &url::Url,
         headers: &[(String, String)],
-        inbox_id: &str,
+        inbox_id: &InboxEventId,
         body: Bytes,
     ) -> Delivered {
         let mut map = HeaderMap::with_capacity(headers.len() + 1);

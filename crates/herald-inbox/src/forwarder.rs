@@ -21,7 +21,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
+use herald_core::id::InboxEventId;
 use herald_core::retry::RetrySchedule;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -52,7 +53,7 @@ pub(crate) struct Forwarder {
 
 /// What a finished forward frees.
 struct Done {
-    id: String,
+    id: InboxEventId,
     resource: Option<(String, String)>,
 }
 
@@ -61,7 +62,7 @@ struct Done {
 struct Work {
     tasks: JoinSet<Done>,
     /// Ids being forwarded.
-    in_flight: HashSet<String>,
+    in_flight: HashSet<InboxEventId>,
     /// Resources (source, key) with a forward in flight.
     busy_resources: HashSet<(String, String)>,
     /// Due events read from the store and not started yet, earliest first. Reading a batch at a time
@@ -94,7 +95,7 @@ impl Forwarder {
                     Ok(next_due) => next_due,
                     Err(error) => {
                         tracing::error!(%error, "inbox forwarder: store failure; retrying");
-                        Some(now_ms().saturating_add(STORE_RETRY.as_millis() as i64))
+                        Some(clock::now() + STORE_RETRY)
                     }
                 }
             } else {
@@ -104,7 +105,7 @@ impl Forwarder {
                 None
             };
             let mut sleep = match next_due {
-                Some(at) => Duration::from_millis(u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0)),
+                Some(at) => at.duration_since(clock::now()),
                 // Nothing scheduled: only a finished forward, a new event or a change of `allowed` can
                 // create work.
                 None => Duration::from_secs(3600),
@@ -157,8 +158,8 @@ impl Forwarder {
     /// Start forwards for due events while there are free slots. Returns when the loop should look
     /// again without being woken: the next scheduled retry, or `None` when only a finished forward or a
     /// new event can make a difference.
-    async fn fill(self: &Arc<Self>, work: &mut Work) -> Result<Option<i64>, crate::store::StoreError> {
-        let now = now_ms();
+    async fn fill(self: &Arc<Self>, work: &mut Work) -> Result<Option<Millis>, crate::store::StoreError> {
+        let now = clock::now();
         let mut scanned = false;
         loop {
             self.start_from_backlog(work);
@@ -239,7 +240,7 @@ impl Forwarder {
         };
         match self
             .store
-            .record(&event.id, event.replays, attempts, &outcome, now_ms())
+            .record(&event.id, event.replays, attempts, &outcome, clock::now())
             .await
         {
             Ok(true) => match &outcome {
@@ -292,7 +293,7 @@ impl Forwarder {
         let attempts = event.attempts.saturating_add(1);
         match self.schedule.delay_after(attempts, rand::random_range(-1.0..=1.0)) {
             Some(delay) => Outcome::Retry {
-                next_attempt_at: now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+                next_attempt_at: clock::now() + delay,
                 error,
             },
             None => Outcome::Dead { error },

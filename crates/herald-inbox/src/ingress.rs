@@ -11,6 +11,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::http::header::{self, HeaderName};
+use herald_core::id::InboxEventId;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 use serde_json::Value;
@@ -25,7 +26,7 @@ use crate::store::{NewEvent, Status};
 #[derive(Debug, Serialize)]
 pub(crate) struct Receipt {
     /// The inbox id (`evt_…`); for a duplicate, the original's.
-    id: String,
+    id: InboxEventId,
     /// Whether this event (source and event id) was already stored.
     duplicate: bool,
 }
@@ -64,7 +65,7 @@ pub(crate) async fn receive(
         }
     })?;
 
-    let now = herald_core::clock::now_ms() / 1000;
+    let now = herald_core::clock::now().as_unix_secs();
     if let Some(timestamp) = headers
         .get(herald_signature::HEADER_TIMESTAMP)
         .and_then(|v| v.to_str().ok())

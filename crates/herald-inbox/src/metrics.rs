@@ -224,14 +224,14 @@ pub(crate) async fn watch_backlog(
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
-        let now = herald_core::clock::now_ms();
+        let now = herald_core::clock::now();
         for name in sources.keys() {
             match store.pending_of(name).await {
                 Ok(pending) => {
                     metrics::gauge!(PENDING, "source" => name.clone()).set(pending.count as f64);
                     let age = pending
                         .oldest_received_at
-                        .map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
+                        .map_or(0.0, |at| now.ms_since(at).max(0) as f64 / 1000.0);
                     metrics::gauge!(OLDEST_PENDING_AGE, "source" => name.clone()).set(age);
                 }
                 Err(error) => tracing::debug!(%error, source = %name, "reading the inbox backlog failed"),

@@ -21,6 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use herald_core::clock::Millis;
+use herald_core::id::InboxEventId;
 use herald_sql::custody::Fault;
 
 /// What became of an event.
@@ -104,7 +106,7 @@ pub struct NewEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inserted {
     /// The inbox id: the new row's, or for a duplicate the original's.
-    pub id: String,
+    pub id: InboxEventId,
     /// True when an event with the same source and event id was already stored (nothing was written).
     pub duplicate: bool,
 }
@@ -113,7 +115,7 @@ pub struct Inserted {
 #[derive(Debug, Clone)]
 pub struct StoredEvent {
     /// `evt_…`.
-    pub id: String,
+    pub id: InboxEventId,
     /// The source's name.
     pub source: String,
     /// The provider's event id.
@@ -122,14 +124,14 @@ pub struct StoredEvent {
     pub headers: Vec<(String, String)>,
     /// The raw body.
     pub body: Bytes,
-    /// When it was received (Unix ms).
-    pub received_at: i64,
+    /// When it was received.
+    pub received_at: Millis,
     /// Its status.
     pub status: Status,
     /// Forwarding attempts made since it was received or last replayed.
     pub attempts: u32,
-    /// When it is next due, while pending (Unix ms).
-    pub next_attempt_at: i64,
+    /// When it is next due, while pending.
+    pub next_attempt_at: Millis,
     /// The last forwarding failure, or why it is stale or bad input.
     pub last_error: Option<String>,
     /// Its resource key, for the version guard.
@@ -139,8 +141,8 @@ pub struct StoredEvent {
     /// How many times it was replayed. A replayed event bypasses the version guard, and a forwarding
     /// result is recorded only if no replay happened while it was in flight.
     pub replays: i64,
-    /// Last change (Unix ms).
-    pub updated_at: i64,
+    /// Last change.
+    pub updated_at: Millis,
 }
 
 /// What a forwarding attempt (or the guard) decided.
@@ -151,10 +153,10 @@ pub enum Outcome {
         /// `(resource_key, version)` to record as forwarded.
         guard: Option<(String, String)>,
     },
-    /// It failed; try again at `next_attempt_at` (Unix ms).
+    /// It failed; try again at `next_attempt_at`.
     Retry {
         /// When.
-        next_attempt_at: i64,
+        next_attempt_at: Millis,
         /// What went wrong.
         error: String,
     },
@@ -180,7 +182,7 @@ pub struct ListQuery {
     /// At most this many.
     pub limit: usize,
     /// Only events older than this id (the previous page's `iterator`).
-    pub before: Option<String>,
+    pub before: Option<InboxEventId>,
 }
 
 /// When this process may forward, as a store sees it.
@@ -272,8 +274,8 @@ pub struct Pending {
     pub count: u64,
     /// More than the cap wait: `count` is a lower bound.
     pub capped: bool,
-    /// When the oldest of them was received (Unix ms).
-    pub oldest_received_at: Option<i64>,
+    /// When the oldest of them was received.
+    pub oldest_received_at: Option<Millis>,
 }
 
 impl Pending {
@@ -296,30 +298,29 @@ pub trait InboxStore: [Send + Sync], bounded in BoundedInbox {
     async fn insert(&self, event: NewEvent) -> StoreResult<Inserted>;
 
     /// Pending events due at `now`, earliest first.
-    async fn due(&self, now: i64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
+    async fn due(&self, now: Millis, limit: usize) -> StoreResult<Vec<StoredEvent>>;
 
     /// The earliest `next_attempt_at` of a pending event that is later than `now`.
-    async fn next_due_after(&self, now: i64) -> StoreResult<Option<i64>>;
+    async fn next_due_after(&self, now: Millis) -> StoreResult<Option<Millis>>;
 
     /// The newest version forwarded for a resource of a source.
     async fn newest_version(&self, source: &str, resource_key: &str) -> StoreResult<Option<String>>;
 
     /// Record what became of a pending event after `attempts` attempts, unless it was replayed meanwhile
     /// (its replay count is no longer `replays`) or is no longer pending. Returns whether it was recorded.
-    async fn record(&self, id: &str, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool>;
+    async fn record(&self, id: &InboxEventId, replays: i64, attempts: u32, outcome: &Outcome, now: Millis) -> StoreResult<bool>;
 
     /// One event.
-    async fn get(&self, id: &str) -> StoreResult<Option<StoredEvent>>;
+    async fn get(&self, id: &InboxEventId) -> StoreResult<Option<StoredEvent>>;
 
     /// Events, newest first; `limit + 1` are fetched to tell whether more follow.
     async fn list(&self, query: &ListQuery) -> StoreResult<Vec<StoredEvent>>;
 
     /// Make one event pending again, due now, whatever its status. Returns false if there is no such event.
-    async fn replay(&self, id: &str, now: i64) -> StoreResult<bool>;
+    async fn replay(&self, id: &InboxEventId, now: Millis) -> StoreResult<bool>;
 
-    /// Make every event of `source` received in `[since, until)` (Unix ms) pending again, due now.
-    /// Returns how many.
-    async fn replay_window(&self, source: &str, since: i64, until: i64, now: i64) -> StoreResult<u64>;
+    /// Make every event of `source` received in `[since, until)` pending again, due now. Returns how many.
+    async fn replay_window(&self, source: &str, since: Millis, until: Millis, now: Millis) -> StoreResult<u64>;
 
     /// A source's pending events: how many (capped) and when the oldest was received.
     async fn pending_of(&self, source: &str) -> StoreResult<Pending>;

@@ -43,6 +43,7 @@ CREATE TABLE _sqlx_migrations (
 INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
 VALUES (1, 'inbox', TRUE, X'00', 1);
 
+-- An id of the form every release has made (`evt_` and 22 base62 characters): the store reads ids back checked.
 INSERT INTO inbox_event (id, source, event_id, headers, body, received_at, status, attempts, next_attempt_at,
     last_error, resource_key, version, replays, updated_at)
-VALUES ('evt_old', 's', 'old', '[]', X'7B7D', 1, 'forwarded', 1, 1, NULL, NULL, NULL, 0, 1);
+VALUES ('evt_0000000000000000000old', 's', 'old', '[]', X'7B7D', 1, 'forwarded', 1, 1, NULL, NULL, NULL, 0, 1);

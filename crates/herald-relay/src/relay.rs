@@ -24,6 +24,7 @@ use crate::order::{self, Chunk, Group};
 use crate::outbox::{Outbox, SourceError};
 use crate::publish::{BatchPublished, ClientError, Published, Publisher, Transient};
 use herald_core::backoff::Backoff;
+use herald_core::clock::Millis;
 
 /// Why a relay could not start.
 #[derive(Debug, thiserror::Error)]
@@ -382,8 +383,7 @@ fn idle_wait(idle: u32, poll_interval: Duration) -> Duration {
 
 /// How long ago a Unix-millisecond instant was (zero if in the future: clocks differ a little).
 fn age_of(at_ms: i64) -> Duration {
-    let now_ms = herald_core::clock::now_ms();
-    Duration::from_millis(u64::try_from(now_ms.saturating_sub(at_ms)).unwrap_or(0))
+    herald_core::clock::now().duration_since(Millis::from_unix_ms(at_ms))
 }
 
 /// The periodic progress line: rows relayed, rate since the last line, lag and backlog.

@@ -374,7 +374,6 @@ impl Config {
         {
             bail!("max_payload_bytes, endpoint_concurrency, max_in_flight and breaker_threshold must be at least 1");
         }
-        let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let breaker_cooldown = parse_duration(&self.breaker_cooldown).context("breaker_cooldown")?;
         let breaker_max_cooldown = parse_duration(&self.breaker_max_cooldown).context("breaker_max_cooldown")?;
         if breaker_max_cooldown < breaker_cooldown {
@@ -382,8 +381,8 @@ impl Config {
         }
         let breaker = BreakerConfig {
             failure_threshold: self.breaker_threshold,
-            initial_cooldown: millis(breaker_cooldown),
-            max_cooldown: millis(breaker_max_cooldown),
+            initial_cooldown: breaker_cooldown,
+            max_cooldown: breaker_max_cooldown,
         };
         let secret_key = SecretKeySource::of(
             self.secret_key.as_deref().filter(|k| !k.trim().is_empty()),

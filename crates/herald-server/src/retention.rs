@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_store::{RetentionStep, SharedStore, StoreResult};
 use tokio::task::JoinHandle;
 
@@ -58,7 +58,7 @@ fn record(run: &StoreResult<RetentionStep>) {
             ] {
                 metrics::counter!(REMOVED, "what" => what).increment(count);
             }
-            metrics::gauge!(LAST_SUCCESS).set(now_ms() as f64 / 1000.0);
+            metrics::gauge!(LAST_SUCCESS).set(clock::now().as_unix_ms() as f64 / 1000.0);
         }
         Err(_) => metrics::counter!(RUNS, "result" => "error").increment(1),
     }
@@ -66,8 +66,8 @@ fn record(run: &StoreResult<RetentionStep>) {
 
 /// One run: batches until nothing old is left; returns the totals.
 pub async fn run_once(store: &SharedStore, retention: Duration) -> StoreResult<RetentionStep> {
-    let now = now_ms();
-    let cutoff = now.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let now = clock::now();
+    let cutoff = now - retention;
     let mut total = RetentionStep::default();
     loop {
         let step = store.retention_step(cutoff, now, BATCH).await?;

@@ -4,6 +4,7 @@
 //! store operations whose SQL truly differs (bulk writes, leases, retention, notifications); and
 //! [`SqlStore`], what every SQL backend holds.
 
+use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -187,7 +188,7 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// How long a running background task must have made no progress before another process may take it
     /// as interrupted; `None` where one process runs all of them (SQLite), so that every task still
     /// running when it starts was interrupted, and none is while it runs.
-    const TASK_ORPHANED_AFTER_MS: Option<i64>;
+    const TASK_ORPHANED_AFTER: Option<Duration>;
 
     /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
     fn json_array_contains(column: &str, mark: &str) -> String;
@@ -247,20 +248,20 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     fn expire_deliveries<'a>(
         store: &'a SqlStore<Self>,
         seqs: &'a [i64],
-        now: i64,
+        now: Millis,
     ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
     /// See [`crate::Store::expire_waiting`] (fenced on PostgreSQL).
     fn expire_waiting<'a>(
         store: &'a SqlStore<Self>,
         endpoint_id: &'a EndpointId,
-        created_before: i64,
-        now: i64,
+        created_before: Millis,
+        now: Millis,
     ) -> impl Future<Output = StoreResult<u64>> + Send + 'a;
     /// See [`crate::Store::retention_step`] (PostgreSQL drops day partitions besides).
     fn retention_step(
         store: &SqlStore<Self>,
-        attempts_before: i64,
-        now: i64,
+        attempts_before: Millis,
+        now: Millis,
         limit: usize,
     ) -> impl Future<Output = StoreResult<RetentionStep>> + Send + '_;
     /// See [`crate::Store::shutdown`].

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use herald_core::clock::Millis;
 use herald_core::id::{AppId, AttemptId, EndpointId, MessageId};
 use herald_core::model::{Attempt, DeliveryStatus, Endpoint};
 use herald_core::outcome::OutcomeClass;
@@ -31,12 +32,12 @@ pub(crate) struct NewEvent {
     pub(crate) message_id: Option<MessageId>,
     pub(crate) endpoint_id: Option<EndpointId>,
     pub(crate) data: Value,
-    pub(crate) created_at: i64,
+    pub(crate) created_at: Millis,
 }
 
 impl NewEvent {
     /// An `endpoint.*` event; `extra` fields are added to the data.
-    pub(crate) fn endpoint(event_type: &'static str, endpoint: &Endpoint, extra: Value, now: i64) -> Self {
+    pub(crate) fn endpoint(event_type: &'static str, endpoint: &Endpoint, extra: Value, now: Millis) -> Self {
         Self::about_endpoint(
             event_type,
             &endpoint.app_id,
@@ -53,7 +54,7 @@ impl NewEvent {
         endpoint_id: &EndpointId,
         endpoint_uid: Option<&str>,
         extra: Value,
-        now: i64,
+        now: Millis,
     ) -> Self {
         let mut data = json!({ "appId": app_id, "endpointId": endpoint_id });
         if let Some(uid) = endpoint_uid {
@@ -73,7 +74,7 @@ impl NewEvent {
     /// A `message.attempt.*` event about the delivery an attempt belongs to.
     pub(crate) fn attempt(event_type: &'static str, record: &AttemptRecord, extra: Value) -> Self {
         let a = &record.attempt;
-        let finished = a.created_at.saturating_add(a.duration_ms);
+        let finished = a.finished_at();
         let mut data = json!({
             "appId": record.app_id,
             "endpointId": a.endpoint_id,
@@ -112,7 +113,7 @@ pub(crate) struct LastAttempt {
     pub(crate) id: AttemptId,
     pub(crate) response_status: Option<u16>,
     pub(crate) outcome: OutcomeClass,
-    pub(crate) created_at: i64,
+    pub(crate) created_at: Millis,
 }
 
 impl LastAttempt {
@@ -168,7 +169,7 @@ pub(crate) const EXPIRING: &str = "SELECT d.seq, d.message_id, d.endpoint_id, d.
 
 /// The `message.attempt.exhausted` events of deliveries that died of old age, at `now`. They say so
 /// (`reason: "expired"`), and name the latest attempt when there was one.
-pub(crate) fn expired_events(expired: &[Expired], now: i64) -> Vec<NewEvent> {
+pub(crate) fn expired_events(expired: &[Expired], now: Millis) -> Vec<NewEvent> {
     expired
         .iter()
         .map(|e| {
@@ -202,11 +203,8 @@ fn merge(data: &mut Value, extra: Value) {
 }
 
 /// A time as RFC 3339 (what the API shows everywhere).
-pub(crate) fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
+pub(crate) fn rfc3339(at: Millis) -> String {
+    at.to_rfc3339().unwrap_or_default()
 }
 
 /// The successes of a batch that may be recoveries: a later attempt, or the first attempt of a re-queued

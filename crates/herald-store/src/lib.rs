@@ -24,12 +24,14 @@ mod sealing;
 mod sql;
 pub mod sqlite;
 mod statement;
+mod subscribers;
 #[cfg(feature = "testdb")]
 pub mod testdb;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_core::clock::Millis;
 use herald_core::id::{
     AppId, AppIdOrUid, AttemptId, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId, SinkId, TaskId,
 };
@@ -161,7 +163,7 @@ pub struct NewMessage {
     pub tags: Option<Vec<String>>,
     /// When its deliveries are first due (scheduled delivery); `None` for at once. Its deliveries are
     /// committed with it, their first attempt due then.
-    pub deliver_at: Option<i64>,
+    pub deliver_at: Option<Millis>,
     /// Deliver to this one endpoint of the application (by id) instead of to its subscribers: an event
     /// type's example sent to one endpoint. An id the application does not have gets no delivery.
     pub to_endpoint: Option<EndpointId>,
@@ -205,9 +207,9 @@ pub struct PendingDelivery {
     /// Attempts made so far.
     pub attempts: u32,
     /// When the next attempt is due.
-    pub next_attempt_at: i64,
+    pub next_attempt_at: Millis,
     /// When the delivery's time window starts: the message's creation, or when it was re-queued.
-    pub window_start: i64,
+    pub window_start: Millis,
     /// Why its next attempt is made.
     pub trigger: AttemptTrigger,
 }
@@ -224,7 +226,7 @@ pub struct AttemptRecord {
     /// The delivery's status after it.
     pub status: DeliveryStatus,
     /// When the next attempt is due (meaningful while pending).
-    pub next_attempt_at: i64,
+    pub next_attempt_at: Millis,
 }
 
 /// How many deliveries wait for an endpoint, and since when.
@@ -235,7 +237,7 @@ pub struct Backlog {
     /// More than [`Backlog::COUNT_CAP`] wait: `pending` is a lower bound.
     pub capped: bool,
     /// Creation time of the oldest pending delivery's message.
-    pub oldest_created_at: Option<i64>,
+    pub oldest_created_at: Option<Millis>,
 }
 
 impl Backlog {
@@ -245,7 +247,7 @@ impl Backlog {
     pub const COUNT_CAP: u64 = 100_000;
 
     /// From a count of at most `COUNT_CAP + 1` rows and the oldest pending delivery's creation time.
-    pub fn from_count(counted: i64, oldest_created_at: Option<i64>) -> Self {
+    pub fn from_count(counted: i64, oldest_created_at: Option<Millis>) -> Self {
         let counted = u64::try_from(counted).unwrap_or(0);
         Self {
             pending: counted.min(Self::COUNT_CAP),
@@ -265,9 +267,9 @@ pub struct DeliveryView {
     /// Attempts made so far.
     pub attempts: u32,
     /// When the next attempt is due (while pending).
-    pub next_attempt_at: i64,
+    pub next_attempt_at: Millis,
     /// When the delivery last changed.
-    pub updated_at: i64,
+    pub updated_at: Millis,
 }
 
 /// A delivery with its message, for an endpoint's or an application's delivery listings.
@@ -284,9 +286,9 @@ pub struct DeliveryRecord {
     /// Attempts made so far.
     pub attempts: u32,
     /// When the next attempt is due (while pending).
-    pub next_attempt_at: i64,
+    pub next_attempt_at: Millis,
     /// When the delivery last changed.
-    pub updated_at: i64,
+    pub updated_at: Millis,
     /// The latest attempt, if any.
     pub last_attempt: Option<Attempt>,
 }
@@ -344,9 +346,9 @@ pub struct AttemptFilter {
     /// Only attempts of messages on this channel.
     pub channel: Option<String>,
     /// Only attempts made before this time.
-    pub before: Option<i64>,
+    pub before: Option<Millis>,
     /// Only attempts made at or after this time.
-    pub after: Option<i64>,
+    pub after: Option<Millis>,
 }
 
 /// Which applications a listing takes, and in which order (the filters are Svix's `exclude_apps_with_…`).
@@ -379,9 +381,9 @@ pub struct DeliveryFilter {
     /// Only messages of these event types.
     pub event_types: Option<Vec<String>>,
     /// Only messages created before this time.
-    pub before: Option<i64>,
+    pub before: Option<Millis>,
     /// Only messages created at or after this time.
-    pub after: Option<i64>,
+    pub after: Option<Millis>,
 }
 
 /// An application-scoped bearer token, as stored: only its digest, never the token.
@@ -399,9 +401,9 @@ pub struct AppToken {
     /// The session it was issued for (`sessionId`), if any: `expire-all` may end only some sessions.
     pub session_id: Option<String>,
     /// When it was issued.
-    pub created_at: i64,
+    pub created_at: Millis,
     /// When it stops working.
-    pub expires_at: i64,
+    pub expires_at: Millis,
 }
 
 /// What one retention step removed.
@@ -427,9 +429,9 @@ impl RetentionStep {
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
     /// Only messages created at or after this time.
-    pub since: Option<i64>,
+    pub since: Option<Millis>,
     /// Only messages created before this time.
-    pub until: Option<i64>,
+    pub until: Option<Millis>,
     /// Only these event types.
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
@@ -450,9 +452,9 @@ pub struct RequeueSelection {
     /// Only deliveries in one of these states (pending ones are ignored: they are going out anyway).
     pub statuses: Vec<DeliveryStatus>,
     /// Messages created at or after this time.
-    pub since: i64,
+    pub since: Millis,
     /// Messages created before this time.
-    pub until: i64,
+    pub until: Millis,
     /// Only messages of these event types.
     pub event_types: Option<Vec<String>>,
     /// Only messages on this channel.
@@ -542,12 +544,12 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         &self,
         endpoint_id: &EndpointId,
         new_secret: &str,
-        old_expires_at: i64,
-        now: i64,
+        old_expires_at: Millis,
+        now: Millis,
     ) -> StoreResult<()>;
     /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
     /// recently rotated first. Empty for an unknown endpoint.
-    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: i64) -> StoreResult<Vec<PreviousSecret>>;
+    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: Millis) -> StoreResult<Vec<PreviousSecret>>;
     /// Delete an endpoint and its pending deliveries. Records an `endpoint.deleted` operational event in
     /// the same transaction.
     async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()>;
@@ -572,18 +574,18 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
     /// they are still pending, each with a `message.attempt.exhausted` operational event
     /// (`reason: "expired"`) in the same transaction.
-    async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()>;
+    async fn expire_deliveries(&self, seqs: &[i64], now: Millis) -> StoreResult<()>;
     /// Mark dead every pending delivery of an endpoint whose time window started before `created_before`
     /// (its message's creation, or when it was re-queued; the endpoint is paused or its breaker open, so
     /// they waited past their window), each with a `message.attempt.exhausted` event as
     /// [`Store::expire_deliveries`]; returns how many.
-    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: i64, now: i64) -> StoreResult<u64>;
+    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: Millis, now: Millis) -> StoreResult<u64>;
     /// Pending deliveries of an endpoint and the age of the oldest.
     async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog>;
     /// Disable an endpoint with a reason (stored, and given in the event, as [`DisabledReason::as_str`]'s
     /// text) and record an `endpoint.disabled` operational event, in one transaction. Returns `false` if it
     /// was already disabled or is gone (nothing recorded then).
-    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: i64) -> StoreResult<bool>;
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: Millis) -> StoreResult<bool>;
     /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
     /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
     async fn set_endpoint_state(
@@ -592,7 +594,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         expected_reason: &DisabledReason,
         disabled: bool,
         reason: Option<&DisabledReason>,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
     async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
@@ -607,8 +609,8 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn attempt_buckets(
         &self,
         endpoint_id: &EndpointId,
-        since: i64,
-        until: i64,
+        since: Millis,
+        until: Millis,
         bucket_ms: i64,
     ) -> StoreResult<Vec<AttemptBucket>>;
     /// Operational events not yet sent to the operational webhook, oldest first, with `seq > after`.
@@ -624,19 +626,19 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// delivery carry its message and endpoint ids.
     async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
     /// Mark an operational event as handled by the operational webhook (sent, or given up on).
-    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()>;
+    async fn mark_operational_event_sent(&self, seq: i64, now: Millis) -> StoreResult<()>;
 
     /// Record an application-scoped token (its digest only); `NotFound` if the application does not exist.
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
     /// The token with this digest, if it exists and has not expired at `now`.
-    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>>;
+    async fn find_app_token(&self, token_sha256: &str, now: Millis) -> StoreResult<Option<AppToken>>;
     /// Make every token of an application — or, with `sessions`, only those issued for one of these
     /// sessions — expire at `at` at the latest (revocation, with an optional grace period); returns how
     /// many tokens were shortened.
-    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: i64) -> StoreResult<u64>;
+    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: Millis) -> StoreResult<u64>;
     /// Make the one token with this digest expire at `at` at the latest (a logout); `NotFound` if there is
     /// none.
-    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()>;
+    async fn expire_app_token(&self, token_sha256: &str, at: Millis) -> StoreResult<()>;
 
     /// One small retention batch, each part in its own short transaction: delete up to `limit` attempts
     /// created before `attempts_before`; expunge up to `limit` payloads whose expiry is at or before `now`
@@ -644,7 +646,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// and delete up to `limit` operational events created before `attempts_before` that the operational
     /// webhook has handled (events not yet sent stay, however old). The caller repeats it while a part comes
     /// back full.
-    async fn retention_step(&self, attempts_before: i64, now: i64, limit: usize) -> StoreResult<RetentionStep>;
+    async fn retention_step(&self, attempts_before: Millis, now: Millis, limit: usize) -> StoreResult<RetentionStep>;
 
     /// Attempts of a message, newest first.
     async fn list_attempts_by_message(
@@ -673,7 +675,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn delivery_state(&self, message_id: &MessageId, endpoint_id: &EndpointId) -> StoreResult<(DeliveryStatus, u32)>;
 
     /// The response remembered for an idempotency key in `scope`, if it was stored at or after `since`.
-    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>>;
+    async fn idempotent_response(&self, scope: &str, key: &str, since: Millis) -> StoreResult<Option<Remembered>>;
     /// Remember a response for an idempotency key (the first one stored wins), and forget responses
     /// stored before `expire_before`.
     async fn remember_response(
@@ -681,8 +683,8 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         scope: &str,
         key: &str,
         remembered: &Remembered,
-        now: i64,
-        expire_before: i64,
+        now: Millis,
+        expire_before: Millis,
     ) -> StoreResult<()>;
 
     /// Send a finished delivery (delivered, failed, dead or cancelled) again: it becomes pending with a new
@@ -693,7 +695,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         message_id: &MessageId,
         endpoint_id: &EndpointId,
         trigger: AttemptTrigger,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<Requeue>;
     /// Deliveries of an endpoint that `selection` takes.
     async fn count_selected(&self, selection: &RequeueSelection) -> StoreResult<u64>;
@@ -701,12 +703,12 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// selection's trigger), in one transaction. Re-queued deliveries are pending under new `seq`s above
     /// every `through_seq` taken before, so calling again takes the next ones and never the same delivery
     /// twice.
-    async fn requeue_selected(&self, selection: &RequeueSelection, limit: usize, now: i64) -> StoreResult<RequeueChunk>;
+    async fn requeue_selected(&self, selection: &RequeueSelection, limit: usize, now: Millis) -> StoreResult<RequeueChunk>;
     /// The highest delivery `seq` given out so far (0 when none): a bulk re-queue that goes no higher
     /// takes only deliveries that existed when it started.
     async fn last_delivery_seq(&self) -> StoreResult<i64>;
     /// Messages of an app created in `[since, until)`.
-    async fn count_messages(&self, app_id: &AppId, since: i64, until: i64) -> StoreResult<u64>;
+    async fn count_messages(&self, app_id: &AppId, since: Millis, until: Millis) -> StoreResult<u64>;
     /// Scan up to `limit` messages of the endpoint's app created in `[since, until)` with an id after
     /// `after` (in id order) and give the endpoint a delivery of every one it subscribes to and has none of
     /// (trigger: recover, window from `now`). Returns (the last id scanned, deliveries created); no id
@@ -714,11 +716,11 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn add_missing_deliveries(
         &self,
         endpoint: &Endpoint,
-        since: i64,
-        until: i64,
+        since: Millis,
+        until: Millis,
         after: Option<&MessageId>,
         limit: usize,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<(Option<MessageId>, u64)>;
     /// Cancel the pending deliveries of a message, of an endpoint, or of one message to one endpoint (at
     /// least one is given), within an app; returns the (endpoint id, seq) of each.
@@ -727,7 +729,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         app_id: &AppId,
         message_id: Option<&MessageId>,
         endpoint_id: Option<&EndpointId>,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<Vec<(EndpointId, i64)>>;
     /// Remove a message's payload (it becomes `{}` and is marked expunged); metadata and attempts stay.
     async fn expunge_payload(&self, app_id: &AppId, message_id: &MessageId) -> StoreResult<()>;
@@ -738,9 +740,9 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn expunge_app_payloads(
         &self,
         app_id: &AppId,
-        before: i64,
+        before: Millis,
         limit: usize,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<(u64, Vec<(EndpointId, i64)>)>;
     /// Remove the response body stored with one attempt of a message (it becomes empty).
     async fn expunge_attempt_response(&self, app_id: &AppId, message_id: &MessageId, attempt_id: &AttemptId) -> StoreResult<()>;
@@ -753,7 +755,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         page: &PageRequest,
     ) -> StoreResult<Page<DeliveryRecord>>;
     /// Deliveries of an endpoint by status, over messages created in `[since, until)`.
-    async fn endpoint_stats(&self, endpoint_id: &EndpointId, since: i64, until: i64) -> StoreResult<DeliveryStats>;
+    async fn endpoint_stats(&self, endpoint_id: &EndpointId, since: Millis, until: Millis) -> StoreResult<DeliveryStats>;
     /// Record a new background task.
     async fn create_task(&self, task: &BackgroundTask) -> StoreResult<()>;
     /// Update a task's state, progress and data.
@@ -775,7 +777,7 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     /// Returns the claimed tasks and how many were failed.
     async fn take_interrupted_tasks(
         &self,
-        now: i64,
+        now: Millis,
         starting: bool,
         resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)>;

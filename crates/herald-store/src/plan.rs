@@ -9,11 +9,13 @@
 
 use std::collections::{HashMap, HashSet};
 
+use herald_core::clock::Millis;
 use herald_core::id::{AppId, EndpointId, MessageId};
-use herald_core::model::{Endpoint, Message};
+use herald_core::model::Message;
 
 use crate::group_commit::IngestJob;
 use crate::rows::Columns;
+use crate::subscribers::ByApp;
 use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
 
 /// Messages already stored, or earlier in this batch, by (app, event id) and (app, idempotency key).
@@ -83,7 +85,7 @@ pub(crate) struct NewRow<'a> {
     /// The one endpoint it goes to, when it does not go to the subscribers.
     pub(crate) to_endpoint: Option<&'a str>,
     /// When the payload expires (the message's `payloadRetentionPeriod`, else its app's), if it does.
-    pub(crate) payload_expires_at: Option<i64>,
+    pub(crate) payload_expires_at: Option<Millis>,
 }
 
 /// One delivery to insert: the index of its job, its message and endpoint.
@@ -103,7 +105,7 @@ pub(crate) struct Plan<'a> {
 /// Decide every job of a batch. Ids and creation times are assigned here, inside the transaction that
 /// commits them, so ids follow commit order.
 pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier) -> Plan<'a> {
-    let now = herald_core::clock::now_ms();
+    let now = herald_core::clock::now();
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut messages = Vec::new();
     for (index, job) in batch.iter().enumerate() {
@@ -146,7 +148,7 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
             payload_expires_at: new
                 .payload_retention_ms
                 .or(*app_retention_ms)
-                .map(|keep| now.saturating_add(keep)),
+                .map(|keep| now.add_ms(keep)),
         });
     }
     Plan { outcomes, messages }
@@ -156,7 +158,7 @@ impl Plan<'_> {
     /// The deliveries of the new messages: one per subscribed endpoint of the message's app (disabled
     /// endpoints included: their deliveries wait until the endpoint is enabled again or expire), or to
     /// its one endpoint when it names one.
-    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p HashMap<AppId, Vec<Endpoint>>) -> Vec<FanOut<'p>> {
+    pub(crate) fn fan_out<'p>(&'p self, subscribers: &'p ByApp) -> Vec<FanOut<'p>> {
         self.messages
             .iter()
             .flat_map(|row| {
@@ -164,10 +166,10 @@ impl Plan<'_> {
                 subscribers
                     .get(message.app_id.as_str())
                     .into_iter()
-                    .flatten()
+                    .flat_map(|list| list.iter())
                     .filter(|ep| match row.to_endpoint {
                         Some(only) => ep.id == only,
-                        None => ep.subscribes_to(&message.event_type, message.channels.as_deref()),
+                        None => ep.takes(message),
                     })
                     .map(move |ep| FanOut {
                         job: row.job,
@@ -209,7 +211,7 @@ pub(crate) fn tag_rows<'a>(messages: &'a [NewRow<'_>]) -> Vec<(&'a str, &'a str,
 
 /// A new delivery's stored time window start: its message's due time when delivery was scheduled for
 /// later (its retries and its lifetime count from then), else none (the message's creation is read).
-pub(crate) fn window_start(message: &Message) -> Option<i64> {
+pub(crate) fn window_start(message: &Message) -> Option<Millis> {
     message.deliver_at.map(|_| message.due_at())
 }
 

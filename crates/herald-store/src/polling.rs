@@ -10,6 +10,7 @@
 //!
 //! [`PollingStore`] is implemented once for both dialects, in `portable/polling.rs`.
 
+use herald_core::clock::Millis;
 use herald_core::id::{AppId, SinkId, SinkIdOrUid};
 use herald_core::model::{Message, Metadata};
 
@@ -40,9 +41,9 @@ pub struct PollingEndpoint {
     /// The key `herald listen` signs forwarded messages with (`whsec_…`), as a pushed delivery would be.
     pub secret: String,
     /// Creation time.
-    pub created_at: i64,
+    pub created_at: Millis,
     /// Last change.
-    pub updated_at: i64,
+    pub updated_at: Millis,
 }
 
 impl std::fmt::Debug for PollingEndpoint {
@@ -89,7 +90,7 @@ pub struct ConsumerOffset {
     pub leased: i64,
     /// Until when that lease holds: before, the next poll continues after `leased`; after, the batch is
     /// served again from `committed`.
-    pub lease_expires_at: i64,
+    pub lease_expires_at: Millis,
 }
 
 impl ConsumerOffset {
@@ -98,13 +99,13 @@ impl ConsumerOffset {
         Self {
             committed: seq,
             leased: seq,
-            lease_expires_at: 0,
+            lease_expires_at: Millis::EPOCH,
         }
     }
 
     /// Where the next poll at `now` starts reading: after the leased batch while its lease holds, else
     /// after the committed offset (an uncommitted batch whose lease ended is served again).
-    pub fn next_from(&self, now: i64) -> i64 {
+    pub fn next_from(&self, now: Millis) -> i64 {
         if now < self.lease_expires_at {
             self.leased.max(self.committed)
         } else {
@@ -182,9 +183,9 @@ pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::Boun
     /// Up to `limit` messages of an app's stream after position `after`, in commit order: one index range
     /// read (see [`crate::polling`]).
     async fn read_stream(&self, app_id: &AppId, after: i64, limit: usize) -> StoreResult<Vec<StreamEntry>>;
-    /// The position just before the app's first message created at or after `time_ms`, `None` if there
+    /// The position just before the app's first message created at or after `time`, `None` if there
     /// is none yet.
-    async fn stream_position_at(&self, app_id: &AppId, time_ms: i64) -> StoreResult<Option<i64>>;
+    async fn stream_position_at(&self, app_id: &AppId, time: Millis) -> StoreResult<Option<i64>>;
     /// The newest position of an app's stream (`0` when it has no message).
     async fn stream_head(&self, app_id: &AppId) -> StoreResult<i64>;
     /// A consumer's offset in a polling endpoint's stream, `None` for a consumer never seen.
@@ -195,11 +196,11 @@ pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::Boun
         sink_id: &SinkId,
         consumer_id: &str,
         offset: &ConsumerOffset,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<()>;
     /// Commit a consumer up to `seq`: the committed offset only moves forward, and a commit covering the
     /// leased batch ends the lease. `NotFound` if the sink is gone.
-    async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()>;
+    async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: Millis) -> StoreResult<()>;
 }
 unbounded {
     /// A value that changes whenever ingest on this node commits a new message (any application), so a
@@ -268,7 +269,7 @@ mod tests {
                 ordering_key: None,
                 tags: None,
                 deliver_at: None,
-                created_at: seq,
+                created_at: Millis::from_unix_ms(seq),
             },
         }
     }
@@ -298,10 +299,10 @@ mod tests {
         let offset = ConsumerOffset {
             committed: 10,
             leased: 20,
-            lease_expires_at: 1_000,
+            lease_expires_at: Millis::from_unix_ms(1_000),
         };
-        assert_eq!(offset.next_from(999), 20);
-        assert_eq!(offset.next_from(1_000), 10);
-        assert_eq!(ConsumerOffset::at(3).next_from(0), 3);
+        assert_eq!(offset.next_from(Millis::from_unix_ms(999)), 20);
+        assert_eq!(offset.next_from(Millis::from_unix_ms(1_000)), 10);
+        assert_eq!(ConsumerOffset::at(3).next_from(Millis::EPOCH), 3);
     }
 }

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use herald_core::clock::Millis;
 use herald_core::id::{EndpointId, Id, Kind, MessageId};
 use herald_core::model::{
     Application, Attempt, AttemptTrigger, BackgroundTask, DeliveryStatus, DisabledReason, Endpoint, EventType,
@@ -38,6 +39,16 @@ pub(crate) trait Columns {
     /// An optional id column (see [`Columns::id`]).
     fn opt_id<K: Kind>(&self, column: &str) -> StoreResult<Option<Id<K>>> {
         self.opt_text(column)?.map(|text| id_of(column, text)).transpose()
+    }
+
+    /// A time column: integer Unix milliseconds on both dialects.
+    fn time(&self, column: &str) -> StoreResult<Millis> {
+        self.int(column).map(Millis::from_unix_ms)
+    }
+
+    /// An optional time column (see [`Columns::time`]).
+    fn opt_time(&self, column: &str) -> StoreResult<Option<Millis>> {
+        Ok(self.opt_int(column)?.map(Millis::from_unix_ms))
     }
 }
 
@@ -122,8 +133,8 @@ pub(crate) fn application(row: &impl Columns) -> StoreResult<Application> {
         verify_endpoints: row.flag("verify_endpoints")?,
         payload_retention_days: u32_opt(row.opt_int("payload_retention_period")?),
         metadata: decode_metadata(&row.text("metadata")?)?,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
     })
 }
 
@@ -137,8 +148,8 @@ pub(crate) fn event_type(row: &impl Columns) -> StoreResult<EventType> {
         feature_flags: decode_list(row.opt_text("feature_flags")?)?,
         group_name: row.opt_free_text("group_name")?,
         schemas: row.opt_free_text("schemas")?,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
     })
 }
 
@@ -186,8 +197,8 @@ pub(crate) fn endpoint(row: &impl Columns, cipher: Option<&SecretCipher>) -> Sto
         metadata: decode_metadata(&row.text("metadata")?)?,
         secret,
         headers,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
     })
 }
 
@@ -203,8 +214,8 @@ pub(crate) fn message(row: &impl Columns) -> StoreResult<Message> {
         payload: Arc::from(payload),
         ordering_key: row.opt_free_text("m_ordering_key")?,
         tags: decode_list(row.opt_text("m_tags")?)?,
-        deliver_at: row.opt_int("m_deliver_at")?,
-        created_at: row.int("m_created_at")?,
+        deliver_at: row.opt_time("m_deliver_at")?,
+        created_at: row.time("m_created_at")?,
     })
 }
 
@@ -227,7 +238,7 @@ pub(crate) fn attempt(row: &impl Columns) -> StoreResult<Attempt> {
         response: row.free_text("response")?,
         duration_ms: row.int("duration_ms")?,
         trigger: AttemptTrigger::from_code(trigger),
-        created_at: row.int("created_at")?,
+        created_at: row.time("created_at")?,
     })
 }
 
@@ -238,7 +249,7 @@ pub(crate) fn expired(row: &impl Columns) -> StoreResult<crate::events::Expired>
             id,
             response_status: row.opt_int("last_status")?.and_then(|s| u16::try_from(s).ok()),
             outcome: named(row, "last_outcome", OutcomeClass::parse)?,
-            created_at: row.opt_int("last_at")?.unwrap_or(0),
+            created_at: row.opt_time("last_at")?.unwrap_or(Millis::EPOCH),
         }),
         None => None,
     };
@@ -271,8 +282,8 @@ pub(crate) fn background_task(row: &impl Columns) -> StoreResult<BackgroundTask>
         processed: count_of(row, "processed")?,
         total: count_of(row, "total")?,
         data: row.text("data")?,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
     })
 }
 
@@ -292,8 +303,8 @@ pub(crate) fn app_token(row: &impl Columns) -> StoreResult<AppToken> {
         read_only: row.flag("read_only")?,
         sink_id: row.opt_id("sink_id")?,
         session_id: row.opt_text("session_id")?,
-        created_at: row.int("created_at")?,
-        expires_at: row.int("expires_at")?,
+        created_at: row.time("created_at")?,
+        expires_at: row.time("expires_at")?,
     })
 }
 
@@ -303,7 +314,7 @@ pub(crate) fn operational_event(row: &impl Columns) -> StoreResult<OperationalEv
         event_type: row.text("event_type")?,
         app_id: row.id("app_id")?,
         data: row.text("data")?,
-        created_at: row.int("created_at")?,
+        created_at: row.time("created_at")?,
     })
 }
 

@@ -104,6 +104,19 @@ impl From<i64> for Arg<'_> {
     }
 }
 
+// A moment is stored as integer Unix milliseconds on both dialects.
+impl From<herald_core::clock::Millis> for Arg<'_> {
+    fn from(value: herald_core::clock::Millis) -> Self {
+        Arg::Int(Some(value.as_unix_ms()))
+    }
+}
+
+impl From<Option<herald_core::clock::Millis>> for Arg<'_> {
+    fn from(value: Option<herald_core::clock::Millis>) -> Self {
+        Arg::Int(value.map(herald_core::clock::Millis::as_unix_ms))
+    }
+}
+
 impl From<i32> for Arg<'_> {
     fn from(value: i32) -> Self {
         Arg::Int(Some(i64::from(value)))

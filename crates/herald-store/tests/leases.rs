@@ -17,6 +17,8 @@ use herald_store::{
 use sqlx::{Connection, PgConnection};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::store::at;
+
 fn options() -> StoreOptions {
     StoreOptions {
         lease_ttl: Duration::from_secs(2),
@@ -35,8 +37,8 @@ pub(crate) fn app() -> Application {
         verify_endpoints: false,
         payload_retention_days: None,
         metadata: BTreeMap::new(),
-        created_at: 1,
-        updated_at: 1,
+        created_at: at(1),
+        updated_at: at(1),
     }
 }
 
@@ -60,8 +62,8 @@ fn endpoint(app_id: &AppId) -> Endpoint {
         metadata: BTreeMap::new(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
         headers: BTreeMap::new(),
-        created_at: 1,
-        updated_at: 1,
+        created_at: at(1),
+        updated_at: at(1),
     }
 }
 
@@ -201,10 +203,10 @@ fn delivered(seq: i64, message_id: &MessageId, e: &Endpoint) -> AttemptRecord {
             response: String::new(),
             duration_ms: 3,
             trigger: AttemptTrigger::Scheduled,
-            created_at: herald_core::clock::now_ms(),
+            created_at: herald_core::clock::now(),
         },
         status: DeliveryStatus::Delivered,
-        next_attempt_at: 0,
+        next_attempt_at: at(0),
     }
 }
 
@@ -237,7 +239,7 @@ async fn a_stale_owner_cannot_write_results_for_a_partition_taken_over() {
 
     let record = delivered(seq, &message_id, &e);
     store.record_attempts(&[record]).await.unwrap();
-    store.expire_deliveries(&[seq], 5).await.unwrap();
+    store.expire_deliveries(&[seq], at(5)).await.unwrap();
     assert_eq!(
         store.delivery_state(&message_id, &e.id).await.unwrap(),
         (DeliveryStatus::Pending, 0),

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use herald_core::id::{AppId, MessageId, SinkId, SinkIdOrUid};
 use herald_store::{AppToken, ConsumerOffset, PollingEndpoint, SharedStore, StoreError};
 
-use crate::store::{Backend, app, new_message, on_each_backend, run};
+use crate::store::{Backend, app, at, new_message, on_each_backend, run};
 
 on_each_backend!(
     polling_endpoints_round_trip_with_their_secret_sealed,
@@ -24,8 +24,8 @@ fn sink(app_id: &AppId, uid: Option<&str>) -> PollingEndpoint {
         channels: None,
         metadata: BTreeMap::from([("who".to_owned(), "dev".to_owned())]),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
-        created_at: 5,
-        updated_at: 5,
+        created_at: at(5),
+        updated_at: at(5),
     }
 }
 
@@ -82,7 +82,7 @@ async fn polling_endpoints_round_trip_with_their_secret_sealed(store: SharedStor
     changed.uid = None;
     changed.channels = Some(vec!["eu".into()]);
     changed.secret = "whsec_ignored".into();
-    changed.updated_at = 9;
+    changed.updated_at = at(9);
     store.update_polling_endpoint(&changed).await.unwrap();
     let read = store
         .get_polling_endpoint(&owner.id, &(&first.id).into())
@@ -149,10 +149,16 @@ async fn the_stream_numbers_an_apps_messages_in_commit_order(store: SharedStore)
     assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs[10..15].to_vec());
 
     // By time: from the beginning of time it is the whole stream; after the last message, none.
-    assert_eq!(store.stream_position_at(&owner.id, 0).await.unwrap(), Some(seqs[0] - 1));
+    assert_eq!(
+        store.stream_position_at(&owner.id, at(0)).await.unwrap(),
+        Some(seqs[0] - 1)
+    );
     let last_created = entries.last().unwrap().message.created_at;
     assert_eq!(
-        store.stream_position_at(&owner.id, last_created + 1).await.unwrap(),
+        store
+            .stream_position_at(&owner.id, last_created.add_ms(1))
+            .await
+            .unwrap(),
         None
     );
 }
@@ -167,19 +173,22 @@ async fn consumer_offsets_are_set_committed_forward_only_and_go_with_their_sink(
     let leased = ConsumerOffset {
         committed: 3,
         leased: 8,
-        lease_expires_at: 1_000,
+        lease_expires_at: at(1_000),
     };
-    store.put_consumer_offset(&polling.id, "c1", &leased, 10).await.unwrap();
+    store
+        .put_consumer_offset(&polling.id, "c1", &leased, at(10))
+        .await
+        .unwrap();
     assert_eq!(store.consumer_offset(&polling.id, "c1").await.unwrap(), Some(leased));
 
     // A commit inside the lease keeps it; one covering it ends it; an older one changes nothing.
-    store.commit_consumer(&polling.id, "c1", 5, 11).await.unwrap();
+    store.commit_consumer(&polling.id, "c1", 5, at(11)).await.unwrap();
     let offset = store.consumer_offset(&polling.id, "c1").await.unwrap().unwrap();
-    assert_eq!((offset.committed, offset.lease_expires_at), (5, 1_000));
-    store.commit_consumer(&polling.id, "c1", 8, 12).await.unwrap();
+    assert_eq!((offset.committed, offset.lease_expires_at), (5, at(1_000)));
+    store.commit_consumer(&polling.id, "c1", 8, at(12)).await.unwrap();
     let offset = store.consumer_offset(&polling.id, "c1").await.unwrap().unwrap();
-    assert_eq!((offset.committed, offset.lease_expires_at), (8, 0));
-    store.commit_consumer(&polling.id, "c1", 2, 13).await.unwrap();
+    assert_eq!((offset.committed, offset.lease_expires_at), (8, at(0)));
+    store.commit_consumer(&polling.id, "c1", 2, at(13)).await.unwrap();
     assert_eq!(
         store
             .consumer_offset(&polling.id, "c1")
@@ -191,13 +200,13 @@ async fn consumer_offsets_are_set_committed_forward_only_and_go_with_their_sink(
     );
 
     // A first commit creates the consumer; a seek may move it back.
-    store.commit_consumer(&polling.id, "c2", 4, 14).await.unwrap();
+    store.commit_consumer(&polling.id, "c2", 4, at(14)).await.unwrap();
     assert_eq!(
         store.consumer_offset(&polling.id, "c2").await.unwrap(),
         Some(ConsumerOffset::at(4))
     );
     store
-        .put_consumer_offset(&polling.id, "c1", &ConsumerOffset::at(1), 15)
+        .put_consumer_offset(&polling.id, "c1", &ConsumerOffset::at(1), at(15))
         .await
         .unwrap();
     assert_eq!(
@@ -207,7 +216,7 @@ async fn consumer_offsets_are_set_committed_forward_only_and_go_with_their_sink(
 
     // Offsets of a sink that is gone are refused, and deleting a sink deletes its consumers.
     assert!(matches!(
-        store.commit_consumer(&SinkId::new(), "c1", 1, 16).await,
+        store.commit_consumer(&SinkId::new(), "c1", 1, at(16)).await,
         Err(StoreError::NotFound)
     ));
     store.delete_polling_endpoint(&owner.id, &polling.id).await.unwrap();
@@ -225,11 +234,14 @@ async fn a_token_scoped_to_a_sink_round_trips_and_goes_with_its_sink(store: Shar
         read_only: true,
         sink_id: Some(polling.id.clone()),
         session_id: None,
-        created_at: 1,
-        expires_at: 1_000,
+        created_at: at(1),
+        expires_at: at(1_000),
     };
     store.create_app_token(&scoped).await.unwrap();
-    assert_eq!(store.find_app_token("scoped", 50).await.unwrap(), Some(scoped.clone()));
+    assert_eq!(
+        store.find_app_token("scoped", at(50)).await.unwrap(),
+        Some(scoped.clone())
+    );
     let dangling = AppToken {
         token_sha256: "dangling".into(),
         sink_id: Some(SinkId::new()),
@@ -241,7 +253,7 @@ async fn a_token_scoped_to_a_sink_round_trips_and_goes_with_its_sink(store: Shar
     ));
     store.delete_polling_endpoint(&owner.id, &polling.id).await.unwrap();
     assert_eq!(
-        store.find_app_token("scoped", 50).await.unwrap(),
+        store.find_app_token("scoped", at(50)).await.unwrap(),
         None,
         "gone with its polling endpoint"
     );

@@ -9,6 +9,8 @@ use herald_core::model::Application;
 use herald_store::{AppFilter, PageRequest, SecretCipher, StoreOptions};
 use sqlx::Row;
 
+use crate::store::at;
+
 /// An application id ending in `tail` (zeros before it).
 fn id(tail: &str) -> AppId {
     AppId::parse(&format!("app_{tail:0>22}")).unwrap()
@@ -23,8 +25,8 @@ fn app(tail: &str) -> Application {
         verify_endpoints: false,
         payload_retention_days: None,
         metadata: BTreeMap::new(),
-        created_at: 1,
-        updated_at: 1,
+        created_at: at(1),
+        updated_at: at(1),
     }
 }
 

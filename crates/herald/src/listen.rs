@@ -176,7 +176,7 @@ async fn listen(api: &Api, app: &str, sink: &Sink, args: &ListenArgs, json: bool
                 continue;
             }
             let Some(url) = &args.forward else { continue };
-            let timestamp = herald_core::clock::now_ms() / 1000;
+            let timestamp = herald_core::clock::now().as_unix_secs();
             let mut headers = herald_delivery::signed_headers(
                 &[&key],
                 &Default::default(),

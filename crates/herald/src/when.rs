@@ -30,7 +30,7 @@ pub(crate) fn parse_at(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime
 
 /// A command-line time (clap value parser): RFC 3339 text for the API.
 pub(crate) fn parse(text: &str) -> Result<String, String> {
-    parse_at(text, OffsetDateTime::from(herald_core::clock::now())).map(rfc3339)
+    parse_at(text, herald_core::clock::now().to_datetime()).map(rfc3339)
 }
 
 /// A moment as RFC 3339 in UTC, to the second unless it has a fraction.

@@ -1,5 +1,6 @@
 //! Applications: the bodies of `/api/v1/app` (`routes/apps.rs`).
 
+use herald_core::id::AppId;
 use time::OffsetDateTime;
 
 use super::common::{Metadata, Patch, ThrottleRateOut, non_null, null_as_default, null_resets};
@@ -57,7 +58,7 @@ pub struct ApplicationPatch {
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationOut {
     /// Application id (`app_…`).
-    pub id: String,
+    pub id: AppId,
     /// Caller-chosen unique id, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
@@ -100,8 +101,9 @@ mod tests {
 
     #[test]
     fn application_out_field_names() {
+        let id = AppId::new();
         let out = ApplicationOut {
-            id: "app_1".into(),
+            id: id.clone(),
             uid: None,
             name: "n".into(),
             throttle_rate: ThrottleRateOut(Some(3)),
@@ -114,7 +116,7 @@ mod tests {
         let v = serde_json::to_value(&out).unwrap();
         assert_eq!(
             v,
-            json!({"id":"app_1","name":"n","throttleRate":3,"rateLimit":3,"metadata":{},"verifyEndpoints":false,
+            json!({"id":id.as_str(),"name":"n","throttleRate":3,"rateLimit":3,"metadata":{},"verifyEndpoints":false,
                    "createdAt":"2024-05-01T12:00:00.5Z","updatedAt":"2024-05-01T12:00:00.5Z"})
         );
         let out = ApplicationOut {

@@ -1,6 +1,7 @@
 //! Attempts and deliveries: Svix's status and trigger enums, the attempt listings (`routes/attempts.rs`),
 //! a message's endpoints (`routes/messages.rs`) and an endpoint's messages (`routes/operations.rs`).
 
+use herald_core::id::{AttemptId, EndpointId, MessageId};
 use serde::de::{Deserialize, Deserializer};
 use serde::ser::{Serialize, Serializer};
 use time::OffsetDateTime;
@@ -114,11 +115,11 @@ impl<'de> Deserialize<'de> for MessageAttemptTriggerType {
 #[serde(rename_all = "camelCase")]
 pub struct MessageAttemptOut {
     /// Attempt id (`atmpt_…`).
-    pub id: String,
+    pub id: AttemptId,
     /// Id of the message delivered.
-    pub msg_id: String,
+    pub msg_id: MessageId,
     /// Id of the endpoint attempted.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// URL the attempt was sent to.
     pub url: String,
     /// Response body (capped), or an error description when there was no response.
@@ -185,7 +186,7 @@ pub struct EndpointMessageOut {
     #[serde(with = "time::serde::rfc3339::option")]
     pub next_attempt: Option<OffsetDateTime>,
     /// The endpoint (Herald extension).
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// `pending`, `delivered`, `failed`, `dead` or `cancelled` (Herald extension).
     pub delivery_status: &'static str,
     /// Attempts made (Herald extension).
@@ -206,8 +207,10 @@ mod tests {
 
     #[test]
     fn message_and_attempt_out_shapes() {
+        let msg_id = MessageId::new();
+        let endpoint_id = EndpointId::new();
         let msg = MessageOut {
-            id: "msg_1".into(),
+            id: msg_id.clone(),
             event_id: None,
             event_type: "a.b".into(),
             payload: RawValue::from_string(r#"{"x": 1.50}"#.into()).unwrap(),
@@ -221,9 +224,9 @@ mod tests {
         assert!(!text.contains("eventId") && !text.contains("deliverAt"));
 
         let att = MessageAttemptOut {
-            id: "atmpt_1".into(),
-            msg_id: "msg_1".into(),
-            endpoint_id: "ep_1".into(),
+            id: AttemptId::new(),
+            msg_id: msg_id.clone(),
+            endpoint_id: endpoint_id.clone(),
             url: "https://x".into(),
             response: "ok".into(),
             response_status_code: 200,
@@ -242,8 +245,9 @@ mod tests {
         assert_eq!(v["triggerType"], json!(0));
         assert_eq!(v["responseStatusCode"], json!(200));
         assert_eq!(v["responseDurationMs"], json!(12));
-        assert_eq!(v["msgId"], json!("msg_1"));
-        assert_eq!(v["endpointId"], json!("ep_1"));
+        assert_eq!(v["id"], json!(att.id.as_str()));
+        assert_eq!(v["msgId"], json!(msg_id.as_str()));
+        assert_eq!(v["endpointId"], json!(endpoint_id.as_str()));
 
         let page = ListResponse {
             data: vec![att],

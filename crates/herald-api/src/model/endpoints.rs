@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use herald_core::id::EndpointId;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
@@ -168,7 +169,7 @@ pub struct EndpointPatch {
 #[serde(rename_all = "camelCase")]
 pub struct EndpointOut {
     /// Endpoint id (`ep_…`).
-    pub id: String,
+    pub id: EndpointId,
     /// Caller-chosen unique id, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
@@ -378,7 +379,7 @@ mod tests {
     #[test]
     fn endpoint_out_writes_both_filter_names() {
         let out = EndpointOut {
-            id: "ep_1".into(),
+            id: EndpointId::new(),
             uid: Some("u".into()),
             url: "https://x".into(),
             description: String::new(),
@@ -400,6 +401,7 @@ mod tests {
             updated_at: datetime!(2024-05-01 12:00 UTC),
         };
         let v = serde_json::to_value(&out).unwrap();
+        assert_eq!(v["id"], json!(out.id.as_str()));
         assert_eq!(v["filterTypes"], json!(["a.b"]));
         assert_eq!(v["eventTypes"], json!(["a.b"]));
         assert_eq!(v["description"], json!(""));

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use herald_core::id::MessageId;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
@@ -13,7 +14,7 @@ use super::apps::ApplicationIn;
 /// Fields that change delivery semantics and that Herald must either implement or refuse with a
 /// 422 naming the field (never silently ignore):
 /// * `deliverAt` — scheduled delivery: its deliveries' first attempt is due then (at most
-///   24 hours ahead, `validate::MAX_SCHEDULE_AHEAD_MS`; a past time means at once);
+///   24 hours ahead, `validate::MAX_SCHEDULE_AHEAD`; a past time means at once);
 /// * `transformationsParams` — `rawPayload` replaces the delivered body and `headers` (e.g.
 ///   `content-type`) change the request; the SDK's `message_in_raw()` sends `payload: {}` with
 ///   `transformationsParams.rawPayload`, so ignoring it would deliver `{}`;
@@ -91,7 +92,7 @@ pub fn empty_payload() -> Box<RawValue> {
 #[serde(rename_all = "camelCase")]
 pub struct MessageOut {
     /// Message id (`msg_…`).
-    pub id: String,
+    pub id: MessageId,
     /// Producer's idempotency id, if given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,

@@ -1,5 +1,6 @@
 //! Operational events: what `/api/v1/operational-event` lists (`routes/operational_events.rs`).
 
+use herald_core::id::AppId;
 use time::OffsetDateTime;
 
 /// Something Herald did on its own that operators must know about (Herald extension).
@@ -11,7 +12,7 @@ pub struct OperationalEventOut {
     /// E.g. `endpoint.disabled`.
     pub event_type: String,
     /// The application concerned.
-    pub app_id: String,
+    pub app_id: AppId,
     /// The event's data, e.g. `{"endpointId": …, "appId": …, "reason": …}`.
     pub data: serde_json::Value,
     /// When it happened.

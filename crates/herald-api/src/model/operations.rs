@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use herald_core::id::TaskId;
 use time::OffsetDateTime;
 
 /// Body of `POST …/endpoint/{endpoint_id}/recover` and `…/replay-missing` (Svix `RecoverIn`/`ReplayIn`).
@@ -52,7 +53,7 @@ pub struct BulkReplayIn {
 #[serde(rename_all = "camelCase")]
 pub struct BackgroundTaskOut {
     /// `qtask_…` id.
-    pub id: String,
+    pub id: TaskId,
     /// `running`, `finished` or `failed` ([`herald_core::model::TaskState`]).
     pub status: &'static str,
     /// What it does ([`herald_core::model::TaskKind`]).

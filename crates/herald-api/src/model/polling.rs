@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use herald_core::id::SinkId;
 use time::OffsetDateTime;
 
 use super::common::{Metadata, Patch, non_null};
@@ -61,7 +62,7 @@ pub struct PollingEndpointPatch {
 #[serde(rename_all = "camelCase")]
 pub struct PollingEndpointSinkOut {
     /// `sink_…` id: the `sink_id` of the poller paths.
-    pub id: String,
+    pub id: SinkId,
     /// The caller's uid, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,

@@ -1,5 +1,6 @@
 //! Application-scoped tokens: the bodies of `/api/v1/auth/…` (`routes/tenancy.rs`).
 
+use herald_core::id::AppId;
 use time::OffsetDateTime;
 
 use super::apps::ApplicationIn;
@@ -47,7 +48,7 @@ pub struct TokenInfoOut {
     pub kind: &'static str,
     /// The application of an application token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub app_id: Option<String>,
+    pub app_id: Option<AppId>,
     /// Whether the token may only read (`GET`).
     pub read_only: bool,
     /// When an application token stops working.

@@ -4,7 +4,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock;
 use herald_core::id::{AppId, AppIdOrUid, IdKind};
 use herald_core::model::Application;
 use herald_store::{AppFilter, StoreError};
@@ -51,7 +51,7 @@ fn retention(days: Option<i64>) -> ApiResult<Option<u32>> {
 /// `application` (a message's, a portal-access request's), it is created first, as Svix does.
 pub(crate) async fn id_or_create(
     state: &AppState,
-    id_or_uid: &str,
+    id_or_uid: &AppIdOrUid,
     application: Option<ApplicationIn>,
 ) -> ApiResult<AppId> {
     match application {
@@ -66,7 +66,7 @@ pub(crate) async fn id_or_create(
 /// `application` is ignored when the app exists, but validated all the same). The new app takes
 /// `id_or_uid` as its uid; a different `uid` in `input` is refused, as is a missing app named by an
 /// `app_…` id (ids are Herald's to give).
-async fn resolve_or_create(state: &AppState, id_or_uid: &str, mut input: ApplicationIn) -> ApiResult<AppId> {
+async fn resolve_or_create(state: &AppState, id_or_uid: &AppIdOrUid, mut input: ApplicationIn) -> ApiResult<AppId> {
     check_in(&input)?;
     match lookup::app_id(state, id_or_uid).await {
         Err(error) if error.status == StatusCode::NOT_FOUND => {}
@@ -75,7 +75,6 @@ async fn resolve_or_create(state: &AppState, id_or_uid: &str, mut input: Applica
     input.uid = Some(validate::uid_for_put(
         ("app_id", id_or_uid),
         input.uid.as_deref(),
-        IdKind::Application,
         "application",
     )?);
     match create_new(state, input).await {
@@ -144,7 +143,7 @@ pub(crate) async fn create_new(state: &AppState, input: ApplicationIn) -> ApiRes
 }
 
 fn new_app(input: ApplicationIn) -> ApiResult<Application> {
-    let now = now_ms();
+    let now = clock::now();
     Ok(Application {
         id: AppId::new(),
         uid: input.uid,
@@ -158,7 +157,7 @@ fn new_app(input: ApplicationIn) -> ApiResult<Application> {
     })
 }
 
-async fn read(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<Json<ApplicationOut>> {
+async fn read(State(state): State<AppState>, Path(app_id): Path<AppIdOrUid>) -> ApiResult<Json<ApplicationOut>> {
     Ok(Json(convert::application(lookup::app(&state, &app_id).await?)))
 }
 
@@ -166,12 +165,12 @@ async fn read(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiR
 /// Svix's SDKs expect.
 async fn replace(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<ApplicationIn>,
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
     check(&input.name, input.uid.as_deref(), &input.metadata)?;
     let payload_retention_days = retention(input.payload_retention_period)?;
-    match state.store.get_app(&AppIdOrUid::new(&app_id)).await {
+    match state.store.get_app(&app_id).await {
         Ok(mut app) => {
             app.uid = input.uid;
             app.name = input.name;
@@ -187,7 +186,6 @@ async fn replace(
             input.uid = Some(validate::uid_for_put(
                 ("app_id", &app_id),
                 input.uid.as_deref(),
-                IdKind::Application,
                 "application",
             )?);
             insert(&state, input).await
@@ -198,7 +196,7 @@ async fn replace(
 
 async fn patch(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<ApplicationPatch>,
 ) -> ApiResult<Json<ApplicationOut>> {
     let mut app = lookup::app(&state, &app_id).await?;
@@ -225,7 +223,7 @@ async fn patch(
 
 /// Store a changed app. Its uid may have moved, so the id cache starts over.
 async fn save(state: &AppState, app: &mut Application) -> ApiResult<()> {
-    app.updated_at = now_ms();
+    app.updated_at = clock::now();
     state
         .store
         .update_app(app)
@@ -235,7 +233,7 @@ async fn save(state: &AppState, app: &mut Application) -> ApiResult<()> {
     Ok(())
 }
 
-async fn remove(State(state): State<AppState>, Path(app_id): Path<String>) -> ApiResult<StatusCode> {
+async fn remove(State(state): State<AppState>, Path(app_id): Path<AppIdOrUid>) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     state
         .store

@@ -7,7 +7,8 @@
 use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid};
 
 use crate::error::{ApiError, ApiResult};
 use crate::lookup;
@@ -21,21 +22,21 @@ pub(super) fn routes() -> Router<AppState> {
 
 async fn attempt_stats(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<EndpointAttemptStatsOut>> {
     let query = Query::of(&uri);
-    let since = query.time_ms(&["since"])?.unwrap_or(0);
+    let since = query.time(&["since"])?.unwrap_or(Millis::EPOCH);
     // A window that ends before it starts holds nothing (the document cannot state a rule between two
     // parameters, so none is imposed): it counts zero.
-    let until = query.time_ms(&["until"])?.unwrap_or_else(now_ms).max(since);
+    let until = query.time(&["until"])?.unwrap_or_else(clock::now).max(since);
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let store_error = |e| ApiError::from_store(e, "endpoint");
     // The whole window as one bucket.
     let buckets = state
         .store
-        .attempt_buckets(&endpoint.id, since, until, (until - since).max(1))
+        .attempt_buckets(&endpoint.id, since, until, until.ms_since(since).max(1))
         .await
         .map_err(store_error)?;
     let deliveries = state

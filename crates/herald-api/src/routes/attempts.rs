@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use herald_core::id::{MessageId, MessageIdOrEventId};
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid, MessageId, MessageIdOrEventId};
 use herald_core::model::{Attempt, Message};
 
 use crate::convert;
@@ -55,8 +55,8 @@ fn filter(query: &Query) -> ApiResult<AttemptFilter> {
         event_types: query.list(&["event_types", "eventTypes"])?,
         tag: query.get(&["tag"]).map(str::to_owned),
         channel: query.get(&["channel"]).map(str::to_owned),
-        before: query.time_ms(&["before"])?,
-        after: query.time_ms(&["after"])?,
+        before: query.time(&["before"])?,
+        after: query.time(&["after"])?,
     })
 }
 
@@ -67,11 +67,11 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", get(one))
 }
 
-async fn message(state: &AppState, app_id: &str, msg_id: &str) -> ApiResult<Message> {
+async fn message(state: &AppState, app_id: &AppIdOrUid, msg_id: &MessageIdOrEventId) -> ApiResult<Message> {
     let app = lookup::app(state, app_id).await?;
     state
         .store
-        .get_message(&app.id, &MessageIdOrEventId::new(msg_id))
+        .get_message(&app.id, msg_id)
         .await
         .map_err(|e| ApiError::from_store(e, "message"))
 }
@@ -120,7 +120,7 @@ async fn scan_message(
 
 async fn by_message(
     State(state): State<AppState>,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    Path((app_id, msg_id)): Path<(AppIdOrUid, MessageIdOrEventId)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageAttemptOut>>> {
     let query = Query::of(&uri);
@@ -134,7 +134,7 @@ async fn by_message(
             .map_err(|e| ApiError::from_store(e, "attempt"))?,
         Some(endpoint) => {
             // An endpoint's uid names it as well as its id.
-            let endpoint = lookup::endpoint(&state, &message.app_id, endpoint).await?;
+            let endpoint = lookup::endpoint(&state, &message.app_id, &EndpointIdOrUid::new(endpoint)).await?;
             scan_message(&state, &message, &filter, &page, |a| a.endpoint_id == endpoint.id).await?
         }
     };
@@ -144,7 +144,7 @@ async fn by_message(
 /// `GET /app/{app_id}/msg/{msg_id}/attempt/{attempt_id}`: one attempt of the message.
 async fn one(
     State(state): State<AppState>,
-    Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
+    Path((app_id, msg_id, attempt_id)): Path<(AppIdOrUid, MessageIdOrEventId, String)>,
 ) -> ApiResult<Json<MessageAttemptOut>> {
     let message = message(&state, &app_id, &msg_id).await?;
     let found = scan_message(
@@ -165,7 +165,7 @@ async fn one(
 
 async fn by_endpoint(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageAttemptOut>>> {
     let query = Query::of(&uri);

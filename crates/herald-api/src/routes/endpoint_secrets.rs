@@ -1,12 +1,15 @@
 //! An endpoint's signing keys and custom headers: `GET …/secret`, `POST …/secret/rotate`, and
 //! `GET/PUT/PATCH …/headers`.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock;
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid};
 use herald_core::model::Endpoint;
 use herald_signature::SigningKey;
 
@@ -36,14 +39,14 @@ pub(super) fn routes() -> Router<AppState> {
         )
 }
 
-async fn find(state: &AppState, app_id: &str, endpoint_id: &str) -> ApiResult<Endpoint> {
+async fn find(state: &AppState, app_id: &AppIdOrUid, endpoint_id: &EndpointIdOrUid) -> ApiResult<Endpoint> {
     let app = lookup::app(state, app_id).await?;
     lookup::endpoint(state, &app.id, endpoint_id).await
 }
 
 async fn secret(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let endpoint = find(&state, &app_id, &endpoint_id).await?;
     Ok(Json(secret_out(endpoint.secret)))
@@ -54,7 +57,7 @@ async fn secret(
 /// (`EndpointSecretOut`, which the 2.x SDKs parse; the 1.x SDKs ignore the body).
 async fn rotate(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     body: Bytes,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let input: EndpointSecretRotateIn = if body.iter().all(u8::is_ascii_whitespace) {
@@ -77,9 +80,8 @@ async fn rotate(
             generate_key(current.as_ref().map_or(KeyKind::Hmac, KeyKind::of))
         }
     };
-    let now = now_ms();
-    // `grace` is at most a week, so this cannot overflow.
-    let old_expires_at = now + i64::try_from(grace).unwrap_or(0) * 1_000;
+    let now = clock::now();
+    let old_expires_at = now + Duration::from_secs(grace);
     state
         .store
         .rotate_endpoint_secret(&endpoint.id, &new_key, old_expires_at, now)
@@ -91,7 +93,7 @@ async fn rotate(
 
 async fn headers(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<Json<EndpointHeadersOut>> {
     let endpoint = find(&state, &app_id, &endpoint_id).await?;
     let (sensitive, plain): (Vec<_>, Vec<_>) = endpoint
@@ -106,7 +108,7 @@ async fn headers(
 
 async fn save_headers(state: &AppState, mut endpoint: Endpoint, headers: herald_core::model::Headers) -> ApiResult<()> {
     endpoint.headers = headers;
-    endpoint.updated_at = now_ms();
+    endpoint.updated_at = clock::now();
     state
         .store
         .update_endpoint(&endpoint)
@@ -118,7 +120,7 @@ async fn save_headers(state: &AppState, mut endpoint: Endpoint, headers: herald_
 
 async fn replace_headers(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EndpointHeadersIn>,
 ) -> ApiResult<StatusCode> {
     let headers = custom_headers::validate("headers", &input.headers)?;
@@ -129,7 +131,7 @@ async fn replace_headers(
 
 async fn patch_headers(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EndpointHeadersPatchIn>,
 ) -> ApiResult<StatusCode> {
     let endpoint = find(&state, &app_id, &endpoint_id).await?;

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::breaker::BreakerState;
-use herald_core::clock::now_ms;
-use herald_core::id::{EndpointId, EndpointIdOrUid, IdKind};
+use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, EndpointId, EndpointIdOrUid, IdKind};
 use herald_core::model::{Application, DisabledReason, Endpoint, HeaderNames, Headers, Ordering};
 use herald_store::StoreError;
 
@@ -221,7 +221,7 @@ impl From<EndpointUpdate> for EndpointFields {
 
 async fn list(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
     let query = Query::of(&uri);
@@ -239,7 +239,7 @@ async fn list(
 
 async fn create(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = lookup::app(&state, &app_id).await?;
@@ -268,7 +268,7 @@ async fn insert(
     fields: EndpointFields,
 ) -> ApiResult<Endpoint> {
     let fields = fields.validate(state)?;
-    let now = now_ms();
+    let now = clock::now();
     let mut endpoint = Endpoint {
         id,
         app_id: app.id.clone(),
@@ -330,7 +330,7 @@ impl EndpointIn {
 
 async fn read(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<Json<EndpointOut>> {
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
@@ -349,7 +349,7 @@ async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHeal
     };
     let default_cap = state.engine.as_ref().map_or(1, |e| e.default_concurrency());
     let cap = endpoint.max_concurrency.unwrap_or(default_cap);
-    let time = |ms: Option<i64>| ms.map(convert::datetime);
+    let time = |at: Option<Millis>| at.map(Millis::to_datetime);
     Ok(match snapshot {
         Some(health) => {
             let s = health.snapshot;
@@ -407,7 +407,7 @@ async fn save(
     if reverify {
         await_verification(&mut endpoint);
     }
-    endpoint.updated_at = now_ms();
+    endpoint.updated_at = clock::now();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
     if credentials_changed {
         // New credentials are a header change: like `PUT …/headers`, answer once no later attempt can
@@ -423,12 +423,12 @@ async fn save(
 /// Run the ownership check again (e.g. after fixing the receiver); the endpoint is held until it passes.
 async fn verify(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     let mut endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     await_verification(&mut endpoint);
-    endpoint.updated_at = now_ms();
+    endpoint.updated_at = clock::now();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
     state.engine_verify(&endpoint.id);
     Ok(StatusCode::ACCEPTED)
@@ -437,15 +437,11 @@ async fn verify(
 /// PUT replaces the endpoint, creating it (with the path segment as its uid) when missing.
 async fn replace(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EndpointUpdate>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = lookup::app(&state, &app_id).await?;
-    match state
-        .store
-        .get_endpoint(&app.id, &EndpointIdOrUid::new(&endpoint_id))
-        .await
-    {
+    match state.store.get_endpoint(&app.id, &endpoint_id).await {
         Ok(existing) => Ok((
             StatusCode::OK,
             Json(convert::endpoint(save(&state, &app, existing, input.into()).await?)),
@@ -455,7 +451,6 @@ async fn replace(
             fields.uid = Some(validate::uid_for_put(
                 ("endpoint_id", &endpoint_id),
                 fields.uid.as_deref(),
-                IdKind::Endpoint,
                 "endpoint",
             )?);
             let secret = generate_key(KeyKind::Hmac);
@@ -468,7 +463,7 @@ async fn replace(
 
 async fn patch(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
     let app = lookup::app(&state, &app_id).await?;
@@ -490,7 +485,7 @@ async fn patch(
     let fields = EndpointFields::of_patch(&endpoint, input);
     let endpoint = save(&state, &app, endpoint, fields).await?;
     if let Some(secret) = &new_secret {
-        let now = now_ms();
+        let now = clock::now();
         state
             .store
             .rotate_endpoint_secret(&endpoint.id, secret, now, now)
@@ -503,7 +498,7 @@ async fn patch(
 
 async fn remove(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;

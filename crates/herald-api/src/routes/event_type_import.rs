@@ -128,7 +128,7 @@ async fn archive_all_but(state: &AppState, keep: &BTreeSet<String>, modified: &m
             .map_err(event_types::store_error)?;
         for mut et in found.items.into_iter().filter(|et| !keep.contains(&et.name)) {
             et.archived = true;
-            et.updated_at = herald_core::clock::now_ms();
+            et.updated_at = herald_core::clock::now();
             state
                 .store
                 .update_event_type(&et)

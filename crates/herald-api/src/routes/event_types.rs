@@ -4,7 +4,7 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
 use herald_core::model::EventType;
 use herald_store::StoreError;
 
@@ -60,7 +60,7 @@ async fn create(
         schemas: input.schemas,
     };
     fields.validate()?;
-    let now = now_ms();
+    let now = clock::now();
     let et = fields.into_event_type(input.name, now, now);
     state.store.create_event_type(&et).await.map_err(store_error)?;
     Ok((StatusCode::CREATED, Json(convert::event_type(et))))
@@ -114,7 +114,7 @@ impl Replacement {
     }
 
     /// The event type `name` with these fields.
-    fn into_event_type(self, name: String, created_at: i64, updated_at: i64) -> EventType {
+    fn into_event_type(self, name: String, created_at: Millis, updated_at: Millis) -> EventType {
         EventType {
             name,
             description: self.description,
@@ -152,7 +152,7 @@ fn distinct(flags: Vec<String>) -> Vec<String> {
 /// whether it was created.
 pub(super) async fn upsert(state: &AppState, name: String, fields: Replacement) -> ApiResult<(EventType, bool)> {
     fields.validate()?;
-    let now = now_ms();
+    let now = clock::now();
     let existing = match state.store.get_event_type(&name).await {
         Ok(et) => Some(et),
         Err(StoreError::NotFound) => {
@@ -195,7 +195,7 @@ async fn patch(
     if let Some(update) = input.schemas.into_update() {
         et.schemas = schemas_text(update);
     }
-    et.updated_at = now_ms();
+    et.updated_at = clock::now();
     state.store.update_event_type(&et).await.map_err(store_error)?;
     Ok(Json(convert::event_type(et)))
 }
@@ -212,7 +212,7 @@ async fn remove(
     } else {
         let mut et = state.store.get_event_type(&name).await.map_err(store_error)?;
         et.archived = true;
-        et.updated_at = now_ms();
+        et.updated_at = clock::now();
         state.store.update_event_type(&et).await.map_err(store_error)?;
     }
     Ok(StatusCode::NO_CONTENT)

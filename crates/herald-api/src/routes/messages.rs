@@ -11,7 +11,8 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::id::{AppId, MessageIdOrEventId};
+use herald_core::clock::Millis;
+use herald_core::id::{AppId, AppIdOrUid, MessageIdOrEventId};
 use herald_core::model::Message;
 use herald_store::{Ingested, MessageFilter, NewMessage, StoreError};
 
@@ -60,7 +61,7 @@ fn check(input: &MessageIn, state: &AppState) -> ApiResult<()> {
         validate::tags("tags", tags)?;
     }
     if let Some(at) = input.deliver_at {
-        validate::deliver_at(at, herald_core::clock::now_ms())?;
+        validate::deliver_at(at, herald_core::clock::now())?;
     }
     if let Some(key) = &input.ordering_key {
         validate::text("orderingKey", key, true, MAX_KEY_LEN)?;
@@ -117,7 +118,7 @@ fn new_message(input: MessageIn, app_id: &AppId, idempotency_key: Option<String>
         ordering_key: input.ordering_key,
         tags: input.tags.map(|set| set.into_iter().collect()),
         // Within the horizon: `check` saw to it.
-        deliver_at: input.deliver_at.map(convert::millis),
+        deliver_at: input.deliver_at.map(Millis::from_datetime),
         to_endpoint: None,
         payload_retention_ms,
     })
@@ -128,7 +129,7 @@ fn new_message(input: MessageIn, app_id: &AppId, idempotency_key: Option<String>
 #[tracing::instrument(name = "ingest", skip_all, fields(app = %app_id, msg = tracing::field::Empty, duplicate = tracing::field::Empty))]
 async fn create(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     JsonBody(mut input): JsonBody<MessageIn>,
@@ -183,7 +184,7 @@ fn stored_of(ingested: &Ingested) -> (&Message, bool) {
 #[tracing::instrument(name = "ingest_batch", skip_all, fields(app = %app_id, messages = tracing::field::Empty))]
 async fn create_batch(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     JsonBody(input): JsonBody<MessageBatchIn>,
 ) -> ApiResult<Json<MessageBatchOut>> {
@@ -257,15 +258,15 @@ async fn create_batch(
 
 async fn list(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageOut>>> {
     let query = Query::of(&uri);
     let page = query.page()?;
     let with_content = query.flag("with_content", true)?;
     let filter = MessageFilter {
-        since: query.time_ms(&["since", "after"])?,
-        until: query.time_ms(&["until", "before"])?,
+        since: query.time(&["since", "after"])?,
+        until: query.time(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
         tag: query.get(&["tag"]).map(str::to_owned),
@@ -282,16 +283,12 @@ async fn list(
 
 async fn read(
     State(state): State<AppState>,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    Path((app_id, msg_id)): Path<(AppIdOrUid, MessageIdOrEventId)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<MessageOut>> {
     let with_content = Query::of(&uri).flag("with_content", true)?;
     let app = lookup::app(&state, &app_id).await?;
-    let message = state
-        .store
-        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
-        .await
-        .map_err(store_error)?;
+    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     Ok(Json(convert::message(&message, with_content)))
 }
 
@@ -299,16 +296,12 @@ async fn read(
 /// failed, dead).
 async fn deliveries(
     State(state): State<AppState>,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    Path((app_id, msg_id)): Path<(AppIdOrUid, MessageIdOrEventId)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let page = Query::of(&uri).page()?;
     let app = lookup::app(&state, &app_id).await?;
-    let message = state
-        .store
-        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
-        .await
-        .map_err(store_error)?;
+    let message = state.store.get_message(&app.id, &msg_id).await.map_err(store_error)?;
     let found = state
         .store
         .list_deliveries_of_message(&app.id, &message.id, &page)

@@ -18,8 +18,8 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
-use herald_core::id::{AppId, EndpointId, MessageId, MessageIdOrEventId};
+use herald_core::clock::{self, Millis};
+use herald_core::id::{AppId, AppIdOrUid, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId};
 use herald_core::model::{AttemptTrigger, DeliveryStatus, TaskKind, TaskState};
 use herald_store::{DeliveryFilter, MessageFilter, Requeue};
 
@@ -71,7 +71,7 @@ fn store_error(what: &'static str) -> impl Fn(herald_store::StoreError) -> ApiEr
 
 async fn events(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<MessageOut>>> {
     let query = Query::of(&uri);
@@ -81,8 +81,8 @@ async fn events(
     }
     let with_content = query.flag("with_content", true)?;
     let filter = MessageFilter {
-        since: query.time_ms(&["since", "after"])?,
-        until: query.time_ms(&["until", "before"])?,
+        since: query.time(&["since", "after"])?,
+        until: query.time(&["until", "before"])?,
         event_types: query.list(&["eventTypes", "event_types"])?,
         channel: query.get(&["channel"]).map(str::to_owned),
         tag: None,
@@ -109,18 +109,18 @@ async fn events(
 /// parse).
 async fn resend(
     State(state): State<AppState>,
-    Path((app_id, msg_id, endpoint_id)): Path<(String, String, String)>,
+    Path((app_id, msg_id, endpoint_id)): Path<(AppIdOrUid, MessageIdOrEventId, EndpointIdOrUid)>,
 ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
-        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .get_message(&app.id, &msg_id)
         .await
         .map_err(store_error("message"))?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let outcome = state
         .store
-        .requeue_delivery(&message.id, &endpoint.id, AttemptTrigger::Manual, now_ms())
+        .requeue_delivery(&message.id, &endpoint.id, AttemptTrigger::Manual, clock::now())
         .await
         .map_err(|e| match e {
             herald_store::StoreError::NotFound => ApiError::not_found("delivery of this message to this endpoint"),
@@ -143,18 +143,18 @@ async fn resend(
 
 /// The window of a repair. One that ends before it starts is empty, like `until = since`: the task finds
 /// nothing to do (the document cannot state a rule between two fields, so none is imposed).
-fn window(since: time::OffsetDateTime, until: Option<time::OffsetDateTime>) -> (i64, i64) {
-    let since = convert::millis(since);
-    let until = until.map_or_else(now_ms, convert::millis).max(since);
+fn window(since: time::OffsetDateTime, until: Option<time::OffsetDateTime>) -> (Millis, Millis) {
+    let since = Millis::from_datetime(since);
+    let until = until.map_or_else(clock::now, Millis::from_datetime).max(since);
     (since, until)
 }
 
 async fn start_repair(
     state: &AppState,
     repair: Repair,
-    app_id: &str,
-    endpoint_id: &str,
-    (since, until): (i64, i64),
+    app_id: &AppIdOrUid,
+    endpoint_id: &EndpointIdOrUid,
+    (since, until): (Millis, Millis),
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     let app = lookup::app(state, app_id).await?;
     let endpoint = lookup::endpoint(state, &app.id, endpoint_id).await?;
@@ -166,7 +166,7 @@ async fn start_repair(
 
 async fn recover(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<RepairIn>,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     let window = window(input.since, input.until);
@@ -175,7 +175,7 @@ async fn recover(
 
 async fn replay_missing(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<RepairIn>,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     let window = window(input.since, input.until);
@@ -189,7 +189,7 @@ const MAX_REPLAY_EVENT_TYPES: usize = 250;
 /// sent — delivered, failed or cancelled alike — narrowed by the filters given.
 async fn bulk_replay(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<BulkReplayIn>,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     if let Some(types) = &input.event_types {
@@ -264,7 +264,7 @@ async fn cancel(
 ) -> ApiResult<u64> {
     let cancelled = state
         .store
-        .cancel_pending(app_id, message_id, endpoint_id, now_ms())
+        .cancel_pending(app_id, message_id, endpoint_id, clock::now())
         .await
         .map_err(store_error("delivery"))?;
     Ok(cancelled.len() as u64)
@@ -272,12 +272,12 @@ async fn cancel(
 
 async fn cancel_message(
     State(state): State<AppState>,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    Path((app_id, msg_id)): Path<(AppIdOrUid, MessageIdOrEventId)>,
 ) -> ApiResult<Json<CancelledOut>> {
     let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
-        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .get_message(&app.id, &msg_id)
         .await
         .map_err(store_error("message"))?;
     let cancelled = cancel(&state, &app.id, Some(&message.id), None).await?;
@@ -286,7 +286,7 @@ async fn cancel_message(
 
 async fn cancel_endpoint(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
 ) -> ApiResult<Json<CancelledOut>> {
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
@@ -297,7 +297,7 @@ async fn cancel_endpoint(
 /// Expunging a payload also cancels the message's pending deliveries: there is nothing left to send.
 async fn expunge(
     State(state): State<AppState>,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    Path((app_id, msg_id)): Path<(AppIdOrUid, MessageIdOrEventId)>,
 ) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     expunge_one(&state, &app.id, &msg_id).await?;
@@ -305,10 +305,10 @@ async fn expunge(
 }
 
 /// Cancel the pending deliveries of the message (by id or `eventId`) and remove its payload.
-async fn expunge_one(state: &AppState, app_id: &AppId, msg_id: &str) -> ApiResult<()> {
+async fn expunge_one(state: &AppState, app_id: &AppId, msg_id: &MessageIdOrEventId) -> ApiResult<()> {
     let message = state
         .store
-        .get_message(app_id, &MessageIdOrEventId::new(msg_id))
+        .get_message(app_id, msg_id)
         .await
         .map_err(store_error("message"))?;
     cancel(state, app_id, Some(&message.id), None).await?;
@@ -323,7 +323,7 @@ async fn expunge_one(state: &AppState, app_id: &AppId, msg_id: &str) -> ApiResul
 /// answering per name `expunged` or `not-found`.
 async fn bulk_expunge(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<BulkExpungeIn>,
 ) -> ApiResult<Json<BulkExpungeOut>> {
     let ids = input.ids.unwrap_or_default();
@@ -336,7 +336,7 @@ async fn bulk_expunge(
     let app = lookup::app(&state, &app_id).await?;
     let mut results = std::collections::BTreeMap::new();
     for id in ids {
-        let outcome = match expunge_one(&state, &app.id, &id).await {
+        let outcome = match expunge_one(&state, &app.id, &MessageIdOrEventId::new(&id)).await {
             Ok(()) => "expunged",
             Err(error) if error.status == StatusCode::NOT_FOUND => "not-found",
             Err(error) => return Err(error),
@@ -350,7 +350,7 @@ async fn bulk_expunge(
 /// created until now), cancelling their pending deliveries, as a background task.
 async fn expunge_all(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
 ) -> ApiResult<(StatusCode, Json<BackgroundTaskOut>)> {
     let app = lookup::app(&state, &app_id).await?;
     let task = tasks::start_purge(&state, &app.id)
@@ -363,12 +363,12 @@ async fn expunge_all(
 /// endpoint answered to one attempt (e.g. it echoed something sensitive); the attempt stays.
 async fn expunge_attempt(
     State(state): State<AppState>,
-    Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
+    Path((app_id, msg_id, attempt_id)): Path<(AppIdOrUid, MessageIdOrEventId, String)>,
 ) -> ApiResult<StatusCode> {
     let app = lookup::app(&state, &app_id).await?;
     let message = state
         .store
-        .get_message(&app.id, &MessageIdOrEventId::new(&msg_id))
+        .get_message(&app.id, &msg_id)
         .await
         .map_err(store_error("message"))?;
     state
@@ -406,8 +406,8 @@ fn status_filter(query: &Query) -> ApiResult<Option<DeliveryStatus>> {
 
 async fn list_deliveries(
     state: &AppState,
-    app_id: &str,
-    endpoint_id: Option<&str>,
+    app_id: &AppIdOrUid,
+    endpoint_id: Option<&EndpointIdOrUid>,
     uri: &axum::http::Uri,
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
     let query = Query::of(uri);
@@ -417,8 +417,8 @@ async fn list_deliveries(
         tag: query.get(&["tag"]).map(str::to_owned),
         channel: query.get(&["channel"]).map(str::to_owned),
         event_types: query.list(&["event_types", "eventTypes"])?,
-        before: query.time_ms(&["before"])?,
-        after: query.time_ms(&["after"])?,
+        before: query.time(&["before"])?,
+        after: query.time(&["after"])?,
     };
     let with_content = query.flag("with_content", true)?;
     let app = lookup::app(state, app_id).await?;
@@ -438,7 +438,7 @@ async fn list_deliveries(
 
 async fn endpoint_messages(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
     list_deliveries(&state, &app_id, Some(&endpoint_id), &uri).await
@@ -446,21 +446,23 @@ async fn endpoint_messages(
 
 async fn app_deliveries(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
-    let endpoint = Query::of(&uri).get(&["endpointId", "endpoint_id"]).map(str::to_owned);
-    list_deliveries(&state, &app_id, endpoint.as_deref(), &uri).await
+    let endpoint = Query::of(&uri)
+        .get(&["endpointId", "endpoint_id"])
+        .map(EndpointIdOrUid::new);
+    list_deliveries(&state, &app_id, endpoint.as_ref(), &uri).await
 }
 
 async fn stats(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<EndpointStatsOut>> {
     let query = Query::of(&uri);
-    let since = query.time_ms(&["since"])?.unwrap_or(0);
-    let until = query.time_ms(&["until"])?.unwrap_or(i64::MAX);
+    let since = query.time(&["since"])?.unwrap_or(Millis::EPOCH);
+    let until = query.time(&["until"])?.unwrap_or(Millis::MAX);
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
     let s = state

@@ -19,7 +19,8 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, SinkIdOrUid};
 use herald_core::model::Message;
 use herald_store::{ConsumerOffset, PollingEndpoint, StoreError, StreamPage};
 use tokio::time::Instant;
@@ -188,7 +189,7 @@ async fn new_consumer_start(state: &AppState, sink: &PollingEndpoint, latest: bo
 
 async fn poll(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<PollingEndpointOut>> {
     let query = Query::of(&uri);
@@ -197,7 +198,7 @@ async fn poll(
         event_type: query.get(&["event_type"]).map(str::to_owned),
         channel: query.get(&["channel"]).map(str::to_owned),
     };
-    let after = query.time_ms(&["after"])?;
+    let after = query.time(&["after"])?;
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     let from = match (query.get(&["iterator"]).filter(|s| !s.is_empty()), after) {
         (Some(iterator), _) => parse_iterator(iterator)?,
@@ -210,7 +211,7 @@ async fn poll(
 
 /// The position before the sink's app's first message created at or after `time` (the stream's end
 /// when there is none yet).
-async fn position_at(state: &AppState, sink: &PollingEndpoint, time: i64) -> ApiResult<i64> {
+async fn position_at(state: &AppState, sink: &PollingEndpoint, time: Millis) -> ApiResult<i64> {
     match state
         .store
         .stream_position_at(&sink.app_id, time)
@@ -224,7 +225,7 @@ async fn position_at(state: &AppState, sink: &PollingEndpoint, time: i64) -> Api
 
 async fn consumer_poll(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<PollingEndpointOut>> {
     consumer_id(&consumer)?;
@@ -237,7 +238,7 @@ async fn consumer_poll(
             let position = parse_iterator(iterator)?;
             state
                 .store
-                .put_consumer_offset(&sink.id, &consumer, &ConsumerOffset::at(position), now_ms())
+                .put_consumer_offset(&sink.id, &consumer, &ConsumerOffset::at(position), clock::now())
                 .await
                 .map_err(store_error)?;
             position
@@ -258,15 +259,15 @@ async fn consumer_poll(
 
 async fn consumer_seek(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     JsonBody(input): JsonBody<PollingEndpointConsumerSeekIn>,
 ) -> ApiResult<Json<PollingEndpointConsumerSeekOut>> {
     consumer_id(&consumer)?;
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
-    let position = position_at(&state, &sink, convert::millis(input.after)).await?;
+    let position = position_at(&state, &sink, Millis::from_datetime(input.after)).await?;
     state
         .store
-        .put_consumer_offset(&sink.id, &consumer, &ConsumerOffset::at(position), now_ms())
+        .put_consumer_offset(&sink.id, &consumer, &ConsumerOffset::at(position), clock::now())
         .await
         .map_err(store_error)?;
     Ok(Json(PollingEndpointConsumerSeekOut {
@@ -276,7 +277,7 @@ async fn consumer_seek(
 
 async fn v2_poll(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<PollerV2PollOut>> {
     consumer_id(&consumer)?;
@@ -315,9 +316,9 @@ async fn v2_poll(
         Some(offset) => offset,
         None => ConsumerOffset::at(new_consumer_start(&state, &sink, latest).await?),
     };
-    let from = offset.next_from(now_ms());
+    let from = offset.next_from(clock::now());
     let page = read(&state, &sink, from, &Narrowing::default(), &params).await?;
-    let now = now_ms();
+    let now = clock::now();
     let next = if page.entries.is_empty() && from == offset.committed {
         // Nothing handed out and nothing outstanding: what was read matched nothing, so it is done with.
         ConsumerOffset::at(page.position)
@@ -331,7 +332,7 @@ async fn v2_poll(
         ConsumerOffset {
             committed: offset.committed,
             leased: page.position,
-            lease_expires_at: now.saturating_add(lease_ms),
+            lease_expires_at: now.add_ms(lease_ms),
         }
     };
     // A new consumer's start is kept even when nothing came back: `latest` means the end of the stream
@@ -358,7 +359,7 @@ async fn v2_poll(
 
 async fn v2_commit(
     State(state): State<AppState>,
-    Path((app_id, sink_id, consumer)): Path<(String, String, String)>,
+    Path((app_id, sink_id, consumer)): Path<(AppIdOrUid, SinkIdOrUid, String)>,
     JsonBody(input): JsonBody<PollerV2CommitIn>,
 ) -> ApiResult<StatusCode> {
     consumer_id(&consumer)?;
@@ -384,7 +385,7 @@ async fn v2_commit(
     }
     state
         .store
-        .commit_consumer(&sink.id, &consumer, input.offset, now_ms())
+        .commit_consumer(&sink.id, &consumer, input.offset, clock::now())
         .await
         .map_err(store_error)?;
     Ok(StatusCode::NO_CONTENT)

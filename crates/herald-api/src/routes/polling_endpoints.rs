@@ -9,13 +9,13 @@ use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
-use herald_core::id::{IdKind, SinkId};
+use herald_core::clock;
+use herald_core::id::{AppIdOrUid, IdKind, SinkId, SinkIdOrUid};
 use herald_store::{PollingEndpoint, StoreError};
 
 use super::tenancy;
 use crate::body::JsonBody;
-use crate::convert;
+
 use crate::error::{ApiError, ApiResult};
 use crate::keys::{initial_key, secret_out};
 use crate::lookup;
@@ -102,20 +102,20 @@ impl SinkFields {
 fn out(sink: PollingEndpoint) -> PollingEndpointSinkOut {
     let set = |list: Option<Vec<String>>| list.map(|l| l.into_iter().collect::<BTreeSet<_>>());
     PollingEndpointSinkOut {
-        id: sink.id.into_string(),
+        id: sink.id,
         uid: sink.uid,
         description: sink.description,
         event_types: set(sink.filter_types),
         channels: set(sink.channels),
         metadata: sink.metadata,
-        created_at: convert::datetime(sink.created_at),
-        updated_at: convert::datetime(sink.updated_at),
+        created_at: sink.created_at.to_datetime(),
+        updated_at: sink.updated_at.to_datetime(),
     }
 }
 
 async fn list(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<ListResponse<PollingEndpointSinkOut>>> {
     let page = Query::of(&uri).page()?;
@@ -145,7 +145,7 @@ async fn list(
 
 async fn create(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<PollingEndpointIn>,
 ) -> ApiResult<(StatusCode, Json<PollingEndpointSinkOut>)> {
     let app_id = lookup::app_id(&state, &app_id).await?;
@@ -158,7 +158,7 @@ async fn create(
         metadata: input.metadata,
     }
     .validate()?;
-    let now = now_ms();
+    let now = clock::now();
     let mut sink = PollingEndpoint {
         id: SinkId::new(),
         app_id,
@@ -178,26 +178,26 @@ async fn create(
 
 async fn read(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
     Ok(Json(out(lookup::polling_endpoint(&state, &app_id, &sink_id).await?)))
 }
 
 async fn patch(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
     JsonBody(input): JsonBody<PollingEndpointPatch>,
 ) -> ApiResult<Json<PollingEndpointSinkOut>> {
     let mut sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     SinkFields::of_patch(&sink, input).validate()?.apply(&mut sink);
-    sink.updated_at = now_ms();
+    sink.updated_at = clock::now();
     state.store.update_polling_endpoint(&sink).await.map_err(store_error)?;
     Ok(Json(out(sink)))
 }
 
 async fn remove(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
 ) -> ApiResult<StatusCode> {
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     state
@@ -210,7 +210,7 @@ async fn remove(
 
 async fn secret(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let sink = lookup::polling_endpoint(&state, &app_id, &sink_id).await?;
     Ok(Json(secret_out(sink.secret)))
@@ -221,7 +221,7 @@ const TOKEN_PREFIX: &str = "herald_sink_";
 
 async fn issue_token(
     State(state): State<AppState>,
-    Path((app_id, sink_id)): Path<(String, String)>,
+    Path((app_id, sink_id)): Path<(AppIdOrUid, SinkIdOrUid)>,
     JsonBody(input): JsonBody<PollingEndpointTokenIn>,
 ) -> ApiResult<Json<PollingEndpointTokenOut>> {
     let expiry = tenancy::expiry_of(input.expiry)?;

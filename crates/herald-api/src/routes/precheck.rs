@@ -5,6 +5,7 @@
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
+use herald_core::id::AppIdOrUid;
 
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
@@ -19,7 +20,7 @@ pub(super) fn routes() -> Router<AppState> {
 
 async fn precheck(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<MessagePrecheckIn>,
 ) -> ApiResult<Json<MessagePrecheckOut>> {
     validate::name("eventType", &input.event_type, false)?;

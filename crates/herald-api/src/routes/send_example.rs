@@ -13,6 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid};
 use herald_store::NewMessage;
 use serde_json::Value;
 
@@ -97,7 +98,7 @@ async fn payload(state: &AppState, input: &EventExampleIn) -> ApiResult<String> 
 
 async fn send_example(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     JsonBody(input): JsonBody<EventExampleIn>,
 ) -> ApiResult<(StatusCode, Json<MessageOut>)> {
     validate::name("eventType", &input.event_type, false)?;

@@ -5,9 +5,9 @@
 use axum::extract::{OriginalUri, Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use herald_core::clock::now_ms;
+use herald_core::clock::{self, Millis};
+use herald_core::id::{AppIdOrUid, EndpointIdOrUid};
 
-use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::lookup;
 use crate::model::{AttemptStatisticsData, AttemptStatisticsResponse};
@@ -28,8 +28,9 @@ pub(super) fn routes() -> Router<AppState> {
 /// A window cut into buckets: its start (on a bucket boundary), its end, the bucket length and its name.
 #[derive(Debug, PartialEq, Eq)]
 struct Buckets {
-    start: i64,
-    end: i64,
+    start: Millis,
+    end: Millis,
+    /// In milliseconds.
     length: i64,
     period: &'static str,
 }
@@ -40,18 +41,19 @@ impl Buckets {
     /// start the default window before the end, a start after the end an empty window at the end, and a
     /// window longer than the longest its last [`MAX_WINDOW_MS`]. The answer's `startDate` and `endDate`
     /// say which window was counted. An end after `now` becomes now.
-    fn of(start: Option<i64>, end: Option<i64>, now: i64) -> Self {
+    fn of(start: Option<Millis>, end: Option<Millis>, now: Millis) -> Self {
         let end = end.unwrap_or(now);
-        let start = start.unwrap_or(end.saturating_sub(DEFAULT_WINDOW_MS)).min(end);
-        let start = start.max(end.saturating_sub(MAX_WINDOW_MS));
+        let start = start.unwrap_or(end.add_ms(-DEFAULT_WINDOW_MS)).min(end);
+        let start = start.max(end.add_ms(-MAX_WINDOW_MS));
         let end = if start < now { end.min(now) } else { end };
-        let (length, period) = if end - start <= DAY_MS {
+        let (length, period) = if end.ms_since(start) <= DAY_MS {
             (FIVE_MINUTES_MS, "FiveMinutes")
         } else {
             (DAY_MS, "OneDay")
         };
         Self {
-            start: start - start.rem_euclid(length),
+            // Buckets are whole multiples of their length since the epoch (UTC days, five minutes).
+            start: start.add_ms(-start.as_unix_ms().rem_euclid(length)),
             end,
             length,
             period,
@@ -60,20 +62,20 @@ impl Buckets {
 
     /// How many buckets the window has (the last one may be partial: it is still filling).
     fn count(&self) -> usize {
-        usize::try_from((self.end - self.start + self.length - 1) / self.length).unwrap_or(0)
+        usize::try_from((self.end.ms_since(self.start) + self.length - 1) / self.length).unwrap_or(0)
     }
 }
 
 async fn endpoint_attempts(
     State(state): State<AppState>,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    Path((app_id, endpoint_id)): Path<(AppIdOrUid, EndpointIdOrUid)>,
     OriginalUri(uri): OriginalUri,
 ) -> ApiResult<Json<AttemptStatisticsResponse>> {
     let query = Query::of(&uri);
     let buckets = Buckets::of(
-        query.time_ms(&["startDate", "start_date"])?,
-        query.time_ms(&["endDate", "end_date"])?,
-        now_ms(),
+        query.time(&["startDate", "start_date"])?,
+        query.time(&["endDate", "end_date"])?,
+        clock::now(),
     );
     let app = lookup::app(&state, &app_id).await?;
     let endpoint = lookup::endpoint(&state, &app.id, &endpoint_id).await?;
@@ -113,8 +115,8 @@ async fn endpoint_attempts(
         data = AttemptStatisticsData::default();
     }
     Ok(Json(AttemptStatisticsResponse {
-        start_date: convert::datetime(buckets.start),
-        end_date: convert::datetime(buckets.end),
+        start_date: buckets.start.to_datetime(),
+        end_date: buckets.end.to_datetime(),
         period: buckets.period,
         data,
     }))
@@ -124,36 +126,39 @@ async fn endpoint_attempts(
 mod tests {
     use super::*;
 
-    const NOW: i64 = 1_764_590_400_000; // 2025-12-01T12:00:00Z
+    const NOW: Millis = Millis::from_unix_ms(1_764_590_400_000); // 2025-12-01T12:00:00Z
 
     #[test]
     fn windows_are_cut_into_five_minutes_up_to_a_day_then_days() {
-        let default = Buckets::of(None, None, NOW + 61_000);
+        let default = Buckets::of(None, None, NOW.add_ms(61_000));
         assert_eq!((default.period, default.length), ("FiveMinutes", FIVE_MINUTES_MS));
-        assert_eq!(default.start % FIVE_MINUTES_MS, 0);
-        assert_eq!(default.end, NOW + 61_000);
+        assert_eq!(default.start.as_unix_ms() % FIVE_MINUTES_MS, 0);
+        assert_eq!(default.end, NOW.add_ms(61_000));
         assert_eq!(default.count(), 73, "6 hours and the bucket still filling");
-        let week = Buckets::of(Some(NOW - 7 * DAY_MS), Some(NOW + DAY_MS), NOW);
+        let week = Buckets::of(Some(NOW.add_ms(-(7 * DAY_MS))), Some(NOW.add_ms(DAY_MS)), NOW);
         assert_eq!((week.period, week.end, week.count()), ("OneDay", NOW, 8));
-        assert_eq!(week.start % DAY_MS, 0);
+        assert_eq!(week.start.as_unix_ms() % DAY_MS, 0);
     }
 
     #[test]
     fn every_pair_of_times_is_answered_with_the_window_counted() {
         // Only a start: up to now.
-        let since = Buckets::of(Some(NOW - DAY_MS), None, NOW);
-        assert_eq!((since.start, since.end), (NOW - DAY_MS, NOW));
+        let since = Buckets::of(Some(NOW.add_ms(-DAY_MS)), None, NOW);
+        assert_eq!((since.start, since.end), (NOW.add_ms(-DAY_MS), NOW));
         // Only an end: the default window before it.
-        let until = Buckets::of(None, Some(NOW - DAY_MS), NOW);
-        assert_eq!(until.end, NOW - DAY_MS);
-        assert_eq!(until.start, NOW - DAY_MS - DEFAULT_WINDOW_MS);
+        let until = Buckets::of(None, Some(NOW.add_ms(-DAY_MS)), NOW);
+        assert_eq!(until.end, NOW.add_ms(-DAY_MS));
+        assert_eq!(until.start, NOW.add_ms(-DAY_MS - DEFAULT_WINDOW_MS));
         // A start after the end: an empty window, counting nothing.
-        let reversed = Buckets::of(Some(NOW), Some(NOW - DAY_MS), NOW);
-        assert_eq!((reversed.end, reversed.count()), (NOW - DAY_MS, 0));
+        let reversed = Buckets::of(Some(NOW), Some(NOW.add_ms(-DAY_MS)), NOW);
+        assert_eq!((reversed.end, reversed.count()), (NOW.add_ms(-DAY_MS), 0));
         // Too long: its last 31 days (from the start of the first day's bucket).
-        let long = Buckets::of(Some(NOW - 400 * DAY_MS), Some(NOW), NOW);
-        let from = NOW - 31 * DAY_MS;
-        assert_eq!((long.start, long.end), (from - from.rem_euclid(DAY_MS), NOW));
+        let long = Buckets::of(Some(NOW.add_ms(-(400 * DAY_MS))), Some(NOW), NOW);
+        let from = NOW.add_ms(-31 * DAY_MS);
+        assert_eq!(
+            (long.start, long.end),
+            (from.add_ms(-from.as_unix_ms().rem_euclid(DAY_MS)), NOW)
+        );
         assert_eq!(long.count(), 32, "31 days from noon span 32 daily buckets");
         // An empty window is valid: it counts nothing.
         assert_eq!(Buckets::of(Some(NOW), Some(NOW), NOW).count(), 0);

@@ -7,13 +7,15 @@
 //!   dashboard shows an application token only its application and a read-only one no button it may not
 //!   press.
 
+use std::time::Duration;
+
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use base64::Engine as _;
-use herald_core::clock::now_ms;
-use herald_core::id::{AppId, SinkId};
+use herald_core::clock;
+use herald_core::id::{AppId, AppIdOrUid, SinkId};
 use herald_store::AppToken;
 
 use super::apps;
@@ -58,7 +60,7 @@ fn dashboard_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
 
 async fn portal_access(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     JsonBody(input): JsonBody<AppPortalAccessIn>,
@@ -70,7 +72,7 @@ async fn portal_access(
 /// as `app-portal-access` with no options (seven days, read and write), without a body.
 async fn dashboard_access(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
@@ -108,8 +110,7 @@ pub(crate) async fn mint(
         "{prefix}{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
     );
-    let now = now_ms();
-    let expires_ms = i64::try_from(expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let now = clock::now();
     let stored = AppToken {
         token_sha256: hex::encode(crate::auth::token_digest(&token)),
         app_id: app_id.clone(),
@@ -117,7 +118,7 @@ pub(crate) async fn mint(
         sink_id: sink_id.cloned(),
         session_id: session_id.map(str::to_owned),
         created_at: now,
-        expires_at: now.saturating_add(expires_ms),
+        expires_at: now + Duration::from_secs(expiry_seconds),
     };
     state.store.create_app_token(&stored).await.map_err(|e| {
         ApiError::from_store(
@@ -152,7 +153,7 @@ fn session_name(field: &str, value: &str) -> ApiResult<()> {
 /// Issue an application token for the application `app_id` names (creating it when `input` says so).
 async fn issue(
     state: &AppState,
-    app_id: &str,
+    app_id: &AppIdOrUid,
     uri: &Uri,
     headers: &HeaderMap,
     input: AppPortalAccessIn,
@@ -187,7 +188,7 @@ async fn issue(
 
 async fn expire_all(
     State(state): State<AppState>,
-    Path(app_id): Path<String>,
+    Path(app_id): Path<AppIdOrUid>,
     JsonBody(input): JsonBody<ApplicationTokenExpireIn>,
 ) -> ApiResult<StatusCode> {
     // As Svix: a non-empty list ends only the tokens issued with one of these `sessionId`s.
@@ -202,7 +203,7 @@ async fn expire_all(
     }
     let grace = input.expiry.unwrap_or(0).min(MAX_EXPIRY_SECONDS);
     let app = lookup::app(&state, &app_id).await?;
-    let at = now_ms().saturating_add(i64::try_from(grace * 1000).unwrap_or(i64::MAX));
+    let at = clock::now() + Duration::from_secs(grace);
     state
         .store
         .expire_app_tokens(&app.id, sessions.as_deref(), at)
@@ -224,7 +225,7 @@ async fn logout(State(state): State<AppState>, Extension(principal): Extension<P
         Principal::App(token) => {
             state
                 .store
-                .expire_app_token(&token.token_sha256, now_ms())
+                .expire_app_token(&token.token_sha256, clock::now())
                 .await
                 .map_err(|e| ApiError::from_store(e, "token"))?;
             Ok(StatusCode::NO_CONTENT)
@@ -242,9 +243,9 @@ async fn token_info(Extension(principal): Extension<Principal>) -> Json<TokenInf
         },
         Principal::App(token) => TokenInfoOut {
             kind: "app",
-            app_id: Some(token.app_id.into_string()),
+            app_id: Some(token.app_id),
             read_only: token.read_only,
-            expires_at: Some(crate::convert::datetime(token.expires_at)),
+            expires_at: Some(token.expires_at.to_datetime()),
         },
     })
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use herald_core::id::{AppId, EndpointId};
+
 use crate::api::EndpointSpec;
 use crate::env::Env;
 use crate::load::Mix;
@@ -13,9 +15,9 @@ pub use crate::stats::DeliverySummary;
 #[derive(Debug, Clone)]
 pub struct AppSetup {
     /// The application's id.
-    pub app_id: String,
+    pub app_id: AppId,
     /// Its endpoints' ids.
-    pub endpoint_ids: Vec<String>,
+    pub endpoint_ids: Vec<EndpointId>,
 }
 
 /// Create an application named `name` (made unique) with one endpoint per spec.

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use herald_core::id::{AppId, MessageId, SinkId};
 use serde::Serialize;
 
 use super::common::{app_with_endpoints, delivery_timeout};
@@ -101,11 +102,11 @@ pub struct PollingReport {
 /// The consumer's state: where it is, what it has seen and when each message arrived.
 struct Consumer {
     api: Api,
-    app_id: String,
-    sink_id: String,
+    app_id: AppId,
+    sink_id: SinkId,
     limit: u32,
     iterator: Option<String>,
-    seen: HashSet<String>,
+    seen: HashSet<MessageId>,
     duplicates: u64,
     reads: u64,
 }

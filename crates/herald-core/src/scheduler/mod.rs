@@ -20,7 +20,7 @@
 //! order: the first resident delivery of a key is its *head*, later ones wait behind it until the head is
 //! finished (delivered, failed or dead); a head that is being retried blocks only its own key.
 //!
-//! Time is whatever the caller says it is (milliseconds), so tests drive it with a virtual clock and the
+//! Time is whatever the caller says it is (a [`Millis`]), so tests drive it with a virtual clock and the
 //! production shell with the wall clock.
 
 mod queue;
@@ -32,7 +32,7 @@ use std::hash::Hash;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use queue::{EndpointQueue, Gate};
 
-pub use crate::clock::Millis;
+use crate::clock::Millis;
 
 /// What the scheduler needs to know about a job.
 pub trait Queued {
@@ -49,7 +49,7 @@ pub trait Queued {
     /// When the delivery became pending (its message's creation, or when it was queued again): the
     /// oldest of these is the endpoint's backlog age.
     fn pending_since(&self) -> Millis {
-        0
+        Millis::EPOCH
     }
 }
 

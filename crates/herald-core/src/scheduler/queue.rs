@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use super::{EndpointLimits, Millis, Queued};
+use super::{EndpointLimits, Queued};
 use crate::breaker::{Breaker, BreakerConfig};
+use crate::clock::Millis;
 
 /// Whether an endpoint may send now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +72,7 @@ impl<J: Queued> EndpointQueue<J> {
             refill_ticket: 0,
             deferred_while_refilling: false,
             breaker: Breaker::new(breaker),
-            hold_until: 0,
+            hold_until: Millis::EPOCH,
             next_slot_us: 0,
             wake_at: None,
             keys: HashMap::new(),
@@ -114,7 +115,9 @@ impl<J: Queued> EndpointQueue<J> {
         }
         let mut until = self.hold_until;
         if self.limits.rate_per_sec.is_some() {
-            until = until.max(self.next_slot_us.div_euclid(1_000) + i64::from(self.next_slot_us % 1_000 != 0));
+            // The slot rounded up to a whole millisecond: never a request before its slot.
+            let slot_ms = self.next_slot_us.div_euclid(1_000) + i64::from(self.next_slot_us % 1_000 != 0);
+            until = until.max(Millis::from_unix_ms(slot_ms));
         }
         if until > now { Gate::Until(until) } else { Gate::Open }
     }
@@ -142,7 +145,7 @@ impl<J: Queued> EndpointQueue<J> {
         self.breaker.on_send();
         if let Some(rate) = self.limits.rate_per_sec.filter(|r| *r > 0) {
             let interval_us = 1_000_000 / i64::from(rate);
-            self.next_slot_us = self.next_slot_us.max(now.saturating_mul(1_000)) + interval_us.max(1);
+            self.next_slot_us = self.next_slot_us.max(now.as_unix_ms().saturating_mul(1_000)) + interval_us.max(1);
         }
     }
 

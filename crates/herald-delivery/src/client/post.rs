@@ -131,7 +131,7 @@ impl DeliveryClient {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, herald_core::clock::now()));
+            .and_then(|v| parse_retry_after(v, herald_core::clock::now().to_system_time()));
         let body = read_capped(response.into_body(), self.config.max_response_bytes, deadline).await;
         finish(AttemptResult::Response { status, retry_after }, body)
     }

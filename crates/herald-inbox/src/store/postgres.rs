@@ -162,7 +162,7 @@ impl Backend for PgInbox {
 
     async fn insert_event(&self, event: NewEvent) -> StoreResult<Inserted> {
         let mut conn = self.pool.acquire().await?;
-        sql::insert_one(&mut *conn, &event, herald_core::clock::now_ms()).await
+        sql::insert_one(&mut *conn, &event, herald_core::clock::now()).await
     }
 
     async fn record_outcome(&self, record: Record) -> StoreResult<bool> {

@@ -12,7 +12,8 @@ use std::ops::DerefMut;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use herald_core::id::{IdKind, new_id};
+use herald_core::clock::Millis;
+use herald_core::id::InboxEventId;
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 
 use super::{
@@ -72,9 +73,28 @@ impl From<&Option<String>> for Param {
     }
 }
 
+impl From<&InboxEventId> for Param {
+    fn from(value: &InboxEventId) -> Self {
+        Param::Text(value.as_str().to_owned())
+    }
+}
+
 impl From<i64> for Param {
     fn from(value: i64) -> Self {
         Param::Int(value)
+    }
+}
+
+// A moment is stored as integer Unix milliseconds on both dialects.
+impl From<Millis> for Param {
+    fn from(value: Millis) -> Self {
+        Param::Int(value.as_unix_ms())
+    }
+}
+
+impl From<Option<Millis>> for Param {
+    fn from(value: Option<Millis>) -> Self {
+        Param::OptInt(value.map(Millis::as_unix_ms))
     }
 }
 
@@ -253,21 +273,27 @@ fn decode(row: &impl Columns) -> StoreResult<StoredEvent> {
         serde_json::from_str(&row.text("headers")?).map_err(|e| StoreError::Corrupt(format!("headers: {e}")))?;
     let attempts = row.int("attempts")?;
     Ok(StoredEvent {
-        id: row.text("id")?,
+        id: event_id(row.text("id")?)?,
         source: row.text("source")?,
         event_id: row.text("event_id")?,
         headers,
         body: Bytes::from(row.bytes("body")?),
-        received_at: row.int("received_at")?,
+        received_at: Millis::from_unix_ms(row.int("received_at")?),
         status: row.text("status")?.parse()?,
         attempts: u32::try_from(attempts).map_err(|_| StoreError::Corrupt(format!("attempts {attempts}")))?,
-        next_attempt_at: row.int("next_attempt_at")?,
+        next_attempt_at: Millis::from_unix_ms(row.int("next_attempt_at")?),
         last_error: row.opt_text("last_error")?,
         resource_key: row.opt_text("resource_key")?,
         version: row.opt_text("version")?,
         replays: row.int("replays")?,
-        updated_at: row.int("updated_at")?,
+        updated_at: Millis::from_unix_ms(row.int("updated_at")?),
     })
+}
+
+/// An event's id as read back from the store: one this inbox made, or the row is corrupt (never passed on
+/// to a forward or an admin answer as if it were an id).
+fn event_id(text: String) -> StoreResult<InboxEventId> {
+    InboxEventId::try_from(text).map_err(|e| StoreError::Corrupt(format!("event id: {e}")))
 }
 
 fn clamp(limit: usize) -> i64 {
@@ -281,8 +307,8 @@ fn clamp(limit: usize) -> i64 {
 /// On PostgreSQL a concurrent insert of the same key makes `ON CONFLICT DO NOTHING` wait for the other
 /// transaction; when that commits, nothing is inserted and the lookup — a new statement, so a new
 /// snapshot — sees the original.
-pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: i64) -> StoreResult<Inserted> {
-    let id = new_id(IdKind::InboxEvent);
+pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: Millis) -> StoreResult<Inserted> {
+    let id = InboxEventId::new();
     let headers = serde_json::to_string(&event.headers).map_err(|e| StoreError::Corrupt(format!("headers: {e}")))?;
     let params = params![
         &id,
@@ -297,7 +323,10 @@ pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: 
         &event.version,
     ];
     if let Some(id) = db.text(fixed(statement::INSERT), params).await? {
-        return Ok(Inserted { id, duplicate: false });
+        return Ok(Inserted {
+            id: event_id(id)?,
+            duplicate: false,
+        });
     }
     // Already stored (earlier, or earlier in this very batch): answer with the original's id.
     let original = db
@@ -305,7 +334,7 @@ pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: 
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("event {:?} conflicts but cannot be found", event.event_id)))?;
     Ok(Inserted {
-        id: original,
+        id: event_id(original)?,
         duplicate: true,
     })
 }
@@ -313,15 +342,15 @@ pub(super) async fn insert_one(db: &mut impl Db, event: &NewEvent, received_at: 
 /// A forwarding outcome to record (see [`InboxStore::record`]).
 #[derive(Debug, Clone)]
 pub(super) struct Record {
-    pub(super) id: String,
+    pub(super) id: InboxEventId,
     pub(super) replays: i64,
     pub(super) attempts: u32,
     pub(super) outcome: Outcome,
-    pub(super) now: i64,
+    pub(super) now: Millis,
 }
 
 /// What an outcome writes: the new status, the next attempt time (kept when `None`) and the error.
-fn columns(outcome: &Outcome) -> (Status, Option<i64>, Option<String>) {
+fn columns(outcome: &Outcome) -> (Status, Option<Millis>, Option<String>) {
     match outcome {
         Outcome::Forwarded { .. } => (Status::Forwarded, None, None),
         Outcome::Retry { next_attempt_at, error } => (Status::Pending, Some(*next_attempt_at), Some(error.clone())),
@@ -423,14 +452,17 @@ impl<B: Backend> InboxStore for B {
         self.insert_event(event).await
     }
 
-    async fn due(&self, now: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+    async fn due(&self, now: Millis, limit: usize) -> StoreResult<Vec<StoredEvent>> {
         let mut conn = self.read().await?;
         conn.events(fixed(statement::DUE), params![now, clamp(limit)]).await
     }
 
-    async fn next_due_after(&self, now: i64) -> StoreResult<Option<i64>> {
+    async fn next_due_after(&self, now: Millis) -> StoreResult<Option<Millis>> {
         let mut conn = self.read().await?;
-        conn.int(fixed(statement::NEXT_DUE), params![now]).await
+        Ok(conn
+            .int(fixed(statement::NEXT_DUE), params![now])
+            .await?
+            .map(Millis::from_unix_ms))
     }
 
     async fn newest_version(&self, source: &str, resource_key: &str) -> StoreResult<Option<String>> {
@@ -438,9 +470,16 @@ impl<B: Backend> InboxStore for B {
         conn.text(fixed(statement::NEWEST), params![source, resource_key]).await
     }
 
-    async fn record(&self, id: &str, replays: i64, attempts: u32, outcome: &Outcome, now: i64) -> StoreResult<bool> {
+    async fn record(
+        &self,
+        id: &InboxEventId,
+        replays: i64,
+        attempts: u32,
+        outcome: &Outcome,
+        now: Millis,
+    ) -> StoreResult<bool> {
         let record = Record {
-            id: id.to_owned(),
+            id: id.clone(),
             replays,
             attempts,
             outcome: outcome.clone(),
@@ -449,7 +488,7 @@ impl<B: Backend> InboxStore for B {
         self.record_outcome(record).await
     }
 
-    async fn get(&self, id: &str) -> StoreResult<Option<StoredEvent>> {
+    async fn get(&self, id: &InboxEventId) -> StoreResult<Option<StoredEvent>> {
         let mut conn = self.read().await?;
         Ok(conn.events(fixed(statement::GET), params![id]).await?.pop())
     }
@@ -481,12 +520,12 @@ impl<B: Backend> InboxStore for B {
         conn.events(AssertSqlSafe(sql).into_sql_str(), params).await
     }
 
-    async fn replay(&self, id: &str, now: i64) -> StoreResult<bool> {
+    async fn replay(&self, id: &InboxEventId, now: Millis) -> StoreResult<bool> {
         let mut conn = self.write().await?;
         Ok(conn.execute(fixed(statement::REPLAY), params![now, id]).await? == 1)
     }
 
-    async fn replay_window(&self, source: &str, since: i64, until: i64, now: i64) -> StoreResult<u64> {
+    async fn replay_window(&self, source: &str, since: Millis, until: Millis, now: Millis) -> StoreResult<u64> {
         let mut conn = self.write().await?;
         conn.execute(fixed(statement::REPLAY_WINDOW), params![now, source, since, until])
             .await
@@ -499,7 +538,10 @@ impl<B: Backend> InboxStore for B {
             .int(fixed(statement::PENDING_COUNT), params![source, cap.saturating_add(1)])
             .await?
             .unwrap_or(0);
-        let oldest_received_at = conn.int(fixed(statement::OLDEST_PENDING), params![source]).await?;
+        let oldest_received_at = conn
+            .int(fixed(statement::OLDEST_PENDING), params![source])
+            .await?
+            .map(Millis::from_unix_ms);
         let count = u64::try_from(count).unwrap_or(0);
         Ok(super::Pending {
             count: count.min(super::Pending::COUNT_CAP),
@@ -517,7 +559,7 @@ impl<B: Backend> InboxStore for B {
         };
         let probe = async {
             let mut conn = self.write().await?;
-            let now = herald_core::clock::now_ms();
+            let now = herald_core::clock::now();
             conn.execute(fixed(statement::PROBE), params![now]).await.map(drop)
         };
         health.recheck(probe, StoreError::fault, StoreError::FileCorrupt).await

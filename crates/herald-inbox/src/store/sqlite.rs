@@ -87,7 +87,7 @@ impl Backend for SqliteInbox {
         let (reply, answer) = oneshot::channel();
         let job = InsertJob {
             event,
-            received_at: herald_core::clock::now_ms(),
+            received_at: herald_core::clock::now(),
             reply,
         };
         self.inserts.send(job).await.map_err(|_| StoreError::Closed)?;

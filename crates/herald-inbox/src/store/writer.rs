@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use herald_core::clock::Millis;
 use herald_sql::custody::WriteHealth;
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
@@ -23,7 +24,7 @@ pub(super) const MAX_BATCH: usize = 256;
 
 pub(super) struct InsertJob {
     pub(super) event: NewEvent,
-    pub(super) received_at: i64,
+    pub(super) received_at: Millis,
     pub(super) reply: oneshot::Sender<StoreResult<Inserted>>,
 }
 

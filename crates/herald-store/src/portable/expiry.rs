@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use herald_core::clock::Millis;
 use herald_core::model::DeliveryStatus;
 
 use crate::StoreResult;
@@ -15,7 +16,7 @@ use crate::statement::{Arg, Sql};
 /// Mark these pending deliveries dead (those still pending: a result may have settled one meanwhile), with
 /// the `message.attempt.exhausted` event of each, inside the caller's transaction, which read them with
 /// their rows locked where rows can be locked.
-pub(crate) async fn settle_expired<D: Dialect>(tx: &mut Tx<D>, expiring: &[Expired], now: i64) -> StoreResult<()> {
+pub(crate) async fn settle_expired<D: Dialect>(tx: &mut Tx<D>, expiring: &[Expired], now: Millis) -> StoreResult<()> {
     if expiring.is_empty() {
         return Ok(());
     }

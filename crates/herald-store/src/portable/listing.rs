@@ -1,6 +1,7 @@
 //! The listings whose statements are assembled from their filters: messages, attempts, deliveries,
 //! attempt buckets. Each filter adds its condition and binds its value; absent filters add nothing.
 
+use herald_core::clock::Millis;
 use herald_core::id::{AppId, EndpointId};
 
 use crate::dialect::Dialect;
@@ -203,7 +204,7 @@ pub(super) fn last_attempts<'a>(records: &'a [DeliveryRecord]) -> Sql<'a> {
 /// An endpoint's attempts per time bucket (see [`crate::Store::attempt_buckets`]). The smallest attempt id
 /// of the window is bound too, so the `(endpoint_id, id)` index is read from the window's start only (ids
 /// sort by creation time).
-pub(super) fn attempt_buckets(endpoint_id: &EndpointId, since: i64, until: i64, bucket_ms: i64) -> Sql<'_> {
+pub(super) fn attempt_buckets(endpoint_id: &EndpointId, since: Millis, until: Millis, bucket_ms: i64) -> Sql<'_> {
     let first_id = herald_core::id::lower_bound(herald_core::id::IdKind::Attempt, since);
     Sql::new(
         "SELECT (created_at - $1) / $2 AS bucket, \

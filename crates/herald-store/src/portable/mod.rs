@@ -12,6 +12,7 @@ pub(crate) mod secrets;
 
 use std::sync::Arc;
 
+use herald_core::clock::Millis;
 use herald_core::id::{
     AppId, AppIdOrUid, AttemptId, EndpointId, EndpointIdOrUid, MessageId, MessageIdOrEventId, TaskId,
 };
@@ -499,15 +500,15 @@ impl<D: Dialect> Store for SqlStore<D> {
         &self,
         endpoint_id: &EndpointId,
         new_secret: &str,
-        old_expires_at: i64,
-        now: i64,
+        old_expires_at: Millis,
+        now: Millis,
     ) -> StoreResult<()> {
         secrets::rotate(self, endpoint_id, new_secret, old_expires_at, now).await?;
         self.endpoint_changed(endpoint_id).await;
         Ok(())
     }
 
-    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: i64) -> StoreResult<Vec<PreviousSecret>> {
+    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: Millis) -> StoreResult<Vec<PreviousSecret>> {
         secrets::previous(self, endpoint_id, now).await
     }
 
@@ -519,7 +520,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             .await?
             .ok_or(StoreError::NotFound)?;
         let endpoint = self.endpoint(&deleted)?;
-        let now = herald_core::clock::now_ms();
+        let now = herald_core::clock::now();
         let event = NewEvent::endpoint(events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
         D::record_events(&mut tx, &[event]).await?;
         tx.commit().await?;
@@ -626,8 +627,8 @@ impl<D: Dialect> Store for SqlStore<D> {
                 endpoint_id: row.id("endpoint_id")?,
                 message: Arc::new(rows::message(row)?),
                 attempts: count(row.int("attempts")?),
-                next_attempt_at: row.int("next_attempt_at")?,
-                window_start: row.int("window_start")?,
+                next_attempt_at: row.time("next_attempt_at")?,
+                window_start: row.time("window_start")?,
                 trigger: AttemptTrigger::from_code(row.int("next_trigger")?),
             })
         })
@@ -637,11 +638,11 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.watched(D::record_attempts(self, records).await)
     }
 
-    async fn expire_deliveries(&self, seqs: &[i64], now: i64) -> StoreResult<()> {
+    async fn expire_deliveries(&self, seqs: &[i64], now: Millis) -> StoreResult<()> {
         D::expire_deliveries(self, seqs, now).await
     }
 
-    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: i64, now: i64) -> StoreResult<u64> {
+    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: Millis, now: Millis) -> StoreResult<u64> {
         D::expire_waiting(self, endpoint_id, created_before, now).await
     }
 
@@ -656,10 +657,15 @@ impl<D: Dialect> Store for SqlStore<D> {
             cap = Backlog::COUNT_CAP + 1
         );
         let row = Sql::new(text).bind(endpoint_id).fetch_one(self.reads()).await?;
-        Ok(Backlog::from_count(row.int("pending")?, row.opt_int("oldest")?))
+        Ok(Backlog::from_count(row.int("pending")?, row.opt_time("oldest")?))
     }
 
-    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: i64) -> StoreResult<bool> {
+    async fn disable_endpoint(
+        &self,
+        endpoint_id: &EndpointId,
+        reason: &DisabledReason,
+        now: Millis,
+    ) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
         let updated = Sql::new(
             "UPDATE endpoint SET disabled = TRUE, disabled_reason = $1, updated_at = $2 \
@@ -693,7 +699,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         expected_reason: &DisabledReason,
         disabled: bool,
         reason: Option<&DisabledReason>,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<bool> {
         let changed = Sql::new(
             "UPDATE endpoint SET disabled = $1, disabled_reason = $2, updated_at = $3 \
@@ -738,8 +744,8 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn attempt_buckets(
         &self,
         endpoint_id: &EndpointId,
-        since: i64,
-        until: i64,
+        since: Millis,
+        until: Millis,
         bucket_ms: i64,
     ) -> StoreResult<Vec<AttemptBucket>> {
         let found = listing::attempt_buckets(endpoint_id, since, until, bucket_ms)
@@ -760,7 +766,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         decode_all(&found, rows::operational_event)
     }
 
-    async fn mark_operational_event_sent(&self, seq: i64, now: i64) -> StoreResult<()> {
+    async fn mark_operational_event_sent(&self, seq: i64, now: Millis) -> StoreResult<()> {
         Sql::new("UPDATE operational_event SET sent_at = $1 WHERE seq = $2 AND sent_at IS NULL")
             .bind(now)
             .bind(seq)
@@ -787,7 +793,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(())
     }
 
-    async fn find_app_token(&self, token_sha256: &str, now: i64) -> StoreResult<Option<AppToken>> {
+    async fn find_app_token(&self, token_sha256: &str, now: Millis) -> StoreResult<Option<AppToken>> {
         let row = Sql::new("SELECT * FROM app_token WHERE token_sha256 = $1 AND expires_at > $2")
             .bind(token_sha256)
             .bind(now)
@@ -796,7 +802,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         row.as_ref().map(rows::app_token).transpose()
     }
 
-    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: i64) -> StoreResult<u64> {
+    async fn expire_app_tokens(&self, app_id: &AppId, sessions: Option<&[String]>, at: Millis) -> StoreResult<u64> {
         let mut sql = Sql::new("UPDATE app_token SET expires_at = $1 WHERE app_id = $2 AND expires_at > $1")
             .bind(at)
             .bind(app_id);
@@ -811,7 +817,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(sql.execute(self.writes()).await?)
     }
 
-    async fn expire_app_token(&self, token_sha256: &str, at: i64) -> StoreResult<()> {
+    async fn expire_app_token(&self, token_sha256: &str, at: Millis) -> StoreResult<()> {
         let changed = Sql::new(format!(
             "UPDATE app_token SET expires_at = {}(expires_at, $1) WHERE token_sha256 = $2",
             D::LEAST
@@ -823,7 +829,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         one_changed(changed)
     }
 
-    async fn retention_step(&self, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
+    async fn retention_step(&self, attempts_before: Millis, now: Millis, limit_n: usize) -> StoreResult<RetentionStep> {
         self.watched(D::retention_step(self, attempts_before, now, limit_n).await)
     }
 
@@ -869,8 +875,8 @@ impl<D: Dialect> Store for SqlStore<D> {
                 endpoint: self.endpoint(row)?,
                 status: status_of(row.int("d_status")?)?,
                 attempts: count(row.int("d_attempts")?),
-                next_attempt_at: row.int("d_next")?,
-                updated_at: row.int("d_updated")?,
+                next_attempt_at: row.time("d_next")?,
+                updated_at: row.time("d_updated")?,
             })
         })?;
         Ok(Page::assemble(views, page, |v| v.endpoint.id.to_string()))
@@ -894,7 +900,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         self.changes.lock().ok()?.take()
     }
 
-    async fn idempotent_response(&self, scope: &str, key: &str, since: i64) -> StoreResult<Option<Remembered>> {
+    async fn idempotent_response(&self, scope: &str, key: &str, since: Millis) -> StoreResult<Option<Remembered>> {
         let row = Sql::new(
             "SELECT status, body, request_digest FROM idempotency WHERE scope = $1 AND key = $2 AND created_at >= $3",
         )
@@ -911,8 +917,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         scope: &str,
         key: &str,
         remembered: &Remembered,
-        now: i64,
-        expire_before: i64,
+        now: Millis,
+        expire_before: Millis,
     ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         Sql::new("DELETE FROM idempotency WHERE created_at < $1")
@@ -940,7 +946,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         message_id: &MessageId,
         endpoint_id: &EndpointId,
         trigger: AttemptTrigger,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<Requeue> {
         let requeued = operations::requeue_delivery(self, message_id, endpoint_id, trigger, now).await?;
         if let Requeue::Queued(_) = requeued {
@@ -958,7 +964,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         &self,
         selection: &RequeueSelection,
         limit_n: usize,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<RequeueChunk> {
         let chunk = operations::requeue_selected(self, selection, limit_n, now).await?;
         if chunk.queued > 0 {
@@ -974,7 +980,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(row.int("n")?)
     }
 
-    async fn count_messages(&self, app_id: &AppId, since: i64, until: i64) -> StoreResult<u64> {
+    async fn count_messages(&self, app_id: &AppId, since: Millis, until: Millis) -> StoreResult<u64> {
         let row =
             Sql::new("SELECT COUNT(*) AS n FROM message WHERE app_id = $1 AND created_at >= $2 AND created_at < $3")
                 .bind(app_id)
@@ -988,11 +994,11 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn add_missing_deliveries(
         &self,
         endpoint: &Endpoint,
-        since: i64,
-        until: i64,
+        since: Millis,
+        until: Millis,
         after: Option<&MessageId>,
         limit_n: usize,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<(Option<MessageId>, u64)> {
         let (last, created) =
             operations::add_missing_deliveries(self, endpoint, since, until, after, limit_n, now).await?;
@@ -1007,7 +1013,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         app_id: &AppId,
         message_id: Option<&MessageId>,
         endpoint_id: Option<&EndpointId>,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<Vec<(EndpointId, i64)>> {
         let found = Sql::new(
             "UPDATE delivery SET status = $1, updated_at = $2 WHERE status = 0 \
@@ -1042,9 +1048,9 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn expunge_app_payloads(
         &self,
         app_id: &AppId,
-        before: i64,
+        before: Millis,
         limit_n: usize,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<(u64, Vec<(EndpointId, i64)>)> {
         let mut tx = self.begin().await?;
         let found = Sql::new(format!(
@@ -1110,8 +1116,8 @@ impl<D: Dialect> Store for SqlStore<D> {
                 message: rows::message(row)?,
                 status: status_of(row.int("status")?)?,
                 attempts: count(row.int("attempts")?),
-                next_attempt_at: row.int("next_attempt_at")?,
-                updated_at: row.int("updated_at")?,
+                next_attempt_at: row.time("next_attempt_at")?,
+                updated_at: row.time("updated_at")?,
                 last_attempt: None,
             })
         })?;
@@ -1122,7 +1128,12 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(Page::assemble(records, page, |r| r.seq.to_string()))
     }
 
-    async fn endpoint_stats(&self, endpoint_id: &EndpointId, since: i64, until: i64) -> StoreResult<DeliveryStats> {
+    async fn endpoint_stats(
+        &self,
+        endpoint_id: &EndpointId,
+        since: Millis,
+        until: Millis,
+    ) -> StoreResult<DeliveryStats> {
         let found = Sql::new(
             "SELECT d.status, COUNT(*) AS n FROM delivery d JOIN message m ON m.id = d.message_id \
              WHERE d.endpoint_id = $1 AND m.created_at >= $2 AND m.created_at < $3 GROUP BY d.status",
@@ -1202,13 +1213,13 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn take_interrupted_tasks(
         &self,
-        now: i64,
+        now: Millis,
         starting: bool,
         resume: &[TaskKind],
     ) -> StoreResult<(Vec<BackgroundTask>, u64)> {
-        let stale_before = match D::TASK_ORPHANED_AFTER_MS {
-            Some(ms) => now.saturating_sub(ms),
-            None if starting => i64::MAX,
+        let stale_before = match D::TASK_ORPHANED_AFTER {
+            Some(after) => now - after,
+            None if starting => Millis::MAX,
             None => return Ok((Vec::new(), 0)),
         };
         let found = Sql::new("SELECT * FROM background_task WHERE state = $1 AND updated_at < $2")
@@ -1250,7 +1261,7 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn ping(&self) -> StoreResult<()> {
         Sql::new("SELECT 1").execute(self.reads()).await?;
         // While writes fail on a storage fault, a probe write tells when they succeed again.
-        let now = herald_core::clock::now_ms().to_string();
+        let now = herald_core::clock::now().as_unix_ms().to_string();
         let probe = self.meta_set(HEALTH_PROBE_KEY, &now);
         self.health
             .recheck(probe, StoreError::fault, StoreError::FileCorrupt)

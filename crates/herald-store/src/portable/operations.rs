@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 
+use herald_core::clock::Millis;
 use herald_core::id::{EndpointId, MessageId};
 use herald_core::model::{AttemptTrigger, DeliveryStatus, Endpoint};
 
@@ -34,7 +35,7 @@ async fn reinsert<D: Dialect>(
     tx: &mut Tx<D>,
     seqs: &[i64],
     trigger: AttemptTrigger,
-    now: i64,
+    now: Millis,
 ) -> StoreResult<Vec<i64>> {
     if seqs.is_empty() {
         return Ok(Vec::new());
@@ -70,7 +71,7 @@ pub(super) async fn requeue_delivery<D: Dialect>(
     message_id: &MessageId,
     endpoint_id: &EndpointId,
     trigger: AttemptTrigger,
-    now: i64,
+    now: Millis,
 ) -> StoreResult<Requeue> {
     let mut tx = store.begin().await?;
     D::order_seqs(&mut tx).await?;
@@ -101,7 +102,7 @@ pub(super) async fn requeue_selected<D: Dialect>(
     store: &SqlStore<D>,
     selection: &RequeueSelection,
     limit_n: usize,
-    now: i64,
+    now: Millis,
 ) -> StoreResult<RequeueChunk> {
     let mut sql = selected::<D>("d.seq", selection);
     sql.push(" ORDER BY d.seq LIMIT ")
@@ -126,11 +127,11 @@ pub(super) async fn requeue_selected<D: Dialect>(
 pub(super) async fn add_missing_deliveries<D: Dialect>(
     store: &SqlStore<D>,
     endpoint: &Endpoint,
-    since: i64,
-    until: i64,
+    since: Millis,
+    until: Millis,
     after: Option<&MessageId>,
     limit_n: usize,
-    now: i64,
+    now: Millis,
 ) -> StoreResult<(Option<MessageId>, u64)> {
     let mut tx = store.begin().await?;
     D::order_seqs(&mut tx).await?;

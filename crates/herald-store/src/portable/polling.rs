@@ -2,6 +2,7 @@
 //! numbered by a trigger in commit order, see the `polling` migrations) and consumer offsets, one SQL text
 //! per statement.
 
+use herald_core::clock::Millis;
 use herald_core::id::{AppId, SinkId, SinkIdOrUid};
 
 use crate::dialect::{Dialect, SqlStore};
@@ -26,8 +27,8 @@ fn decode<D: Dialect>(store: &SqlStore<D>, row: &D::Row) -> StoreResult<PollingE
         channels: rows::decode_list(row.opt_text("channels")?)?,
         metadata: rows::decode_metadata(&row.text("metadata")?)?,
         secret,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
         id,
     })
 }
@@ -37,7 +38,7 @@ fn offset(row: &impl Columns) -> StoreResult<ConsumerOffset> {
     Ok(ConsumerOffset {
         committed: row.int("committed_seq")?,
         leased: row.int("leased_seq")?,
-        lease_expires_at: row.int("lease_expires_at")?,
+        lease_expires_at: row.time("lease_expires_at")?,
     })
 }
 
@@ -142,14 +143,14 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         })
     }
 
-    async fn stream_position_at(&self, app_id: &AppId, time_ms: i64) -> StoreResult<Option<i64>> {
+    async fn stream_position_at(&self, app_id: &AppId, time: Millis) -> StoreResult<Option<i64>> {
         // Through the `(app_id, created_at)` index of `message`: the first message at or after the time.
         let row = Sql::new(
             "SELECT s.seq AS seq FROM message m JOIN message_stream s ON s.message_id = m.id \
              WHERE m.app_id = $1 AND m.created_at >= $2 ORDER BY m.created_at, m.id LIMIT 1",
         )
         .bind(app_id)
-        .bind(time_ms)
+        .bind(time)
         .fetch_optional(self.reads())
         .await?;
         row.map(|row| Ok(row.int("seq")? - 1)).transpose()
@@ -180,7 +181,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         sink_id: &SinkId,
         consumer_id: &str,
         offset: &ConsumerOffset,
-        now: i64,
+        now: Millis,
     ) -> StoreResult<()> {
         let written = Sql::new(
             "INSERT INTO polling_consumer (sink_id, consumer_id, committed_seq, leased_seq, lease_expires_at, \
@@ -200,7 +201,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         self.watched(written).map(drop)
     }
 
-    async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: i64) -> StoreResult<()> {
+    async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: Millis) -> StoreResult<()> {
         // The offset only moves forward (a late, older commit never undoes a newer one); a commit that
         // covers the whole lease ends it.
         let written = Sql::new(

@@ -2,6 +2,7 @@
 //! and migration of rows written before encryption, and key rotation (`endpoint_secret` rows). Several
 //! nodes may run this at once against one PostgreSQL database.
 
+use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
 use herald_core::model::PreviousSecret;
 use serde_json::json;
@@ -76,8 +77,8 @@ pub(super) async fn rotate<D: Dialect>(
     store: &SqlStore<D>,
     endpoint_id: &EndpointId,
     new_secret: &str,
-    old_expires_at: i64,
-    now: i64,
+    old_expires_at: Millis,
+    now: Millis,
 ) -> StoreResult<()> {
     let cipher = &store.cipher;
     let mut tx = store.begin().await?;
@@ -133,7 +134,7 @@ pub(super) async fn rotate<D: Dialect>(
 pub(super) async fn previous<D: Dialect>(
     store: &SqlStore<D>,
     endpoint_id: &EndpointId,
-    now: i64,
+    now: Millis,
 ) -> StoreResult<Vec<PreviousSecret>> {
     let found = Sql::new(format!(
         "SELECT secret, rotated_at, expires_at FROM endpoint_secret WHERE endpoint_id = $1 AND expires_at > $2 \
@@ -149,8 +150,8 @@ pub(super) async fn previous<D: Dialect>(
         .map(|row| {
             Ok(PreviousSecret {
                 secret: sealing::open_secret(&store.cipher, endpoint_id, &row.text("secret")?)?,
-                rotated_at: row.int("rotated_at")?,
-                expires_at: row.int("expires_at")?,
+                rotated_at: row.time("rotated_at")?,
+                expires_at: row.time("expires_at")?,
             })
         })
         .collect()

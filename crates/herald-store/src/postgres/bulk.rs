@@ -12,14 +12,14 @@
 use std::collections::{HashMap, HashSet};
 
 use futures::future::BoxFuture;
-use herald_core::id::AppId;
-use herald_core::model::Endpoint;
+use herald_core::clock::Millis;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
+use crate::subscribers::{self, ByApp, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
 use herald_sql::text::escape;
 
@@ -56,31 +56,33 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> S
 }
 
 /// The apps of the batch that exist (with their default payload retention), and their endpoints (disabled
-/// ones included), in one round trip.
-async fn apps_and_endpoints(
-    conn: &mut PgConnection,
-    app_ids: &[&str],
-) -> StoreResult<(Apps, HashMap<AppId, Vec<Endpoint>>)> {
-    let found = sqlx::query(
+/// ones included) as fan-out sees them, in one round trip. Not cached as SQLite's are (see
+/// [`subscribers`]): reading the rows `FOR SHARE` is what keeps another node from deleting an endpoint
+/// this batch fans out to.
+async fn apps_and_endpoints(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, ByApp)> {
+    let sql = format!(
         "SELECT a.id AS a_id, a.payload_retention_period AS a_retention, e.* FROM application a \
-         LEFT JOIN LATERAL (SELECT * FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
+         LEFT JOIN LATERAL (SELECT {} FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
          WHERE a.id = ANY($1) ORDER BY a.id FOR SHARE OF a",
-    )
-    .bind(app_ids)
-    .fetch_all(&mut *conn)
-    .await?;
+        subscribers::COLUMNS
+    );
+    let found = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(app_ids)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut existing = Apps::new();
-    let mut by_app: HashMap<AppId, Vec<Endpoint>> = HashMap::new();
+    let mut read = Vec::new();
     for row in &found {
         existing.insert(
             row.try_get::<String, _>("a_id")?,
             plan::retention_ms(row.try_get("a_retention")?),
         );
         if row.try_get::<Option<String>, _>("id")?.is_some() {
-            let endpoint = rows::endpoint(row, None)?;
-            by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
+            read.push(Subscriber::from_row(row)?);
         }
     }
+    let found_apps: Vec<&str> = existing.keys().map(String::as_str).collect();
+    let by_app = subscribers::group(&found_apps, read)?;
     Ok((existing, by_app))
 }
 
@@ -135,10 +137,10 @@ async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> St
     let channels = m(|r| rows::encode_list(&r.message.channels));
     let ordering = m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned()));
     let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
-    let created: Vec<i64> = messages.iter().map(|r| r.message.created_at).collect();
-    let expires: Vec<Option<i64>> = messages.iter().map(|r| r.payload_expires_at).collect();
+    let created: Vec<Millis> = messages.iter().map(|r| r.message.created_at).collect();
+    let expires: Vec<Option<Millis>> = messages.iter().map(|r| r.payload_expires_at).collect();
     let tags = m(|r| rows::encode_list(&r.message.tags));
-    let deliver_at: Vec<Option<i64>> = messages.iter().map(|r| r.message.deliver_at).collect();
+    let deliver_at: Vec<Option<Millis>> = messages.iter().map(|r| r.message.deliver_at).collect();
     sqlx::query(
         "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
          created_at, payload_expires_at, tags, deliver_at) SELECT * FROM UNNEST($1::text[], $2::text[], \
@@ -194,9 +196,9 @@ async fn insert_deliveries(
     let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
     let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id.as_str()).collect();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
-    let times: Vec<i64> = fan_out.iter().map(|f| f.message.created_at).collect();
-    let due: Vec<i64> = fan_out.iter().map(|f| f.message.due_at()).collect();
-    let windows: Vec<Option<i64>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
+    let times: Vec<Millis> = fan_out.iter().map(|f| f.message.created_at).collect();
+    let due: Vec<Millis> = fan_out.iter().map(|f| f.message.due_at()).collect();
+    let windows: Vec<Option<Millis>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
     // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
     // The notification rides in the same statement (one round trip less per batch).
     let found = sqlx::query(
@@ -305,7 +307,7 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(a(|r| escape(&r.attempt.response).into_owned()))
     .bind(n(|r| r.attempt.duration_ms))
     .bind(n(|r| r.attempt.trigger.code()))
-    .bind(n(|r| r.attempt.created_at))
+    .bind(kept.iter().map(|r| r.attempt.created_at).collect::<Vec<_>>())
     .fetch_all(&mut *tx)
     .await?;
     let inserted: HashSet<String> = inserted
@@ -326,8 +328,8 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     .bind(l(|r| r.delivery_seq))
     .bind(l(|r| r.status.code()))
     .bind(l(|r| i64::from(r.attempt.attempt_number)))
-    .bind(l(|r| r.next_attempt_at))
-    .bind(l(|r| r.attempt.created_at + r.attempt.duration_ms))
+    .bind(latest.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
+    .bind(latest.iter().map(|r| r.attempt.finished_at()).collect::<Vec<_>>())
     .execute(&mut *tx)
     .await?;
     // Only attempts this transaction added cause events: a batch written again after a commit whose

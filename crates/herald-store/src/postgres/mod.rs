@@ -19,9 +19,11 @@ mod lease;
 mod outbox;
 mod retention;
 
+use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool};
@@ -185,7 +187,7 @@ impl Dialect for Postgres {
     const INSERTION_ORDER: &'static str = "id";
     // Several nodes share the table; a running task records progress after every chunk, so only one
     // that has made none for a minute can be the orphan of a stopped node.
-    const TASK_ORPHANED_AFTER_MS: Option<i64> = Some(60_000);
+    const TASK_ORPHANED_AFTER: Option<Duration> = Some(Duration::from_secs(60));
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}::jsonb) c WHERE c = {mark})")
@@ -243,7 +245,7 @@ impl Dialect for Postgres {
         bulk::write_results(&store.writes, &store.dialect.leases, records).await
     }
 
-    async fn expire_deliveries<'a>(store: &'a PgStore, seqs: &'a [i64], now: i64) -> StoreResult<()> {
+    async fn expire_deliveries<'a>(store: &'a PgStore, seqs: &'a [i64], now: Millis) -> StoreResult<()> {
         let mut tx = store.begin().await?;
         let held = store.dialect.leases.fence(&mut tx.0).await?;
         let sql = format!(
@@ -264,8 +266,8 @@ impl Dialect for Postgres {
     async fn expire_waiting<'a>(
         store: &'a PgStore,
         endpoint_id: &'a EndpointId,
-        created_before: i64,
-        now: i64,
+        created_before: Millis,
+        now: Millis,
     ) -> StoreResult<u64> {
         // The head of the pending index, one short transaction per pass (see `EXPIRY_SCAN`). A re-queued
         // delivery's window starts when it was re-queued, not when its message was created.
@@ -299,8 +301,8 @@ impl Dialect for Postgres {
 
     async fn retention_step(
         store: &PgStore,
-        attempts_before: i64,
-        now: i64,
+        attempts_before: Millis,
+        now: Millis,
         limit: usize,
     ) -> StoreResult<RetentionStep> {
         retention::step(&store.writes, attempts_before, now, limit).await

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use herald_core::clock::Millis;
 use sqlx::{AssertSqlSafe, PgPool};
 use time::{Date, Month, OffsetDateTime};
 
@@ -47,8 +48,8 @@ fn day_of(name: &str) -> Option<i64> {
 
 /// Create the day partitions from yesterday to a few days ahead and drop those older than `retention`.
 pub(crate) async fn maintain(pool: &PgPool, retention: Duration) -> StoreResult<()> {
-    let now = herald_core::clock::now_ms();
-    let today = now.div_euclid(DAY_MS);
+    // Partitions are bounded in the stored unit, whole days of Unix milliseconds.
+    let today = herald_core::clock::now().as_unix_ms().div_euclid(DAY_MS);
     let mut tx = pool.begin().await?;
     let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
         .bind(MAINTENANCE_LOCK)
@@ -109,7 +110,12 @@ pub(crate) async fn run(pool: PgPool, retention: Duration, bound: Bound) {
 
 /// One retention batch (see [`crate::Store::retention_step`]): beside the day partitions dropped whole,
 /// rows of the partitions kept are deleted in small batches.
-pub(super) async fn step(pool: &PgPool, attempts_before: i64, now: i64, limit_n: usize) -> StoreResult<RetentionStep> {
+pub(super) async fn step(
+    pool: &PgPool,
+    attempts_before: Millis,
+    now: Millis,
+    limit_n: usize,
+) -> StoreResult<RetentionStep> {
     let attempts = sqlx::query(
         "DELETE FROM attempt WHERE (id, created_at) IN \
          (SELECT id, created_at FROM attempt WHERE created_at < $1 ORDER BY created_at LIMIT $2)",

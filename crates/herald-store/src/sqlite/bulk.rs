@@ -12,17 +12,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use herald_core::id::AppId;
-use herald_core::model::Endpoint;
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, marks};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
+use crate::subscribers::{self, ByApp, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
 
-/// SQLite's [`BatchWriter`].
-pub(crate) struct SqliteBatches;
+/// SQLite's [`BatchWriter`], with each application's subscribers cached between batches (see
+/// [`subscribers`]).
+#[derive(Default)]
+pub(crate) struct SqliteBatches {
+    subscribers: subscribers::Cache,
+}
 
 impl BatchWriter for SqliteBatches {
     type Db = Sqlite;
@@ -37,14 +40,14 @@ impl BatchWriter for SqliteBatches {
         conn: &'c mut SqliteConnection,
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch))
+        Box::pin(write(conn, batch, &self.subscribers))
     }
 }
 
-async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Outcomes> {
+async fn write(conn: &mut SqliteConnection, batch: &[IngestJob], cache: &subscribers::Cache) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let apps = existing_apps(conn, &app_ids).await?;
-    let subscribers = subscribers(conn, &app_ids).await?;
+    let (apps, versions) = existing_apps(conn, &app_ids).await?;
+    let subscribers = subscribers_of(conn, &versions, cache).await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &apps, earlier);
     insert_messages(conn, &plan.messages).await?;
@@ -55,37 +58,55 @@ async fn write(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<
     Ok(plan.finish(deliveries))
 }
 
-/// The apps that exist, with their default payload retention.
-async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<Apps> {
+/// The apps that exist, with their default payload retention, and each one's `endpoints_version`.
+async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<(Apps, Vec<(String, i64)>)> {
     let sql = format!(
-        "SELECT id, payload_retention_period FROM application WHERE id IN ({})",
+        "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id IN ({})",
         marks(app_ids.len())
     );
-    let mut query = sqlx::query_as::<_, (String, Option<i64>)>(AssertSqlSafe(sql));
+    let mut query = sqlx::query_as::<_, (String, Option<i64>, i64)>(AssertSqlSafe(sql));
     for id in app_ids {
         query = query.bind(*id);
     }
     let found = query.fetch_all(&mut *conn).await?;
-    Ok(found
-        .into_iter()
-        .map(|(id, days)| (id, plan::retention_ms(days)))
-        .collect())
+    let mut apps = Apps::with_capacity(found.len());
+    let mut versions = Vec::with_capacity(found.len());
+    for (id, days, version) in found {
+        apps.insert(id.clone(), plan::retention_ms(days));
+        versions.push((id, version));
+    }
+    Ok((apps, versions))
 }
 
-/// Each app's endpoints, disabled ones included.
-async fn subscribers(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<HashMap<AppId, Vec<Endpoint>>> {
-    let sql = format!("SELECT * FROM endpoint WHERE app_id IN ({})", marks(app_ids.len()));
+/// Each app's subscribers: from the cache where it holds the app's list at its current version, else
+/// read (and then cached).
+async fn subscribers_of(
+    conn: &mut SqliteConnection,
+    versions: &[(String, i64)],
+    cache: &subscribers::Cache,
+) -> StoreResult<ByApp> {
+    let versions: Vec<(&str, i64)> = versions.iter().map(|(id, v)| (id.as_str(), *v)).collect();
+    let (mut found, stale) = cache.lookup(&versions);
+    if stale.is_empty() {
+        return Ok(found);
+    }
+    let sql = format!(
+        "SELECT {} FROM endpoint WHERE app_id IN ({})",
+        subscribers::COLUMNS,
+        marks(stale.len())
+    );
     let mut query = sqlx::query(AssertSqlSafe(sql));
-    for id in app_ids {
+    for id in &stale {
         query = query.bind(*id);
     }
-    let mut by_app: HashMap<AppId, Vec<Endpoint>> = HashMap::new();
+    let mut read = Vec::new();
     for row in query.fetch_all(&mut *conn).await? {
-        // Subscription fields only: the secrets stay sealed.
-        let endpoint = rows::endpoint(&row, None)?;
-        by_app.entry(endpoint.app_id.clone()).or_default().push(endpoint);
+        read.push(Subscriber::from_row(&row)?);
     }
-    Ok(by_app)
+    let read = subscribers::group(&stale, read)?;
+    cache.remember(&versions, &read);
+    found.extend(read);
+    Ok(found)
 }
 
 async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {
@@ -251,7 +272,7 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
                 .bind(record.status.code())
                 .bind(i64::from(a.attempt_number))
                 .bind(record.next_attempt_at)
-                .bind(a.created_at + a.duration_ms);
+                .bind(a.finished_at());
         }
         query.execute(&mut *conn).await?;
     }

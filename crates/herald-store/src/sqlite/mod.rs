@@ -9,6 +9,7 @@ mod chunk;
 mod events;
 mod retention;
 
+use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -59,7 +60,7 @@ impl SqlStore<Sqlite> {
         let health = Arc::new(WriteHealth::default());
         tokio::spawn(group_commit::run(
             writes.clone(),
-            bulk::SqliteBatches,
+            bulk::SqliteBatches::default(),
             jobs,
             feed_tx.clone(),
             health.clone(),
@@ -136,7 +137,7 @@ impl Dialect for Sqlite {
     const LEAST: &'static str = "MIN";
     const PARTITIONED: bool = false;
     const INSERTION_ORDER: &'static str = "rowid";
-    const TASK_ORPHANED_AFTER_MS: Option<i64> = None;
+    const TASK_ORPHANED_AFTER: Option<Duration> = None;
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = {mark})")
@@ -185,7 +186,7 @@ impl Dialect for Sqlite {
         written
     }
 
-    async fn expire_deliveries<'a>(store: &'a SqliteStore, seqs: &'a [i64], now: i64) -> StoreResult<()> {
+    async fn expire_deliveries<'a>(store: &'a SqliteStore, seqs: &'a [i64], now: Millis) -> StoreResult<()> {
         let mut tx = store.begin().await?;
         let found = Sql::new(format!(
             "{} AND {}",
@@ -204,8 +205,8 @@ impl Dialect for Sqlite {
     async fn expire_waiting<'a>(
         store: &'a SqliteStore,
         endpoint_id: &'a EndpointId,
-        created_before: i64,
-        now: i64,
+        created_before: Millis,
+        now: Millis,
     ) -> StoreResult<u64> {
         // The head of the pending index, one short transaction per pass (see `EXPIRY_SCAN`). A re-queued
         // delivery's window starts when it was re-queued, not when its message was created.
@@ -232,8 +233,8 @@ impl Dialect for Sqlite {
 
     async fn retention_step(
         store: &SqliteStore,
-        attempts_before: i64,
-        now: i64,
+        attempts_before: Millis,
+        now: Millis,
         limit: usize,
     ) -> StoreResult<RetentionStep> {
         retention::step(&store.writes, attempts_before, now, limit).await

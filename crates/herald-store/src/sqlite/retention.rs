@@ -3,14 +3,15 @@
 //! results never wait long behind it. Every scan is served by an index (`attempt_created`,
 //! `message_payload_expiry`, `operational_event_created`).
 
+use herald_core::clock::Millis;
 use sqlx::SqlitePool;
 
 use crate::{RetentionStep, StoreResult};
 
 pub(super) async fn step(
     write: &SqlitePool,
-    attempts_before: i64,
-    now: i64,
+    attempts_before: Millis,
+    now: Millis,
     limit: usize,
 ) -> StoreResult<RetentionStep> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
