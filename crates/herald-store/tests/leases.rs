@@ -106,6 +106,15 @@ pub(crate) async fn wait_until<F: AsyncFn() -> bool>(what: &str, timeout: Durati
     }
 }
 
+/// Wait until nodes `a` and `b` own half the partitions each, failing after `timeout`.
+async fn split_evenly(url: &str, a: &PgStore, b: &PgStore, timeout: Duration) {
+    let even = BTreeMap::from([(a.node_id().to_owned(), 128), (b.node_id().to_owned(), 128)]);
+    wait_until("the partitions are split evenly", timeout, async || {
+        owners(url).await == even
+    })
+    .await;
+}
+
 /// The next `Work` event naming `endpoint` (other events are skipped).
 async fn work_for(events: &mut UnboundedReceiver<OwnershipEvent>, endpoint: &str, timeout: Duration) {
     tokio::time::timeout(timeout, async {
@@ -151,11 +160,7 @@ async fn nodes_share_the_partitions_wake_each_other_and_take_over_from_a_dead_no
         .await
         .unwrap();
     let mut b_events = b.ownership().unwrap().take_events().unwrap();
-    let even = BTreeMap::from([(a.node_id().to_owned(), 128), (b.node_id().to_owned(), 128)]);
-    wait_until("the partitions are split evenly", Duration::from_secs(15), async || {
-        owners(&database.url).await == even
-    })
-    .await;
+    split_evenly(&database.url, &a, &b, Duration::from_secs(15)).await;
     let (oa, ob) = (a.ownership().unwrap(), b.ownership().unwrap());
     for _ in 0..200 {
         let id = EndpointId::new();
@@ -184,6 +189,42 @@ async fn nodes_share_the_partitions_wake_each_other_and_take_over_from_a_dead_no
     let pending = a.load_pending(&on_b.id, 0, 10).await.unwrap();
     assert_eq!(pending.iter().map(|p| p.seq).collect::<Vec<_>>(), [seq]);
     eprintln!("take-over after {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn ingest_notifies_the_other_nodes_only_for_endpoints_they_own() {
+    let Some(database) = testdb::fresh("ingest_notifies_the_other_nodes_only…").await else {
+        return;
+    };
+    let mut listener = sqlx::postgres::PgListener::connect(&database.url).await.unwrap();
+    listener.listen("herald_work").await.unwrap();
+    let a = PgStore::open(&database.url, testdb::test_cipher(), &options())
+        .await
+        .unwrap();
+    let shop = app();
+    a.create_app(&shop).await.unwrap();
+    let on_a = endpoint(&shop.id);
+    a.create_endpoint(&on_a).await.unwrap();
+
+    // A lone node owns every endpoint: its engine has the deliveries from its commit feed, and a
+    // notification would only make every notifying commit of the cluster wait for this one's flush.
+    ingest(&a, &shop.id).await;
+    let heard = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+    assert!(heard.is_err(), "a lone node's ingest notified: {heard:?}");
+
+    // With a second node, an ingest for an endpoint that node owns tells it at commit.
+    let b = PgStore::open(&database.url, testdb::test_cipher(), &options())
+        .await
+        .unwrap();
+    split_evenly(&database.url, &a, &b, Duration::from_secs(15)).await;
+    a.delete_endpoint(&on_a.id).await.unwrap();
+    endpoint_owned_by(&a, &b, &shop.id).await;
+    ingest(&a, &shop.id).await;
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a notification for the other node")
+        .unwrap();
+    assert_eq!(heard.payload(), a.node_id(), "the notifying node names itself");
 }
 
 /// A first attempt of delivery `seq` (`message_id` to `e`) that succeeded.
@@ -287,11 +328,7 @@ async fn a_node_that_shuts_down_hands_its_partitions_over_at_once() {
     let b = PgStore::open(&database.url, testdb::test_cipher(), &options)
         .await
         .unwrap();
-    let even = BTreeMap::from([(a.node_id().to_owned(), 128), (b.node_id().to_owned(), 128)]);
-    wait_until("the partitions are split evenly", Duration::from_secs(30), async || {
-        owners(&database.url).await == even
-    })
-    .await;
+    split_evenly(&database.url, &a, &b, Duration::from_secs(30)).await;
     b.shutdown().await;
     let b_owns_nothing = (0..100).all(|_| !b.ownership().unwrap().owns(&EndpointId::new()));
     assert!(b_owns_nothing, "a node that shut down owns nothing");

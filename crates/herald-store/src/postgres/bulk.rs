@@ -10,6 +10,7 @@
 //! fanned out to an endpoint that is being deleted.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use herald_core::clock::Millis;
@@ -25,7 +26,8 @@ use herald_sql::text::escape;
 
 /// PostgreSQL's [`BatchWriter`].
 pub(crate) struct PgBatches {
-    pub(crate) node_id: String,
+    /// This node's leases: its id, and whether other nodes must hear of a batch's deliveries.
+    pub(crate) leases: Arc<Leases>,
 }
 
 impl BatchWriter for PgBatches {
@@ -36,11 +38,11 @@ impl BatchWriter for PgBatches {
     }
 
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch, &self.node_id))
+        Box::pin(write(conn, batch, &self.leases))
     }
 }
 
-async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> StoreResult<Outcomes> {
+async fn write(conn: &mut PgConnection, batch: &[IngestJob], leases: &Leases) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
     let (existing, subscribers) = apps_and_endpoints(conn, &app_ids).await?;
     let earlier = earlier_messages(conn, batch).await?;
@@ -48,7 +50,7 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], node_id: &str) -> S
     insert_messages(conn, &plan.messages).await?;
     insert_tags(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_deliveries(conn, &fan_out, node_id).await?;
+    let deliveries = insert_deliveries(conn, &fan_out, leases).await?;
     drop(fan_out);
     let outcomes = plan.finish(deliveries);
     super::outbox::settle(conn, batch, &outcomes).await?;
@@ -182,12 +184,21 @@ async fn insert_tags(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> StoreR
     Ok(())
 }
 
-/// Insert the deliveries and notify the other nodes (at commit: the owners of these endpoints load
-/// them); their seqs, grouped by the index of the job they belong to.
+/// Insert the deliveries and, when some of them are for partitions this node does not own, notify the
+/// other nodes (at commit: the owners of these endpoints load them); their seqs, grouped by the index of
+/// the job they belong to.
+///
+/// Deliveries this node owns reach its engine through the commit feed, so a notification would tell
+/// nobody anything; and a transaction that notifies holds PostgreSQL's cluster-wide notification lock from
+/// before its commit until its WAL is flushed, so every notifying commit of the cluster — each producer's
+/// `herald_publish` among them — waits for the one before it to reach the disk, instead of sharing a
+/// flush with it (docs/performance.md, "Commit to delivery on the same PostgreSQL"). Should this node lose
+/// a partition between this check and the commit, its new owner finds the delivery at its watcher's next
+/// poll (a heartbeat at most) rather than at once.
 async fn insert_deliveries(
     conn: &mut PgConnection,
     fan_out: &[FanOut<'_>],
-    node_id: &str,
+    leases: &Leases,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let mut by_job = HashMap::new();
     if fan_out.is_empty() {
@@ -196,11 +207,13 @@ async fn insert_deliveries(
     let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
     let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id.as_str()).collect();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
+    let notify_others = !leases.owns_all(&partitions);
     let times: Vec<Millis> = fan_out.iter().map(|f| f.message.created_at).collect();
     let due: Vec<Millis> = fan_out.iter().map(|f| f.message.due_at()).collect();
     let windows: Vec<Option<Millis>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
     // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
-    // The notification rides in the same statement (one round trip less per batch).
+    // The notification rides in the same statement (one round trip less per batch); `notified` is one row
+    // whether or not it is sent.
     let found = sqlx::query(
         "WITH inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
          next_attempt_at, updated_at, window_start) \
@@ -208,7 +221,7 @@ async fn insert_deliveries(
          FROM UNNEST($1::text[], $2::text[], $3::int[], $4::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY \
          AS v (message_id, endpoint_id, partition, at, due, window_start, n) ORDER BY n \
          RETURNING seq, message_id, endpoint_id), \
-         notified AS (SELECT pg_notify($5, $6)) \
+         notified AS (SELECT CASE WHEN $9 THEN pg_notify($5, $6) END) \
          SELECT inserted.* FROM inserted, notified",
     )
     .bind(messages)
@@ -216,9 +229,10 @@ async fn insert_deliveries(
     .bind(partitions)
     .bind(times)
     .bind(WORK_CHANNEL)
-    .bind(node_id)
+    .bind(leases.node_id())
     .bind(due)
     .bind(windows)
+    .bind(notify_others)
     .fetch_all(&mut *conn)
     .await?;
     plan::group_deliveries(fan_out, &found, &mut by_job)?;

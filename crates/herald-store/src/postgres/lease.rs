@@ -17,8 +17,10 @@
 //! Every write an owner makes (attempt results, expiries) is *fenced*: it share-locks the lease rows
 //! and writes only where owner and epoch are still the ones this node holds ([`Leases::fence`]).
 //!
-//! The *watcher* finds new work for owned partitions. Ingest notifies [`WORK_CHANNEL`] at commit; the
-//! watcher (LISTEN, with a poll every heartbeat as the fallback for lost notifications) reads which
+//! The *watcher* finds new work for owned partitions. Ingest notifies [`WORK_CHANNEL`] at commit when
+//! some of its deliveries are for partitions the ingesting node does not own (its own reach its engine
+//! through the commit feed); the watcher (LISTEN, with a poll every heartbeat as the fallback for lost
+//! notifications) reads which
 //! owned endpoints have pending deliveries committed since its last look. `seq`s follow commit order
 //! (see [`super::bulk`]), so "since" is a plain cursor on `seq`.
 
@@ -88,6 +90,15 @@ impl Leases {
             .filter(|(p, _)| only.is_none_or(|only| only.contains(p)))
             .map(|(p, e)| (*p, *e))
             .unzip()
+    }
+
+    /// Whether this node owns (actively, not draining) every one of `partitions`: then no other node
+    /// has to hear of deliveries in them.
+    pub(crate) fn owns_all(&self, partitions: &[i32]) -> bool {
+        self.held
+            .read()
+            .map(|held| partitions.iter().all(|p| held.active.contains_key(p)))
+            .unwrap_or(false)
     }
 
     fn counts(&self) -> (usize, usize) {

@@ -101,9 +101,7 @@ impl SqlStore<Postgres> {
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
         let (leases, lease_tasks) = lease::start(pool.clone(), options, feed_tx.clone()).await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
-        let writer = bulk::PgBatches {
-            node_id: leases.node_id().to_owned(),
-        };
+        let writer = bulk::PgBatches { leases: leases.clone() };
         let (stream_tx, stream) = tokio::sync::watch::channel(0);
         let health = Arc::new(WriteHealth::default());
         // The writer gives a batch up after the server's own bound plus the time to get a connection and

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use herald_core::backoff::Backoff;
 use herald_core::id::AppId;
 use sqlx::postgres::PgListener;
@@ -72,9 +73,10 @@ pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bo
 /// Take the reader lock, then ingest committed rows as they come. `Ok` only when the node shuts down.
 ///
 /// Rounds are pipelined: while the writer commits one round, the next is read and queued behind it (at
-/// most [`DEPTH`] in flight), so the writer never waits for a read. A read skips the rows of the rounds
-/// in flight; the writer takes the queue in order, so rows still become messages in `seq` order, and a
-/// [`Fence`] keeps that order should a batch fail (the rows queued behind it are not written either).
+/// most [`QUEUED_ROWS`] rows in flight), so the writer never waits for a read. A read skips the rows of
+/// the rounds in flight; the writer takes the queue in order, so rows still become messages in `seq`
+/// order, and a [`Fence`] keeps that order should a batch fail (the rows queued behind it are not
+/// written either).
 ///
 /// Its reads are bounded like every store call (`bound`); its ingest is bounded by the group-commit
 /// writer.
@@ -114,6 +116,13 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) ->
 }
 
 /// [`read`], holding the reader lock on `listener`'s session.
+///
+/// The reader looks for rows when a commit notifies it, whether or not rounds are still at the writer,
+/// as long as fewer than [`QUEUED_ROWS`] rows are queued there: a row committed while the writer commits
+/// the rows before it is queued right behind them, so the writer's next batch takes it the moment the
+/// batch before commits, instead of after that commit is answered here and the row read only then.
+/// Every notification already arrived is taken with the first (they say the same thing: "look"), so one
+/// read answers a burst of commits.
 async fn read_locked(
     pool: &PgPool,
     listener: &mut PgListener,
@@ -121,58 +130,113 @@ async fn read_locked(
     bound: &Bound,
 ) -> StoreResult<()> {
     let fence = Arc::new(Fence::default());
-    let mut in_flight: VecDeque<Round> = VecDeque::new();
+    let mut in_flight: VecDeque<InFlight<'_>> = VecDeque::new();
     let mut measured = Instant::now() - MEASURE_EVERY;
+    // Rows may be waiting that no read has looked for: at the start (rows committed while no node
+    // listened), after a notification, after the poll, and after a read that found as many rows as it
+    // could take.
+    let mut look = true;
     loop {
         if measured.elapsed() >= MEASURE_EVERY {
             measured = Instant::now();
             if let Err(error) = bound.run(measure(pool)).await {
-                return abandon(pool, bound, in_flight, error).await;
+                return abandon(in_flight, error).await;
             }
         }
-        if in_flight.len() < DEPTH {
-            let queued: Vec<i64> = in_flight
-                .iter()
-                .flat_map(|round| round.iter().map(|(seq, _)| *seq))
-                .collect();
-            let rows = match bound.run(pending(pool, &queued)).await {
-                Ok(rows) => rows,
-                Err(error) => return abandon(pool, bound, in_flight, error).await,
+        let queued: Vec<i64> = in_flight.iter().flat_map(|round| round.seqs.iter().copied()).collect();
+        let room = room(queued.len());
+        if look && room > 0 {
+            let (rows, full) = match bound.run(pending(pool, &queued, room)).await {
+                Ok(read) => read,
+                Err(error) => return abandon(in_flight, error).await,
             };
+            look = full;
             if !rows.is_empty() {
+                let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
                 match submit(ingest, rows, &fence).await {
-                    Some(round) => in_flight.push_back(round),
+                    Some(round) => in_flight.push_back(InFlight {
+                        seqs,
+                        settled: Box::pin(settle_round(pool, bound, round)),
+                    }),
                     None => return Ok(()),
                 }
-                continue;
-            }
-        }
-        let Some(round) = in_flight.pop_front() else {
-            // Nothing queued and nothing to read: woken by a commit, or by the poll.
-            if let Ok(Err(error)) = tokio::time::timeout(POLL, listener.recv()).await {
-                return Err(error.into());
             }
             continue;
+        }
+        let woke = tokio::select! {
+            // The oldest round first: its answer frees room, and an error ends the session.
+            settled = oldest(&mut in_flight), if !in_flight.is_empty() => Woke::Settled(settled),
+            notified = listener.recv(), if room > 0 => Woke::Notified(notified),
+            () = tokio::time::sleep(POLL), if in_flight.is_empty() => Woke::Polled,
         };
-        match settle_round(pool, bound, round).await {
-            Ok(true) => {}
-            Ok(false) => return Ok(()),
-            Err(error) => return abandon(pool, bound, in_flight, error).await,
+        match woke {
+            Woke::Settled(settled) => {
+                in_flight.pop_front();
+                match settled {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(error) => return abandon(in_flight, error).await,
+                }
+            }
+            Woke::Notified(Err(error)) => return abandon(in_flight, error.into()).await,
+            Woke::Notified(Ok(_)) => {
+                // The notifications that arrived with it are answered by the same read.
+                loop {
+                    match listener.recv().now_or_never() {
+                        Some(Ok(_)) => {}
+                        Some(Err(error)) => return abandon(in_flight, error.into()).await,
+                        None => break,
+                    }
+                }
+                look = true;
+            }
+            Woke::Polled => look = true,
         }
     }
 }
 
-/// How many rounds may be queued at the writer at once: one committing, the next waiting behind it.
-const DEPTH: usize = 2;
+/// How many rows may be queued at the writer at once: two rounds, one committing and the next waiting
+/// behind it.
+const QUEUED_ROWS: usize = 2 * ROUND as usize;
+
+/// How many rows the next read may take with `queued` rows at the writer (at most a round).
+fn room(queued: usize) -> usize {
+    QUEUED_ROWS.saturating_sub(queued).min(ROUND as usize)
+}
+
+/// What woke the reader.
+enum Woke {
+    /// The oldest round in flight was answered.
+    Settled(StoreResult<bool>),
+    /// A commit notified the channel (or the listener failed).
+    Notified(Result<sqlx::postgres::PgNotification, sqlx::Error>),
+    /// Nothing for [`POLL`]: look anyway.
+    Polled,
+}
+
+/// A round at the writer: its rows (`seq`), left out of the reads until it is answered, and the wait for
+/// its answers ([`settle_round`]), kept across the reader's other wake-ups.
+struct InFlight<'a> {
+    seqs: Vec<i64>,
+    settled: futures::future::BoxFuture<'a, StoreResult<bool>>,
+}
+
+/// The answer of the oldest round in flight; never resolves when there is none.
+async fn oldest(in_flight: &mut VecDeque<InFlight<'_>>) -> StoreResult<bool> {
+    match in_flight.front_mut() {
+        Some(round) => (&mut round.settled).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// A round's rows (`seq`) and the writer's answer for each, in `seq` order.
 type Round = Vec<(i64, oneshot::Receiver<StoreResult<Ingested>>)>;
 
 /// Give up this reading session because of `error`, after the rounds still in flight are answered (so
 /// that the next session reads again only rows nobody is writing).
-async fn abandon(pool: &PgPool, bound: &Bound, in_flight: VecDeque<Round>, error: StoreError) -> StoreResult<()> {
+async fn abandon(in_flight: VecDeque<InFlight<'_>>, error: StoreError) -> StoreResult<()> {
     for round in in_flight {
-        if let Ok(false) = settle_round(pool, bound, round).await {
+        if let Ok(false) = round.settled.await {
             return Ok(());
         }
     }
@@ -185,13 +249,14 @@ struct Pending {
     new: NewMessage,
 }
 
-/// The oldest rows to ingest, leaving out the rows `queued` at the writer already.
-async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
+/// The oldest rows to ingest, at most `limit`, leaving out the rows `queued` at the writer already; and
+/// whether the read found `limit` rows (refused ones included), so that more may be waiting.
+async fn pending(pool: &PgPool, queued: &[i64], limit: usize) -> StoreResult<(Vec<Pending>, bool)> {
     let rows = sqlx::query(
         "SELECT seq, app_id, event_type, payload::text AS payload, event_id, channels, ordering_key \
          FROM herald_outbox WHERE error IS NULL AND seq <> ALL($2) ORDER BY seq LIMIT $1",
     )
-    .bind(ROUND)
+    .bind(i64::try_from(limit).unwrap_or(ROUND))
     .bind(queued)
     .fetch_all(pool)
     .await?;
@@ -212,7 +277,7 @@ async fn pending(pool: &PgPool, queued: &[i64]) -> StoreResult<Vec<Pending>> {
     // No application has such an id, as the writer would find; refused here, since a message cannot carry
     // it there. They become no message, so the rows after them keep their order.
     refuse(pool, &refused, &reasons).await?;
-    Ok(pending)
+    Ok((pending, rows.len() >= limit))
 }
 
 /// Mark outbox rows (`seqs`) refused, each with its reason: they stay, for the producer to look at.
@@ -362,6 +427,16 @@ mod tests {
                 (seq as i64, answer)
             })
             .collect()
+    }
+
+    #[test]
+    fn a_read_takes_at_most_a_round_and_never_more_than_the_room_left_at_the_writer() {
+        let round = ROUND as usize;
+        assert_eq!(room(0), round);
+        assert_eq!(room(round), round);
+        assert_eq!(room(round + 10), round - 10);
+        assert_eq!(room(QUEUED_ROWS), 0);
+        assert_eq!(room(QUEUED_ROWS + 1), 0, "never negative");
     }
 
     #[tokio::test]
