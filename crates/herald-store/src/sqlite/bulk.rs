@@ -18,7 +18,7 @@ use super::chunk::{ROWS_PER_INSERT, marks};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, ByApp, Subscriber};
-use crate::{AttemptRecord, CreatedDelivery, StoreResult, rows};
+use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
 
 /// SQLite's [`BatchWriter`], with each application's subscribers cached between batches (see
 /// [`subscribers`]).
@@ -180,16 +180,22 @@ async fn insert_tags(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> St
 }
 
 /// Insert the deliveries; their seqs, grouped by the index of the job they belong to.
+///
+/// No `RETURNING`: each returned row would cross from SQLite's thread to this task on its own (sqlx
+/// streams rows one by one), one per message. The seqs are known without them: the one writer draws a
+/// statement's `seq`s one after the other in the order its rows are listed (`AUTOINCREMENT`: the largest
+/// seq so far plus one, and no trigger writes to `delivery`), so a chunk of `n` rows got
+/// `last - n + 1 ..= last`, `last` being the statement's last inserted rowid.
 async fn insert_deliveries(
     conn: &mut SqliteConnection,
     fan_out: &[FanOut<'_>],
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
-    let mut by_job = HashMap::new();
+    let mut by_job: HashMap<usize, Vec<CreatedDelivery>> = HashMap::new();
     for chunk in fan_out.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, 0, 0, ?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, updated_at, \
-             window_start) VALUES {values} RETURNING seq, message_id, endpoint_id"
+             window_start) VALUES {values}"
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for f in chunk {
@@ -200,8 +206,21 @@ async fn insert_deliveries(
                 .bind(f.message.created_at)
                 .bind(plan::window_start(f.message));
         }
-        let returned = query.fetch_all(&mut *conn).await?;
-        plan::group_deliveries(chunk, &returned, &mut by_job)?;
+        let done = query.execute(&mut *conn).await?;
+        let rows = i64::try_from(chunk.len()).map_err(|_| StoreError::Corrupt("a chunk beyond i64".into()))?;
+        if i64::try_from(done.rows_affected()).ok() != Some(rows) {
+            return Err(StoreError::Corrupt(format!(
+                "{} deliveries inserted of {rows}",
+                done.rows_affected()
+            )));
+        }
+        let first = done.last_insert_rowid() - rows + 1;
+        for (seq, f) in (first..).zip(chunk) {
+            by_job.entry(f.job).or_default().push(CreatedDelivery {
+                seq,
+                endpoint_id: f.endpoint_id.clone(),
+            });
+        }
     }
     Ok(by_job)
 }
