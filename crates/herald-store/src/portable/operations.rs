@@ -105,6 +105,11 @@ pub(super) async fn requeue_selected<D: Dialect>(
     now: Millis,
 ) -> StoreResult<RequeueChunk> {
     let mut sql = selected::<D>("d.seq", selection);
+    // Page by page in seq order: on SQLite the index `delivery_endpoint (endpoint_id)` (whose entries
+    // carry the rowid, `seq`) walks one endpoint's deliveries in that order and stops at the limit; without
+    // it, every page would gather and sort the endpoint's whole remaining range (`USE TEMP B-TREE FOR
+    // ORDER BY` with `delivery_endpoint_status`), and a replay of a million dead deliveries would sort a
+    // million rows 3,000 times. So that index is not redundant there, though its columns are a prefix.
     sql.push(" ORDER BY d.seq LIMIT ")
         .push_bind(limit(limit_n))
         .push(&D::for_update(Some("d")));
