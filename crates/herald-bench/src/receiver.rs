@@ -2,7 +2,8 @@
 //!
 //! - [`Receiver`]: a hyper 1 HTTP/1.1 server that answers every request `200` with an empty body as soon
 //!   as it has read it, and records its arrival time together with the `sent_at_us` the load generator
-//!   wrote into the payload.
+//!   wrote into the payload (and the payload's `n`, when it has one, for scenarios that keep more times
+//!   per event than the payload can carry).
 //! - [`BlackHole`]: accepts TCP connections, reads and discards whatever arrives, and never answers.
 //!
 //! Both stop (and close their connections) when dropped.
@@ -36,6 +37,9 @@ pub struct Arrival {
     pub sent_at_us: u64,
     /// When the receiver had read the whole request (Unix µs).
     pub arrived_at_us: u64,
+    /// The payload's `n`, when it has one: the number by which a scenario that learns an event's times
+    /// only after sending it (the outbox's producers, when their commit returns) finds them again.
+    pub n: Option<u64>,
 }
 
 impl Arrival {
@@ -57,6 +61,8 @@ impl Recorded {
         #[derive(Deserialize)]
         struct Probe {
             sent_at_us: u64,
+            #[serde(default)]
+            n: Option<u64>,
         }
         match serde_json::from_slice::<Probe>(body) {
             Ok(probe) => self
@@ -66,6 +72,7 @@ impl Recorded {
                 .push(Arrival {
                     sent_at_us: probe.sent_at_us,
                     arrived_at_us,
+                    n: probe.n,
                 }),
             Err(_) => {
                 self.unparsed.fetch_add(1, Ordering::Relaxed);
@@ -249,5 +256,36 @@ async fn swallow(mut stream: TcpStream) {
         if read == 0 {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_the_payloads_n_when_it_has_one() {
+        let recorded = Recorded::default();
+        recorded.record(br#"{"sent_at_us":10,"n":42}"#, 15);
+        recorded.record(br#"{"sent_at_us":20,"seq":3,"pad":""}"#, 25);
+        recorded.record(b"not json", 30);
+        let arrivals = recorded.arrivals.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        assert_eq!(
+            arrivals,
+            [
+                Arrival {
+                    sent_at_us: 10,
+                    arrived_at_us: 15,
+                    n: Some(42)
+                },
+                Arrival {
+                    sent_at_us: 20,
+                    arrived_at_us: 25,
+                    n: None
+                },
+            ]
+        );
+        assert_eq!(recorded.unparsed.load(Ordering::Relaxed), 1);
+        assert_eq!(recorded.requests.load(Ordering::Relaxed), 3);
     }
 }

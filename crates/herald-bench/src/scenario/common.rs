@@ -8,7 +8,7 @@ use crate::server_id::{AppId, EndpointId};
 use crate::api::EndpointSpec;
 use crate::env::Env;
 use crate::load::Mix;
-use crate::receiver::Receiver;
+use crate::receiver::{Arrival, Receiver};
 pub use crate::stats::DeliverySummary;
 
 /// An application created for a scenario and its endpoints' ids (in the order of their specs).
@@ -76,6 +76,21 @@ pub async fn await_deliveries(
     started_at_us: u64,
     label: &str,
 ) -> DeliverySummary {
+    await_arrivals(env, receiver, mark, expected, started_at_us, label)
+        .await
+        .0
+}
+
+/// [`await_deliveries`], also handing back the phase's arrivals, for a scenario that measures more from
+/// them than send → arrival.
+pub async fn await_arrivals(
+    env: &Env,
+    receiver: &Receiver,
+    mark: u64,
+    expected: u64,
+    started_at_us: u64,
+    label: &str,
+) -> (DeliverySummary, Vec<Arrival>) {
     let bar = env.progress.counter(label, mark + expected);
     bar.set_position(mark);
     receiver
@@ -83,5 +98,7 @@ pub async fn await_deliveries(
         .await;
     bar.finish();
     let delivered = receiver.received().saturating_sub(mark);
-    DeliverySummary::of(expected, delivered, &receiver.take_arrivals(), started_at_us)
+    let arrivals = receiver.take_arrivals();
+    let summary = DeliverySummary::of(expected, delivered, &arrivals, started_at_us);
+    (summary, arrivals)
 }
