@@ -930,6 +930,11 @@ pub enum Change {
     Backlog(EndpointId),
     /// Pending deliveries (endpoint, seq) were cancelled: never send them.
     Cancelled(Vec<(EndpointId, i64)>),
+    /// An endpoint was written held for its ownership check (created so, changed while held, or asked to
+    /// prove itself again): run the check. Announced only on the node that wrote it, never by
+    /// notification, so one node sends the challenge however many share the database. Follows that
+    /// write's [`Change::Endpoint`].
+    VerificationDue(EndpointId),
 }
 
 /// The changes a store committed, in commit order (see [`Store::take_changes`]).
