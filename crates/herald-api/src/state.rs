@@ -128,13 +128,6 @@ impl AppState {
                 .await;
         }
     }
-
-    /// Run an endpoint's ownership check.
-    pub(crate) fn engine_verify(&self, endpoint_id: &EndpointId) {
-        if let Some(engine) = &self.engine {
-            engine.verify(endpoint_id);
-        }
-    }
 }
 
 /// Which application an id or uid names, remembered so that publishing a message costs no lookup.

@@ -2,7 +2,7 @@
 //!
 //! Configured URLs (the database, the inbox database, the operational webhook, the egress proxy, the
 //! OTLP collector) may carry a password, in the userinfo (`postgres://user:pw@host/db`) or as a
-//! `password=` parameter (`?password=pw`, libpq's key/value form `host=… password=pw`). [`url`] masks
+//! `password=` parameter (`?password=pw`, libpq's key/value form `host=… password=pw`). [`url()`] masks
 //! all of those; [`SecretUrl`] holds such a URL and only ever shows it masked.
 
 use std::fmt;
@@ -141,7 +141,7 @@ fn value_end(text: &str) -> usize {
     lead + trimmed.find(char::is_whitespace).unwrap_or(trimmed.len())
 }
 
-/// A configured URL that may hold a password: `Debug` and `Display` show it masked (see [`url`]);
+/// A configured URL that may hold a password: `Debug` and `Display` show it masked (see [`url()`]);
 /// [`SecretUrl::expose`] gives the real one, to connect with.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -121,8 +121,8 @@ enum Event {
     Backlog(EndpointId),
     /// Pending deliveries were cancelled in the store: (endpoint id, seq).
     Cancelled(Vec<(EndpointId, i64)>),
-    /// Run an endpoint's ownership check.
-    Verify(EndpointId),
+    /// An endpoint's ownership check ended (see [`Engine::verify`]).
+    Verified(EndpointId),
 }
 
 /// What the engine knows about one endpoint, for its health block.
@@ -155,11 +155,6 @@ impl EngineHandle {
         {
             let _ = tokio::time::timeout(timeout, done).await;
         }
-    }
-
-    /// Run the ownership check of an endpoint that awaits it (see [`crate::verification`]).
-    pub fn verify(&self, endpoint_id: &EndpointId) {
-        let _ = self.events.send(Event::Verify(endpoint_id.clone()));
     }
 
     /// The concurrency cap of endpoints that set none.
@@ -212,6 +207,8 @@ pub struct Engine {
     removed: HashSet<EndpointId>,
     /// Callers waiting for an endpoint's reload to take effect (see [`EngineHandle::endpoint_applied`]).
     applied_waiters: HashMap<EndpointId, Vec<oneshot::Sender<()>>>,
+    /// Endpoints whose ownership check runs, each with whether another was asked for meanwhile.
+    verifying: HashMap<EndpointId, bool>,
     /// Deliveries cancelled while on a retry timer or in flight: dropped when they next come up.
     cancelled: HashSet<i64>,
     events_tx: mpsc::UnboundedSender<Event>,
@@ -256,6 +253,7 @@ impl Engine {
             loading: HashMap::new(),
             removed: HashSet::new(),
             applied_waiters: HashMap::new(),
+            verifying: HashMap::new(),
             cancelled: HashSet::new(),
             events_tx: events_tx.clone(),
             events,
@@ -467,7 +465,25 @@ impl Engine {
             Change::Endpoint(id) => self.handle(Event::EndpointChanged(id, None)),
             Change::Backlog(id) => self.handle(Event::Backlog(id)),
             Change::Cancelled(deliveries) => self.handle(Event::Cancelled(deliveries)),
+            Change::VerificationDue(id) => self.verify(id),
         }
+    }
+
+    /// Run an endpoint's ownership check (see [`crate::verification`]), one at a time per endpoint: a
+    /// request that comes while one runs (the endpoint was written again, say with a new URL) runs once
+    /// it ends, and reads the endpoint afresh, so it checks the latest URL and key or finds nothing left
+    /// to check. The result, if it changes the endpoint, comes back on the change stream.
+    fn verify(&mut self, id: EndpointId) {
+        if let Some(again) = self.verifying.get_mut(&id) {
+            *again = true;
+            return;
+        }
+        self.verifying.insert(id.clone(), false);
+        let (store, client, events) = (self.store.clone(), self.client.clone(), self.events_tx.clone());
+        tokio::spawn(async move {
+            crate::verification::verify(&store, &client, &id).await;
+            let _ = events.send(Event::Verified(id));
+        });
     }
 
     /// Deliveries this node just committed, straight from its commit feed: into the queues, unless a
@@ -649,10 +665,10 @@ impl Engine {
                         .extend(seqs.difference(&taken).filter(|seq| **seq <= cursor));
                 }
             }
-            Event::Verify(id) => {
-                let (store, client) = (self.store.clone(), self.client.clone());
-                // Its result, if it changed the endpoint, comes back on the change stream.
-                tokio::spawn(async move { crate::verification::verify(&store, &client, &id).await });
+            Event::Verified(id) => {
+                if self.verifying.remove(&id) == Some(true) {
+                    self.verify(id);
+                }
             }
             Event::Health(key, reply) => {
                 let health = self

@@ -2,7 +2,7 @@
 //! long the body after it is. Pure logic, no I/O.
 //!
 //! hyper answers a head it cannot parse with a bare status and an empty body, and offers no hook to
-//! change that. So the [front](crate::front) shows hyper only heads that this module has accepted, and
+//! change that. So the front (`crate::front`) shows hyper only heads that this module has accepted, and
 //! answers every other one itself, as JSON. To be sure that hyper never meets a head it refuses, the
 //! checks here are hyper's own (hyper 1.x `proto::h1::role::Server::parse`): the same parser (httparse
 //! with its default configuration), `http::Method` and `http::Uri` on the method and target, and the same

@@ -10,7 +10,7 @@
 //! 4. only then answers `200 {"id": "evt_…", "duplicate": false}` (`true` for a copy of an event already
 //!    stored, which is acknowledged and not stored again).
 //!
-//! A [forwarder](forwarder) then posts each stored event to the source's handler (`forward_to`), with the
+//! A forwarder (`forwarder`) then posts each stored event to the source's handler (`forward_to`), with the
 //! original body and headers plus `herald-inbox-id`, retrying on its own schedule until the handler
 //! answers 2xx or the event is dead. A per-source version guard skips events older than what was already
 //! forwarded for the same resource. The admin API lists, shows and replays events.

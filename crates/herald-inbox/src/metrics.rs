@@ -3,7 +3,7 @@
 //! `source`: only configured sources, so the set is bounded), with the backlog gauges and the clock skew.
 //!
 //! The backlog gauges (`herald_inbox_pending`, `herald_inbox_oldest_pending_age_seconds`) are refreshed
-//! every [`BACKLOG_REFRESH`] by [`watch_backlog`] from the store — one capped count and one index probe per
+//! every [`BACKLOG_REFRESH`] by `watch_backlog` from the store — one capped count and one index probe per
 //! source, whatever the scrape rate — so every process sharing a PostgreSQL database reports the same
 //! backlog, whichever of them forwards.
 

@@ -35,7 +35,7 @@ pub(crate) async fn set_on(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// `client` (the connection's own port) and `server` (the server's port): the hook for connections
 /// opened by other drivers than this crate's pools (`herald relay`'s sources, on PostgreSQL and
 /// MariaDB/MySQL alike). `None`, 0 or out of range (a Unix socket): nothing to do. Best effort, as
-/// [`set_on`]: a debug line says why when the option could not be set.
+/// `set_on`: a debug line says why when the option could not be set.
 pub async fn set_on_reported_ports(client: Option<i64>, server: Option<i64>) {
     // NULL (or 0) over a Unix socket: no Nagle there.
     let (Some(client), Some(server)) = (client, server) else {

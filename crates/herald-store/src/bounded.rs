@@ -1,6 +1,6 @@
 //! Every call to a PostgreSQL store within the client-side bound ([`herald_sql::custody::Bound`]).
 //!
-//! The store traits are declared through [`bounded_trait!`](crate::bounded_trait), which writes, from
+//! The store traits are declared through [`bounded_trait!`](herald_sql::bounded_trait), which writes, from
 //! the one list of methods, both the trait and its bounded decorator: each `async` method of the
 //! decorator runs the inner store's within the bound. A method added to the trait is bounded without
 //! anyone having to remember it, and the decorator cannot drift from the trait. [`BoundedStore`] is the

@@ -168,7 +168,7 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_ALLOW_PORTS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     allow_ports: Option<String>,
-    /// HTTP CONNECT egress proxy for deliveries, http://[user:password@]host:port [default: none, direct].
+    /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port` [default: none, direct].
     #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
@@ -178,7 +178,7 @@ struct ServeArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     signature_headers: Option<String>,
     /// Key that encrypts endpoint secrets at rest: base64 of 32 bytes [default: generated at first start and
-    /// kept next to the SQLite database, in <database file>.key; required with PostgreSQL].
+    /// kept next to the SQLite database, in its file name plus .key; required with PostgreSQL].
     #[arg(long, env = "HERALD_SECRET_KEY", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     secret_key: Option<String>,
@@ -198,13 +198,13 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_SECRET", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     operational_webhook_secret: Option<String>,
-    /// The base URL users reach Herald at, e.g. https://webhooks.example.com: portal links
+    /// The base URL users reach Herald at, e.g. `https://webhooks.example.com`: portal links
     /// (POST /api/v1/auth/app-portal-access/{app_id}) are built on it [default: each request's Host, over http].
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     public_url: Option<String>,
     /// Origins whose pages may embed the dashboard in an iframe (tenant portal), comma-separated, e.g.
-    /// https://portal.example.com [default: none].
+    /// `https://portal.example.com` [default: none].
     #[arg(long, env = "HERALD_DASHBOARD_FRAME_ANCESTORS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     dashboard_frame_ancestors: Option<String>,

@@ -27,6 +27,13 @@ async fn endpoint_when(herald: &Herald, app: &str, ep: &str, check: impl Fn(&Val
     }
 }
 
+/// The endpoint's ownership check failed (it is held until it passes).
+fn check_failed(endpoint: &Value) -> bool {
+    endpoint["disabledReason"]
+        .as_str()
+        .is_some_and(|reason| reason.starts_with("ownership verification failed"))
+}
+
 async fn verifying_app(herald: &Herald) -> String {
     let app = herald
         .post("/app", json!({"name": "careful", "verifyEndpoints": true}))
@@ -116,18 +123,8 @@ async fn an_endpoint_that_does_not_echo_stays_disabled_until_it_passes() {
     let herald = Herald::start(&[]).await;
     let receiver = Receiver::start(Reply::status(200).body("ok")).await;
     let app = verifying_app(&herald).await;
-    let ep = herald
-        .post(&format!("/app/{app}/endpoint"), json!({"url": receiver.url()}))
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let failed = endpoint_when(&herald, &app, &ep, |e| {
-        e["disabledReason"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("ownership verification failed"))
-    })
-    .await;
+    let (ep, _) = herald.endpoint(&app, json!({"url": receiver.url()})).await;
+    let failed = endpoint_when(&herald, &app, &ep, check_failed).await;
     assert_eq!(failed["disabled"], true);
     assert!(
         failed["disabledReason"].as_str().unwrap().contains("without echoing"),
@@ -182,4 +179,41 @@ async fn without_the_setting_endpoints_are_enabled_at_once_and_get_no_challenge(
     assert_eq!(e["disabled"], false);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(receiver.received().is_empty(), "no challenge without the setting");
+}
+
+/// The challenges `receiver` got so far.
+fn challenges(receiver: &Receiver) -> usize {
+    receiver
+        .received()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains("webhook.verification"))
+        .count()
+}
+
+/// Two nodes on one PostgreSQL database hear every endpoint change, but the check runs once, on the node
+/// whose API wrote the endpoint: one challenge per creation and per `…/verify`, whichever node took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_one_database_send_one_challenge_per_request() {
+    let Some(database) = herald_store::testdb::fresh("two_nodes_send_one_challenge_per_request").await else {
+        return;
+    };
+    let database = std::sync::Arc::new(database);
+    let first = Herald::start_on(database.clone(), &[]).await;
+    let second = Herald::start_on(database.clone(), &[]).await;
+    let receiver = Receiver::start(Reply::status(200).body("no echo")).await;
+    let app = verifying_app(&first).await;
+    let (ep, _) = first.endpoint(&app, json!({"url": receiver.url()})).await;
+    endpoint_when(&second, &app, &ep, check_failed).await;
+    let (status, _) = second
+        .call("POST", &format!("/app/{app}/endpoint/{ep}/verify"), None)
+        .await;
+    assert_eq!(status, 202);
+    endpoint_when(&first, &app, &ep, check_failed).await;
+    // Long enough for the other node's notification of each write to have come and gone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        challenges(&receiver),
+        2,
+        "one challenge per creation and per `…/verify`"
+    );
 }

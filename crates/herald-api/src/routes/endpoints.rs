@@ -295,10 +295,8 @@ async fn insert(
     if app.verify_endpoints {
         await_verification(&mut endpoint);
     }
+    // Written held, the endpoint's check runs on the engine's hearing of it (the store's change stream).
     state.store.create_endpoint(&endpoint).await.map_err(store_error)?;
-    if app.verify_endpoints {
-        state.engine_verify(&endpoint.id);
-    }
     Ok(endpoint)
 }
 
@@ -414,9 +412,6 @@ async fn save(
         // carry the old ones.
         state.endpoint_applied(&endpoint.id).await;
     }
-    if reverify {
-        state.engine_verify(&endpoint.id);
-    }
     Ok(endpoint)
 }
 
@@ -430,7 +425,6 @@ async fn verify(
     await_verification(&mut endpoint);
     endpoint.updated_at = clock::now();
     state.store.update_endpoint(&endpoint).await.map_err(store_error)?;
-    state.engine_verify(&endpoint.id);
     Ok(StatusCode::ACCEPTED)
 }
 

@@ -10,7 +10,7 @@
 //! (the endpoint is marked as *overflowing*) and are read back in batches through [`Scheduler::refills_wanted`]
 //! and [`Scheduler::refilled`], in store order (`seq`), once the resident set has drained to half.
 //!
-//! Each endpoint's queue is *gated* ([`queue`]): a paused endpoint sends nothing; one at its concurrency cap
+//! Each endpoint's queue is *gated* (`queue`): a paused endpoint sends nothing; one at its concurrency cap
 //! waits for a result; its circuit breaker ([`crate::breaker`]) may hold everything back or allow a single
 //! probe, then ramp concurrency up slowly; a `Retry-After` on 429/503 holds the whole endpoint; a rate
 //! limit paces requests evenly. An endpoint that is gated until a known time registers a *wake-up*, so the

@@ -5,7 +5,7 @@
 //! neither replaced nor told which address to use behind a proxy:
 //!
 //! - **Every destination is vetted where it is connected to.** The connector takes the host out of the request
-//!   URI (the very string the connection uses), checks an IP literal against the [`AddressPolicy`], or resolves
+//!   URI (the very string the connection uses), checks an IP literal against the [`AddressPolicy`](herald_core::address::AddressPolicy), or resolves
 //!   a name once with the pluggable [`HostResolver`] and checks every answer. If *any* answer is denied the
 //!   whole name is refused: a public name that also points inside is either misconfigured or a DNS-rebinding
 //!   attempt (multiple-answer rebinding relies on the client falling back to the internal address).

@@ -81,6 +81,15 @@ impl<D: Dialect> SqlStore<D> {
         D::endpoint_changed(self, id).await;
     }
 
+    /// An endpoint just written held for its ownership check: the engine on this node runs it (see
+    /// [`Change::VerificationDue`]). Every write of a held endpoint asks for a check, so one that failed to
+    /// run (the node stopped) runs again with the endpoint's next write.
+    fn announce_if_verification_due(&self, ep: &Endpoint) {
+        if ep.disabled_reason == Some(DisabledReason::AwaitingVerification) {
+            self.announce(Change::VerificationDue(ep.id.clone()));
+        }
+    }
+
     /// Decode an endpoint row, opening its secret and headers.
     fn endpoint(&self, row: &D::Row) -> StoreResult<Endpoint> {
         rows::endpoint(row, Some(&self.cipher))
@@ -433,6 +442,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         // Announced here only: no other node holds anything for an endpoint that did not exist (a
         // notification per creation would cost a round trip each on a wide setup).
         self.announce(Change::Endpoint(ep.id.clone()));
+        self.announce_if_verification_due(ep);
         Ok(())
     }
 
@@ -493,6 +503,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         let event = NewEvent::endpoint(events::ENDPOINT_UPDATED, ep, serde_json::json!({}), ep.updated_at);
         self.execute_with_event(&sql, event).await?;
         self.endpoint_changed(&ep.id).await;
+        self.announce_if_verification_due(ep);
         Ok(())
     }
 

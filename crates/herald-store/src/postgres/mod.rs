@@ -1,15 +1,15 @@
 //! The PostgreSQL dialect: the same contract as SQLite, for production and for many nodes on one database.
-//! The store's statements are [`crate::portable`]'s; this module runs them on sqlx's PostgreSQL driver
+//! The store's statements are `crate::portable`'s; this module runs them on sqlx's PostgreSQL driver
 //! (free text escaped, see [`herald_sql::text`]) and holds what PostgreSQL does its own way:
 //!
-//! - Custody: ingest goes through the shared group-commit writer ([`crate::group_commit`]); a batch is one
+//! - Custody: ingest goes through the shared group-commit writer (`crate::group_commit`); a batch is one
 //!   transaction, committed (and so durable, with PostgreSQL's default `synchronous_commit`) before any
 //!   of its requests is answered.
 //! - Order: ingest transactions hold one advisory lock from their first insert to their commit, so
-//!   delivery `seq`s and message ids follow commit order across nodes (see [`bulk`]).
+//!   delivery `seq`s and message ids follow commit order across nodes (see `bulk`).
 //! - Scale-out: delivery work is split into [`crate::PARTITIONS`] partitions owned through leases
-//!   ([`lease`]); every write an owner makes is fenced on its lease's epoch.
-//! - History: attempts are partitioned by day and old days are dropped whole ([`retention`]).
+//!   (`lease`); every write an owner makes is fenced on its lease's epoch.
+//! - History: attempts are partitioned by day and old days are dropped whole (`retention`).
 //! - Changes: an endpoint change is announced with `NOTIFY`, so its owner on any node reloads it.
 
 mod bulk;
