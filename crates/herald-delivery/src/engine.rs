@@ -33,7 +33,7 @@ use herald_core::scheduler::{
     EndpointLimits, EndpointSnapshot, Finished, Loaded, Refill, Scheduler, SchedulerConfig, Verdict,
 };
 use herald_store::{
-    AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SharedStore, StoreError, partition_of,
+    AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SharedDeliveryStore, StoreError, partition_of,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -196,7 +196,7 @@ const BACKGROUND_READS: usize = 4;
 
 /// The delivery engine.
 pub struct Engine {
-    store: SharedStore,
+    store: SharedDeliveryStore,
     client: DeliveryClient,
     config: EngineConfig,
     scheduler: Scheduler<EndpointId, Job>,
@@ -231,7 +231,7 @@ impl Engine {
     ///
     /// Fails if the change stream was already taken (one engine per store).
     pub async fn start(
-        store: SharedStore,
+        store: SharedDeliveryStore,
         client: DeliveryClient,
         config: EngineConfig,
     ) -> Result<EngineHandle, StoreError> {

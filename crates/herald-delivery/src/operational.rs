@@ -18,7 +18,7 @@ use herald_core::clock;
 use herald_core::model::OperationalEvent;
 use herald_core::outcome::OutcomeClass;
 use herald_signature::HmacSecret;
-use herald_store::SharedStore;
+use herald_store::SharedDeliveryStore;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -44,11 +44,11 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// Start the sender.
-pub fn spawn(store: SharedStore, client: DeliveryClient, config: OperationalWebhookConfig) -> JoinHandle<()> {
+pub fn spawn(store: SharedDeliveryStore, client: DeliveryClient, config: OperationalWebhookConfig) -> JoinHandle<()> {
     tokio::spawn(run(store, client, config))
 }
 
-async fn run(store: SharedStore, client: DeliveryClient, config: OperationalWebhookConfig) {
+async fn run(store: SharedDeliveryStore, client: DeliveryClient, config: OperationalWebhookConfig) {
     // Only unsent events are read, so starting from the beginning costs nothing after the first batch.
     let mut after = 0;
     loop {
@@ -80,7 +80,7 @@ pub fn payload(event: &OperationalEvent) -> String {
 
 /// Send one event until the receiver takes it (or refuses it for good), then mark it sent.
 async fn deliver(
-    store: &SharedStore,
+    store: &SharedDeliveryStore,
     client: &DeliveryClient,
     config: &OperationalWebhookConfig,
     event: &OperationalEvent,

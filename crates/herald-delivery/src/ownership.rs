@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use herald_store::{Ownership, OwnershipEvent, SharedStore};
+use herald_store::{Ownership, OwnershipEvent, SharedDeliveryStore};
 use tokio::sync::mpsc;
 
 /// Whether this node may schedule an endpoint.
@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 pub(crate) struct Owner(Option<Arc<dyn Ownership>>);
 
 impl Owner {
-    pub(crate) fn of(store: &SharedStore) -> Self {
+    pub(crate) fn of(store: &SharedDeliveryStore) -> Self {
         Self(store.ownership())
     }
 
@@ -32,7 +32,7 @@ impl Owner {
 pub(crate) struct Changes(Option<mpsc::UnboundedReceiver<OwnershipEvent>>);
 
 impl Changes {
-    pub(crate) fn take(store: &SharedStore) -> Self {
+    pub(crate) fn take(store: &SharedDeliveryStore) -> Self {
         Self(store.ownership().and_then(|ownership| ownership.take_events()))
     }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use herald_store::{AttemptRecord, SharedStore};
+use herald_store::{AttemptRecord, SharedDeliveryStore};
 use tokio::sync::mpsc;
 
 /// The most attempts written in one transaction.
@@ -16,7 +16,7 @@ const MAX_BATCH: usize = 1_024;
 const LINGER: Duration = Duration::from_millis(5);
 
 /// Write batches until every sender is gone.
-pub(crate) async fn run(store: SharedStore, mut results: mpsc::Receiver<AttemptRecord>) {
+pub(crate) async fn run(store: SharedDeliveryStore, mut results: mpsc::Receiver<AttemptRecord>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while results.recv_many(&mut batch, MAX_BATCH).await > 0 {
         // Results are off every latency path, ingest commits are not, and both share the one write

@@ -11,14 +11,14 @@ use herald_core::id::{EndpointId, MessageId};
 use herald_core::model::{DisabledReason, Endpoint};
 use herald_core::outcome::AttemptResult;
 use herald_signature::SigningKey;
-use herald_store::SharedStore;
+use herald_store::SharedDeliveryStore;
 
 use crate::attempt::signed_headers;
 use crate::client::DeliveryClient;
 
 /// Run the check for an endpoint awaiting it and record its result; the store announces the endpoint's
 /// change (so the engine reloads it). An endpoint whose reason changed meanwhile is left alone.
-pub(crate) async fn verify(store: &SharedStore, client: &DeliveryClient, endpoint_id: &EndpointId) {
+pub(crate) async fn verify(store: &SharedDeliveryStore, client: &DeliveryClient, endpoint_id: &EndpointId) {
     let endpoint = match store.get_endpoint_by_id(endpoint_id).await {
         Ok(endpoint) => endpoint,
         Err(error) => {

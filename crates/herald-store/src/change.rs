@@ -4,7 +4,8 @@ use herald_core::id::EndpointId;
 
 use crate::PendingDelivery;
 
-/// A change the store committed that the delivery engine must act on (see [`Store::take_changes`](crate::Store::take_changes)). The
+/// A change the store committed that the delivery engine must act on (see
+/// [`DeliveryStore::take_changes`](crate::DeliveryStore::take_changes)). The
 /// store announces each after its commit, from the one place that wrote it, so the API only writes and
 /// the engine hears every change in one stream.
 #[derive(Debug, Clone)]
@@ -26,5 +27,6 @@ pub enum Change {
     VerificationDue(EndpointId),
 }
 
-/// The changes a store committed, in commit order (see [`Store::take_changes`](crate::Store::take_changes)).
+/// The changes a store committed, in commit order (see
+/// [`DeliveryStore::take_changes`](crate::DeliveryStore::take_changes)).
 pub type ChangeStream = tokio::sync::mpsc::UnboundedReceiver<Change>;

@@ -239,18 +239,18 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
         endpoint_id: &'a EndpointId,
     ) -> impl Future<Output = ()> + Send + 'a;
 
-    /// See [`crate::Store::record_attempts`] (bulk writes; fenced on PostgreSQL).
+    /// See [`crate::DeliveryStore::record_attempts`] (bulk writes; fenced on PostgreSQL).
     fn record_attempts<'a>(
         store: &'a SqlStore<Self>,
         records: &'a [AttemptRecord],
     ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
-    /// See [`crate::Store::expire_deliveries`] (fenced on PostgreSQL).
+    /// See [`crate::DeliveryStore::expire_deliveries`] (fenced on PostgreSQL).
     fn expire_deliveries<'a>(
         store: &'a SqlStore<Self>,
         seqs: &'a [i64],
         now: Millis,
     ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
-    /// See [`crate::Store::expire_waiting`] (fenced on PostgreSQL).
+    /// See [`crate::DeliveryStore::expire_waiting`] (fenced on PostgreSQL).
     fn expire_waiting<'a>(
         store: &'a SqlStore<Self>,
         endpoint_id: &'a EndpointId,
@@ -266,6 +266,6 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<RetentionStep>> + Send + '_;
     /// See [`crate::Store::shutdown`].
     fn shutdown(store: &SqlStore<Self>) -> impl Future<Output = ()> + Send + '_;
-    /// See [`crate::Store::ownership`].
+    /// See [`crate::DeliveryStore::ownership`].
     fn ownership(store: &SqlStore<Self>) -> Option<std::sync::Arc<dyn Ownership>>;
 }

@@ -1,6 +1,7 @@
 //! Herald's durable store.
 //!
-//! [`Store`] is everything the API and the delivery engine need from storage. [`SqlStore`] implements it
+//! [`Store`] is everything the API and the delivery engine need from storage; [`DeliveryStore`] is the
+//! part the engine uses, [`PollingStore`] pull delivery's. [`SqlStore`] implements them
 //! once, each statement one SQL text for both dialects, on an embedded SQLite file
 //! ([`sqlite::SqliteStore`]) or on PostgreSQL ([`postgres::PgStore`]), where any number of nodes can share
 //! one database (see [`Ownership`]); only what the dialects truly do differently (bulk inserts, leases
@@ -59,9 +60,92 @@ pub use polling::{ConsumerOffset, PollingEndpoint, PollingStore, StreamEntry, St
 pub use types::*;
 
 herald_sql::bounded_trait! {
+/// What the delivery engine needs from the store: the endpoints it sends to, their pending deliveries,
+/// the results of its attempts, expiry, the operational webhook's outbox, and the change stream. The
+/// engine holds a store as this trait alone; every [`Store`] is one.
+pub trait DeliveryStore: [Send + Sync + 'static], bounded in bounded::BoundedStore {
+    /// Find an application by id or uid.
+    async fn get_app(&self, id_or_uid: &AppIdOrUid) -> StoreResult<Application>;
+    /// Find an endpoint by id alone (for the delivery engine).
+    async fn get_endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Endpoint>;
+    /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
+    /// recently rotated first. Empty for an unknown endpoint.
+    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: Millis) -> StoreResult<Vec<PreviousSecret>>;
+    /// Endpoints that have pending deliveries (read at start-up).
+    async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>>;
+    /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
+    async fn load_pending(&self, endpoint_id: &EndpointId, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
+    /// Append attempts and update their deliveries, all in one transaction, with the `message.attempt.*`
+    /// operational events they cause (see [`DeliveryStore::unsent_operational_events`]).
+    async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
+    /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
+    /// they are still pending, each with a `message.attempt.exhausted` operational event
+    /// (`reason: "expired"`) in the same transaction.
+    async fn expire_deliveries(&self, seqs: &[i64], now: Millis) -> StoreResult<()>;
+    /// Mark dead every pending delivery of an endpoint whose time window started before `created_before`
+    /// (its message's creation, or when it was re-queued; the endpoint is paused or its breaker open, so
+    /// they waited past their window), each with a `message.attempt.exhausted` event as
+    /// [`DeliveryStore::expire_deliveries`]; returns how many.
+    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: Millis, now: Millis) -> StoreResult<u64>;
+    /// Pending deliveries of an endpoint and the age of the oldest.
+    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog>;
+    /// Disable an endpoint with a reason (stored, and given in the event, as [`DisabledReason::as_str`]'s
+    /// text) and record an `endpoint.disabled` operational event, in one transaction. Returns `false` if it
+    /// was already disabled or is gone (nothing recorded then).
+    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: Millis) -> StoreResult<bool>;
+    /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
+    /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
+    async fn set_endpoint_state(
+        &self,
+        endpoint_id: &EndpointId,
+        expected_reason: &DisabledReason,
+        disabled: bool,
+        reason: Option<&DisabledReason>,
+        now: Millis,
+    ) -> StoreResult<bool>;
+    /// Operational events not yet sent to the operational webhook, oldest first, with `seq > after`.
+    ///
+    /// Every backend records operational events in the same transaction as what they report:
+    /// `endpoint.created`, `endpoint.updated` and `endpoint.deleted` in [`Store::create_endpoint`],
+    /// [`Store::update_endpoint`] and [`Store::delete_endpoint`]; `endpoint.disabled` in
+    /// [`DeliveryStore::disable_endpoint`]; and in [`DeliveryStore::record_attempts`] `message.attempt.failing` (a delivery's
+    /// 4th attempt failed), `message.attempt.exhausted` (a delivery ended dead or failed for good) and
+    /// `message.attempt.recovered` (a delivery succeeded after one of those two was recorded for the same
+    /// message and endpoint); `message.attempt.exhausted` also in [`DeliveryStore::expire_deliveries`] and
+    /// [`DeliveryStore::expire_waiting`], and `endpoint.updated` in [`Store::rotate_endpoint_secret`]. Events about a
+    /// delivery carry its message and endpoint ids.
+    async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
+    /// Mark an operational event as handled by the operational webhook (sent, or given up on).
+    async fn mark_operational_event_sent(&self, seq: i64, now: Millis) -> StoreResult<()>;
+}
+unbounded {
+    /// The stream of committed changes the delivery engine acts on ([`Change`]), in commit order: the
+    /// deliveries [`Store::ingest`] committed on this node, and every endpoint change, re-queue and
+    /// cancellation the store committed (on PostgreSQL, endpoint changes of every node too). It can be
+    /// taken once; later calls return `None`.
+    fn take_changes(&self) -> Option<ChangeStream>;
+
+    /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
+    /// means this node does all of it.
+    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
+        None
+    }
+}
+forwarded {
+    fn take_changes(&self) -> Option<ChangeStream> {
+        self.inner.take_changes()
+    }
+
+    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
+        self.inner.ownership()
+    }
+}
+}
+
+herald_sql::bounded_trait! {
 /// Everything Herald keeps. Implemented per backend; every method is safe to call concurrently. On
 /// PostgreSQL every `async` call is bounded on the client's side ([`bounded::BoundedStore`]).
-pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::BoundedStore {
+pub trait Store: [PollingStore + DeliveryStore + Send + Sync + 'static], bounded in bounded::BoundedStore {
     /// Read a value from the store's own key-value table (e.g. the admin token's hash).
     async fn meta_get(&self, key: &str) -> StoreResult<Option<String>>;
     /// Write a value to the key-value table.
@@ -69,8 +153,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
 
     /// Create an application; `Conflict("uid")` if its uid is taken.
     async fn create_app(&self, app: &Application) -> StoreResult<()>;
-    /// Find an application by id or uid.
-    async fn get_app(&self, id_or_uid: &AppIdOrUid) -> StoreResult<Application>;
     /// List applications, oldest first.
     async fn list_apps(&self, page: &PageRequest, filter: &AppFilter) -> StoreResult<Page<Application>>;
     /// Replace an application's fields (by id).
@@ -103,8 +185,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
     /// Find an endpoint of an app by id or uid.
     async fn get_endpoint(&self, app_id: &AppId, id_or_uid: &EndpointIdOrUid) -> StoreResult<Endpoint>;
-    /// Find an endpoint by id alone (for the delivery engine).
-    async fn get_endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Endpoint>;
     /// List an app's endpoints, oldest first, or newest first when `newest_first` (Svix's default order).
     async fn list_endpoints(&self, app_id: &AppId, page: &PageRequest, newest_first: bool) -> StoreResult<Page<Endpoint>>;
     /// Every endpoint of an app (for fan-out).
@@ -124,9 +204,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         old_expires_at: Millis,
         now: Millis,
     ) -> StoreResult<()>;
-    /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
-    /// recently rotated first. Empty for an unknown endpoint.
-    async fn previous_secrets(&self, endpoint_id: &EndpointId, now: Millis) -> StoreResult<Vec<PreviousSecret>>;
     /// Delete an endpoint and its pending deliveries. Records an `endpoint.deleted` operational event in
     /// the same transaction.
     async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()>;
@@ -141,38 +218,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         page: &PageRequest,
     ) -> StoreResult<Page<Message>>;
 
-    /// Endpoints that have pending deliveries (read at start-up).
-    async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>>;
-    /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
-    async fn load_pending(&self, endpoint_id: &EndpointId, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
-    /// Append attempts and update their deliveries, all in one transaction, with the `message.attempt.*`
-    /// operational events they cause (see [`Store::unsent_operational_events`]).
-    async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
-    /// Mark these deliveries dead without an attempt (their time window ended while they waited), if
-    /// they are still pending, each with a `message.attempt.exhausted` operational event
-    /// (`reason: "expired"`) in the same transaction.
-    async fn expire_deliveries(&self, seqs: &[i64], now: Millis) -> StoreResult<()>;
-    /// Mark dead every pending delivery of an endpoint whose time window started before `created_before`
-    /// (its message's creation, or when it was re-queued; the endpoint is paused or its breaker open, so
-    /// they waited past their window), each with a `message.attempt.exhausted` event as
-    /// [`Store::expire_deliveries`]; returns how many.
-    async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: Millis, now: Millis) -> StoreResult<u64>;
-    /// Pending deliveries of an endpoint and the age of the oldest.
-    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog>;
-    /// Disable an endpoint with a reason (stored, and given in the event, as [`DisabledReason::as_str`]'s
-    /// text) and record an `endpoint.disabled` operational event, in one transaction. Returns `false` if it
-    /// was already disabled or is gone (nothing recorded then).
-    async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: Millis) -> StoreResult<bool>;
-    /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
-    /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
-    async fn set_endpoint_state(
-        &self,
-        endpoint_id: &EndpointId,
-        expected_reason: &DisabledReason,
-        disabled: bool,
-        reason: Option<&DisabledReason>,
-        now: Millis,
-    ) -> StoreResult<bool>;
     /// Operational events, oldest first, with `seq > after`.
     async fn list_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
     /// Operational events, newest first, with `seq < before` (from the newest when `None`).
@@ -190,20 +235,6 @@ pub trait Store: [PollingStore + Send + Sync + 'static], bounded in bounded::Bou
         until: Millis,
         bucket_ms: i64,
     ) -> StoreResult<Vec<AttemptBucket>>;
-    /// Operational events not yet sent to the operational webhook, oldest first, with `seq > after`.
-    ///
-    /// Every backend records operational events in the same transaction as what they report:
-    /// `endpoint.created`, `endpoint.updated` and `endpoint.deleted` in [`Store::create_endpoint`],
-    /// [`Store::update_endpoint`] and [`Store::delete_endpoint`]; `endpoint.disabled` in
-    /// [`Store::disable_endpoint`]; and in [`Store::record_attempts`] `message.attempt.failing` (a delivery's
-    /// 4th attempt failed), `message.attempt.exhausted` (a delivery ended dead or failed for good) and
-    /// `message.attempt.recovered` (a delivery succeeded after one of those two was recorded for the same
-    /// message and endpoint); `message.attempt.exhausted` also in [`Store::expire_deliveries`] and
-    /// [`Store::expire_waiting`], and `endpoint.updated` in [`Store::rotate_endpoint_secret`]. Events about a
-    /// delivery carry its message and endpoint ids.
-    async fn unsent_operational_events(&self, after: i64, limit: usize) -> StoreResult<Vec<OperationalEvent>>;
-    /// Mark an operational event as handled by the operational webhook (sent, or given up on).
-    async fn mark_operational_event_sent(&self, seq: i64, now: Millis) -> StoreResult<()>;
 
     /// Record an application-scoped token (its digest only); `NotFound` if the application does not exist.
     async fn create_app_token(&self, token: &AppToken) -> StoreResult<()>;
@@ -378,21 +409,10 @@ unbounded {
     /// answered with an error), so what was stored is always a prefix of each ordering key's messages.
     async fn ingest_many(&self, batch: Vec<NewMessage>) -> StoreResult<Vec<StoreResult<Ingested>>>;
 
-    /// The stream of committed changes the delivery engine acts on ([`Change`]), in commit order: the
-    /// deliveries [`Store::ingest`] committed on this node, and every endpoint change, re-queue and
-    /// cancellation the store committed (on PostgreSQL, endpoint changes of every node too). It can be
-    /// taken once; later calls return `None`.
-    fn take_changes(&self) -> Option<ChangeStream>;
-
     /// The node is stopping: hand over whatever this node holds for others (PostgreSQL: its partition
     /// leases, so that other nodes take its work over at once instead of after the lease time).
     async fn shutdown(&self) {}
 
-    /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
-    /// means this node does all of it.
-    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
-        None
-    }
 }
 forwarded {
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested> {
@@ -403,22 +423,18 @@ forwarded {
         self.inner.ingest_many(batch).await
     }
 
-    fn take_changes(&self) -> Option<ChangeStream> {
-        self.inner.take_changes()
-    }
-
     async fn shutdown(&self) {
         self.shutdown_within().await;
     }
 
-    fn ownership(&self) -> Option<Arc<dyn Ownership>> {
-        self.inner.ownership()
-    }
 }
 }
 
 /// A shared handle to any store.
 pub type SharedStore = Arc<dyn Store>;
+
+/// A shared handle to a store as the delivery engine sees it (any [`SharedStore`] converts into one).
+pub type SharedDeliveryStore = Arc<dyn DeliveryStore>;
 
 /// Open the store named by a database URL (`sqlite://PATH` or `postgres://…`) with these options, run
 /// its migrations, and check that `cipher` holds the key its secrets were encrypted with (`SecretKey`

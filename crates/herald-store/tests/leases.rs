@@ -12,7 +12,8 @@ use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, E
 use herald_core::outcome::OutcomeClass;
 use herald_store::postgres::PgStore;
 use herald_store::{
-    AttemptRecord, Ingested, NewMessage, OwnershipEvent, PageRequest, Store, StoreOptions, partition_of, testdb,
+    AttemptRecord, DeliveryStore, Ingested, NewMessage, OwnershipEvent, PageRequest, Store, StoreOptions, partition_of,
+    testdb,
 };
 use sqlx::{Connection, PgConnection};
 use tokio::sync::mpsc::UnboundedReceiver;

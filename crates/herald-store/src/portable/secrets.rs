@@ -130,7 +130,7 @@ pub(super) async fn rotate<D: Dialect>(
     Ok(())
 }
 
-/// See [`crate::Store::previous_secrets`].
+/// See [`crate::DeliveryStore::previous_secrets`].
 pub(super) async fn previous<D: Dialect>(
     store: &SqlStore<D>,
     endpoint_id: &EndpointId,
