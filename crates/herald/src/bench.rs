@@ -134,7 +134,8 @@ enum ScenarioArgs {
         #[arg(short, long, value_parser = duration)]
         duration: Option<Duration>,
     },
-    /// The transactional outbox (docs/outbox.md): rows relayed/s and commit → receiver lag, through
+    /// The transactional outbox (docs/outbox.md): rows relayed/s and lag to the receiver (from the
+    /// producer's acknowledged commit, and from just before its insert), through
     /// `herald_publish` (when --database-url is PostgreSQL) and through `herald relay` from --source.
     Outbox {
         /// Rows committed at once for the throughput phase [default: 20000; smoke: 300].
