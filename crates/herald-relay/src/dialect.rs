@@ -12,8 +12,8 @@ pub enum Dialect {
     Postgres,
     /// MariaDB 10.6+ or MySQL 8+: `FOR UPDATE SKIP LOCKED` too.
     MySql,
-    /// SQLite: one writer at a time; a relay's batch holds the database's write lock (`BEGIN IMMEDIATE`),
-    /// so relays on one file take turns.
+    /// SQLite: no row locks, one writer at a time for the whole file ([`Dialect::locks_database`]):
+    /// a relay reads its rows without a lock, publishes them, and takes the write lock only to settle them.
     Sqlite,
 }
 
@@ -48,11 +48,37 @@ impl Dialect {
         }
     }
 
-    /// The statement that opens a relay batch's transaction. SQLite's `IMMEDIATE` takes the write lock at
-    /// once: a second relay waits here rather than failing its delete later with "database is locked".
+    /// Whether a write lock here is the whole database's rather than a row's: SQLite has one writer per
+    /// file. A relay must then never hold a transaction that writes across its HTTP publishes, or every
+    /// write of the producer (its outbox inserts and its own business writes) would wait for Herald's
+    /// answers, and fail with `database is locked` past its busy timeout. Where this is true the relay
+    /// reads its rows ([`begin_read`](Self::begin_read)), publishes with no transaction open, and settles
+    /// them in a short transaction of its own ([`begin`](Self::begin)); elsewhere one transaction claims
+    /// rows with row locks (`FOR UPDATE SKIP LOCKED`), publishes them and settles them.
+    pub fn locks_database(self) -> bool {
+        match self {
+            Self::Sqlite => true,
+            Self::Postgres | Self::MySql => false,
+        }
+    }
+
+    /// The statement that opens a transaction that writes: a relay batch's (claim, publish, settle) where
+    /// rows are locked one by one; only the settling of published rows where the database is locked as a
+    /// whole. SQLite's `IMMEDIATE` takes the write lock at once: a second relay waits here (up to its busy
+    /// timeout) rather than failing its delete later with "database is locked".
     pub fn begin(self) -> &'static str {
         match self {
             Self::Sqlite => "BEGIN IMMEDIATE",
+            Self::Postgres | Self::MySql => "BEGIN",
+        }
+    }
+
+    /// The statement that opens the read of claimable rows where the database is locked as a whole
+    /// ([`locks_database`](Self::locks_database)): SQLite's `DEFERRED` transaction takes no write lock,
+    /// and gives the claim and its [`keyed_before`](Self::keyed_before) one snapshot.
+    pub fn begin_read(self) -> &'static str {
+        match self {
+            Self::Sqlite => "BEGIN DEFERRED",
             Self::Postgres | Self::MySql => "BEGIN",
         }
     }
@@ -85,8 +111,8 @@ impl Dialect {
     }
 
     /// How many batches a relay works on at once (see `relay`): two where rows are locked one by one, so
-    /// one batch is claimed while another publishes; one on SQLite, whose batch holds the database's
-    /// write lock (a second would only wait for it).
+    /// one batch is claimed while another publishes; one on SQLite, where nothing marks a row as taken
+    /// while it is published (a second batch would read and publish the same rows again).
     pub fn lanes(self) -> usize {
         match self {
             Self::Postgres | Self::MySql => 2,
@@ -140,7 +166,8 @@ impl Dialect {
         )
     }
 
-    /// The oldest unrelayed rows, locked, skipping rows another relay holds (`$1`: how many).
+    /// The oldest unrelayed rows, locked, skipping rows another relay holds (`$1`: how many). On SQLite,
+    /// just the oldest unrelayed rows (nothing is locked: see [`locks_database`](Self::locks_database)).
     pub fn claim(self, table: &TableName) -> String {
         let lock = match self {
             Self::Postgres | Self::MySql => " FOR UPDATE SKIP LOCKED",
@@ -169,19 +196,22 @@ impl Dialect {
         format!("DELETE FROM {table} WHERE seq IN ({})", self.marks(1, count))
     }
 
-    /// Mark `count` rows relayed (kept, for an audit trail) by `seq`.
+    /// Mark `count` rows relayed (kept, for an audit trail) by `seq`. A row already marked keeps its time:
+    /// where rows are not locked while published, two relays may both settle one row, and the first
+    /// settled it.
     pub fn mark_relayed(self, table: &TableName, count: usize) -> String {
         format!(
-            "UPDATE {table} SET relayed_at = {} WHERE seq IN ({})",
+            "UPDATE {table} SET relayed_at = {} WHERE relayed_at IS NULL AND seq IN ({})",
             self.now(),
             self.marks(1, count)
         )
     }
 
-    /// Set one row's `relay_error` (`$1`) by `seq` (`$2`): Herald refused it for good.
+    /// Set one row's `relay_error` (`$1`) by `seq` (`$2`): Herald refused it for good. A row another relay
+    /// already marked relayed stays relayed (Herald took it from that one).
     pub fn reject(self, table: &TableName) -> String {
         format!(
-            "UPDATE {table} SET relay_error = {} WHERE seq = {}",
+            "UPDATE {table} SET relay_error = {} WHERE relayed_at IS NULL AND seq = {}",
             self.mark(1),
             self.mark(2)
         )
@@ -322,6 +352,23 @@ mod tests {
     }
 
     #[test]
+    fn only_sqlite_reads_outside_its_settling_transaction() {
+        assert!(Dialect::Sqlite.locks_database());
+        assert_eq!(
+            (Dialect::Sqlite.begin_read(), Dialect::Sqlite.begin()),
+            ("BEGIN DEFERRED", "BEGIN IMMEDIATE")
+        );
+        for dialect in [Dialect::Postgres, Dialect::MySql] {
+            assert!(!dialect.locks_database());
+            assert!(
+                dialect
+                    .claim(&TableName::parse("o").expect("name"))
+                    .ends_with("SKIP LOCKED")
+            );
+        }
+    }
+
+    #[test]
     fn placeholders_follow_the_dialect() {
         let t = TableName::parse("o").expect("name");
         assert_eq!(Dialect::MySql.delete(&t, 3), "DELETE FROM o WHERE seq IN (?, ?, ?)");
@@ -333,6 +380,10 @@ mod tests {
         );
         assert!(Dialect::Postgres.claim(&t).ends_with("LIMIT $1 FOR UPDATE SKIP LOCKED"));
         assert!(!Dialect::Sqlite.claim(&t).contains("FOR UPDATE"));
+        assert_eq!(
+            Dialect::Postgres.reject(&t),
+            "UPDATE o SET relay_error = $1 WHERE relayed_at IS NULL AND seq = $2"
+        );
         assert_eq!(
             Dialect::Postgres.insert(&t),
             "INSERT INTO o (event_id, app, event_type, payload, ordering_key) VALUES ($1, $2, $3, $4::jsonb, $5)"

@@ -81,12 +81,20 @@ impl Outbox {
         self.dialect
     }
 
-    /// Open a batch's transaction.
+    /// Open a transaction that writes: a whole batch's where rows are locked one by one, only the settling
+    /// of a batch where the database is locked as a whole (see [`Dialect::locks_database`]).
     pub async fn begin(&self) -> Result<Transaction<'static, Any>, SourceError> {
         Ok(self.pool.begin_with(self.dialect.begin()).await?)
     }
 
-    /// The oldest `limit` unrelayed rows, locked for this transaction (skipping rows other relays hold).
+    /// Open the read of a batch's rows where the database is locked as a whole: one snapshot for
+    /// [`claim`](Self::claim) and [`keyed_before`](Self::keyed_before), and no write lock.
+    pub async fn begin_read(&self) -> Result<Transaction<'static, Any>, SourceError> {
+        Ok(self.pool.begin_with(self.dialect.begin_read()).await?)
+    }
+
+    /// The oldest `limit` unrelayed rows, locked for this transaction (skipping rows other relays hold);
+    /// where the database has no row locks, just read.
     pub async fn claim(&self, tx: &mut AnyConnection, limit: usize) -> Result<Vec<OutboxRow>, SourceError> {
         let rows = sqlx::query(AssertSqlSafe(self.dialect.claim(&self.table)))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -117,7 +125,8 @@ impl Outbox {
             .map_err(Into::into)
     }
 
-    /// Delete or mark the relayed rows.
+    /// Delete or mark the relayed rows. Rows that are gone already (another relay settled them) are no
+    /// error: the statement is by `seq`, and matches nothing for them.
     pub async fn finish(&self, tx: &mut AnyConnection, seqs: &[i64]) -> Result<(), SourceError> {
         if seqs.is_empty() {
             return Ok(());
@@ -185,6 +194,97 @@ mod tests {
             sqlx::query_as(query).fetch_one(&mut *conn).await.expect("ports");
         let port = |p: Option<i64>| u16::try_from(p.expect("a TCP connection")).expect("a port");
         herald_sql::tcp_nodelay::is_set_on_ports(port(client), port(server)).expect("the socket")
+    }
+
+    /// An outbox table in a fresh SQLite file in `dir`, holding rows `e1`, `e2`, `e3`; the relay's view of
+    /// it (`relayed`), and a plain pool on it to look.
+    async fn sqlite_outbox(dir: &tempfile::TempDir, relayed: Relayed) -> (Outbox, AnyPool) {
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("shop.db").display());
+        let outbox = Outbox::open(&url, "herald_outbox", relayed).expect("outbox");
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("pool");
+        let table = TableName::parse("herald_outbox").expect("name");
+        for statement in Dialect::Sqlite.ddl_statements(&table) {
+            sqlx::query(AssertSqlSafe(statement)).execute(&pool).await.expect("DDL");
+        }
+        for n in 1..=3 {
+            sqlx::query(AssertSqlSafe(Dialect::Sqlite.insert(&table)))
+                .bind(format!("e{n}"))
+                .bind("shop")
+                .bind("invoice.paid")
+                .bind("{}")
+                .bind(None::<String>)
+                .execute(&pool)
+                .await
+                .expect("insert");
+        }
+        (outbox, pool)
+    }
+
+    /// Read the claimable rows as a relay on SQLite does (no write lock), and their `seq`s.
+    async fn read_seqs(outbox: &Outbox) -> Vec<i64> {
+        let mut read = outbox.begin_read().await.expect("begin read");
+        let rows = outbox.claim(&mut read, 10).await.expect("claim");
+        read.rollback().await.expect("rollback");
+        rows.iter().map(|r| r.seq).collect()
+    }
+
+    /// Settle as a relay on SQLite does: reject `e3`, remove (or mark) `e1` and `e2`, in one transaction.
+    async fn settle(outbox: &Outbox, seqs: &[i64]) -> Result<(), SourceError> {
+        let mut tx = outbox.begin().await?;
+        outbox.reject(&mut tx, seqs[2], "404: no such app").await?;
+        outbox.finish(&mut tx, &seqs[..2]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Two relays on one SQLite file read the same rows (nothing is locked while they publish) and both
+    /// settle them: the second settling changes nothing and is no error.
+    #[tokio::test]
+    async fn settling_rows_another_relay_settled_is_no_error() {
+        for relayed in [Relayed::Delete, Relayed::Mark] {
+            let dir = tempfile::tempdir().expect("dir");
+            let (first, pool) = sqlite_outbox(&dir, relayed).await;
+            let second = Outbox::open(
+                &format!("sqlite://{}", dir.path().join("shop.db").display()),
+                "herald_outbox",
+                relayed,
+            )
+            .expect("second outbox");
+            let seqs = read_seqs(&first).await;
+            assert_eq!(read_seqs(&second).await, seqs, "{relayed:?}: both read the same rows");
+            settle(&first, &seqs).await.expect("first settles");
+            let look = async || -> Vec<(String, Option<i64>, Option<String>)> {
+                sqlx::query("SELECT event_id, relayed_at, relay_error FROM herald_outbox ORDER BY seq")
+                    .fetch_all(&pool)
+                    .await
+                    .expect("rows")
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1), r.get(2)))
+                    .collect()
+            };
+            let settled = look().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            settle(&second, &seqs).await.expect("settling again is no error");
+            assert_eq!(
+                look().await,
+                settled,
+                "{relayed:?}: the second settling changed nothing"
+            );
+            assert!(read_seqs(&first).await.is_empty(), "{relayed:?}: nothing left to relay");
+            let kept = match relayed {
+                Relayed::Delete => 1,
+                Relayed::Mark => 3,
+            };
+            assert_eq!(settled.len(), kept, "{relayed:?}: {settled:?}");
+            for outbox in [first, second] {
+                outbox.close().await;
+            }
+            pool.close().await;
+        }
     }
 
     #[tokio::test]

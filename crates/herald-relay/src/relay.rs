@@ -1,10 +1,18 @@
 //! The relay loop: claim a batch, publish it, remove what was published, commit; back off when Herald or
 //! the source cannot be reached.
 //!
-//! A batch is one transaction on the source: its rows stay locked (other relays skip them) while they are
-//! published, and are deleted (or marked) in the same transaction. A relay killed at any instant leaves
-//! its rows unlocked and still there; the next batch publishes them again with the same `eventId`, which
-//! Herald answers with the message it already has — a duplicate attempt, never a duplicate message.
+//! Where the source has row locks (PostgreSQL, MariaDB/MySQL), a batch is one transaction on the source:
+//! its rows stay locked (other relays skip them) while they are published, and are deleted (or marked) in
+//! the same transaction. A relay killed at any instant leaves its rows unlocked and still there; the next
+//! batch publishes them again with the same `eventId`, which Herald answers with the message it already
+//! has — a duplicate attempt, never a duplicate message.
+//!
+//! Where a write lock is the whole database's ([`locks_database`](crate::dialect::Dialect::locks_database):
+//! SQLite), a transaction held across the publishes would make every write of the producer wait for
+//! Herald's answers. There a batch is a read of the rows (a snapshot, no write lock), the publishes with no
+//! transaction open, and a short transaction that settles the published and refused rows. Nothing marks
+//! a row as taken meanwhile, so two relays on one file may both publish it; the `eventId` makes that one
+//! message, exactly as after a crash between publish and delete.
 //!
 //! Where the source has row locks (PostgreSQL, MariaDB/MySQL), a relay works on
 //! [`lanes`](crate::dialect::Dialect::lanes) batches at once: one is claimed while another is still
@@ -17,12 +25,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
+use sqlx::AnyConnection;
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::RelayConfig;
 use crate::order::{self, Chunk, Group};
 use crate::outbox::{Outbox, SourceError};
 use crate::publish::{BatchPublished, ClientError, Published, Publisher, Transient};
+use crate::row::OutboxRow;
 use herald_core::backoff::Backoff;
 use herald_core::clock::Millis;
 
@@ -104,9 +114,46 @@ const BACKLOG_EVERY: Duration = Duration::from_secs(1);
 /// The outcome of one group's publishes.
 #[derive(Default)]
 struct GroupOutcome {
+    /// (`seq`, `created_at` in Unix ms) of the rows Herald holds.
     published: Vec<(i64, i64)>,
+    /// (`seq`, reason) of the rows Herald refused for good.
     rejected: Vec<(i64, String)>,
+    /// Why the group stopped early, if it did.
     failed: Option<Transient>,
+}
+
+/// What a batch's publishes leave to write back to the source, and to count.
+#[derive(Default)]
+struct Settlement {
+    /// The `seq` of each row Herald holds: removed (or marked).
+    published: Vec<i64>,
+    /// Each published row's lag, from its `created_at` to Herald's acceptance.
+    lags: Vec<Duration>,
+    /// (`seq`, reason) of each row Herald refused for good: marked with `relay_error`.
+    rejected: Vec<(i64, String)>,
+    /// A publish that failed for a reason that is not its row's (its rows stay).
+    failed: Option<Transient>,
+}
+
+impl Settlement {
+    /// The settlement of a batch's group outcomes.
+    fn of(outcomes: Vec<GroupOutcome>) -> Self {
+        let mut settlement = Self::default();
+        for outcome in outcomes {
+            for (seq, created_at_ms) in outcome.published {
+                settlement.published.push(seq);
+                settlement.lags.push(age_of(created_at_ms));
+            }
+            settlement.rejected.extend(outcome.rejected);
+            settlement.failed = settlement.failed.or(outcome.failed);
+        }
+        settlement
+    }
+
+    /// Whether there is nothing to write back.
+    fn is_empty(&self) -> bool {
+        self.published.is_empty() && self.rejected.is_empty()
+    }
 }
 
 impl Relay {
@@ -245,23 +292,96 @@ impl Relay {
 
     /// Claim, publish and settle one batch.
     pub async fn batch(&self) -> Result<BatchReport, BatchError> {
+        if self.outbox.dialect().locks_database() {
+            self.batch_without_row_locks().await
+        } else {
+            self.batch_with_row_locks().await
+        }
+    }
+
+    /// One batch as one transaction whose claim locks its rows (PostgreSQL, MariaDB/MySQL): the rows stay
+    /// locked while they are published, so other relays and lanes skip them, and the producer's inserts
+    /// never wait (they take no lock a claimed row holds).
+    async fn batch_with_row_locks(&self) -> Result<BatchReport, BatchError> {
         let mut tx = self.outbox.begin().await?;
-        let claimed = self.outbox.claim(&mut tx, self.config.batch_size).await?;
-        let mut report = BatchReport {
-            claimed: claimed.len(),
-            ..BatchReport::default()
-        };
+        let (claimed, unrelayed) = self.read(&mut tx).await?;
         if claimed.is_empty() {
             tx.rollback().await.map_err(SourceError::from)?;
-            return Ok(report);
+            return Ok(BatchReport::default());
         }
+        let (report, settlement) = self.publish(claimed, &unrelayed).await;
+        self.settle(&mut tx, &settlement).await?;
+        tx.commit().await.map_err(SourceError::from)?;
+        self.record(report, settlement)
+    }
+
+    /// One batch where a write lock is the whole database's (SQLite): read, publish with no transaction
+    /// open, then settle in a short transaction of its own. Holding one transaction across the publishes,
+    /// as [`batch_with_row_locks`](Self::batch_with_row_locks) does, would hold the file's write lock for
+    /// Herald's round trips: every write of the producer, its business writes too, would wait for them
+    /// and fail with `database is locked` past its busy timeout. A relay must never make a producer's own
+    /// writes wait on the network.
+    ///
+    /// It stays correct without the lock because publishing is idempotent on `eventId`:
+    /// - A row is removed (or marked) only after Herald acknowledged it, so a relay killed at any instant
+    ///   leaves every unacknowledged row in place, to be read and published again.
+    /// - A row published twice — by two relays reading the same rows, or again after a crash between
+    ///   publish and settle — is one message: Herald answers the second publish with the message it has.
+    /// - Each relay still publishes a key's rows in outbox order: its read is the oldest unrelayed rows, so
+    ///   every unrelayed row of a key before a row it read is in its read too, and goes first (a group stops
+    ///   at its first row that fails). A row missing from the read was removed after Herald acknowledged it,
+    ///   or is not committed yet — and SQLite's single writer makes `seq` order commit order, so such a row
+    ///   comes after every row read. Another relay's copies of a key's rows are created in that same order,
+    ///   or answered with the messages already there.
+    /// - Settling a row another relay settled first matches nothing (by `seq`; a marked row keeps its
+    ///   mark), so it is no error.
+    async fn batch_without_row_locks(&self) -> Result<BatchReport, BatchError> {
+        // (1) Read the claimable rows in a deferred transaction: one snapshot for the claim and its
+        // `keyed_before` (the same ordering rules as with row locks), and no write lock. It ends before
+        // the first publish, so it holds nothing while Herald is asked.
+        let (claimed, unrelayed) = {
+            let mut read = self.outbox.begin_read().await?;
+            let rows = self.read(&mut read).await?;
+            read.rollback().await.map_err(SourceError::from)?;
+            rows
+        };
+        if claimed.is_empty() {
+            return Ok(BatchReport::default());
+        }
+        // (2) Publish with no transaction open: the producer writes freely meanwhile.
+        let (report, settlement) = self.publish(claimed, &unrelayed).await;
+        // (3) Settle in one short `BEGIN IMMEDIATE` transaction: a few statements by `seq`, the only time
+        // the relay holds the write lock. A failure here leaves the rows to be published again: a duplicate
+        // publish, never a lost row.
+        if !settlement.is_empty() {
+            let mut tx = self.outbox.begin().await?;
+            self.settle(&mut tx, &settlement).await?;
+            tx.commit().await.map_err(SourceError::from)?;
+        }
+        self.record(report, settlement)
+    }
+
+    /// Read a batch on `conn`: the claimed rows (oldest first) and every unrelayed row (`seq`, key) of their
+    /// ordering keys up to the highest claimed keyed row, claimed or not (see [`order::publishable`]).
+    async fn read(&self, conn: &mut AnyConnection) -> Result<(Vec<OutboxRow>, Vec<(i64, String)>), SourceError> {
+        let claimed = self.outbox.claim(conn, self.config.batch_size).await?;
         let (keys, max_seq) = order::keys_to_check(&claimed);
         let unrelayed = if keys.is_empty() {
             Vec::new()
         } else {
-            self.outbox.keyed_before(&mut tx, &keys, max_seq).await?
+            self.outbox.keyed_before(conn, &keys, max_seq).await?
         };
-        let groups = order::publishable(claimed, &unrelayed);
+        Ok((claimed, unrelayed))
+    }
+
+    /// Publish what of `claimed` may go now: in requests of many rows where the server offers them, else
+    /// one row per request. The batch's report so far (claimed, held back) and what to settle.
+    async fn publish(&self, claimed: Vec<OutboxRow>, unrelayed: &[(i64, String)]) -> (BatchReport, Settlement) {
+        let mut report = BatchReport {
+            claimed: claimed.len(),
+            ..BatchReport::default()
+        };
+        let groups = order::publishable(claimed, unrelayed);
         report.held_back = report.claimed - groups.iter().map(Vec::len).sum::<usize>();
         let outcomes: Vec<GroupOutcome> = if self.publisher.offers_batch().await {
             let packed = order::pack(groups, CHUNK_ROWS, CHUNK_BYTES);
@@ -275,32 +395,31 @@ impl Relay {
         } else {
             self.publish_groups(groups).await
         };
-        let mut published = Vec::new();
-        let mut lags = Vec::new();
-        let mut failed = None;
-        for outcome in outcomes {
-            for (seq, created_at_ms) in outcome.published {
-                published.push(seq);
-                lags.push(age_of(created_at_ms));
-            }
-            for (seq, reason) in &outcome.rejected {
-                tracing::error!(relay = %self.config.name, seq, %reason, "Herald refused an outbox row; it is marked (relay_error) and skipped");
-                self.outbox.reject(&mut tx, *seq, reason).await?;
-            }
-            report.rejected += outcome.rejected.len();
-            failed = failed.or(outcome.failed);
+        (report, Settlement::of(outcomes))
+    }
+
+    /// Mark the refused rows and remove (or mark) the published ones, in `tx`.
+    async fn settle(&self, tx: &mut AnyConnection, settlement: &Settlement) -> Result<(), SourceError> {
+        for (seq, reason) in &settlement.rejected {
+            tracing::error!(relay = %self.config.name, seq, %reason, "Herald refused an outbox row; it is marked (relay_error) and skipped");
+            self.outbox.reject(tx, *seq, reason).await?;
         }
-        self.outbox.finish(&mut tx, &published).await?;
-        tx.commit().await.map_err(SourceError::from)?;
-        report.published = published.len();
+        self.outbox.finish(tx, &settlement.published).await
+    }
+
+    /// Count a settled batch (totals, metrics) and finish its report; a publish that failed for a reason
+    /// that is not the row's fails the batch (after its other rows were settled).
+    fn record(&self, mut report: BatchReport, settlement: Settlement) -> Result<BatchReport, BatchError> {
+        report.published = settlement.published.len();
+        report.rejected = settlement.rejected.len();
         self.totals
             .published
-            .fetch_add(published.len() as u64, Ordering::Relaxed);
+            .fetch_add(report.published as u64, Ordering::Relaxed);
         self.totals
             .rejected
             .fetch_add(report.rejected as u64, Ordering::Relaxed);
-        crate::metrics::batch(&self.config.name, &lags, report.rejected);
-        match failed {
+        crate::metrics::batch(&self.config.name, &settlement.lags, report.rejected);
+        match settlement.failed {
             Some(error) => Err(error.into()),
             None => Ok(report),
         }

@@ -5,7 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use herald_relay::dialect::TableName;
 use serde_json::{Value, json};
+use sqlx::{AssertSqlSafe, Row};
 
 use crate::common::producer::{Event, Producer, RelayProcess, messages};
 use crate::common::{Herald, Receiver, Reply, TOKEN};
@@ -272,6 +274,122 @@ async fn a_relay_backs_off_while_herald_is_down_and_catches_up() {
     producer.wait_rows(0, Duration::from_secs(10)).await;
     relay.wait_log("relay recovered", Duration::from_secs(5)).await;
     assert_eq!(messages(&herald, &app).await.len(), 5);
+}
+
+/// How long the stand-in for Herald holds each request in
+/// [`a_sqlite_producer_writes_while_the_relay_publishes`].
+const HELD_PUBLISH: Duration = Duration::from_secs(2);
+
+/// A SQLite producer's writes never wait for the relay's publishes. The relay publishes to a stand-in for
+/// Herald that holds every request 2 s; while the first publish is held, the producer commits transactions
+/// (a business write and an outbox row each) on a connection with a 200 ms busy timeout. They all go
+/// through at once. A relay that held the file's write lock across its publishes (`BEGIN IMMEDIATE` around
+/// the whole batch, as before) fails each of them with `database is locked`. Once the stand-in answers, every
+/// row is settled.
+#[tokio::test]
+async fn a_sqlite_producer_writes_while_the_relay_publishes() {
+    use sqlx::Connection as _;
+
+    let producer = Producer::sqlite().await;
+    sqlx::query("CREATE TABLE invoice (id TEXT PRIMARY KEY, paid INTEGER NOT NULL)")
+        .execute(&producer.pool)
+        .await
+        .expect("the producer's own table");
+    sqlx::query("INSERT INTO invoice VALUES ('inv_1', 0)")
+        .execute(&producer.pool)
+        .await
+        .expect("an invoice");
+    // No OpenAPI document there (an empty answer): the relay publishes one row per request.
+    let slow = Receiver::start(Reply::status(202).delay(HELD_PUBLISH)).await;
+    producer
+        .write(&[Event::new("evt_0", "shop", json!({"n": 0}))], true)
+        .await;
+    let relay = RelayProcess::start(&producer, &format!("http://{}", slow.addr), &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no publish of evt_0 within 30 s: {:#?}",
+            relay.stderr.lock().expect("lines")
+        );
+        let publish = slow
+            .received()
+            .into_iter()
+            .find(|r| String::from_utf8_lossy(&r.body).contains("\"evt_0\""));
+        if let Some(publish) = publish {
+            break publish;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+
+    let mut conn = sqlx::AnyConnection::connect(&producer.url)
+        .await
+        .expect("producer connects");
+    sqlx::query("PRAGMA busy_timeout = 200")
+        .execute(&mut conn)
+        .await
+        .expect("busy timeout");
+    let insert = producer
+        .dialect
+        .insert(&TableName::parse("herald_outbox").expect("name"));
+    for n in 1..=5 {
+        let started = std::time::Instant::now();
+        let written: Result<(), sqlx::Error> = async {
+            let mut tx = conn.begin().await?;
+            sqlx::query("UPDATE invoice SET paid = paid + 1 WHERE id = 'inv_1'")
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(AssertSqlSafe(insert.clone()))
+                .bind(format!("evt_{n}"))
+                .bind("shop")
+                .bind("invoice.paid")
+                .bind(json!({"n": n}).to_string())
+                .bind(None::<String>)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        }
+        .await;
+        written.unwrap_or_else(|e| {
+            panic!(
+                "write {n}, {:?} after it began, while the relay publishes: {e}",
+                started.elapsed()
+            )
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every write was made while the first publish was still held, not after it was answered.
+    assert!(
+        held.at.elapsed() < HELD_PUBLISH - Duration::from_millis(100) && slow.in_flight() >= 1,
+        "the writes ended {:?} after the publish arrived",
+        held.at.elapsed()
+    );
+    assert_eq!(producer.rows().await, 6, "nothing settled while the publish is held");
+
+    slow.set_fallback(Reply::status(202));
+    producer.wait_rows(0, Duration::from_secs(30)).await;
+    let published: HashSet<String> = slow
+        .received()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .filter_map(|body| body["eventId"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(published, (0..=5).map(|n| format!("evt_{n}")).collect());
+    let paid: i64 = sqlx::query("SELECT paid FROM invoice WHERE id = 'inv_1'")
+        .fetch_one(&producer.pool)
+        .await
+        .expect("invoice")
+        .get(0);
+    assert_eq!(paid, 5);
+    let failures: Vec<String> = relay
+        .stderr
+        .lock()
+        .expect("lines")
+        .iter()
+        .filter(|line| line.contains("backing off"))
+        .cloned()
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 #[tokio::test]
