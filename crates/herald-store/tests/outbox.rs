@@ -131,3 +131,55 @@ async fn an_outbox_row_naming_no_application_id_is_refused_and_the_rows_around_i
         .expect("the messages");
     assert_eq!(messages, ["evt_1", "evt_3"]);
 }
+
+/// While the reader polls on its own (marked awake in `herald_outbox_reader`), a producer's commit does
+/// not notify it: notifying commits go one WAL flush at a time under PostgreSQL's notification lock.
+/// Otherwise every commit does, so a quiet reader wakes at once.
+#[tokio::test]
+async fn a_producers_commit_notifies_the_reader_only_while_it_is_not_awake() {
+    let Some(database) = testdb::fresh("a_producers_commit_notifies_only_while_not_awake").await else {
+        return;
+    };
+    // The schema only: no reader runs, so only this test marks it awake.
+    herald_store::migrate(&database.url).await.expect("migrate");
+    let mut listener = sqlx::postgres::PgListener::connect(&database.url)
+        .await
+        .expect("listener");
+    listener.listen("herald_outbox").await.expect("listen");
+    let mut producer = PgConnection::connect(&database.url).await.expect("connect");
+    let mut commit = async |n: i32| {
+        sqlx::query(
+            "INSERT INTO herald_outbox (app_id, event_type, payload, event_id) \
+             VALUES ('app_x', 'invoice.paid', '{}', 'evt_' || $1)",
+        )
+        .bind(n)
+        .execute(&mut producer)
+        .await
+        .expect("insert");
+    };
+    let mut notified = async |within: Duration| tokio::time::timeout(within, listener.recv()).await.is_ok();
+    // Marked awake for `seconds` from now (negative: its mark has passed).
+    let awake = |seconds: f64| {
+        let url = database.url.clone();
+        async move {
+            let mut conn = PgConnection::connect(&url).await.expect("connect");
+            sqlx::query("UPDATE herald_outbox_reader SET awake_until = clock_timestamp() + make_interval(secs => $1)")
+                .bind(seconds)
+                .execute(&mut conn)
+                .await
+                .expect("mark");
+        }
+    };
+
+    commit(1).await;
+    assert!(notified(Duration::from_secs(10)).await, "a quiet reader is notified");
+    awake(3600.0).await;
+    commit(2).await;
+    assert!(!notified(Duration::from_millis(500)).await, "an awake reader is not");
+    awake(-1.0).await;
+    commit(3).await;
+    assert!(
+        notified(Duration::from_secs(10)).await,
+        "notified again once its mark has passed"
+    );
+}

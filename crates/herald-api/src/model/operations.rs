@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use herald_core::id::TaskId;
+use herald_core::id::{MessageIdOrEventId, TaskId};
 use time::OffsetDateTime;
 
 /// Body of `POST …/endpoint/{endpoint_id}/recover` and `…/replay-missing` (Svix `RecoverIn`/`ReplayIn`).
@@ -95,7 +95,7 @@ pub struct EndpointStatsOut {
 pub struct BulkExpungeIn {
     /// The messages (ids or `eventId`s) whose payloads to remove.
     #[serde(default)]
-    pub ids: Option<Vec<String>>,
+    pub ids: Option<Vec<MessageIdOrEventId>>,
 }
 
 /// Answer of the bulk expunge (Svix `BulkExpungeContentsOut`).

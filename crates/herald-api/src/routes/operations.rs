@@ -336,12 +336,13 @@ async fn bulk_expunge(
     let app = lookup::app(&state, &app_id).await?;
     let mut results = std::collections::BTreeMap::new();
     for id in ids {
-        let outcome = match expunge_one(&state, &app.id, &MessageIdOrEventId::new(&id)).await {
+        let outcome = match expunge_one(&state, &app.id, &id).await {
             Ok(()) => "expunged",
             Err(error) if error.status == StatusCode::NOT_FOUND => "not-found",
             Err(error) => return Err(error),
         };
-        results.insert(id, outcome);
+        // Answered under the name as given.
+        results.insert(id.as_str().to_owned(), outcome);
     }
     Ok(Json(BulkExpungeOut { results }))
 }

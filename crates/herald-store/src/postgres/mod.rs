@@ -17,6 +17,7 @@ mod channels;
 mod events;
 mod lease;
 mod outbox;
+mod outbox_pace;
 mod retention;
 
 use herald_core::clock::Millis;

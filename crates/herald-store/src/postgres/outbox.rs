@@ -24,6 +24,7 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
+use super::outbox_pace::{AWAKE_FOR, Pace};
 use crate::group_commit::{Fence, IngestJob, Outcomes};
 use crate::{Ingested, NewMessage, StoreError, StoreResult};
 use herald_sql::custody::Bound;
@@ -34,8 +35,9 @@ const CHANNEL: &str = "herald_outbox";
 const READER_LOCK: i64 = 0x6f75_7462_6f78;
 /// Rows read per round (the group-commit writer's batch size).
 const ROUND: i64 = crate::group_commit::MAX_BATCH as i64;
-/// With no notification, look anyway this often (a notification lost with a connection, rows inserted
-/// while no node listened).
+/// With no notification, look anyway this often while the outbox is quiet (a notification lost with a
+/// connection, rows inserted while no node listened, a commit that found the reader awake and landed
+/// after it went quiet: see [`Pace`]).
 const POLL: Duration = Duration::from_secs(1);
 /// How often a standing-by node tries for the reader lock.
 const STANDBY: Duration = Duration::from_secs(2);
@@ -132,6 +134,7 @@ async fn read_locked(
     let fence = Arc::new(Fence::default());
     let mut in_flight: VecDeque<InFlight<'_>> = VecDeque::new();
     let mut measured = Instant::now() - MEASURE_EVERY;
+    let mut pace = Pace::default();
     // Rows may be waiting that no read has looked for: at the start (rows committed while no node
     // listened), after a notification, after the poll, and after a read that found as many rows as it
     // could take.
@@ -151,6 +154,13 @@ async fn read_locked(
                 Err(error) => return abandon(in_flight, error).await,
             };
             look = full;
+            if pace.read(!rows.is_empty(), Instant::now()) {
+                match bound.run(mark_awake(pool)).await {
+                    Ok(()) => pace.marked(Instant::now()),
+                    // Harmless: the producers' commits keep notifying.
+                    Err(error) => tracing::debug!(%error, "could not mark the outbox reader awake"),
+                }
+            }
             if !rows.is_empty() {
                 let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
                 match submit(ingest, rows, &fence).await {
@@ -163,11 +173,15 @@ async fn read_locked(
             }
             continue;
         }
+        // Awake, the reader polls on its own (producers do not notify it then), with rounds in flight too.
+        let poll = pace.poll_in(Instant::now());
         let woke = tokio::select! {
             // The oldest round first: its answer frees room, and an error ends the session.
             settled = oldest(&mut in_flight), if !in_flight.is_empty() => Woke::Settled(settled),
             notified = listener.recv(), if room > 0 => Woke::Notified(notified),
-            () = tokio::time::sleep(POLL), if in_flight.is_empty() => Woke::Polled,
+            () = tokio::time::sleep(poll.unwrap_or(POLL)), if in_flight.is_empty() || (poll.is_some() && room > 0) => {
+                Woke::Polled
+            }
         };
         match woke {
             Woke::Settled(settled) => {
@@ -210,7 +224,7 @@ enum Woke {
     Settled(StoreResult<bool>),
     /// A commit notified the channel (or the listener failed).
     Notified(Result<sqlx::postgres::PgNotification, sqlx::Error>),
-    /// Nothing for [`POLL`]: look anyway.
+    /// Nothing for [`POLL`] (or, awake, for the pace's short wait): look.
     Polled,
 }
 
@@ -398,6 +412,16 @@ pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], o
             .await?;
     }
     refuse(&mut *conn, &failed, &reasons).await
+}
+
+/// Mark the reader awake [`AWAKE_FOR`] ahead, by the database's clock (the one the producers' trigger
+/// reads): their commits do not notify until then.
+async fn mark_awake(pool: &PgPool) -> StoreResult<()> {
+    sqlx::query("UPDATE herald_outbox_reader SET awake_until = clock_timestamp() + make_interval(secs => $1)")
+        .bind(AWAKE_FOR.as_secs_f64())
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Rows waiting and the oldest one's age, for `/metrics`.

@@ -1,0 +1,123 @@
+//! When the outbox reader looks for rows: on a producer's notification while the outbox is quiet, and on
+//! its own, every few milliseconds, while rows keep coming.
+//!
+//! Every notifying commit holds PostgreSQL's cluster-wide notification lock until its WAL is flushed, so
+//! a thousand producers' commits a second went through one flush at a time, and the node's own commits
+//! waited behind them. While it finds rows, the reader therefore polls (1 ms after a read that found
+//! some, doubling while reads find none, up to [`BUSY_POLL_MAX`]) and marks itself awake in
+//! `herald_outbox_reader` a moment ahead ([`AWAKE_FOR`]); the producers' trigger notifies only when the
+//! reader is not awake. It keeps polling [`GRACE`] past its mark, for commits that saw the mark but
+//! landed after it. Pure: the caller reads the clock and runs the statements.
+
+use std::time::{Duration, Instant};
+
+/// How far ahead the reader marks itself awake.
+pub(crate) const AWAKE_FOR: Duration = Duration::from_secs(1);
+/// How often the mark is moved ahead while rows keep coming.
+const MARK_EVERY: Duration = Duration::from_millis(250);
+/// How long the reader keeps polling past its mark: a producer's commit that found it awake may land a
+/// little later (its transaction's other statements, its commit's flush).
+const GRACE: Duration = Duration::from_millis(500);
+/// The first wait after a read while awake.
+const BUSY_POLL_FIRST: Duration = Duration::from_millis(1);
+/// The longest wait between reads while awake.
+pub(crate) const BUSY_POLL_MAX: Duration = Duration::from_millis(4);
+
+/// The reader's pace: awake (polling) or quiet (waiting for a notification).
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    /// Until when the reader polls on its own (its mark plus [`GRACE`]); `None` while quiet.
+    polling_until: Option<Instant>,
+    /// When the mark was last moved ahead.
+    marked_at: Option<Instant>,
+    /// The wait before the next read while awake.
+    wait: Duration,
+}
+
+impl Pace {
+    /// A read found rows (`found`) or none at `now`: whether the mark must be moved ahead now.
+    pub(crate) fn read(&mut self, found: bool, now: Instant) -> bool {
+        if !found {
+            self.wait = (self.wait * 2).clamp(BUSY_POLL_FIRST, BUSY_POLL_MAX);
+            return false;
+        }
+        self.wait = BUSY_POLL_FIRST;
+        self.marked_at.is_none_or(|at| now.duration_since(at) >= MARK_EVERY)
+    }
+
+    /// The mark was moved [`AWAKE_FOR`] ahead; `now` is taken after the database answered, so the
+    /// reader's own deadline is never before the one producers see.
+    pub(crate) fn marked(&mut self, now: Instant) {
+        self.marked_at = Some(now);
+        self.polling_until = Some(now + AWAKE_FOR + GRACE);
+    }
+
+    /// How long to wait before reading again on its own at `now`: `None` while quiet (then only a
+    /// notification or the slow poll wakes the reader). Quiet again once the polling time is over.
+    pub(crate) fn poll_in(&mut self, now: Instant) -> Option<Duration> {
+        match self.polling_until {
+            Some(until) if now < until => Some(self.wait.max(BUSY_POLL_FIRST)),
+            Some(_) => {
+                *self = Self::default();
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quiet_until_a_read_finds_rows_then_polling_until_the_mark_and_grace_are_over() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        assert_eq!(pace.poll_in(start), None, "quiet: notifications wake the reader");
+        assert!(!pace.read(false, start), "nothing found: no mark");
+        assert_eq!(pace.poll_in(start), None);
+        assert!(pace.read(true, start), "rows found: mark the reader awake");
+        pace.marked(start);
+        assert_eq!(pace.poll_in(start), Some(BUSY_POLL_FIRST));
+        let late = start + AWAKE_FOR + GRACE - Duration::from_millis(1);
+        assert_eq!(
+            pace.poll_in(late),
+            Some(BUSY_POLL_FIRST),
+            "still polling within the grace"
+        );
+        assert_eq!(pace.poll_in(start + AWAKE_FOR + GRACE), None, "quiet again");
+        assert!(
+            pace.read(true, start + AWAKE_FOR + GRACE),
+            "a new mark when rows come again"
+        );
+    }
+
+    #[test]
+    fn the_mark_moves_ahead_at_most_every_quarter_second_while_rows_keep_coming() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        assert!(pace.read(true, start));
+        pace.marked(start);
+        assert!(!pace.read(true, start + MARK_EVERY - Duration::from_millis(1)));
+        assert!(pace.read(true, start + MARK_EVERY));
+    }
+
+    #[test]
+    fn empty_reads_while_awake_double_the_wait_up_to_the_cap_and_a_find_resets_it() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        assert!(pace.read(true, start));
+        pace.marked(start);
+        let waits: Vec<Duration> = (0..5)
+            .map(|_| {
+                pace.read(false, start);
+                pace.poll_in(start).expect("awake")
+            })
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(waits, [ms(2), ms(4), ms(4), ms(4), ms(4)]);
+        pace.read(true, start);
+        assert_eq!(pace.poll_in(start), Some(BUSY_POLL_FIRST));
+    }
+}
