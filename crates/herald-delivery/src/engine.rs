@@ -135,6 +135,17 @@ pub struct EndpointHealth {
     pub recent_outcomes: Vec<&'static str>,
 }
 
+/// Tells the engine that an endpoint's ownership check ended, when dropped.
+struct VerificationEnded(Option<(EndpointId, mpsc::UnboundedSender<Event>)>);
+
+impl Drop for VerificationEnded {
+    fn drop(&mut self) {
+        if let Some((id, events)) = self.0.take() {
+            let _ = events.send(Event::Verified(id));
+        }
+    }
+}
+
 /// A handle for telling the engine about changes made elsewhere (the API).
 #[derive(Clone)]
 pub struct EngineHandle {
@@ -479,10 +490,13 @@ impl Engine {
             return;
         }
         self.verifying.insert(id.clone(), false);
-        let (store, client, events) = (self.store.clone(), self.client.clone(), self.events_tx.clone());
+        let (store, client) = (self.store.clone(), self.client.clone());
+        // Reported when the task ends however it ends (a panic too), or the endpoint's later checks
+        // would wait for it forever.
+        let ended = VerificationEnded(Some((id.clone(), self.events_tx.clone())));
         tokio::spawn(async move {
+            let _ended = ended;
             crate::verification::verify(&store, &client, &id).await;
-            let _ = events.send(Event::Verified(id));
         });
     }
 

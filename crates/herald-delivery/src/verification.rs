@@ -16,39 +16,53 @@ use herald_store::SharedDeliveryStore;
 use crate::attempt::signed_headers;
 use crate::client::DeliveryClient;
 
+/// How many times one request runs the check when the endpoint is written again while it runs (each run
+/// checks the latest URL and key; a client rewriting it faster than it can answer gets its next write's
+/// check).
+const RUNS: usize = 3;
+
 /// Run the check for an endpoint awaiting it and record its result; the store announces the endpoint's
-/// change (so the engine reloads it). An endpoint whose reason changed meanwhile is left alone.
+/// change (so the engine reloads it). The result is recorded only if the endpoint was not written while
+/// the check ran (a new URL or key must prove itself, not inherit the old one's pass): then the check runs
+/// again on the endpoint as it now is. An endpoint no longer awaiting its check is left alone.
 pub(crate) async fn verify(store: &SharedDeliveryStore, client: &DeliveryClient, endpoint_id: &EndpointId) {
-    let endpoint = match store.get_endpoint_by_id(endpoint_id).await {
-        Ok(endpoint) => endpoint,
-        Err(error) => {
-            tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: endpoint not readable");
+    for _ in 0..RUNS {
+        let endpoint = match store.get_endpoint_by_id(endpoint_id).await {
+            Ok(endpoint) => endpoint,
+            Err(error) => {
+                tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: endpoint not readable");
+                return;
+            }
+        };
+        if endpoint.disabled_reason != Some(DisabledReason::AwaitingVerification) {
             return;
         }
-    };
-    if endpoint.disabled_reason != Some(DisabledReason::AwaitingVerification) {
-        return;
-    }
-    let verdict = challenge(client, &endpoint).await;
-    let (disabled, reason) = match &verdict {
-        Ok(()) => (false, None),
-        Err(why) => (true, Some(DisabledReason::verification_failed(why))),
-    };
-    match store
-        .set_endpoint_state(
-            endpoint_id,
-            &DisabledReason::AwaitingVerification,
-            disabled,
-            reason.as_ref(),
-            clock::now(),
-        )
-        .await
-    {
-        Ok(recorded) => {
-            tracing::info!(endpoint = %endpoint_id, passed = verdict.is_ok(), recorded, "ownership check done");
-        }
-        Err(error) => {
-            tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: recording the result failed");
+        let verdict = challenge(client, &endpoint).await;
+        let (disabled, reason) = match &verdict {
+            Ok(()) => (false, None),
+            Err(why) => (true, Some(DisabledReason::verification_failed(why))),
+        };
+        match store
+            .set_endpoint_state(
+                endpoint_id,
+                &DisabledReason::AwaitingVerification,
+                endpoint.updated_at,
+                disabled,
+                reason.as_ref(),
+                clock::now(),
+            )
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(endpoint = %endpoint_id, passed = verdict.is_ok(), "ownership check done");
+                return;
+            }
+            // Written meanwhile: check it as it is now (or find it no longer held).
+            Ok(false) => tracing::debug!(endpoint = %endpoint_id, "endpoint changed during its ownership check"),
+            Err(error) => {
+                tracing::warn!(%error, endpoint = %endpoint_id, "ownership check: recording the result failed");
+                return;
+            }
         }
     }
 }

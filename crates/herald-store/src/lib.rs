@@ -93,12 +93,15 @@ pub trait DeliveryStore: [Send + Sync + 'static], bounded in bounded::BoundedSto
     /// text) and record an `endpoint.disabled` operational event, in one transaction. Returns `false` if it
     /// was already disabled or is gone (nothing recorded then).
     async fn disable_endpoint(&self, endpoint_id: &EndpointId, reason: &DisabledReason, now: Millis) -> StoreResult<bool>;
-    /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` (so an
-    /// ownership check never overrides what a client or Herald decided since); `true` if it changed.
+    /// Set an endpoint's disabled flag and reason, but only if its reason is still `expected_reason` and it
+    /// was not written since `read_at` (its `updated_at` when the caller read it): an ownership check never
+    /// overrides what a client or Herald decided since, nor enables a URL or key it did not check. `true`
+    /// if it changed.
     async fn set_endpoint_state(
         &self,
         endpoint_id: &EndpointId,
         expected_reason: &DisabledReason,
+        read_at: Millis,
         disabled: bool,
         reason: Option<&DisabledReason>,
         now: Millis,

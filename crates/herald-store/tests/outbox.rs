@@ -147,9 +147,14 @@ async fn a_producers_commit_notifies_the_reader_only_while_it_is_not_awake() {
         .expect("listener");
     listener.listen("herald_outbox").await.expect("listen");
     let mut producer = PgConnection::connect(&database.url).await.expect("connect");
+    // A producer whose search_path does not name Herald's schema: the trigger still finds its table.
+    sqlx::query("SET search_path = pg_catalog")
+        .execute(&mut producer)
+        .await
+        .expect("search_path");
     let mut commit = async |n: i32| {
         sqlx::query(
-            "INSERT INTO herald_outbox (app_id, event_type, payload, event_id) \
+            "INSERT INTO public.herald_outbox (app_id, event_type, payload, event_id) \
              VALUES ('app_x', 'invoice.paid', '{}', 'evt_' || $1)",
         )
         .bind(n)

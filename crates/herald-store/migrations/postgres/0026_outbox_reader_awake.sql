@@ -12,7 +12,9 @@ INSERT INTO herald_outbox_reader DEFAULT VALUES;
 -- Producers' roles run the trigger: the table says nothing secret.
 GRANT SELECT ON herald_outbox_reader TO PUBLIC;
 
-CREATE OR REPLACE FUNCTION herald_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Run by producers' roles under their own search_path, which need not name Herald's schema (an INSERT into
+-- schema.herald_outbox): the function looks its table up where Herald's migrations ran.
+CREATE OR REPLACE FUNCTION herald_outbox_notify() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM herald_outbox_reader WHERE awake_until > clock_timestamp()) THEN
         PERFORM pg_notify('herald_outbox', '');

@@ -140,19 +140,21 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         &self,
         endpoint_id: &EndpointId,
         expected_reason: &DisabledReason,
+        read_at: Millis,
         disabled: bool,
         reason: Option<&DisabledReason>,
         now: Millis,
     ) -> StoreResult<bool> {
         let changed = Sql::new(
             "UPDATE endpoint SET disabled = $1, disabled_reason = $2, updated_at = $3 \
-             WHERE id = $4 AND disabled_reason = $5",
+             WHERE id = $4 AND disabled_reason = $5 AND updated_at = $6",
         )
         .bind(disabled)
         .opt_free(reason.map(DisabledReason::as_str))
         .bind(now)
         .bind(endpoint_id)
         .free(expected_reason.as_str())
+        .bind(read_at)
         .execute(self.writes())
         .await?
             == 1;

@@ -154,13 +154,7 @@ async fn read_locked(
                 Err(error) => return abandon(in_flight, error).await,
             };
             look = full;
-            if pace.read(!rows.is_empty(), Instant::now()) {
-                match bound.run(mark_awake(pool)).await {
-                    Ok(()) => pace.marked(Instant::now()),
-                    // Harmless: the producers' commits keep notifying.
-                    Err(error) => tracing::debug!(%error, "could not mark the outbox reader awake"),
-                }
-            }
+            let mark = pace.read(rows.len(), Instant::now());
             if !rows.is_empty() {
                 let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
                 match submit(ingest, rows, &fence).await {
@@ -169,6 +163,17 @@ async fn read_locked(
                         settled: Box::pin(settle_round(pool, bound, round)),
                     }),
                     None => return Ok(()),
+                }
+            }
+            // After the rows are at the writer: the mark is a commit of its own and must not delay them.
+            if mark {
+                match bound.run(mark_awake(pool)).await {
+                    Ok(()) => pace.marked(Instant::now()),
+                    // Harmless: the producers' commits keep notifying.
+                    Err(error) => {
+                        tracing::debug!(%error, "could not mark the outbox reader awake");
+                        pace.mark_failed(Instant::now());
+                    }
                 }
             }
             continue;
