@@ -99,7 +99,7 @@ impl Dialect {
     /// The connection's own port and the server's, as the server sees them (NULL or 0 over a Unix
     /// socket), so the relay can set `TCP_NODELAY` on its socket (sqlx 0.9.0 leaves Nagle on, which holds
     /// the second half of some exchanges for the server's delayed ACK, ~40 ms). `None`: SQLite, a file.
-    pub fn ports_query(self) -> Option<&'static str> {
+    pub(crate) fn ports_query(self) -> Option<&'static str> {
         match self {
             Self::Postgres => Some("SELECT inet_client_port()::bigint, inet_server_port()::bigint"),
             Self::MySql => Some(
@@ -108,6 +108,16 @@ impl Dialect {
             ),
             Self::Sqlite => None,
         }
+    }
+
+    /// Set `TCP_NODELAY` on `conn`'s socket when it is a TCP connection ([`ports_query`](Self::ports_query)
+    /// finds it; nothing to do on SQLite or over a Unix socket). For a pool's `after_connect`.
+    pub async fn set_tcp_nodelay(self, conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
+        if let Some(query) = self.ports_query() {
+            let (client, server): (Option<i64>, Option<i64>) = sqlx::query_as(query).fetch_one(conn).await?;
+            herald_sql::tcp_nodelay::set_on_reported_ports(client, server).await;
+        }
+        Ok(())
     }
 
     /// How many batches a relay works on at once (see `relay`): two where rows are locked one by one, so

@@ -49,7 +49,6 @@ impl Outbox {
         let dialect = Dialect::of_url(url)?;
         let table = TableName::parse(table)?;
         let setup = dialect.session_setup();
-        let ports = dialect.ports_query();
         let pool = AnyPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
@@ -59,12 +58,7 @@ impl Outbox {
                         sqlx::query(statement).execute(&mut *conn).await?;
                     }
                     // Every exchange of a batch waits on this socket: no Nagle delay on it.
-                    if let Some(query) = ports {
-                        let (client, server): (Option<i64>, Option<i64>) =
-                            sqlx::query_as(query).fetch_one(&mut *conn).await?;
-                        herald_sql::tcp_nodelay::set_on_reported_ports(client, server).await;
-                    }
-                    Ok(())
+                    dialect.set_tcp_nodelay(conn).await
                 })
             })
             .connect_lazy(&dialect.driver_url(url))?;

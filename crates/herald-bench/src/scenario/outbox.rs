@@ -187,17 +187,15 @@ impl Producer {
         // sources, their sockets get TCP_NODELAY (sqlx 0.9.0 leaves Nagle on, which can hold the second
         // half of an exchange for the server's delayed ACK, ~40 ms). Nothing to do on SQLite, or over a
         // Unix socket (the server reports no ports there).
-        let ports = Dialect::of_url(url).ok().and_then(Dialect::ports_query);
+        let dialect = Dialect::of_url(url).ok();
         let pool = AnyPoolOptions::new()
             .max_connections(u32::try_from(producers).unwrap_or(u32::MAX).saturating_add(1))
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    if let Some(query) = ports {
-                        let (client, server): (Option<i64>, Option<i64>) =
-                            sqlx::query_as(query).fetch_one(&mut *conn).await?;
-                        herald_sql::tcp_nodelay::set_on_reported_ports(client, server).await;
+                    match dialect {
+                        Some(dialect) => dialect.set_tcp_nodelay(conn).await,
+                        None => Ok(()),
                     }
-                    Ok(())
                 })
             })
             .connect(url)
