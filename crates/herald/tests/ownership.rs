@@ -217,3 +217,36 @@ async fn two_nodes_on_one_database_send_one_challenge_per_request() {
         "one challenge per creation and per `…/verify`"
     );
 }
+
+/// A check that passes for the URL it read does not enable the URL written while it ran: the new URL gets
+/// its own challenge, and its answer is what counts.
+#[tokio::test]
+async fn a_url_changed_during_its_check_is_checked_itself() {
+    let herald = Herald::start(&[]).await;
+    let slow_echo = Receiver::start(Reply::status(200).echo().delay(Duration::from_millis(1500))).await;
+    let silent = Receiver::start(Reply::status(200).body("no echo")).await;
+    let app = verifying_app(&herald).await;
+    let (ep, _) = herald.endpoint(&app, json!({"url": slow_echo.url()})).await;
+    // The first check is held at the slow receiver while the URL moves.
+    let deadline = Instant::now() + WAIT;
+    while challenges(&slow_echo) == 0 {
+        assert!(Instant::now() < deadline, "the first challenge never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _) = herald
+        .call(
+            "PATCH",
+            &format!("/app/{app}/endpoint/{ep}"),
+            Some(json!({"url": silent.url()})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let failed = endpoint_when(&herald, &app, &ep, check_failed).await;
+    assert_eq!(failed["url"], silent.url(), "{failed}");
+    assert!(challenges(&silent) >= 1, "the new URL was challenged");
+    // Past the slow receiver's answer: its pass never enabled the new URL.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let after = herald.get(&format!("/app/{app}/endpoint/{ep}")).await;
+    assert_eq!(after["disabled"], true, "{after}");
+    assert!(check_failed(&after), "{after}");
+}
