@@ -110,7 +110,7 @@ impl Dialect {
         }
     }
 
-    /// Set `TCP_NODELAY` on `conn`'s socket when it is a TCP connection ([`ports_query`](Self::ports_query)
+    /// Set `TCP_NODELAY` on `conn`'s socket when it is a TCP connection (`ports_query`
     /// finds it; nothing to do on SQLite or over a Unix socket). For a pool's `after_connect`.
     pub async fn set_tcp_nodelay(self, conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
         if let Some(query) = self.ports_query() {
