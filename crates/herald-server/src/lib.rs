@@ -104,6 +104,8 @@ impl Node {
             attempt_retention: settings.retention,
             database: settings.database_timeouts,
             sqlite_check: settings.sqlite_check,
+            // The outbox refuses what the API would (PostgreSQL's `herald_publish`).
+            max_payload_bytes: Some(settings.max_payload_bytes),
         };
         let (cipher, generated_key) = secret_cipher(&settings.secret_key)?;
         let store = match herald_store::open_with(&settings.database_url, cipher, &store_options).await {

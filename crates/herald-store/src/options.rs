@@ -18,6 +18,11 @@ pub struct StoreOptions {
     pub database: custody::DatabaseTimeouts,
     /// SQLite: how much of the file is checked before it is served (see [`integrity`]).
     pub sqlite_check: integrity::SqliteCheck,
+    /// PostgreSQL: the largest message payload in bytes, as the API enforces it (`max_payload_bytes`), for
+    /// the outbox: written at start-up for `herald_publish` to check in the producer's transaction, and
+    /// checked by this node's outbox reader. `None` (a store opened outside `herald serve`): the stored
+    /// limit is left as it is and the reader checks none.
+    pub max_payload_bytes: Option<usize>,
 }
 
 impl Default for StoreOptions {
@@ -28,6 +33,7 @@ impl Default for StoreOptions {
             attempt_retention: Duration::from_secs(30 * 24 * 3600),
             database: custody::DatabaseTimeouts::default(),
             sqlite_check: integrity::SqliteCheck::default(),
+            max_payload_bytes: None,
         }
     }
 }

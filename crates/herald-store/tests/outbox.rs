@@ -31,6 +31,25 @@ async fn lock_waiters(url: &str) -> i64 {
     .expect("pg_stat_activity")
 }
 
+/// Once every outbox row is read (made a message or refused): the rows kept, each with its event id and
+/// error, and the event ids of the messages, both in order.
+async fn once_read(url: &str) -> (Vec<(String, String)>, Vec<String>) {
+    wait_until("every row is read", Duration::from_secs(60), async || {
+        waiting(url).await == 0
+    })
+    .await;
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    let kept = sqlx::query_as("SELECT event_id, error FROM herald_outbox ORDER BY seq")
+        .fetch_all(&mut conn)
+        .await
+        .expect("the rows kept");
+    let messages = sqlx::query_scalar("SELECT event_id FROM message ORDER BY id")
+        .fetch_all(&mut conn)
+        .await
+        .expect("the messages");
+    (kept, messages)
+}
+
 #[tokio::test]
 async fn a_failed_outbox_batch_hands_the_reader_lock_back_and_the_rows_are_read_again() {
     let Some(database) = testdb::fresh("a_failed_outbox_batch_hands_the_reader_lock_back").await else {
@@ -111,24 +130,13 @@ async fn an_outbox_row_naming_no_application_id_is_refused_and_the_rows_around_i
             .await
             .expect("insert an outbox row");
     }
-    wait_until("every row is read", Duration::from_secs(60), async || {
-        waiting(&database.url).await == 0
-    })
-    .await;
-    let refused: Vec<(String, String)> = sqlx::query_as("SELECT event_id, error FROM herald_outbox ORDER BY seq")
-        .fetch_all(&mut producer)
-        .await
-        .expect("the refused rows");
+    let (refused, messages) = once_read(&database.url).await;
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0].0, "evt_2");
     assert!(
         refused[0].1.contains("\"shop\"") && refused[0].1.contains("app_"),
         "{refused:?}"
     );
-    let messages: Vec<String> = sqlx::query_scalar("SELECT event_id FROM message ORDER BY id")
-        .fetch_all(&mut producer)
-        .await
-        .expect("the messages");
     assert_eq!(messages, ["evt_1", "evt_3"]);
 }
 
@@ -187,4 +195,72 @@ async fn a_producers_commit_notifies_the_reader_only_while_it_is_not_awake() {
         notified(Duration::from_secs(10)).await,
         "notified again once its mark has passed"
     );
+}
+
+/// A payload of `bytes` bytes as `herald_outbox` keeps it (`payload::text`): `{"t": "xx…"}`.
+fn payload_of(bytes: usize) -> String {
+    let padding = bytes.checked_sub(9).expect("at least 9 bytes");
+    format!("{{\"t\": \"{}\"}}", "x".repeat(padding))
+}
+
+/// Herald's `max_payload_bytes` holds for its outbox as for the API: `herald_publish` refuses a larger
+/// payload in the producer's own transaction (SQLSTATE `54000`), and a row that got in under a larger limit
+/// (another node's, or one written before this node started) is refused by this node's reader with the
+/// reason in `error`: never published, never read again, and the rows after it flow on.
+#[tokio::test]
+async fn an_outbox_payload_over_max_payload_bytes_is_refused_in_the_producers_transaction_and_by_the_reader() {
+    let Some(database) = testdb::fresh("an_outbox_payload_over_max_payload_bytes_is_refused").await else {
+        return;
+    };
+    let options = StoreOptions {
+        max_payload_bytes: Some(64),
+        ..StoreOptions::default()
+    };
+    let store = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .expect("open");
+    let app = app();
+    store.create_app(&app).await.expect("app");
+    let mut producer = PgConnection::connect(&database.url).await.expect("connect");
+    let publish = async |producer: &mut PgConnection, payload: &str, event_id: &str| {
+        sqlx::query("SELECT herald_publish($1, 'a.b', $2::jsonb, $3)")
+            .bind(app.id.as_str())
+            .bind(payload)
+            .bind(event_id)
+            .execute(producer)
+            .await
+    };
+
+    let refused = publish(&mut producer, &payload_of(65), "evt_over")
+        .await
+        .expect_err("a payload over the limit is refused in the producer's transaction");
+    let refused = refused.as_database_error().expect("a database error");
+    assert_eq!(refused.code().as_deref(), Some("54000"), "{refused}");
+    assert!(
+        refused.message().contains("65 bytes") && refused.message().contains("max_payload_bytes (64)"),
+        "{refused}"
+    );
+    publish(&mut producer, &payload_of(64), "evt_at")
+        .await
+        .expect("a payload at the limit is taken");
+
+    // Another node, with a larger limit, started last: the function takes the row, this node's reader does not.
+    sqlx::query("UPDATE herald_outbox_limit SET max_payload_bytes = 1000")
+        .execute(&mut producer)
+        .await
+        .expect("another node's limit");
+    publish(&mut producer, &payload_of(200), "evt_big")
+        .await
+        .expect("under the other node's limit");
+    publish(&mut producer, &payload_of(10), "evt_after")
+        .await
+        .expect("a small row after it");
+    let (refused, messages) = once_read(&database.url).await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, "evt_big");
+    assert!(
+        refused[0].1.contains("200 bytes") && refused[0].1.contains("max_payload_bytes (64)"),
+        "{refused:?}"
+    );
+    assert_eq!(messages, ["evt_at", "evt_after"]);
 }

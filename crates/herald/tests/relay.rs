@@ -440,7 +440,12 @@ async fn serve_runs_relay_sections_and_reports_them_in_metrics() {
 /// A producer on Herald's own PostgreSQL: `herald_publish` inside its transaction.
 #[tokio::test]
 async fn herald_publish_in_the_producers_transaction_is_delivered_as_if_posted() {
-    let Some(herald) = Herald::start_pg("herald_publish_in_the_producers_transaction", &[]).await else {
+    let Some(herald) = Herald::start_pg(
+        "herald_publish_in_the_producers_transaction",
+        &[("HERALD_MAX_PAYLOAD_BYTES", "4096")],
+    )
+    .await
+    else {
         return;
     };
     let app = herald.post("/app", json!({"name": "Shop", "uid": "shop"})).await["id"]
@@ -545,6 +550,22 @@ async fn herald_publish_in_the_producers_transaction_is_delivered_as_if_posted()
         .await
         .expect_err("not an object");
     assert!(refused.to_string().contains("JSON object"), "{refused}");
+    // So is a payload over the node's max_payload_bytes, which the API answers with 413.
+    let large = json!({ "text": "x".repeat(5000) });
+    let (status, _) = herald
+        .call(
+            "POST",
+            &format!("/app/{app}/msg"),
+            Some(json!({"eventType": "invoice.paid", "payload": large})),
+        )
+        .await;
+    assert_eq!(status, 413);
+    let refused = sqlx::query("SELECT herald_publish('shop', 'invoice.paid', $1, 'large')")
+        .bind(&large)
+        .execute(&producer)
+        .await
+        .expect_err("over max_payload_bytes");
+    assert!(refused.to_string().contains("max_payload_bytes (4096)"), "{refused}");
 }
 
 #[tokio::test]

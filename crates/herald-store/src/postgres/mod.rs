@@ -98,6 +98,8 @@ impl SqlStore<Postgres> {
         let bound = options.database.bound();
         let pool = connect(url, &options.database, &bound).await?;
         secrets::prepare::<Postgres>(&pool, &cipher).await?;
+        let payload_limit = outbox::PayloadLimit::of(options.max_payload_bytes);
+        outbox::write_limit(&pool, payload_limit).await?;
         retention::maintain(&pool, options.attempt_retention).await?;
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
         let (leases, lease_tasks) = lease::start(pool.clone(), options, feed_tx.clone()).await?;
@@ -118,7 +120,12 @@ impl SqlStore<Postgres> {
             stream_tx,
         ));
         let mut tasks = lease_tasks;
-        tasks.push(tokio::spawn(outbox::run(pool.clone(), ingest.clone(), bound.clone())));
+        tasks.push(tokio::spawn(outbox::run(
+            pool.clone(),
+            ingest.clone(),
+            bound.clone(),
+            payload_limit,
+        )));
         tasks.push(tokio::spawn(retention::run(
             pool.clone(),
             options.attempt_retention,

@@ -7,6 +7,11 @@
 //! signing and ordering, or — if its app is gone — is kept with the reason in `error`. A crash anywhere
 //! leaves either the row (read again) or the message (and no row), never both, never neither.
 //!
+//! Herald's `max_payload_bytes` holds here as for the API (migration `0027_outbox_payload_limit`): each node
+//! writes its limit at start-up ([`write_limit`]) and an insert trigger refuses a larger payload in the
+//! producer's transaction; the reader refuses a row over its own node's limit (one that got in under a larger
+//! one) with the reason in `error`, as it does a row naming no application id.
+//!
 //! One node reads at a time (a session advisory lock); the others stand by and take over when its
 //! session ends. A reading session that gives up (a failed batch, a read out of its bound) hands the lock
 //! back before the next one tries for it: the listener's connection goes back to the pool, and a lock
@@ -50,12 +55,36 @@ const HEALTHY_SESSION: Duration = RETRY_MAX;
 /// How often the backlog is measured for `/metrics`.
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
-/// Read the outbox for as long as the node runs.
-pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bound) {
+/// The largest payload this node's reader lets become a message: the node's `max_payload_bytes`, as the
+/// outbox's SQL takes it (`None`: no limit known, none checked).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PayloadLimit(Option<i64>);
+
+impl PayloadLimit {
+    /// The limit of `max_payload_bytes` (see [`crate::StoreOptions::max_payload_bytes`]).
+    pub(crate) fn of(max_payload_bytes: Option<usize>) -> Self {
+        Self(max_payload_bytes.map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)))
+    }
+}
+
+/// Write this node's limit for `herald_publish`'s trigger to check in producers' transactions (the last
+/// node to start wins); no limit known leaves the stored one as it is.
+pub(crate) async fn write_limit(pool: &PgPool, limit: PayloadLimit) -> StoreResult<()> {
+    if let PayloadLimit(Some(bytes)) = limit {
+        sqlx::query("UPDATE herald_outbox_limit SET max_payload_bytes = $1")
+            .bind(bytes)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Read the outbox for as long as the node runs, refusing rows over `limit`.
+pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bound, limit: PayloadLimit) {
     let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
     loop {
         let started = Instant::now();
-        match read(&pool, &ingest, &bound).await {
+        match read(&pool, &ingest, &bound, limit).await {
             Ok(()) => return,
             Err(error) => {
                 // A session ends only by an error, so the back-off cannot wait for a success to reset:
@@ -82,7 +111,7 @@ pub(crate) async fn run(pool: PgPool, ingest: mpsc::Sender<IngestJob>, bound: Bo
 ///
 /// Its reads are bounded like every store call (`bound`); its ingest is bounded by the group-commit
 /// writer.
-async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) -> StoreResult<()> {
+async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound, limit: PayloadLimit) -> StoreResult<()> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     loop {
@@ -96,7 +125,7 @@ async fn read(pool: &PgPool, ingest: &mpsc::Sender<IngestJob>, bound: &Bound) ->
         tokio::time::sleep(STANDBY).await;
     }
     tracing::debug!("this node reads the outbox");
-    let read = read_locked(pool, &mut listener, ingest, bound).await;
+    let read = read_locked(pool, &mut listener, ingest, bound, limit).await;
     // A session advisory lock outlives the listener: dropped, it goes back to the pool with its
     // connection, which would keep the lock (for as long as the pool keeps the connection) while no
     // reader reads under it — this node's next session and every other node would stand by. Handed back
@@ -130,6 +159,7 @@ async fn read_locked(
     listener: &mut PgListener,
     ingest: &mpsc::Sender<IngestJob>,
     bound: &Bound,
+    limit: PayloadLimit,
 ) -> StoreResult<()> {
     let fence = Arc::new(Fence::default());
     let mut in_flight: VecDeque<InFlight<'_>> = VecDeque::new();
@@ -149,7 +179,7 @@ async fn read_locked(
         let queued: Vec<i64> = in_flight.iter().flat_map(|round| round.seqs.iter().copied()).collect();
         let room = room(queued.len());
         if look && room > 0 {
-            let (rows, full) = match bound.run(pending(pool, &queued, room)).await {
+            let (rows, full) = match bound.run(pending(pool, &queued, room, limit)).await {
                 Ok(read) => read,
                 Err(error) => return abandon(in_flight, error).await,
             };
@@ -269,34 +299,58 @@ struct Pending {
 }
 
 /// The oldest rows to ingest, at most `limit`, leaving out the rows `queued` at the writer already; and
-/// whether the read found `limit` rows (refused ones included), so that more may be waiting.
-async fn pending(pool: &PgPool, queued: &[i64], limit: usize) -> StoreResult<(Vec<Pending>, bool)> {
+/// whether the read found `limit` rows (refused ones included), so that more may be waiting. Rows whose
+/// payload is over `payload_limit` are refused here.
+async fn pending(
+    pool: &PgPool,
+    queued: &[i64],
+    limit: usize,
+    payload_limit: PayloadLimit,
+) -> StoreResult<(Vec<Pending>, bool)> {
+    // The payload's text is made once, in the inner read (a subquery with a LIMIT is not flattened).
     let rows = sqlx::query(
-        "SELECT seq, app_id, event_type, payload::text AS payload, event_id, channels, ordering_key \
-         FROM herald_outbox WHERE error IS NULL AND seq <> ALL($2) ORDER BY seq LIMIT $1",
+        "SELECT seq, app_id, event_type, payload, event_id, channels, ordering_key, \
+         herald_outbox_payload_refusal(octet_length(payload), $3) AS refusal \
+         FROM (SELECT seq, app_id, event_type, payload::text AS payload, event_id, channels, ordering_key \
+               FROM herald_outbox WHERE error IS NULL AND seq <> ALL($2) ORDER BY seq LIMIT $1) AS o \
+         ORDER BY seq",
     )
     .bind(i64::try_from(limit).unwrap_or(ROUND))
     .bind(queued)
+    .bind(payload_limit.0)
     .fetch_all(pool)
     .await?;
     let (mut pending, mut refused, mut reasons) = (Vec::with_capacity(rows.len()), Vec::new(), Vec::new());
     for row in &rows {
         let seq: i64 = row.try_get("seq")?;
-        match AppId::try_from(row.try_get::<String, _>("app_id")?) {
-            Ok(app_id) => pending.push(Pending {
-                seq,
-                new: message(row, app_id)?,
-            }),
-            Err(not_an_id) => {
-                refused.push(seq);
-                reasons.push(not_an_id.to_string());
-            }
-        }
+        let refusal = match row.try_get::<Option<String>, _>("refusal")? {
+            Some(too_large) => too_large,
+            None => match AppId::try_from(row.try_get::<String, _>("app_id")?) {
+                Ok(app_id) => {
+                    pending.push(Pending {
+                        seq,
+                        new: message(row, app_id)?,
+                    });
+                    continue;
+                }
+                Err(not_an_id) => not_an_id.to_string(),
+            },
+        };
+        refused_row(seq, &refusal);
+        refused.push(seq);
+        reasons.push(refusal);
     }
-    // No application has such an id, as the writer would find; refused here, since a message cannot carry
-    // it there. They become no message, so the rows after them keep their order.
+    // A payload the API would refuse, or no application with such an id (as the writer would find): refused
+    // here, since a message cannot carry either there. They become no message, so the rows after them keep
+    // their order.
     refuse(pool, &refused, &reasons).await?;
+    crate::metrics::outbox_round(0, refused.len() as u64);
     Ok((pending, rows.len() >= limit))
+}
+
+/// Log that the row `seq` is refused for `reason`.
+fn refused_row(seq: i64, reason: &dyn std::fmt::Display) {
+    tracing::error!(seq, error = %reason, "an outbox row cannot become a message; it is kept with the reason in herald_outbox.error");
 }
 
 /// Mark outbox rows (`seqs`) refused, each with its reason: they stay, for the producer to look at.
@@ -372,7 +426,7 @@ async fn settle_round(pool: &PgPool, bound: &Bound, round: Round) -> StoreResult
             // (the batch marked it already when the failure came from its plan, e.g. an unknown app).
             Ok(Err(error)) => {
                 refused += 1;
-                tracing::error!(seq, %error, "an outbox row cannot become a message; it is kept with the reason in herald_outbox.error");
+                refused_row(seq, &error);
                 bound
                     .run(async {
                         sqlx::query("UPDATE herald_outbox SET error = $2 WHERE seq = $1 AND error IS NULL")
