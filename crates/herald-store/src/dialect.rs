@@ -40,9 +40,9 @@ pub struct SqlStore<D: Dialect> {
     pub(crate) change_tx: mpsc::UnboundedSender<Change>,
     /// Seals endpoint secrets and headers.
     pub(crate) cipher: SecretCipher,
-    /// Moves whenever the group-commit writer commits a new message, so long polls wait on it (see
-    /// [`crate::PollingStore::stream_signal`]).
-    pub(crate) stream: tokio::sync::watch::Receiver<u64>,
+    /// What long polls wait on (see [`crate::PollingStore::stream_signal`]), moved by the group-commit
+    /// writer (which holds a clone) at each commit of a new message.
+    pub(crate) stream: crate::polling::StreamSignals,
     /// Whether writes fail on a storage fault (what `/health` reports), shared with the group-commit writer.
     pub(crate) health: Arc<WriteHealth>,
     /// What only this dialect has (PostgreSQL: its leases and background tasks).

@@ -191,7 +191,7 @@ pub(crate) async fn run<W: BatchWriter>(
     feed: mpsc::UnboundedSender<Change>,
     health: Arc<WriteHealth>,
     deadline: Option<Duration>,
-    stream: tokio::sync::watch::Sender<u64>,
+    stream: crate::polling::StreamSignals,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
@@ -212,7 +212,7 @@ pub(crate) async fn run<W: BatchWriter>(
                     .collect();
                 if outcomes.iter().any(|o| matches!(o, Ok(Ingested::Created { .. }))) {
                     // Wakes long polls (see `Store::stream_signal`); nobody listening is fine.
-                    stream.send_modify(|version| *version = version.wrapping_add(1));
+                    stream.moved();
                 }
                 if !committed.is_empty() {
                     // The receiver is gone only when the node is shutting down; the rows are durable and

@@ -56,7 +56,9 @@ pub use error::{StoreError, StoreResult};
 pub use options::StoreOptions;
 pub use page::{Page, PageRequest};
 pub use partition::{Ownership, OwnershipEvent, PARTITIONS, partition_of};
-pub use polling::{ConsumerOffset, PollingEndpoint, PollingStore, StreamEntry, StreamPage, scan as scan_stream};
+pub use polling::{
+    ConsumerOffset, PollingEndpoint, PollingStore, StreamEntry, StreamPage, StreamSignal, scan as scan_stream,
+};
 pub use types::*;
 
 herald_sql::bounded_trait! {

@@ -8,13 +8,19 @@
 //! [`SCAN_BUDGET`] rows, so a sink whose filters match nothing costs the same as one that matches all —
 //! the position still advances past what was read.
 //!
+//! A long poll waits on a [`StreamSignal`]: this node's group-commit writer moves it at each commit of a
+//! new message, and on PostgreSQL the node's stream watcher (`postgres/stream_watcher.rs`) moves it when
+//! another node's commit shows in the stream's head, which it reads only while some signal is held.
+//!
 //! [`PollingStore`] is implemented once for both dialects, in `portable/polling.rs`.
 
 use herald_core::clock::Millis;
 use herald_core::id::{AppId, SinkId, SinkIdOrUid};
 use herald_core::model::{Message, Metadata};
 
-use crate::StoreResult;
+use tokio::sync::watch;
+
+use crate::{StoreError, StoreResult};
 
 /// The most stream rows one poll reads before it answers (possibly with fewer matches than asked for,
 /// and `done = false`), so a poll's cost is bounded whatever the filters.
@@ -161,6 +167,84 @@ impl StreamPage {
     }
 }
 
+/// What a long poll waits on ([`PollingStore::stream_signal`]): it moves whenever a message commits — at
+/// once through this node's ingest, and on PostgreSQL through any other node's within a few tens of
+/// milliseconds (see [`crate::polling`]). While it lives it counts as a long poll waiting on this node.
+pub struct StreamSignal {
+    /// The moves, as the node's [`StreamSignals`] make them.
+    moved: watch::Receiver<u64>,
+    /// How many signals are held, this one counted until it is dropped.
+    held: watch::Sender<usize>,
+}
+
+impl StreamSignal {
+    /// Take every move so far as seen: [`changed`](Self::changed) then waits for the next one.
+    pub fn mark_seen(&mut self) {
+        self.moved.borrow_and_update();
+    }
+
+    /// Whether it moved since it was last marked seen (or made); a stopped store moves nothing.
+    pub fn has_moved(&self) -> bool {
+        self.moved.has_changed().unwrap_or(false)
+    }
+
+    /// Wait until it moves past what was seen (at once if it has already); `Closed` once the store stopped.
+    pub async fn changed(&mut self) -> StoreResult<()> {
+        self.moved.changed().await.map_err(|_| StoreError::Closed)
+    }
+}
+
+impl Drop for StreamSignal {
+    fn drop(&mut self) {
+        self.held.send_modify(|held| *held = held.saturating_sub(1));
+    }
+}
+
+impl std::fmt::Debug for StreamSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamSignal").finish_non_exhaustive()
+    }
+}
+
+/// A node's side of its [`StreamSignal`]s: what moves them (the group-commit writer; on PostgreSQL also the
+/// stream watcher), and how many are held.
+#[derive(Clone)]
+pub(crate) struct StreamSignals {
+    /// Moved at each commit of a new message.
+    moved: watch::Sender<u64>,
+    /// How many signals are held: long polls waiting on this node.
+    held: watch::Sender<usize>,
+}
+
+impl StreamSignals {
+    /// A node's signals, none held.
+    pub(crate) fn new() -> Self {
+        Self {
+            moved: watch::Sender::new(0),
+            held: watch::Sender::new(0),
+        }
+    }
+
+    /// A new signal for a long poll, counted as held until it is dropped.
+    pub(crate) fn signal(&self) -> StreamSignal {
+        self.held.send_modify(|held| *held += 1);
+        StreamSignal {
+            moved: self.moved.subscribe(),
+            held: self.held.clone(),
+        }
+    }
+
+    /// A message committed: wake every long poll (nobody waiting is fine).
+    pub(crate) fn moved(&self) {
+        self.moved.send_modify(|version| *version = version.wrapping_add(1));
+    }
+
+    /// How many signals are held, as it changes.
+    pub(crate) fn held(&self) -> watch::Receiver<usize> {
+        self.held.subscribe()
+    }
+}
+
 herald_sql::bounded_trait! {
 /// What pull delivery needs from the store; every [`crate::Store`] is one.
 pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::BoundedStore {
@@ -203,12 +287,12 @@ pub trait PollingStore: [Send + Sync + 'static], bounded in crate::bounded::Boun
     async fn commit_consumer(&self, sink_id: &SinkId, consumer_id: &str, seq: i64, now: Millis) -> StoreResult<()>;
 }
 unbounded {
-    /// A value that changes whenever ingest on this node commits a new message (any application), so a
-    /// long poll can wait for one instead of polling the database.
-    fn stream_signal(&self) -> tokio::sync::watch::Receiver<u64>;
+    /// A signal that moves whenever a new message (of any application) commits, so a long poll can wait
+    /// for one instead of polling the database (see [`StreamSignal`]).
+    fn stream_signal(&self) -> StreamSignal;
 }
 forwarded {
-    fn stream_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+    fn stream_signal(&self) -> StreamSignal {
         self.inner.stream_signal()
     }
 }

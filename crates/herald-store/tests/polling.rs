@@ -1,6 +1,7 @@
 //! Polling endpoints, the application stream and consumer offsets, on every backend.
 
 use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
 
 use herald_core::id::{AppId, MessageId, SinkId, SinkIdOrUid};
 use herald_store::{AppToken, ConsumerOffset, PollingEndpoint, SharedStore, StoreError};
@@ -108,8 +109,7 @@ async fn the_stream_numbers_an_apps_messages_in_commit_order(store: SharedStore)
     store.create_app(&owner).await.unwrap();
     store.create_app(&other).await.unwrap();
     assert_eq!(store.stream_head(&owner.id).await.unwrap(), 0);
-    let mut signal = store.stream_signal();
-    let before = *signal.borrow_and_update();
+    let signal = store.stream_signal();
 
     // Concurrent producers on two apps: group commit interleaves them in batches.
     let mut tasks = Vec::new();
@@ -128,11 +128,7 @@ async fn the_stream_numbers_an_apps_messages_in_commit_order(store: SharedStore)
             mine.insert(id);
         }
     }
-    assert_ne!(
-        *signal.borrow_and_update(),
-        before,
-        "committing messages moves the stream signal"
-    );
+    assert!(signal.has_moved(), "committing messages moves the stream signal");
 
     let entries = store.read_stream(&owner.id, 0, 100).await.unwrap();
     assert_eq!(entries.len(), 30);
@@ -256,5 +252,51 @@ async fn a_token_scoped_to_a_sink_round_trips_and_goes_with_its_sink(store: Shar
         store.find_app_token("scoped", at(50)).await.unwrap(),
         None,
         "gone with its polling endpoint"
+    );
+}
+
+/// Two nodes on one PostgreSQL database: a long poll waits on its own node's stream signal, which that
+/// node's ingest moves; a message committed through the other node must move it too, promptly (not at the
+/// poll's timeout), and nothing must move it while nothing commits.
+#[tokio::test]
+async fn another_nodes_commit_wakes_a_long_poll_promptly() {
+    let Some(database) = herald_store::testdb::fresh("another_nodes_commit_wakes_a_long_poll").await else {
+        return;
+    };
+    let open = async || {
+        herald_store::open_with(
+            &database.url,
+            herald_store::testdb::test_cipher(),
+            &herald_store::StoreOptions::default(),
+        )
+        .await
+        .expect("open a node")
+    };
+    let (a, b) = (open().await, open().await);
+    let owner = app(None);
+    a.create_app(&owner).await.unwrap();
+
+    // A long poll on node B.
+    let mut signal = b.stream_signal();
+    let settle = Duration::from_millis(300);
+    tokio::time::sleep(settle).await;
+    signal.mark_seen();
+    assert!(
+        tokio::time::timeout(settle, signal.changed()).await.is_err(),
+        "nothing committed: the signal stays"
+    );
+
+    let id = ingest_typed(&a, &owner.id, "a.b").await;
+    let committed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), signal.changed())
+        .await
+        .expect("node A's commit wakes node B's long poll promptly")
+        .expect("the store runs");
+    let woke = committed.elapsed();
+    let entries = b.read_stream(&owner.id, 0, 10).await.unwrap();
+    assert_eq!(
+        entries.iter().map(|e| e.message.id.clone()).collect::<Vec<_>>(),
+        [id],
+        "woken after {woke:?}"
     );
 }

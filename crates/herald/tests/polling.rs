@@ -8,9 +8,11 @@ use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Herald, TOKEN};
+use herald_store::testdb;
 use serde_json::{Value, json};
 
 fn script() -> PathBuf {
@@ -278,6 +280,35 @@ async fn a_long_poll_answers_when_a_message_commits() {
         "woken {:?} after the publish",
         answered_at.duration_since(published_at)
     );
+}
+
+/// Two nodes on one PostgreSQL database: a long poll on node B answers as soon as the message it waits for
+/// is published through node A — not at its `wait_ms`, nor at the route's own re-read (every 5 s).
+#[tokio::test]
+async fn a_long_poll_on_one_node_answers_when_another_node_ingests() {
+    let Some(database) = testdb::fresh("a_long_poll_on_one_node_answers_when_another_node_ingests").await else {
+        return;
+    };
+    let database = Arc::new(database);
+    let (a, b) = (
+        Herald::start_on(database.clone(), &[]).await,
+        Herald::start_on(database, &[]).await,
+    );
+    let app = a.app("shop").await;
+    let sink_id = sink(&a, &app, json!({})).await;
+    let path = format!("/app/{app}/poller/{sink_id}?wait_ms=20000");
+    let poll = b.get(&path);
+    let publish_on_a = async {
+        // Well after node B's poll found the stream empty and began to wait.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let id = publish(&a, &app, "a.b", json!({}), &[]).await;
+        (id, Instant::now())
+    };
+    let (page, (id, published_at)) = tokio::join!(poll, publish_on_a);
+    let woken = published_at.elapsed();
+    assert_eq!(ids(&page), vec![id]);
+    // Functional, not a timing target: woken by node A's commit, long before any re-read or the limit.
+    assert!(woken < Duration::from_secs(2), "woken {woken:?} after the publish");
 }
 
 #[tokio::test]

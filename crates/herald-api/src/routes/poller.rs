@@ -10,8 +10,9 @@
 //!   `POST …/commit` with the last processed `offset`.
 //!
 //! Every read may wait for new messages: `wait_ms` (up to [`MAX_WAIT`]) holds an empty answer until a
-//! message of the stream commits (this node's ingest wakes it at once; a message committed through another
-//! node is seen within [`RECHECK`]).
+//! message of the stream commits: the store's [`herald_store::StreamSignal`] wakes it (at once for this
+//! node's ingest; on PostgreSQL within a few tens of milliseconds for another node's), and it reads again
+//! every [`RECHECK`] regardless.
 
 use std::time::Duration;
 
@@ -39,9 +40,9 @@ use crate::validate;
 
 /// The longest a poll may wait for a new message.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(30);
-/// While waiting, how often the stream is read again regardless of this node's signal (messages that
-/// committed through another node of a cluster).
-pub(crate) const RECHECK: Duration = Duration::from_millis(500);
+/// While waiting, how often the stream is read again regardless of the store's signal: a safety net only,
+/// since the signal moves for every node's commits (see [`herald_store::StreamSignal`]).
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
 /// The default lease of a v2 poll.
 const DEFAULT_LEASE_MS: i64 = 30_000;
 /// The longest lease of a v2 poll.
@@ -149,7 +150,7 @@ async fn read(
     let mut from = from;
     loop {
         // Marked seen before the read: a commit after it wakes the wait below, none is missed.
-        signal.borrow_and_update();
+        signal.mark_seen();
         let page = herald_store::scan_stream(&*state.store, &sink.app_id, from, params.limit, |m| {
             sink.wants(m) && narrowing.keeps(m)
         })

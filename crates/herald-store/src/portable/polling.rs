@@ -223,7 +223,7 @@ impl<D: Dialect> PollingStore for SqlStore<D> {
         self.watched(written).map(drop)
     }
 
-    fn stream_signal(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.stream.clone()
+    fn stream_signal(&self) -> crate::polling::StreamSignal {
+        self.stream.signal()
     }
 }

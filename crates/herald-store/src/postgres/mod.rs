@@ -11,6 +11,8 @@
 //!   (`lease`); every write an owner makes is fenced on its lease's epoch.
 //! - History: attempts are partitioned by day and old days are dropped whole (`retention`).
 //! - Changes: an endpoint change is announced with `NOTIFY`, so its owner on any node reloads it.
+//! - Long polls: while one waits on this node, the node reads the message stream's head every 25 ms, so
+//!   another node's commit wakes it too (`stream_watcher`) while ingest notifies nothing.
 
 mod bulk;
 mod channels;
@@ -19,6 +21,7 @@ mod lease;
 mod outbox;
 mod outbox_pace;
 mod retention;
+mod stream_watcher;
 
 use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
@@ -105,7 +108,7 @@ impl SqlStore<Postgres> {
         let (leases, lease_tasks) = lease::start(pool.clone(), options, feed_tx.clone()).await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let writer = bulk::PgBatches { leases: leases.clone() };
-        let (stream_tx, stream) = tokio::sync::watch::channel(0);
+        let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());
         // The writer gives a batch up after the server's own bound plus the time to get a connection and
         // to hear back (and closes its connection); a request waits that long at most for the writer to
@@ -117,7 +120,7 @@ impl SqlStore<Postgres> {
             feed_tx.clone(),
             health.clone(),
             Some(bound.limit()),
-            stream_tx,
+            stream.clone(),
         ));
         let mut tasks = lease_tasks;
         tasks.push(tokio::spawn(outbox::run(
@@ -125,6 +128,11 @@ impl SqlStore<Postgres> {
             ingest.clone(),
             bound.clone(),
             payload_limit,
+        )));
+        tasks.push(tokio::spawn(stream_watcher::run(
+            pool.clone(),
+            stream.clone(),
+            bound.clone(),
         )));
         tasks.push(tokio::spawn(retention::run(
             pool.clone(),

@@ -56,7 +56,7 @@ impl SqlStore<Sqlite> {
             .await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
-        let (stream_tx, stream) = tokio::sync::watch::channel(0);
+        let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());
         tokio::spawn(group_commit::run(
             writes.clone(),
@@ -67,7 +67,7 @@ impl SqlStore<Sqlite> {
             // SQLite's work cannot be cancelled half-way (it runs on its own thread); a local file's
             // commit is bounded by its busy timeout and the disk.
             None,
-            stream_tx,
+            stream.clone(),
         ));
         Ok(Self {
             reads,
