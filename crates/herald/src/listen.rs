@@ -12,11 +12,15 @@
 //! Each batch is committed once it has been forwarded, whatever the handler answered (a local handler
 //! that fails is the developer's to look at, not to be hammered with retries): a message is forwarded
 //! once per listener, and a listener restarted with `--sink` continues where it stopped.
+//!
+//! Answers are read as typed structs whose ids are `herald_core::id`s: a malformed one (an id of another
+//! kind, a missing key) stops the listener with an error naming the call.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
+use herald_core::id::{MessageId, SinkId};
 use herald_signature::{HeaderNames, SigningKey};
 use reqwest::Method;
 use serde::Deserialize;
@@ -62,7 +66,7 @@ pub(crate) struct ListenArgs {
 #[derive(Deserialize)]
 struct Polled {
     offset: i64,
-    id: String,
+    id: MessageId,
     #[serde(rename = "eventType")]
     event_type: String,
     payload: Box<RawValue>,
@@ -75,9 +79,21 @@ struct Batch {
     data: Vec<Polled>,
 }
 
+/// A polling endpoint, as the listener reads it.
+#[derive(Deserialize)]
+struct PollingEndpoint {
+    id: SinkId,
+}
+
+/// A polling endpoint's signing key.
+#[derive(Deserialize)]
+struct Secret {
+    key: String,
+}
+
 /// The polling endpoint being read, and whether this listener made it (and so deletes it at exit).
 struct Sink {
-    id: String,
+    id: SinkId,
     created: bool,
 }
 
@@ -95,7 +111,7 @@ pub(crate) async fn run(args: ListenArgs, json: bool) -> anyhow::Result<()> {
     if sink.created {
         // Cleaned up even when listening failed: the polling endpoint existed only for this listener.
         let removed = api
-            .call(
+            .raw(
                 Method::DELETE,
                 &format!("/app/{app}/polling-endpoint/{}", q(&sink.id)),
                 None,
@@ -113,12 +129,11 @@ pub(crate) async fn run(args: ListenArgs, json: bool) -> anyhow::Result<()> {
 /// The polling endpoint `--sink` names, or a new one with the filters given.
 async fn open_sink(api: &Api, app: &str, args: &ListenArgs) -> anyhow::Result<Sink> {
     if let Some(sink) = &args.sink {
-        let found = api
-            .call(Method::GET, &format!("/app/{app}/polling-endpoint/{}", q(sink)), None)
+        let found: PollingEndpoint = api
+            .answer(Method::GET, &format!("/app/{app}/polling-endpoint/{}", q(sink)), None)
             .await?;
-        let id = found["id"].as_str().context("the polling endpoint has no id")?;
         return Ok(Sink {
-            id: id.to_owned(),
+            id: found.id,
             created: false,
         });
     }
@@ -129,13 +144,12 @@ async fn open_sink(api: &Api, app: &str, args: &ListenArgs) -> anyhow::Result<Si
     if !args.channels.is_empty() {
         body["channels"] = json!(args.channels);
     }
-    let created = api
-        .call(Method::POST, &format!("/app/{app}/polling-endpoint"), Some(body))
+    let created: PollingEndpoint = api
+        .answer(Method::POST, &format!("/app/{app}/polling-endpoint"), Some(body))
         .await?;
-    let id = created["id"].as_str().context("the new polling endpoint has no id")?;
-    eprintln!("listening on polling endpoint {id} (deleted at exit)");
+    eprintln!("listening on polling endpoint {} (deleted at exit)", created.id);
     Ok(Sink {
-        id: id.to_owned(),
+        id: created.id,
         created: true,
     })
 }
@@ -143,9 +157,8 @@ async fn open_sink(api: &Api, app: &str, args: &ListenArgs) -> anyhow::Result<Si
 /// Poll, forward (or print) and commit, batch after batch.
 async fn listen(api: &Api, app: &str, sink: &Sink, args: &ListenArgs, json: bool) -> anyhow::Result<()> {
     let sink_path = format!("/app/{app}/polling-endpoint/{}", q(&sink.id));
-    let secret = api.call(Method::GET, &format!("{sink_path}/secret"), None).await?;
-    let key = SigningKey::parse(secret["key"].as_str().context("the polling endpoint has no key")?)
-        .context("the polling endpoint's key")?;
+    let secret: Secret = api.answer(Method::GET, &format!("{sink_path}/secret"), None).await?;
+    let key = SigningKey::parse(&secret.key).context("the polling endpoint's key")?;
     let forward = reqwest::Client::builder()
         .timeout(FORWARD_TIMEOUT)
         .build()
@@ -157,8 +170,7 @@ async fn listen(api: &Api, app: &str, sink: &Sink, args: &ListenArgs, json: bool
     let mut wait_ms = 0;
     loop {
         let poll = format!("{consumer}?starting_position=latest&wait_ms={wait_ms}&limit=50");
-        let bytes = api.raw(Method::GET, &poll, None).await?;
-        let batch: Batch = serde_json::from_slice(&bytes).context("reading a poll's answer")?;
+        let batch: Batch = api.answer(Method::GET, &poll, None).await?;
         if wait_ms == 0 {
             wait_ms = WAIT_MS;
             match &args.forward {
@@ -197,7 +209,7 @@ async fn listen(api: &Api, app: &str, sink: &Sink, args: &ListenArgs, json: bool
             };
             report(message, status, error.as_deref(), latency_ms, json)?;
         }
-        api.call(
+        api.raw(
             Method::POST,
             &format!("{consumer}/commit"),
             Some(json!({ "offset": last })),

@@ -10,6 +10,10 @@
 //!
 //! Each is a thin client of the REST API (`--server`, `--token`), so it works against any node. Times are
 //! RFC 3339, a date or a time ago (see [`crate::when`]); `--json` prints the server's JSON instead of text.
+//! What a command reads of an answer it reads through a typed answer ([`Endpoint`], [`Message`],
+//! [`DeadLetter`], [`Task`]) whose ids are `herald_core::id`s, checked as they are read: an answer with an id
+//! of another kind, or none, stops the command with an error naming the call, instead of being printed or
+//! used.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -17,8 +21,11 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use herald_core::id::{EndpointId, MessageId, TaskId};
+use herald_core::model::TaskState;
 use reqwest::Method;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -149,6 +156,88 @@ struct RawPage {
     done: bool,
 }
 
+/// An endpoint, as the commands read it.
+#[derive(Deserialize)]
+struct Endpoint {
+    id: EndpointId,
+    #[serde(default)]
+    uid: Option<String>,
+}
+
+/// A message, as the commands read it (without its content).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Message {
+    id: MessageId,
+    #[serde(default)]
+    event_id: Option<String>,
+}
+
+/// A dead delivery: its message as attempted to one endpoint.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeadLetter {
+    #[serde(flatten)]
+    message: Message,
+    event_type: String,
+    endpoint_id: EndpointId,
+    attempts: u32,
+    #[serde(default)]
+    last_attempt: Option<LastAttempt>,
+}
+
+/// A delivery's latest attempt.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LastAttempt {
+    response_status_code: u16,
+    outcome: String,
+    timestamp: String,
+}
+
+/// A background task, as started or read back.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Task {
+    id: TaskId,
+    task: String,
+    #[serde(deserialize_with = "task_state")]
+    status: TaskState,
+    processed: u64,
+    total: u64,
+    #[serde(default)]
+    data: TaskData,
+    created_at: String,
+    updated_at: String,
+}
+
+/// What a task's `data` says that the commands show (times as Unix ms).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskData {
+    #[serde(default)]
+    endpoint_id: Option<EndpointId>,
+    #[serde(default)]
+    since: Option<i64>,
+    #[serde(default)]
+    until: Option<i64>,
+    #[serde(default)]
+    queued: Option<u64>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// A task's `status`, one of [`TaskState`]'s names.
+fn task_state<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<TaskState, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    TaskState::parse(&name).ok_or_else(|| serde::de::Error::custom(format!("{name:?} is no task status")))
+}
+
+/// An answer (or an item of one) of `method path` as `T`; an error naming the call when it is not one.
+fn parse<T: DeserializeOwned>(method: &Method, path: &str, bytes: &[u8]) -> anyhow::Result<T> {
+    serde_json::from_slice(bytes).with_context(|| format!("{method} {path}: unexpected answer"))
+}
+
 impl Api {
     pub(crate) fn new(connection: &Connection) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
@@ -202,19 +291,20 @@ impl Api {
         Ok(bytes)
     }
 
-    /// Call the API; the answer as JSON (Null when empty).
-    pub(crate) async fn call(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    /// Call the API and read its answer as `T` (see [`parse`]).
+    pub(crate) async fn answer<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<T> {
         let bytes = self.raw(method.clone(), path, body).await?;
-        if bytes.is_empty() {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(&bytes).with_context(|| format!("{method} {path}: the answer is not JSON"))
+        parse(&method, path, &bytes)
     }
 
     /// One page of a listing.
     async fn page(&self, path: &str) -> anyhow::Result<RawPage> {
-        let bytes = self.raw(Method::GET, path, None).await?;
-        serde_json::from_slice(&bytes).with_context(|| format!("GET {path}: not a listing"))
+        self.answer(Method::GET, path, None).await
     }
 
     /// The uid (else the id) of each endpoint of an application.
@@ -228,11 +318,9 @@ impl Api {
             }
             let page = self.page(&path).await?;
             for raw in &page.data {
-                let endpoint: Value = serde_json::from_str(raw.get())?;
-                if let Some(id) = endpoint["id"].as_str() {
-                    let name = endpoint["uid"].as_str().unwrap_or(id);
-                    names.insert(id.to_owned(), name.to_owned());
-                }
+                let endpoint: Endpoint = parse(&Method::GET, &path, raw.get().as_bytes())?;
+                let name = endpoint.uid.unwrap_or_else(|| endpoint.id.to_string());
+                names.insert(endpoint.id.into_string(), name);
             }
             if page.done || page.iterator.is_none() {
                 return Ok(names);
@@ -281,13 +369,9 @@ fn columns(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
         .collect()
 }
 
-/// A JSON value as text for a column (`-` when absent).
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".to_owned(),
-        other => other.to_string(),
-    }
+/// Text for a column (`-` when absent).
+fn text(value: Option<&str>) -> String {
+    value.unwrap_or("-").to_owned()
 }
 
 /// Run an operator's command; `json` prints the server's JSON instead of text.
@@ -320,16 +404,16 @@ pub(crate) async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
         } => {
             let api = Api::new(&connection)?;
             let path = format!("/app/{}/msg/{}/endpoint/{}/resend", q(&app), q(&msg), q(&endpoint));
-            api.call(Method::POST, &path, None).await?;
-            let message = api
-                .call(
+            api.raw(Method::POST, &path, None).await?;
+            let message: Message = api
+                .answer(
                     Method::GET,
                     &format!("/app/{}/msg/{}?with_content=false", q(&app), q(&msg)),
                     None,
                 )
                 .await?;
-            let target = api
-                .call(
+            let target: Endpoint = api
+                .answer(
                     Method::GET,
                     &format!("/app/{}/endpoint/{}", q(&app), q(&endpoint)),
                     None,
@@ -337,20 +421,16 @@ pub(crate) async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
                 .await?;
             if json {
                 return out(
-                    &json!({"queued": true, "msgId": message["id"], "eventId": message["eventId"],
-                    "endpointId": target["id"], "endpointUid": target["uid"]})
+                    &json!({"queued": true, "msgId": message.id, "eventId": message.event_id,
+                    "endpointId": target.id, "endpointUid": target.uid})
                     .to_string(),
                 );
             }
-            let event_id = message["eventId"]
-                .as_str()
-                .map(|e| format!(" (eventId {e})"))
-                .unwrap_or_default();
-            let name = target["uid"].as_str().or(target["id"].as_str()).unwrap_or(&endpoint);
+            let event_id = message.event_id.map(|e| format!(" (eventId {e})")).unwrap_or_default();
+            let name = target.uid.as_deref().unwrap_or(&target.id);
             out(&format!(
                 "queued: {}{event_id} will be sent to endpoint {name} ({}) again",
-                text(&message["id"]),
-                text(&target["id"])
+                message.id, target.id
             ))
         }
         OpsCommand::Recover {
@@ -381,7 +461,7 @@ pub(crate) async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
             if json {
                 return out(String::from_utf8_lossy(&api.raw(Method::GET, &path, None).await?).trim_end());
             }
-            let task = api.call(Method::GET, &path, None).await?;
+            let task: Task = api.answer(Method::GET, &path, None).await?;
             for line in describe_task(&task) {
                 out(&line)?;
             }
@@ -391,34 +471,33 @@ pub(crate) async fn run(command: OpsCommand, json: bool) -> anyhow::Result<()> {
 }
 
 /// A task in `key  value` lines, every time as RFC 3339 (the task's data keeps times as Unix ms).
-fn describe_task(task: &Value) -> Vec<String> {
-    let data = &task["data"];
-    let time_of = |value: &Value| value.as_i64().map_or_else(|| text(value), when::from_millis);
+fn describe_task(task: &Task) -> Vec<String> {
+    let data = &task.data;
     let mut rows = vec![
-        vec!["task".to_owned(), text(&task["id"])],
-        vec!["kind".to_owned(), text(&task["task"])],
-        vec!["status".to_owned(), text(&task["status"])],
+        vec!["task".to_owned(), task.id.to_string()],
+        vec!["kind".to_owned(), task.task.clone()],
+        vec!["status".to_owned(), task.status.as_str().to_owned()],
         vec![
             "progress".to_owned(),
-            format!("{} of {} processed", task["processed"], task["total"]),
+            format!("{} of {} processed", task.processed, task.total),
         ],
     ];
-    if let Some(endpoint) = data["endpointId"].as_str() {
-        rows.push(vec!["endpoint".to_owned(), endpoint.to_owned()]);
+    if let Some(endpoint) = &data.endpoint_id {
+        rows.push(vec!["endpoint".to_owned(), endpoint.to_string()]);
     }
-    for key in ["since", "until"] {
-        if !data[key].is_null() {
-            rows.push(vec![key.to_owned(), time_of(&data[key])]);
+    for (key, at) in [("since", data.since), ("until", data.until)] {
+        if let Some(at) = at {
+            rows.push(vec![key.to_owned(), when::from_millis(at)]);
         }
     }
-    if !data["queued"].is_null() {
-        rows.push(vec!["queued".to_owned(), text(&data["queued"])]);
+    if let Some(queued) = data.queued {
+        rows.push(vec!["queued".to_owned(), queued.to_string()]);
     }
-    if let Some(error) = data["error"].as_str() {
-        rows.push(vec!["error".to_owned(), error.to_owned()]);
+    if let Some(error) = &data.error {
+        rows.push(vec!["error".to_owned(), error.clone()]);
     }
-    rows.push(vec!["started".to_owned(), text(&task["createdAt"])]);
-    rows.push(vec!["updated".to_owned(), text(&task["updatedAt"])]);
+    rows.push(vec!["started".to_owned(), task.created_at.clone()]);
+    rows.push(vec!["updated".to_owned(), task.updated_at.clone()]);
     let width = rows.iter().map(|r| r[0].len()).max().unwrap_or(0);
     rows.iter().map(|r| format!("{:<width$}  {}", r[0], r[1])).collect()
 }
@@ -449,22 +528,27 @@ async fn dead(api: &Api, app: &str, endpoint: Option<&str>, json: bool) -> anyho
                 out(raw.get())?;
                 continue;
             }
-            let d: Value = serde_json::from_str(raw.get())?;
-            let last = &d["lastAttempt"];
-            let endpoint_id = text(&d["endpointId"]);
-            let outcome = match (last["responseStatusCode"].as_u64(), last["outcome"].as_str()) {
-                (Some(code), Some(outcome)) if code > 0 => format!("{code} {outcome}"),
-                (_, Some(outcome)) => outcome.to_owned(),
-                _ => "no attempt (expired while waiting)".to_owned(),
+            let dead: DeadLetter = parse(&Method::GET, &path, raw.get().as_bytes())?;
+            let last = dead.last_attempt.as_ref();
+            let outcome = match last {
+                Some(last) if last.response_status_code > 0 => {
+                    format!("{} {}", last.response_status_code, last.outcome)
+                }
+                Some(last) => last.outcome.clone(),
+                None => "no attempt (expired while waiting)".to_owned(),
             };
+            let endpoint = names
+                .get(dead.endpoint_id.as_str())
+                .cloned()
+                .unwrap_or_else(|| dead.endpoint_id.to_string());
             rows.push(vec![
-                text(&d["id"]),
-                text(&d["eventId"]),
-                names.get(&endpoint_id).cloned().unwrap_or(endpoint_id),
-                text(&d["eventType"]),
-                text(&d["attempts"]),
+                dead.message.id.to_string(),
+                text(dead.message.event_id.as_deref()),
+                endpoint,
+                dead.event_type,
+                dead.attempts.to_string(),
                 outcome,
-                text(&last["timestamp"]),
+                text(last.map(|last| last.timestamp.as_str())),
             ]);
         }
         if page.done || page.iterator.is_none() {
@@ -543,13 +627,10 @@ async fn repair(api: &Api, app: &str, endpoint: &str, action: &str, window: &Win
         body["until"] = json!(until);
     }
     let path = format!("/app/{}/endpoint/{}/{action}", q(app), q(endpoint));
-    let started = api.call(Method::POST, &path, Some(body)).await?;
-    let id = started["id"]
-        .as_str()
-        .context("the server returned no task id")?
-        .to_owned();
-    let total = started["total"].as_u64().unwrap_or(0);
-    let bar = (!json && total > 0).then(|| {
+    let started: Task = api.answer(Method::POST, &path, Some(body)).await?;
+    let id = started.id;
+    let bar = (!json && started.total > 0).then(|| {
+        let total = started.total;
         let bar = indicatif::ProgressBar::new(total);
         bar.set_style(
             indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({elapsed})")
@@ -559,36 +640,38 @@ async fn repair(api: &Api, app: &str, endpoint: &str, action: &str, window: &Win
         bar
     });
     let task_path = format!("/background-task/{}", q(&id));
-    let task = loop {
-        let task = api.call(Method::GET, &task_path, None).await?;
+    let (task, bytes) = loop {
+        let bytes = api.raw(Method::GET, &task_path, None).await?;
+        let task: Task = parse(&Method::GET, &task_path, &bytes)?;
         if let Some(bar) = &bar {
-            bar.set_length(task["total"].as_u64().unwrap_or(0));
-            bar.set_position(task["processed"].as_u64().unwrap_or(0));
+            bar.set_length(task.total);
+            bar.set_position(task.processed);
         }
-        if task["status"] != "running" {
-            break task;
+        if task.status != TaskState::Running {
+            break (task, bytes);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let finished = task["status"] == "finished";
+    let finished = task.status == TaskState::Finished;
     if json {
-        out(&task.to_string())?;
+        out(String::from_utf8_lossy(&bytes).trim_end())?;
     } else if finished {
-        let summary = if task["processed"] == 0 {
+        let summary = if task.processed == 0 {
             format!("{action} {id} finished: nothing to do in this window (0 processed)")
         } else {
             format!(
                 "{action} {id} finished: {} processed, {} queued for delivery",
-                task["processed"], task["data"]["queued"]
+                task.processed,
+                task.data.queued.unwrap_or(0)
             )
         };
         out(&summary)?;
     }
     if !finished {
-        let error = task["data"]["error"].as_str().unwrap_or("no detail");
+        let error = task.data.error.as_deref().unwrap_or("no detail");
         bail!("{action} {id} failed: {error}");
     }
     Ok(())
@@ -606,10 +689,10 @@ mod tests {
 
     #[test]
     fn a_task_reads_with_rfc3339_times() {
-        let task = json!({"id": "qtask_1", "task": "endpoint.recover", "status": "finished", "processed": 2,
-            "total": 2, "data": {"endpointId": "ep_1", "since": 1_764_590_400_000_i64, "queued": 2},
+        let task = json!({"id": TaskId::new(), "task": "endpoint.recover", "status": "finished", "processed": 2,
+            "total": 2, "data": {"endpointId": EndpointId::new(), "since": 1_764_590_400_000_i64, "queued": 2},
             "createdAt": "2025-12-01T12:00:01Z", "updatedAt": "2025-12-01T12:00:02Z"});
-        let lines = describe_task(&task);
+        let lines = describe_task(&serde_json::from_value(task).expect("a task"));
         assert!(
             lines.contains(&"since     2025-12-01T12:00:00Z".to_owned()),
             "{lines:?}"

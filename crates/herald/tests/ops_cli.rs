@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -9,9 +10,14 @@ use common::{Herald, Receiver, Reply, TOKEN};
 use serde_json::{Value, json};
 
 fn herald_cli(server: &Herald, args: &[&str]) -> (bool, String, String) {
+    herald_cli_at(server.addr, args)
+}
+
+/// Run the CLI against the server at `addr`; returns (success, stdout, stderr).
+fn herald_cli_at(addr: SocketAddr, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_herald"))
         .args(args)
-        .env("HERALD_SERVER", format!("http://{}", server.addr))
+        .env("HERALD_SERVER", format!("http://{addr}"))
         .env("HERALD_TOKEN", TOKEN)
         .output()
         .expect("run herald");
@@ -20,6 +26,50 @@ fn herald_cli(server: &Herald, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// A stand-in for Herald that answers every request `200` with `body`; its address.
+async fn answering(body: Value) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { axum::Json(body) }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// An answer whose `id` is no id of the kind the command reads stops the command with an error naming the
+/// id and the kind expected, before it prints or uses anything.
+#[tokio::test]
+async fn an_answer_with_a_malformed_id_is_a_clear_error() {
+    let addr = answering(json!({"id": "nonsense", "key": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})).await;
+    let cases: [(&[&str], &str); 4] = [
+        (&["task", "qtask_1"], "qtask_"),
+        (&["resend", "--app", "shop", "--msg", "m", "--endpoint", "e"], "msg_"),
+        (
+            &["recover", "--app", "shop", "--endpoint", "e", "--since", "1h"],
+            "qtask_",
+        ),
+        (&["listen", "--app", "shop", "--sink", "laptop", "--print"], "sink_"),
+    ];
+    for (args, prefix) in cases {
+        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+        let (ok, out, err) = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            herald_cli_at(addr, &args)
+        })
+        .await
+        .expect("run herald");
+        assert!(!ok, "{prefix}: accepted: {out}");
+        assert!(
+            err.contains(&format!("\"nonsense\" is not an id of the form {prefix}")),
+            "{prefix}: {err}"
+        );
+    }
 }
 
 #[tokio::test]
