@@ -210,6 +210,40 @@ impl Producer {
         })
     }
 
+    /// A producer writing its own outbox table in the database at `source`, the table created (and emptied)
+    /// as `herald relay --print-ddl` would have it. A SQLite file is put in WAL mode, as a real producer's
+    /// would be (docs/outbox.md, SQLite sources): reads and writes then never wait for each other, and the
+    /// mode stays with the file, so the relay's connections have it too.
+    async fn own_outbox(source: &str, app: &str, producers: usize) -> anyhow::Result<Self> {
+        let dialect = Dialect::of_url(source)?;
+        let table = TableName::parse(TABLE)?;
+        let producer = Self::connect(
+            &dialect.driver_url(source),
+            dialect.insert(&table),
+            true,
+            app,
+            producers,
+        )
+        .await?;
+        if dialect == Dialect::Sqlite {
+            let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+                .fetch_one(&producer.pool)
+                .await?;
+            anyhow::ensure!(
+                mode.eq_ignore_ascii_case("wal"),
+                "the producer's SQLite database {} cannot be put in WAL mode (journal_mode is {mode})",
+                herald_server::redact(source)
+            );
+        }
+        for statement in dialect.ddl_statements(&table) {
+            sqlx::query(AssertSqlSafe(statement)).execute(&producer.pool).await?;
+        }
+        sqlx::query(AssertSqlSafe(format!("DELETE FROM {TABLE}")))
+            .execute(&producer.pool)
+            .await?;
+        Ok(producer)
+    }
+
     /// Row `n` of `run`, its payload stamped with the time now.
     fn row<'q>(&'q self, n: u64, run: &str) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
         let payload = format!(r#"{{"sent_at_us":{},"n":{n}}}"#, unix_micros());
@@ -290,6 +324,11 @@ impl Producer {
     }
 }
 
+/// The separate database when none is given: a fresh SQLite file in `dir`.
+fn default_source(dir: &std::path::Path) -> String {
+    format!("sqlite://{}?mode=rwc", dir.join("producer.db").display())
+}
+
 /// Run `outbox`.
 pub async fn run(options: &Options, params: &OutboxParams) -> anyhow::Result<OutboxReport> {
     let env = Env::start(options, &NodeTweaks::default()).await?;
@@ -305,26 +344,8 @@ pub async fn run(options: &Options, params: &OutboxParams) -> anyhow::Result<Out
         _ => None,
     };
     let dir = tempfile::tempdir().context("temporary directory")?;
-    let source = params
-        .source
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", dir.path().join("producer.db").display()));
-    let dialect = Dialect::of_url(&source)?;
-    let table = TableName::parse(TABLE)?;
-    let producer = Producer::connect(
-        &dialect.driver_url(&source),
-        dialect.insert(&table),
-        true,
-        &app.app_id,
-        params.producers,
-    )
-    .await?;
-    for statement in dialect.ddl_statements(&table) {
-        sqlx::query(AssertSqlSafe(statement)).execute(&producer.pool).await?;
-    }
-    sqlx::query(AssertSqlSafe(format!("DELETE FROM {TABLE}")))
-        .execute(&producer.pool)
-        .await?;
+    let source = params.source.clone().unwrap_or_else(|| default_source(dir.path()));
+    let producer = Producer::own_outbox(&source, &app.app_id, params.producers).await?;
     let relay = herald_relay::RelaySection {
         name: Some("bench".to_owned()),
         source: source.clone(),
@@ -533,6 +554,20 @@ mod tests {
         // A duplicate delivery of one row (at-least-once) is a sample each time, as in the old figure.
         let twice = CommitLag::of(&[arrivals[2], arrival(Some(5), 0, 6_000)], &acks);
         assert_eq!(twice.lag.map(|s| (s.count, s.max_us)), Some((2, 5_000)));
+    }
+
+    #[tokio::test]
+    async fn the_default_sqlite_producer_database_is_in_wal_mode() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let producer = Producer::own_outbox(&default_source(dir.path()), "app", 1)
+            .await
+            .expect("the producer's database");
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&producer.pool)
+            .await
+            .expect("journal mode");
+        assert_eq!(mode, "wal", "as a real producer's database would be");
+        producer.pool.close().await;
     }
 
     #[tokio::test]
