@@ -146,20 +146,25 @@ async fn read(
     params: &ReadParams,
 ) -> ApiResult<StreamPage> {
     let deadline = Instant::now() + params.wait;
-    let mut signal = state.store.stream_signal();
+    // Held only by a poll that may wait: a held signal is a long poll waiting on this node, which on
+    // PostgreSQL has the node watch the stream for other nodes' commits.
+    let mut signal = (!params.wait.is_zero()).then(|| state.store.stream_signal());
     let mut from = from;
     loop {
         // Marked seen before the read: a commit after it wakes the wait below, none is missed.
-        signal.mark_seen();
+        if let Some(signal) = signal.as_mut() {
+            signal.mark_seen();
+        }
         let page = herald_store::scan_stream(&*state.store, &sink.app_id, from, params.limit, |m| {
             sink.wants(m) && narrowing.keeps(m)
         })
         .await
         .map_err(store_error)?;
         let now = Instant::now();
-        if !page.entries.is_empty() || !page.done || now >= deadline {
+        let waits = page.entries.is_empty() && page.done && now < deadline;
+        let (true, Some(signal)) = (waits, signal.as_mut()) else {
             return Ok(page);
-        }
+        };
         from = page.position;
         let nap = (deadline - now).min(RECHECK);
         // A closed signal (the store is stopping) just waits out the nap.
