@@ -338,25 +338,32 @@ impl Bound {
 /// Options of the one-connection pool every SQLite write goes through: a connection is reused only if
 /// no transaction is open on it, neither by sqlx's count nor by SQLite's; otherwise it is closed and the
 /// next write opens a clean one. `acquire_timeout` bounds how long a write waits for the connection.
+///
+/// Every write (an ingest batch among them) acquires and releases this connection, and each call to
+/// SQLite is a round trip to the connection's own thread, so the pool makes as few as it can: no ping
+/// before an acquire (the release already checked the connection, and a local file does not hang up),
+/// and the release check in one call.
 pub fn sqlite_writer_pool(acquire_timeout: Duration) -> SqlitePoolOptions {
     SqlitePoolOptions::new()
         .max_connections(1)
         .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
         .after_release(|conn, _| async move { Ok(in_clean_state(conn).await) }.boxed())
 }
 
 /// Whether no transaction is open on the connection. SQLite refuses `BEGIN` inside a transaction, so a
-/// `BEGIN` that succeeds (and is rolled back at once) proves there is none; it takes no lock.
+/// `BEGIN` that succeeds (and is rolled back at once, in the same call) proves there is none; it takes
+/// no lock.
 async fn in_clean_state(conn: &mut SqliteConnection) -> bool {
     if conn.is_in_transaction() {
         tracing::warn!("discarding the SQLite write connection: a transaction it opened was not closed");
         return false;
     }
-    if conn.execute("BEGIN").await.is_err() {
+    if conn.execute("BEGIN; ROLLBACK").await.is_err() {
         tracing::warn!("discarding the SQLite write connection: SQLite holds a transaction sqlx does not know of");
         return false;
     }
-    conn.execute("ROLLBACK").await.is_ok()
+    true
 }
 
 /// Whether the last write failed on a storage fault, and how. Writers report every commit's outcome;

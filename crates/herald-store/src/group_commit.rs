@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Database, Pool};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -171,8 +172,16 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
     /// The database.
     type Db: Database;
 
-    /// Run once at the start of each batch transaction, before anything is written.
-    fn prepare<'c>(&'c self, conn: &'c mut <Self::Db as Database>::Connection) -> BoxFuture<'c, StoreResult<()>>;
+    /// Whether the writer keeps its connection from one batch to the next while more jobs are queued.
+    /// sqlx pings a pooled connection on every acquire and every release, two round trips per batch
+    /// beside the batch's own few; a busy writer that holds its connection pays them only once it runs
+    /// out of work (or after a failure, when the connection is closed). SQLite's one write connection
+    /// serves every write, so its writer gives it back after each batch.
+    const HOLDS_CONNECTION: bool;
+
+    /// The statement that opens each batch transaction: `BEGIN`, or `BEGIN` and whatever must come first
+    /// in the same round trip (PostgreSQL takes its ingest order lock there).
+    const BEGIN: &'static str;
 
     /// Write the jobs; the outer error means a statement failed and nothing of this batch may be kept.
     fn write<'c>(
@@ -194,13 +203,19 @@ pub(crate) async fn run<W: BatchWriter>(
     stream: crate::polling::StreamSignals,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut held = None;
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         take(&mut batch);
         if batch.is_empty() {
             continue;
         }
         let started = std::time::Instant::now();
-        let written = write_batch(&pool, &writer, &batch, deadline).await;
+        let written = write_batch(&pool, &mut held, &writer, &batch, deadline).await;
+        if jobs.is_empty() {
+            // Idle for now: the connection goes back to the pool, whose ping on the next acquire finds
+            // out whether it is still good (a server restarted meanwhile costs no request a 503).
+            held = None;
+        }
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
         match written {
             Ok(outcomes) => {
@@ -275,17 +290,26 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 /// Whether it committed is then unknown, so nobody is acknowledged (a retry may store a message twice;
 /// one with an `eventId` or an `idempotency-key` is deduplicated). The requests of the batch wait for this
 /// answer (see [`Waiting::answer`]), so it is what bounds their wait once their job was taken.
+///
+/// `held` is the connection a writer that [holds one](BatchWriter::HOLDS_CONNECTION) kept from its last
+/// batch; it is used instead of the pool's, and kept again only if this batch succeeded.
 async fn write_batch<W: BatchWriter>(
     pool: &Pool<W::Db>,
+    held: &mut Option<PoolConnection<W::Db>>,
     writer: &W,
     batch: &[IngestJob],
     deadline: Option<Duration>,
 ) -> StoreResult<Outcomes> {
     let until = deadline.map(|limit| (Instant::now() + limit, limit));
-    let mut conn = within(until, async { Ok(pool.acquire().await?) }).await?;
+    let mut conn = match held.take() {
+        Some(conn) => conn,
+        None => within(until, async { Ok(pool.acquire().await?) }).await?,
+    };
     let written = within(until, write_on(&mut *conn, writer, batch)).await;
     if written.is_err() {
         conn.close_on_drop();
+    } else if W::HOLDS_CONNECTION {
+        *held = Some(conn);
     }
     written
 }
@@ -307,8 +331,7 @@ async fn write_on<W: BatchWriter>(
     writer: &W,
     batch: &[IngestJob],
 ) -> StoreResult<Outcomes> {
-    let mut tx = conn.begin().await?;
-    writer.prepare(&mut tx).await?;
+    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;
     match writer.write(&mut tx, batch).await {
         Ok(outcomes) => {
             tx.commit().await?;
@@ -320,8 +343,7 @@ async fn write_on<W: BatchWriter>(
             tx.rollback().await?;
         }
     }
-    let mut tx = conn.begin().await?;
-    writer.prepare(&mut tx).await?;
+    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for job in batch {
         let mut savepoint = (*tx).begin().await?;

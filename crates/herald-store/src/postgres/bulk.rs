@@ -1,8 +1,9 @@
 //! PostgreSQL's half of group commit, and the fenced result writer.
 //!
-//! A batch is written with array parameters (`UNNEST`), one statement per table whatever the batch size.
+//! A batch is written with array parameters (`UNNEST`) in one statement whatever its size: a data-modifying
+//! `WITH` query per table ([`insert_all`]).
 //! Before anything is written, the batch transaction takes the ingest lock
-//! ([`order_lock`](super::channels::order_lock), held until it commits): nodes ingest concurrently, and
+//! ([`BEGIN_IN_ORDER`](super::channels::BEGIN_IN_ORDER), held until it commits): nodes ingest concurrently, and
 //! without it a transaction that drew lower `seq`s could commit after one that drew higher ones, and a
 //! reader's cursor (`seq > n`) would skip it. The same lock serialises the
 //! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' and
@@ -33,9 +34,11 @@ pub(crate) struct PgBatches {
 impl BatchWriter for PgBatches {
     type Db = Postgres;
 
-    fn prepare<'c>(&'c self, conn: &'c mut PgConnection) -> BoxFuture<'c, StoreResult<()>> {
-        Box::pin(super::channels::order_lock(conn))
-    }
+    // While batches follow each other, one of the pool's connections stays the writer's: each acquire
+    // and release of a pooled connection costs a ping, a round trip each.
+    const HOLDS_CONNECTION: bool = true;
+
+    const BEGIN: &'static str = super::channels::BEGIN_IN_ORDER;
 
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
         Box::pin(write(conn, batch, &self.leases))
@@ -47,10 +50,8 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], leases: &Leases) ->
     let (existing, subscribers) = apps_and_endpoints(conn, &app_ids).await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, earlier);
-    insert_messages(conn, &plan.messages).await?;
-    insert_tags(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_deliveries(conn, &fan_out, leases).await?;
+    let deliveries = insert_all(conn, &plan.messages, &fan_out, leases).await?;
     drop(fan_out);
     let outcomes = plan.finish(deliveries);
     super::outbox::settle(conn, batch, &outcomes).await?;
@@ -126,67 +127,14 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
     Ok(earlier)
 }
 
-async fn insert_messages(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
-    if messages.is_empty() {
-        return Ok(());
-    }
-    let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
-    let ids = m(|r| Some(r.message.id.to_string()));
-    let apps = m(|r| Some(r.message.app_id.to_string()));
-    let event_ids = m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned()));
-    let keys = m(|r| r.idempotency_key.map(str::to_owned));
-    let types = m(|r| Some(r.message.event_type.clone()));
-    let channels = m(|r| rows::encode_list(&r.message.channels));
-    let ordering = m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned()));
-    let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
-    let created: Vec<Millis> = messages.iter().map(|r| r.message.created_at).collect();
-    let expires: Vec<Option<Millis>> = messages.iter().map(|r| r.payload_expires_at).collect();
-    let tags = m(|r| rows::encode_list(&r.message.tags));
-    let deliver_at: Vec<Option<Millis>> = messages.iter().map(|r| r.message.deliver_at).collect();
-    sqlx::query(
-        "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
-         created_at, payload_expires_at, tags, deliver_at) SELECT * FROM UNNEST($1::text[], $2::text[], \
-         $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], $10::bigint[], \
-         $11::text[], $12::bigint[])",
-    )
-    .bind(ids)
-    .bind(apps)
-    .bind(event_ids)
-    .bind(keys)
-    .bind(types)
-    .bind(channels)
-    .bind(payloads)
-    .bind(ordering)
-    .bind(created)
-    .bind(expires)
-    .bind(tags)
-    .bind(deliver_at)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// Index the new messages' tags (one row per message and tag), in one statement.
-async fn insert_tags(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
-    let tagged = plan::tag_rows(messages);
-    if tagged.is_empty() {
-        return Ok(());
-    }
-    let column = |f: fn(&(&str, &str, &str)) -> String| tagged.iter().map(f).collect::<Vec<_>>();
-    sqlx::query(
-        "INSERT INTO message_tag (app_id, tag, message_id) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])",
-    )
-    .bind(column(|t| t.0.to_owned()))
-    .bind(column(|t| t.1.to_owned()))
-    .bind(column(|t| t.2.to_owned()))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// Insert the deliveries and, when some of them are for partitions this node does not own, notify the
-/// other nodes (at commit: the owners of these endpoints load them); their seqs, grouped by the index of
-/// the job they belong to.
+/// Insert the batch's messages, their tags and their deliveries in one statement (one round trip
+/// whatever the batch holds), and, when some of the deliveries are for partitions this node does not
+/// own, notify the other nodes (at commit: the owners of these endpoints load them); the deliveries'
+/// seqs, grouped by the index of the job they belong to.
+///
+/// Each insert is a data-modifying `WITH` query, all run once by the one statement; the deliveries' and
+/// the tags' foreign keys to their messages are checked at its end, when the messages are in. So are
+/// the `message_stream` trigger's numbers taken, once per statement, in message id order.
 ///
 /// Deliveries this node owns reach its engine through the commit feed, so a notification would tell
 /// nobody anything; and a transaction that notifies holds PostgreSQL's cluster-wide notification lock from
@@ -195,44 +143,72 @@ async fn insert_tags(conn: &mut PgConnection, messages: &[NewRow<'_>]) -> StoreR
 /// flush with it (docs/performance.md, "Commit to delivery on the same PostgreSQL"). Should this node lose
 /// a partition between this check and the commit, its new owner finds the delivery at its watcher's next
 /// poll (a heartbeat at most) rather than at once.
-async fn insert_deliveries(
+async fn insert_all(
     conn: &mut PgConnection,
+    messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
     leases: &Leases,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let mut by_job = HashMap::new();
-    if fan_out.is_empty() {
+    if messages.is_empty() {
         return Ok(by_job);
     }
-    let messages: Vec<&str> = fan_out.iter().map(|f| f.message.id.as_str()).collect();
-    let endpoints: Vec<&str> = fan_out.iter().map(|f| f.endpoint_id.as_str()).collect();
+    let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
+    let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
+    let created: Vec<Millis> = messages.iter().map(|r| r.message.created_at).collect();
+    let expires: Vec<Option<Millis>> = messages.iter().map(|r| r.payload_expires_at).collect();
+    let deliver_at: Vec<Option<Millis>> = messages.iter().map(|r| r.message.deliver_at).collect();
+    let tagged = plan::tag_rows(messages);
+    let tag = |f: fn(&(&str, &str, &str)) -> String| tagged.iter().map(f).collect::<Vec<_>>();
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
-    let notify_others = !leases.owns_all(&partitions);
-    let times: Vec<Millis> = fan_out.iter().map(|f| f.message.created_at).collect();
-    let due: Vec<Millis> = fan_out.iter().map(|f| f.message.due_at()).collect();
-    let windows: Vec<Option<Millis>> = fan_out.iter().map(|f| plan::window_start(f.message)).collect();
+    let notify_others = !fan_out.is_empty() && !leases.owns_all(&partitions);
     // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
-    // The notification rides in the same statement (one round trip less per batch); `notified` is one row
-    // whether or not it is sent.
+    // The notification rides in the same statement; `notified` is one row whether or not it is sent.
     let found = sqlx::query(
-        "WITH inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
+        "WITH new_message AS (INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, \
+         payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) SELECT * FROM UNNEST($1::text[], \
+         $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], \
+         $10::bigint[], $11::text[], $12::bigint[])), \
+         new_tag AS (INSERT INTO message_tag (app_id, tag, message_id) \
+         SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[])), \
+         inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
          next_attempt_at, updated_at, window_start) \
          SELECT message_id, endpoint_id, partition, 0, 0, due, at, window_start \
-         FROM UNNEST($1::text[], $2::text[], $3::int[], $4::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY \
-         AS v (message_id, endpoint_id, partition, at, due, window_start, n) ORDER BY n \
+         FROM UNNEST($16::text[], $17::text[], $18::int[], $19::bigint[], $20::bigint[], $21::bigint[]) \
+         WITH ORDINALITY AS v (message_id, endpoint_id, partition, at, due, window_start, n) ORDER BY n \
          RETURNING seq, message_id, endpoint_id), \
-         notified AS (SELECT CASE WHEN $9 THEN pg_notify($5, $6) END) \
+         notified AS (SELECT CASE WHEN $22 THEN pg_notify($23, $24) END) \
          SELECT inserted.* FROM inserted, notified",
     )
-    .bind(messages)
-    .bind(endpoints)
+    .bind(m(|r| Some(r.message.id.to_string())))
+    .bind(m(|r| Some(r.message.app_id.to_string())))
+    .bind(m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned())))
+    .bind(m(|r| r.idempotency_key.map(str::to_owned)))
+    .bind(m(|r| Some(r.message.event_type.clone())))
+    .bind(m(|r| rows::encode_list(&r.message.channels)))
+    .bind(payloads)
+    .bind(m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned())))
+    .bind(created)
+    .bind(expires)
+    .bind(m(|r| rows::encode_list(&r.message.tags)))
+    .bind(deliver_at)
+    .bind(tag(|t| t.0.to_owned()))
+    .bind(tag(|t| t.1.to_owned()))
+    .bind(tag(|t| t.2.to_owned()))
+    .bind(fan_out.iter().map(|f| f.message.id.as_str()).collect::<Vec<_>>())
+    .bind(fan_out.iter().map(|f| f.endpoint_id.as_str()).collect::<Vec<_>>())
     .bind(partitions)
-    .bind(times)
+    .bind(fan_out.iter().map(|f| f.message.created_at).collect::<Vec<Millis>>())
+    .bind(fan_out.iter().map(|f| f.message.due_at()).collect::<Vec<Millis>>())
+    .bind(
+        fan_out
+            .iter()
+            .map(|f| plan::window_start(f.message))
+            .collect::<Vec<Option<Millis>>>(),
+    )
+    .bind(notify_others)
     .bind(WORK_CHANNEL)
     .bind(leases.node_id())
-    .bind(due)
-    .bind(windows)
-    .bind(notify_others)
     .fetch_all(&mut *conn)
     .await?;
     plan::group_deliveries(fan_out, &found, &mut by_job)?;

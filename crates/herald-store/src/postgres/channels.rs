@@ -8,6 +8,11 @@ use crate::StoreResult;
 /// The advisory lock key that orders ingest transactions ("herald" in ASCII).
 pub(crate) const INGEST_LOCK: i64 = 0x6865_7261_6c64;
 
+/// `BEGIN`, then [`INGEST_LOCK`] taken as [`order_lock`] takes it, sent as one simple query: one round
+/// trip for both (the ingest writer's batches; see `crate::group_commit::BatchWriter::BEGIN`). A simple
+/// query takes no parameters, so the key is written out; a test checks it is [`INGEST_LOCK`].
+pub(crate) const BEGIN_IN_ORDER: &str = "BEGIN; SELECT pg_advisory_xact_lock(114784919972964)";
+
 /// Take [`INGEST_LOCK`] until the transaction on `conn` commits: transactions that draw delivery `seq`s
 /// (ingest, re-queueing) then commit in the order they drew them, across nodes, so an owner's cursor
 /// (`seq > n`) never skips a row that commits late.
@@ -29,3 +34,16 @@ pub(crate) const REPAIR_PAYLOAD: &str = "repair";
 /// The channel notified with an endpoint's id when it changes, so that its owner — maybe another node —
 /// reloads it.
 pub(crate) const ENDPOINT_CHANNEL: &str = "herald_endpoint";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_begin_takes_the_ingest_lock() {
+        assert_eq!(
+            BEGIN_IN_ORDER,
+            format!("BEGIN; SELECT pg_advisory_xact_lock({INGEST_LOCK})")
+        );
+    }
+}

@@ -30,10 +30,10 @@ pub(crate) struct SqliteBatches {
 impl BatchWriter for SqliteBatches {
     type Db = Sqlite;
 
-    fn prepare<'c>(&'c self, _conn: &'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<()>> {
-        // One write connection serialises every writer already.
-        Box::pin(async { Ok(()) })
-    }
+    // The one write connection serves every write (and serialises every writer already).
+    const HOLDS_CONNECTION: bool = false;
+
+    const BEGIN: &'static str = "BEGIN";
 
     fn write<'c>(
         &'c self,
