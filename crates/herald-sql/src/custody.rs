@@ -359,8 +359,8 @@ async fn in_clean_state(conn: &mut SqliteConnection) -> bool {
         tracing::warn!("discarding the SQLite write connection: a transaction it opened was not closed");
         return false;
     }
-    if conn.execute("BEGIN; ROLLBACK").await.is_err() {
-        tracing::warn!("discarding the SQLite write connection: SQLite holds a transaction sqlx does not know of");
+    if let Err(error) = conn.execute("BEGIN; ROLLBACK").await {
+        tracing::warn!(%error, "discarding the SQLite write connection: SQLite refused to open (or close) a transaction, so it may hold one sqlx does not know of");
         return false;
     }
     true

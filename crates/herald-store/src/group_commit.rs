@@ -204,18 +204,22 @@ pub(crate) async fn run<W: BatchWriter>(
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut held = None;
-    while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    loop {
+        if jobs.is_empty() {
+            // Idle for now: the connection goes back to the pool before the wait, so that the pool's
+            // checks see it (a ping at the next acquire: a server restarted meanwhile costs no request a
+            // 503) and it counts among the pool's connections again.
+            held = None;
+        }
+        if jobs.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            break;
+        }
         take(&mut batch);
         if batch.is_empty() {
             continue;
         }
         let started = std::time::Instant::now();
         let written = write_batch(&pool, &mut held, &writer, &batch, deadline).await;
-        if jobs.is_empty() {
-            // Idle for now: the connection goes back to the pool, whose ping on the next acquire finds
-            // out whether it is still good (a server restarted meanwhile costs no request a 503).
-            held = None;
-        }
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
         match written {
             Ok(outcomes) => {

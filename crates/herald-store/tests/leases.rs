@@ -383,3 +383,49 @@ async fn results_the_database_cannot_take_now_fail_and_are_not_dropped() {
         );
     }
 }
+
+/// The group-commit writer keeps its connection only while batches follow each other: idle, it gives it
+/// back to the pool, so a connection the server dropped meanwhile (a restart, a failover, an
+/// `idle_session_timeout`) is found out by the pool's ping and replaced, and costs no ingest an error.
+#[tokio::test]
+async fn an_ingest_after_the_servers_sessions_ended_while_idle_is_stored() {
+    let Some(database) = testdb::fresh("an_ingest_after_the_servers_sessions_ended…").await else {
+        return;
+    };
+    let a = PgStore::open(&database.url, testdb::test_cipher(), &options())
+        .await
+        .unwrap();
+    let shop = app();
+    a.create_app(&shop).await.unwrap();
+    a.create_endpoint(&endpoint(&shop.id)).await.unwrap();
+    ingest(&a, &shop.id).await;
+
+    // End every session of the node, the writer's among them, as a server restart would.
+    let mut admin = PgConnection::connect(&database.url).await.unwrap();
+    let sessions: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'herald'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!sessions.is_empty(), "no session of the node was found to end");
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS s (pid)")
+        .bind(&sessions)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let url = database.url.clone();
+    wait_until("the ended sessions are gone", Duration::from_secs(5), async || {
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ANY($1)")
+            .bind(&sessions)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        left == 0
+    })
+    .await;
+
+    // The next message is stored, not refused for a connection that died while nobody used it.
+    ingest(&a, &shop.id).await;
+}
