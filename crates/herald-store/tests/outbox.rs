@@ -203,15 +203,17 @@ fn payload_of(bytes: usize) -> String {
     format!("{{\"t\": \"{}\"}}", "x".repeat(padding))
 }
 
-/// Herald's `max_payload_bytes` holds for its outbox as for the API: `herald_publish` refuses a larger
-/// payload in the producer's own transaction (SQLSTATE `54000`), and a row that got in under a larger limit
-/// (another node's, or one written before this node started) is refused by this node's reader with the
-/// reason in `error`: never published, never read again, and the rows after it flow on.
-#[tokio::test]
-async fn an_outbox_payload_over_max_payload_bytes_is_refused_in_the_producers_transaction_and_by_the_reader() {
-    let Some(database) = testdb::fresh("an_outbox_payload_over_max_payload_bytes_is_refused").await else {
-        return;
-    };
+/// A node with a `max_payload_bytes` of 64 on a fresh database, an app, and a producer's connection.
+struct Limited {
+    database: testdb::TestDatabase,
+    store: PgStore,
+    app: herald_core::model::Application,
+    producer: PgConnection,
+}
+
+/// [`Limited`] for the test `name`; `None` when no PostgreSQL is at hand.
+async fn limited(name: &str) -> Option<Limited> {
+    let database = testdb::fresh(name).await?;
     let options = StoreOptions {
         max_payload_bytes: Some(64),
         ..StoreOptions::default()
@@ -221,7 +223,30 @@ async fn an_outbox_payload_over_max_payload_bytes_is_refused_in_the_producers_tr
         .expect("open");
     let app = app();
     store.create_app(&app).await.expect("app");
-    let mut producer = PgConnection::connect(&database.url).await.expect("connect");
+    let producer = PgConnection::connect(&database.url).await.expect("connect");
+    Some(Limited {
+        database,
+        store,
+        app,
+        producer,
+    })
+}
+
+/// Herald's `max_payload_bytes` holds for its outbox as for the API: `herald_publish` refuses a larger
+/// payload in the producer's own transaction (SQLSTATE `54000`), and a row that got in under a larger limit
+/// (another node's, or one written before this node started) is refused by this node's reader with the
+/// reason in `error`: never published, never read again, and the rows after it flow on.
+#[tokio::test]
+async fn an_outbox_payload_over_max_payload_bytes_is_refused_in_the_producers_transaction_and_by_the_reader() {
+    let Some(Limited {
+        database,
+        store: _store,
+        app,
+        mut producer,
+    }) = limited("an_outbox_payload_over_max_payload_bytes_is_refused").await
+    else {
+        return;
+    };
     let publish = async |producer: &mut PgConnection, payload: &str, event_id: &str| {
         sqlx::query("SELECT herald_publish($1, 'a.b', $2::jsonb, $3)")
             .bind(app.id.as_str())
@@ -263,4 +288,36 @@ async fn an_outbox_payload_over_max_payload_bytes_is_refused_in_the_producers_tr
         "{refused:?}"
     );
     assert_eq!(messages, ["evt_at", "evt_after"]);
+}
+
+/// A producer's role that may create functions where Herald's live cannot make the payload check call its
+/// own code: every call passes exactly `(bigint, bigint)`, so an overload with other argument types (here
+/// `integer` for the size, which `octet_length` returns) is never chosen, in the trigger or the reader.
+#[tokio::test]
+async fn a_producers_overload_of_the_payload_rule_is_never_called() {
+    // The database and the node stay up until the test ends.
+    let Some(Limited {
+        database: _database,
+        store: _store,
+        app,
+        mut producer,
+    }) = limited("a_producers_overload_of_the_payload_rule").await
+    else {
+        return;
+    };
+    sqlx::query(
+        "CREATE FUNCTION herald_outbox_payload_refusal(bytes INTEGER, max_payload_bytes BIGINT) RETURNS TEXT \
+         LANGUAGE sql AS $$ SELECT NULL::text $$",
+    )
+    .execute(&mut producer)
+    .await
+    .expect("the producer's overload");
+    let refused = sqlx::query("SELECT herald_publish($1, 'a.b', $2::jsonb, 'evt_over')")
+        .bind(app.id.as_str())
+        .bind(payload_of(65))
+        .execute(&mut producer)
+        .await
+        .expect_err("the payload over the limit is still refused");
+    let refused = refused.as_database_error().expect("a database error");
+    assert_eq!(refused.code().as_deref(), Some("54000"), "{refused}");
 }

@@ -72,6 +72,29 @@ async fn an_answer_with_a_malformed_id_is_a_clear_error() {
     }
 }
 
+/// A task whose `data` the server could not read back comes with `data: null`; the task itself ran, so
+/// the command shows it rather than fail (an operator told it failed would start a replay again).
+#[tokio::test]
+async fn a_task_whose_data_is_null_is_shown() {
+    let addr = answering(json!({
+        "id": "qtask_0358NQapf9btJr3ZruZO0K",
+        "task": "endpoint.recover",
+        "status": "finished",
+        "processed": 3,
+        "total": 3,
+        "data": null,
+        "createdAt": "2026-12-03T18:00:00Z",
+        "updatedAt": "2026-12-03T18:00:01Z"
+    }))
+    .await;
+    let (ok, out, err) =
+        tokio::task::spawn_blocking(move || herald_cli_at(addr, &["task", "qtask_0358NQapf9btJr3ZruZO0K"]))
+            .await
+            .expect("run herald");
+    assert!(ok, "refused: {err}");
+    assert!(out.contains("qtask_0358NQapf9btJr3ZruZO0K"), "{out}");
+}
+
 #[tokio::test]
 async fn an_operator_finds_dead_letters_recovers_them_and_reconciles_from_the_shell() {
     let herald = Herald::start(&[("HERALD_RETRY_SCHEDULE", "50ms"), ("HERALD_BREAKER_THRESHOLD", "1000")]).await;

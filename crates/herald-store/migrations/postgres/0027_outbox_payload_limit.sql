@@ -1,6 +1,12 @@
 -- Herald's max_payload_bytes holds for its outbox as for the API (docs/outbox.md): a producer learns of a
 -- payload the API would refuse with 413 in its own transaction, not after its commit.
 --
+-- Creating the trigger below locks herald_outbox against writes until this migration commits, and waits
+-- for the producers' open transactions that wrote to it; while it waits, their new writes queue behind it.
+-- So it waits 5 s at most and then fails (the node does not start, says why, and the next start tries
+-- again), rather than stall every producer behind a long transaction.
+SET LOCAL lock_timeout = '5s';
+--
 -- Each node writes its limit here when it starts (the last to start wins: give every node the same). NULL
 -- until a node has: then only the reader checks. The reader also checks every row against its own node's
 -- limit, for rows that got in under a larger one (another node's, or before its node started).
@@ -21,6 +27,10 @@ CREATE FUNCTION herald_outbox_payload_refusal(bytes BIGINT, max_payload_bytes BI
         THEN format('payload of %s bytes is larger than Herald''s max_payload_bytes (%s)', bytes, max_payload_bytes)
     END
 $$;
+-- Producers' roles call it through the trigger, also where an operator revoked EXECUTE from PUBLIC by
+-- default. Every call passes exactly (bigint, bigint), so an overload a producer might create with other
+-- argument types (say integer, reached before this one by an implicit cast) is never chosen.
+GRANT EXECUTE ON FUNCTION herald_outbox_payload_refusal(BIGINT, BIGINT) TO PUBLIC;
 
 -- Refuse a row whose payload the API would refuse, in the inserting transaction (herald_publish's, or a
 -- producer's own INSERT): SQLSTATE 54000 (program_limit_exceeded), as the API's 413. Run by producers'
@@ -29,7 +39,7 @@ CREATE FUNCTION herald_outbox_check_payload() RETURNS trigger LANGUAGE plpgsql S
 DECLARE
     refusal TEXT;
 BEGIN
-    SELECT herald_outbox_payload_refusal(octet_length(NEW.payload::text), l.max_payload_bytes) INTO refusal
+    SELECT herald_outbox_payload_refusal(octet_length(NEW.payload::text)::bigint, l.max_payload_bytes) INTO refusal
         FROM herald_outbox_limit l;
     IF refusal IS NOT NULL THEN
         RAISE EXCEPTION 'herald_outbox: %', refusal USING ERRCODE = '54000';

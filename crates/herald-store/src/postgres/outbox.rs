@@ -310,7 +310,7 @@ async fn pending(
     // The payload's text is made once, in the inner read (a subquery with a LIMIT is not flattened).
     let rows = sqlx::query(
         "SELECT seq, app_id, event_type, payload, event_id, channels, ordering_key, \
-         herald_outbox_payload_refusal(octet_length(payload), $3) AS refusal \
+         herald_outbox_payload_refusal(octet_length(payload)::bigint, $3::bigint) AS refusal \
          FROM (SELECT seq, app_id, event_type, payload::text AS payload, event_id, channels, ordering_key \
                FROM herald_outbox WHERE error IS NULL AND seq <> ALL($2) ORDER BY seq LIMIT $1) AS o \
          ORDER BY seq",
