@@ -458,6 +458,75 @@ impl WriteHealth {
 mod tests {
     use super::*;
 
+    /// The write pool of a fresh SQLite file (WAL, as the stores open theirs), and a second connection
+    /// to read it from outside.
+    async fn writer_pool(name: &str) -> (sqlx::SqlitePool, SqliteConnection, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("herald-custody-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(dir.join("w.db"))
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+        let pool = sqlite_writer_pool(Duration::from_secs(5))
+            .connect_with(options.clone())
+            .await
+            .expect("write pool");
+        sqlx::query("CREATE TABLE t (n INTEGER)")
+            .execute(&pool)
+            .await
+            .expect("table");
+        let outside = SqliteConnection::connect_with(&options).await.expect("outside");
+        (pool, outside, dir)
+    }
+
+    async fn rows(conn: &mut SqliteConnection) -> Vec<i64> {
+        sqlx::query_scalar("SELECT n FROM t ORDER BY n")
+            .fetch_all(conn)
+            .await
+            .expect("read")
+    }
+
+    #[tokio::test]
+    async fn a_released_write_connection_with_a_transaction_sqlite_holds_is_closed_not_reused() {
+        let (pool, mut outside, dir) = writer_pool("held").await;
+        let mut conn = pool.acquire().await.expect("acquire");
+        // A transaction sqlx does not count (its own `begin` would), with a write in it.
+        conn.execute("BEGIN; INSERT INTO t VALUES (1)").await.expect("begin");
+        assert!(!conn.is_in_transaction(), "sqlx does not know of it");
+        drop(conn);
+        // Had the connection come back, this write would join that transaction and never commit.
+        sqlx::query("INSERT INTO t VALUES (2)")
+            .execute(&pool)
+            .await
+            .expect("write");
+        assert_eq!(
+            rows(&mut outside).await,
+            [2],
+            "only the write after the release committed"
+        );
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_clean_released_write_connection_is_reused() {
+        let (pool, _outside, dir) = writer_pool("clean").await;
+        // A temporary table lives as long as its connection: seeing it again means the same one came back.
+        sqlx::query("CREATE TEMP TABLE mine (n INTEGER)")
+            .execute(&pool)
+            .await
+            .expect("temp table");
+        for _ in 0..3 {
+            sqlx::query("SELECT COUNT(*) FROM temp.mine")
+                .execute(&pool)
+                .await
+                .expect("the same connection, checked clean and reused");
+        }
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[tokio::test]
     async fn a_call_dropped_unfinished_marks_its_bound_as_a_call_given_up() {
         let bound = Bound::new(Duration::from_secs(60));
