@@ -207,19 +207,10 @@ struct Task {
     total: u64,
     // The server answers `null` for data it cannot read back; the task ran all the same, and failing
     // the command then would invite the operator to start it again (a bulk replay sending twice).
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "herald_api::model::null_as_default")]
     data: TaskData,
     created_at: String,
     updated_at: String,
-}
-
-/// A field that may be `null` or missing, read as its default then.
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// What a task's `data` says that the commands show (times as Unix ms).
