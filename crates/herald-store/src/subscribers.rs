@@ -5,22 +5,25 @@
 //! [`Endpoint`](herald_core::model::Endpoint) decodes.
 //!
 //! An application with 1,000 endpoints would still have 1,000 rows read and decoded for every message,
-//! although endpoints change rarely and messages often. So the SQLite writer keeps each application's
+//! although endpoints change rarely and messages often. So each ingest writer keeps each application's
 //! list in a [`Cache`], checked against the application's `endpoints_version`: a counter that a trigger on
 //! the `endpoint` table bumps in the same transaction as every insert, update and delete of one of the
-//! application's endpoints (the migration `0026_endpoints_version.sql`). The batch reads the counter with
+//! application's endpoints (SQLite's migration `0026_endpoints_version.sql`). The batch reads the counter with
 //! the query that checks the application exists, inside its own transaction, so a cached list is used only
 //! while it is exactly what the table holds — no endpoint write path can forget to invalidate it, since
-//! the database does it. PostgreSQL does not cache (see `postgres::bulk`): its batch locks the endpoints
-//! it fans out to, so an endpoint being deleted by another node waits for it.
+//! the database does it. PostgreSQL does the same (its migration `0028_fan_out_without_row_checks.sql`),
+//! and there the batch reads the counters `FOR SHARE`: an endpoint write on any node bumps the counter,
+//! so it waits for the batches fanning out to that application, and they for it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use herald_core::id::{AppId, EndpointId};
 use herald_core::model::{Message, filters_match};
 
 use crate::StoreResult;
+use crate::plan::Apps;
 use crate::rows::{Columns, decode_list};
 
 /// The `endpoint` columns [`Subscriber::from_row`] reads.
@@ -75,6 +78,22 @@ pub(crate) fn group(app_ids: &[&str], subscribers: Vec<Subscriber>) -> StoreResu
     Ok(lists.into_iter().map(|(app, list)| (app, Arc::from(list))).collect())
 }
 
+/// What the batch's first read gives of each application that exists: its id, its default payload
+/// retention in days, and its `endpoints_version`.
+pub(crate) type AppRow = (String, Option<i64>, i64);
+
+/// The apps of a batch that exist, with their payload retention ([`Apps`]), and each one's
+/// `endpoints_version` (for [`Cache::resolve`]).
+pub(crate) fn existing_apps(found: Vec<AppRow>) -> (Apps, Vec<(String, i64)>) {
+    let mut apps = Apps::with_capacity(found.len());
+    let mut versions = Vec::with_capacity(found.len());
+    for (id, days, version) in found {
+        apps.insert(id.clone(), crate::plan::retention_ms(days));
+        versions.push((id, version));
+    }
+    (apps, versions)
+}
+
 /// The most subscribers (plus one per application) the [`Cache`] holds; past it, it starts again empty
 /// (a node serving more endpoints than this reads the lists of the apps in each batch afresh, as without
 /// a cache). About 200 bytes each with their filters: tens of megabytes at most.
@@ -95,7 +114,7 @@ struct CacheState {
 impl Cache {
     /// Split `versions` (each app of a batch and its current `endpoints_version`) into the lists the cache
     /// holds at exactly that version, and the apps whose list must be read.
-    pub(crate) fn lookup<'a>(&self, versions: &'a [(&'a str, i64)]) -> (ByApp, Vec<&'a str>) {
+    pub(crate) fn lookup<'a>(&self, versions: &[(&'a str, i64)]) -> (ByApp, Vec<&'a str>) {
         let state = self.apps.lock().unwrap_or_else(PoisonError::into_inner);
         let mut found = ByApp::with_capacity(versions.len());
         let mut stale = Vec::new();
@@ -108,6 +127,30 @@ impl Cache {
             }
         }
         (found, stale)
+    }
+
+    /// Each app's subscribers at its `endpoints_version` in `versions`: from the cache where it holds the
+    /// app's list at exactly that version, else read by `read` (given the apps whose lists it must read)
+    /// and remembered. `versions` must have been read in the batch's transaction, as `read` is run, with
+    /// the application rows locked so that no endpoint write can commit in between (see
+    /// [`existing_apps`]).
+    pub(crate) async fn resolve<'a, Fut>(
+        &self,
+        versions: &'a [(String, i64)],
+        read: impl FnOnce(Vec<&'a str>) -> Fut,
+    ) -> StoreResult<ByApp>
+    where
+        Fut: Future<Output = StoreResult<Vec<Subscriber>>>,
+    {
+        let versions: Vec<(&str, i64)> = versions.iter().map(|(id, v)| (id.as_str(), *v)).collect();
+        let (mut found, stale) = self.lookup(&versions);
+        if stale.is_empty() {
+            return Ok(found);
+        }
+        let read = group(&stale, read(stale.clone()).await?)?;
+        self.remember(&versions, &read);
+        found.extend(read);
+        Ok(found)
     }
 
     /// Remember lists read at `versions` (the same versions [`Cache::lookup`] was given).

@@ -1,5 +1,6 @@
 //! The store's integration tests, one binary: the contract suite on SQLite and PostgreSQL, leases, collation, polling.
 
+mod fan_out;
 mod leases;
 mod outbox;
 mod polling;

@@ -43,7 +43,8 @@ pub(crate) fn app() -> Application {
     }
 }
 
-fn endpoint(app_id: &AppId) -> Endpoint {
+/// An endpoint of `app_id` subscribed to everything (also for the other PostgreSQL modules of this binary).
+pub(crate) fn endpoint(app_id: &AppId) -> Endpoint {
     Endpoint {
         id: EndpointId::new(),
         app_id: app_id.clone(),
@@ -68,8 +69,9 @@ fn endpoint(app_id: &AppId) -> Endpoint {
     }
 }
 
-async fn ingest(store: &PgStore, app_id: &AppId) -> (MessageId, i64) {
-    let new = NewMessage {
+/// A message of type `a.b` to `app_id` (also for the other PostgreSQL modules of this binary).
+pub(crate) fn message(app_id: &AppId) -> NewMessage {
+    NewMessage {
         app_id: app_id.clone(),
         event_id: None,
         event_type: "a.b".into(),
@@ -81,8 +83,11 @@ async fn ingest(store: &PgStore, app_id: &AppId) -> (MessageId, i64) {
         deliver_at: None,
         to_endpoint: None,
         payload_retention_ms: None,
-    };
-    match store.ingest(new).await.unwrap() {
+    }
+}
+
+async fn ingest(store: &PgStore, app_id: &AppId) -> (MessageId, i64) {
+    match store.ingest(message(app_id)).await.unwrap() {
         Ingested::Created { message, deliveries } => (message.id, deliveries[0].seq),
         Ingested::Duplicate(m) => panic!("unexpected duplicate {}", m.id),
     }

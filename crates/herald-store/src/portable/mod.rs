@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::crypto::SecretCipher;
-use crate::dialect::{Dialect, SqlStore};
+use crate::dialect::{Dialect, SqlStore, Tx};
 use crate::events::{self, NewEvent};
 use crate::group_commit::{Fence, Waiting};
 use crate::rows::{self, Columns};
@@ -110,6 +110,34 @@ fn one_changed(rows_affected: u64) -> StoreResult<()> {
     } else {
         Ok(())
     }
+}
+
+/// Delete the endpoints whose `column` (`id` or `app_id`) is `value`, and then their deliveries; the
+/// endpoints' rows as they were.
+///
+/// On PostgreSQL no foreign key ties a delivery to its endpoint (migration 0028: its per-row check was
+/// half the cost of a wide fan-out), so the deliveries are deleted here, and the order is what keeps
+/// none behind: deleting the endpoint row first waits for every transaction that holds it — a re-queue
+/// holds it `FOR KEY SHARE` ([`operations`]) — and its trigger's update of the application row waits for
+/// every ingest batch fanning out to it; the deliveries those added are committed before the second
+/// statement reads, and none can be added after (a re-queue finds the endpoint gone, a batch re-reads
+/// the application's endpoints). On SQLite the foreign key's cascade would delete them too.
+async fn delete_endpoints<D: Dialect>(tx: &mut Tx<D>, column: &'static str, value: &str) -> StoreResult<Vec<D::Row>> {
+    let deleted = Sql::new(format!("DELETE FROM endpoint WHERE {column} = $1 RETURNING *"))
+        .bind(value)
+        .fetch_all(tx.on())
+        .await?;
+    if !deleted.is_empty() {
+        let ids = decode_all(&deleted, |row| row.text("id"))?;
+        Sql::new(format!(
+            "DELETE FROM delivery WHERE {}",
+            D::in_list("endpoint_id", "$1")
+        ))
+        .bind(Arg::Texts(ids.iter().map(String::as_str).collect()))
+        .execute(tx.on())
+        .await?;
+    }
+    Ok(deleted)
 }
 
 /// A page of an application's attempts whose `column` (the message or the endpoint) is `value`.
@@ -311,11 +339,18 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
-        // Its endpoints go with it: announced once the deletion commits.
-        let endpoints = Sql::new("SELECT id FROM endpoint WHERE app_id = $1")
-            .bind(id)
-            .fetch_all(tx.on())
-            .await?;
+        // Locked first, so that no endpoint or message is added to it from here on (theirs would have to
+        // wait for this transaction, then find it gone).
+        Sql::new(format!(
+            "SELECT id FROM application WHERE id = $1{}",
+            D::for_update(None)
+        ))
+        .bind(id)
+        .fetch_optional(tx.on())
+        .await?;
+        // Its endpoints go with it, and with them every delivery of its messages: announced once the
+        // deletion commits.
+        let endpoints = delete_endpoints(&mut tx, "app_id", id.as_str()).await?;
         let endpoints: Vec<EndpointId> = decode_all(&endpoints, |row| row.id("id"))?;
         Sql::new("DELETE FROM attempt WHERE app_id = $1")
             .bind(id)
@@ -501,12 +536,8 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn delete_endpoint(&self, id: &EndpointId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
-        let deleted = Sql::new("DELETE FROM endpoint WHERE id = $1 RETURNING *")
-            .bind(id)
-            .fetch_optional(tx.on())
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        let endpoint = self.endpoint(&deleted)?;
+        let deleted = delete_endpoints(&mut tx, "id", id.as_str()).await?;
+        let endpoint = self.endpoint(deleted.first().ok_or(StoreError::NotFound)?)?;
         let now = herald_core::clock::now();
         let event = NewEvent::endpoint(events::ENDPOINT_DELETED, &endpoint, serde_json::json!({}), now);
         D::record_events(&mut tx, &[event]).await?;

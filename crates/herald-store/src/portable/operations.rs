@@ -5,7 +5,8 @@
 //! one transaction): the scheduler reads each endpoint's backlog in `seq` order from a cursor, so a
 //! delivery that becomes pending again must sort after everything already read. For the same reason the
 //! new `seq`s follow commit order ([`Dialect::order_seqs`]: on PostgreSQL, where nodes write concurrently,
-//! each transaction first takes the lock ingest takes). The endpoint's owner — on PostgreSQL maybe on
+//! each transaction first takes the lock ingest takes). Each holds its endpoint until it commits, so the
+//! endpoint cannot be deleted under it (`hold_endpoint`). The endpoint's owner — on PostgreSQL maybe on
 //! another node — hears of its new work at commit ([`Dialect::work_queued`]). These writes come from the
 //! API on any node, like ingest, so they are not fenced.
 
@@ -26,6 +27,24 @@ use crate::{Requeue, RequeueChunk, RequeueSelection, StoreError, StoreResult};
 /// column list.
 fn partition_column<D: Dialect>() -> &'static str {
     if D::PARTITIONED { ", partition" } else { "" }
+}
+
+/// Hold the endpoint whose deliveries this transaction re-inserts or adds, so that it cannot be deleted
+/// before the transaction commits (what the foreign key from `delivery` did where there is one; see
+/// `delete_endpoints`), then take the ingest order lock ([`Dialect::order_seqs`]); `NotFound` once the
+/// endpoint is gone.
+///
+/// The endpoint first: a deletion holds the endpoint's row while it deletes its deliveries, which may take
+/// a while, and a transaction waiting for that row must not hold the ingest lock every node's ingest
+/// needs meanwhile. And before any delivery row is read or locked: the deletion locks the endpoint's row
+/// first, then its deliveries, and the two must never wait for each other the other way round.
+async fn hold_endpoint<D: Dialect>(tx: &mut Tx<D>, endpoint_id: &EndpointId) -> StoreResult<()> {
+    Sql::new(format!("SELECT id FROM endpoint WHERE id = $1{}", D::KEY_SHARE))
+        .bind(endpoint_id)
+        .fetch_optional(tx.on())
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    D::order_seqs(tx).await
 }
 
 /// Re-insert the deliveries `seqs` as pending with a fresh schedule (the trigger of their next attempt,
@@ -74,7 +93,7 @@ pub(super) async fn requeue_delivery<D: Dialect>(
     now: Millis,
 ) -> StoreResult<Requeue> {
     let mut tx = store.begin().await?;
-    D::order_seqs(&mut tx).await?;
+    hold_endpoint(&mut tx, endpoint_id).await?;
     let row = Sql::new(format!(
         "SELECT d.seq, d.status, m.expunged FROM delivery d JOIN message m ON m.id = d.message_id \
          WHERE d.message_id = $1 AND d.endpoint_id = $2{}",
@@ -114,7 +133,7 @@ pub(super) async fn requeue_selected<D: Dialect>(
         .push_bind(limit(limit_n))
         .push(&D::for_update(Some("d")));
     let mut tx = store.begin().await?;
-    D::order_seqs(&mut tx).await?;
+    hold_endpoint(&mut tx, &selection.endpoint_id).await?;
     let found = sql.fetch_all(tx.on()).await?;
     let seqs = found
         .iter()
@@ -139,7 +158,7 @@ pub(super) async fn add_missing_deliveries<D: Dialect>(
     now: Millis,
 ) -> StoreResult<(Option<MessageId>, u64)> {
     let mut tx = store.begin().await?;
-    D::order_seqs(&mut tx).await?;
+    hold_endpoint(&mut tx, &endpoint.id).await?;
     let found = Sql::new(
         "SELECT m.id, m.event_type, m.channels, m.expunged, \
          EXISTS (SELECT 1 FROM delivery d WHERE d.message_id = m.id AND d.endpoint_id = $1) AS has_delivery \

@@ -6,9 +6,10 @@
 //! ([`BEGIN_IN_ORDER`](super::channels::BEGIN_IN_ORDER), held until it commits): nodes ingest concurrently, and
 //! without it a transaction that drew lower `seq`s could commit after one that drew higher ones, and a
 //! reader's cursor (`seq > n`) would skip it. The same lock serialises the
-//! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' and
-//! endpoints' rows are read `FOR SHARE`: a concurrent delete waits for the batch, so a message is never
-//! fanned out to an endpoint that is being deleted.
+//! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' rows are read
+//! `FOR SHARE`: an endpoint write (whose trigger bumps its application's `endpoints_version`) waits for
+//! the batch, so the cached endpoint lists are exact and a message is never fanned out to an endpoint
+//! that is being deleted — without a foreign key checked per delivery row (migration 0028).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,14 +22,16 @@ use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
-use crate::subscribers::{self, ByApp, Subscriber};
+use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
 use herald_sql::text::escape;
 
-/// PostgreSQL's [`BatchWriter`].
+/// PostgreSQL's [`BatchWriter`], with each application's subscribers cached between batches.
 pub(crate) struct PgBatches {
     /// This node's leases: its id, and whether other nodes must hear of a batch's deliveries.
     pub(crate) leases: Arc<Leases>,
+    /// Each application's subscribers, cached between batches (see [`subscribers`]).
+    pub(crate) subscribers: subscribers::Cache,
 }
 
 impl BatchWriter for PgBatches {
@@ -41,13 +44,19 @@ impl BatchWriter for PgBatches {
     const BEGIN: &'static str = super::channels::BEGIN_IN_ORDER;
 
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch, &self.leases))
+        Box::pin(write(conn, batch, &self.leases, &self.subscribers))
     }
 }
 
-async fn write(conn: &mut PgConnection, batch: &[IngestJob], leases: &Leases) -> StoreResult<Outcomes> {
+async fn write(
+    conn: &mut PgConnection,
+    batch: &[IngestJob],
+    leases: &Leases,
+    cache: &subscribers::Cache,
+) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let (existing, subscribers) = apps_and_endpoints(conn, &app_ids).await?;
+    let (existing, versions) = existing_apps(conn, &app_ids).await?;
+    let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, earlier);
     let fan_out = plan.fan_out(&subscribers);
@@ -58,35 +67,31 @@ async fn write(conn: &mut PgConnection, batch: &[IngestJob], leases: &Leases) ->
     Ok(outcomes)
 }
 
-/// The apps of the batch that exist (with their default payload retention), and their endpoints (disabled
-/// ones included) as fan-out sees them, in one round trip. Not cached as SQLite's are (see
-/// [`subscribers`]): reading the rows `FOR SHARE` is what keeps another node from deleting an endpoint
-/// this batch fans out to.
-async fn apps_and_endpoints(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, ByApp)> {
-    let sql = format!(
-        "SELECT a.id AS a_id, a.payload_retention_period AS a_retention, e.* FROM application a \
-         LEFT JOIN LATERAL (SELECT {} FROM endpoint e WHERE e.app_id = a.id ORDER BY e.id FOR SHARE) e ON true \
-         WHERE a.id = ANY($1) ORDER BY a.id FOR SHARE OF a",
-        subscribers::COLUMNS
-    );
+/// The apps of the batch that exist, with their default payload retention and `endpoints_version`, read
+/// `FOR SHARE`: until this batch commits, no endpoint of theirs can change (the trigger that bumps the
+/// version must update the row), so the lists the cache gives (or [`read_subscribers`] reads) are exactly what fan-out sees at
+/// commit, and an endpoint deleted meanwhile by any node is deleted before this batch reads or after it
+/// commits (see `portable::delete_endpoints`).
+async fn existing_apps(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, Vec<(String, i64)>)> {
+    let found = sqlx::query_as::<_, subscribers::AppRow>(
+        "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id = ANY($1) \
+         ORDER BY id FOR SHARE",
+    )
+    .bind(app_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(subscribers::existing_apps(found))
+}
+
+/// The subscribers of the apps `stale`, whose lists the cache does not hold at their current version. No
+/// lock of their own: [`existing_apps`] holds the applications, and with them their endpoints.
+async fn read_subscribers(conn: &mut PgConnection, stale: Vec<&str>) -> StoreResult<Vec<Subscriber>> {
+    let sql = format!("SELECT {} FROM endpoint WHERE app_id = ANY($1)", subscribers::COLUMNS);
     let found = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(app_ids)
+        .bind(&stale)
         .fetch_all(&mut *conn)
         .await?;
-    let mut existing = Apps::new();
-    let mut read = Vec::new();
-    for row in &found {
-        existing.insert(
-            row.try_get::<String, _>("a_id")?,
-            plan::retention_ms(row.try_get("a_retention")?),
-        );
-        if row.try_get::<Option<String>, _>("id")?.is_some() {
-            read.push(Subscriber::from_row(row)?);
-        }
-    }
-    let found_apps: Vec<&str> = existing.keys().map(String::as_str).collect();
-    let by_app = subscribers::group(&found_apps, read)?;
-    Ok((existing, by_app))
+    found.iter().map(Subscriber::from_row).collect()
 }
 
 async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {
@@ -132,9 +137,10 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
 /// own, notify the other nodes (at commit: the owners of these endpoints load them); the deliveries'
 /// seqs, grouped by the index of the job they belong to.
 ///
-/// Each insert is a data-modifying `WITH` query, all run once by the one statement; the deliveries' and
-/// the tags' foreign keys to their messages are checked at its end, when the messages are in. So are
-/// the `message_stream` trigger's numbers taken, once per statement, in message id order.
+/// Each insert is a data-modifying `WITH` query, all run once by the one statement; the tags' foreign key
+/// to their messages is checked at its end, when the messages are in (deliveries have none, see
+/// migration 0028). So are the `message_stream` trigger's numbers taken, once per statement, in message
+/// id order.
 ///
 /// Deliveries this node owns reach its engine through the commit feed, so a notification would tell
 /// nobody anything; and a transaction that notifies holds PostgreSQL's cluster-wide notification lock from

@@ -40,7 +40,7 @@ use crate::events::NewEvent;
 use crate::portable::expiry::settle_expired;
 use crate::portable::secrets;
 use crate::statement::{Arg, Sql};
-use crate::{AttemptRecord, Ownership, RetentionStep, StoreOptions, StoreResult, group_commit, rows};
+use crate::{AttemptRecord, Ownership, RetentionStep, StoreOptions, StoreResult, group_commit, rows, subscribers};
 use herald_sql::custody::{Bound, DatabaseTimeouts, WriteHealth};
 use herald_sql::text::escape;
 
@@ -107,7 +107,10 @@ impl SqlStore<Postgres> {
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
         let (leases, lease_tasks) = lease::start(pool.clone(), options, feed_tx.clone()).await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
-        let writer = bulk::PgBatches { leases: leases.clone() };
+        let writer = bulk::PgBatches {
+            leases: leases.clone(),
+            subscribers: subscribers::Cache::default(),
+        };
         let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());
         // The writer gives a batch up after the server's own bound plus the time to get a connection and
@@ -202,6 +205,7 @@ impl Dialect for Postgres {
     // Several nodes share the table; a running task records progress after every chunk, so only one
     // that has made none for a minute can be the orphan of a stopped node.
     const TASK_ORPHANED_AFTER: Option<Duration> = Some(Duration::from_secs(60));
+    const KEY_SHARE: &'static str = " FOR KEY SHARE";
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}::jsonb) c WHERE c = {mark})")

@@ -17,7 +17,7 @@ use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 use super::chunk::{ROWS_PER_INSERT, marks};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
-use crate::subscribers::{self, ByApp, Subscriber};
+use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
 
 /// SQLite's [`BatchWriter`], with each application's subscribers cached between batches (see
@@ -47,7 +47,7 @@ impl BatchWriter for SqliteBatches {
 async fn write(conn: &mut SqliteConnection, batch: &[IngestJob], cache: &subscribers::Cache) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
     let (apps, versions) = existing_apps(conn, &app_ids).await?;
-    let subscribers = subscribers_of(conn, &versions, cache).await?;
+    let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &apps, earlier);
     insert_messages(conn, &plan.messages).await?;
@@ -64,32 +64,15 @@ async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreRe
         "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id IN ({})",
         marks(app_ids.len())
     );
-    let mut query = sqlx::query_as::<_, (String, Option<i64>, i64)>(AssertSqlSafe(sql));
+    let mut query = sqlx::query_as::<_, subscribers::AppRow>(AssertSqlSafe(sql));
     for id in app_ids {
         query = query.bind(*id);
     }
-    let found = query.fetch_all(&mut *conn).await?;
-    let mut apps = Apps::with_capacity(found.len());
-    let mut versions = Vec::with_capacity(found.len());
-    for (id, days, version) in found {
-        apps.insert(id.clone(), plan::retention_ms(days));
-        versions.push((id, version));
-    }
-    Ok((apps, versions))
+    Ok(subscribers::existing_apps(query.fetch_all(&mut *conn).await?))
 }
 
-/// Each app's subscribers: from the cache where it holds the app's list at its current version, else
-/// read (and then cached).
-async fn subscribers_of(
-    conn: &mut SqliteConnection,
-    versions: &[(String, i64)],
-    cache: &subscribers::Cache,
-) -> StoreResult<ByApp> {
-    let versions: Vec<(&str, i64)> = versions.iter().map(|(id, v)| (id.as_str(), *v)).collect();
-    let (mut found, stale) = cache.lookup(&versions);
-    if stale.is_empty() {
-        return Ok(found);
-    }
+/// The subscribers of the apps `stale`, whose lists the cache does not hold at their current version.
+async fn read_subscribers(conn: &mut SqliteConnection, stale: Vec<&str>) -> StoreResult<Vec<Subscriber>> {
     let sql = format!(
         "SELECT {} FROM endpoint WHERE app_id IN ({})",
         subscribers::COLUMNS,
@@ -99,14 +82,8 @@ async fn subscribers_of(
     for id in &stale {
         query = query.bind(*id);
     }
-    let mut read = Vec::new();
-    for row in query.fetch_all(&mut *conn).await? {
-        read.push(Subscriber::from_row(&row)?);
-    }
-    let read = subscribers::group(&stale, read)?;
-    cache.remember(&versions, &read);
-    found.extend(read);
-    Ok(found)
+    let found = query.fetch_all(&mut *conn).await?;
+    found.iter().map(Subscriber::from_row).collect()
 }
 
 async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {

@@ -138,6 +138,7 @@ impl Dialect for Sqlite {
     const PARTITIONED: bool = false;
     const INSERTION_ORDER: &'static str = "rowid";
     const TASK_ORPHANED_AFTER: Option<Duration> = None;
+    const KEY_SHARE: &'static str = "";
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = {mark})")

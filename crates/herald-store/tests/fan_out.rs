@@ -1,0 +1,160 @@
+//! Fan-out on PostgreSQL across nodes: each node's writer caches every application's endpoint list
+//! (checked against the application's `endpoints_version`), and no foreign key ties a delivery to its
+//! endpoint or message (migration 0028), so what another node changes must reach the next batch at once,
+//! and deleting an endpoint or an application while nodes fan out to it must leave no delivery behind.
+//! Skipped with a visible message when PostgreSQL is unreachable (fatal with `HERALD_REQUIRE_POSTGRES=1`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+
+use herald_core::id::{AppId, EndpointId};
+use herald_store::postgres::PgStore;
+use herald_store::{Ingested, Store, StoreError, StoreOptions, testdb};
+use sqlx::{Connection, PgConnection};
+
+use crate::leases::{app, endpoint, message};
+
+/// The endpoints one message to `app_id`, ingested on `node`, was fanned out to.
+async fn fanned_out_to(node: &PgStore, app_id: &AppId) -> BTreeSet<EndpointId> {
+    match node.ingest(message(app_id)).await.unwrap() {
+        Ingested::Created { deliveries, .. } => deliveries.into_iter().map(|d| d.endpoint_id).collect(),
+        Ingested::Duplicate(m) => panic!("unexpected duplicate {}", m.id),
+    }
+}
+
+async fn node(database: &testdb::TestDatabase) -> PgStore {
+    PgStore::open(&database.url, testdb::test_cipher(), &StoreOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Deliveries whose endpoint or message is gone.
+async fn orphans(url: &str) -> i64 {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM delivery d WHERE NOT EXISTS (SELECT 1 FROM endpoint e WHERE e.id = d.endpoint_id) \
+         OR NOT EXISTS (SELECT 1 FROM message m WHERE m.id = d.message_id)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap()
+}
+
+/// A node's cached list is never used after another node changed the application's endpoints: the
+/// next message it takes fans out as the table now says.
+#[tokio::test]
+async fn endpoint_changes_on_another_node_reach_the_next_message_at_once() {
+    let Some(database) = testdb::fresh("endpoint_changes_on_another_node_reach…").await else {
+        return;
+    };
+    let (a, b) = (node(&database).await, node(&database).await);
+    let shop = app();
+    a.create_app(&shop).await.unwrap();
+    let first = endpoint(&shop.id);
+    a.create_endpoint(&first).await.unwrap();
+    assert_eq!(fanned_out_to(&a, &shop.id).await, BTreeSet::from([first.id.clone()]));
+
+    let mut second = endpoint(&shop.id);
+    b.create_endpoint(&second).await.unwrap();
+    assert_eq!(
+        fanned_out_to(&a, &shop.id).await,
+        BTreeSet::from([first.id.clone(), second.id.clone()]),
+        "an endpoint created on the other node"
+    );
+
+    second.filter_types = Some(vec!["x.y".into()]);
+    b.update_endpoint(&second).await.unwrap();
+    assert_eq!(
+        fanned_out_to(&a, &shop.id).await,
+        BTreeSet::from([first.id.clone()]),
+        "a filter narrowed on the other node"
+    );
+
+    b.delete_endpoint(&first.id).await.unwrap();
+    assert!(
+        fanned_out_to(&a, &shop.id).await.is_empty(),
+        "an endpoint deleted on the other node"
+    );
+    assert_eq!(orphans(&database.url).await, 0, "its deliveries went with it");
+}
+
+/// Two nodes fan out to an application's endpoints without pause while a third client deletes them one
+/// by one, and then deletes a second application being written to as well: every delivery left has its
+/// endpoint and its message (the deletes wait for the batches that hold the application, and those after
+/// them see the endpoint gone).
+#[tokio::test]
+async fn deleting_endpoints_and_apps_while_nodes_fan_out_leaves_no_delivery_behind() {
+    let Some(database) = testdb::fresh("deleting_endpoints_and_apps_while_nodes…").await else {
+        return;
+    };
+    let (a, b) = (node(&database).await, node(&database).await);
+    let (shop, other) = (app(), app());
+    let mut endpoints = Vec::new();
+    for owner in [&shop, &other] {
+        a.create_app(owner).await.unwrap();
+        for _ in 0..12 {
+            let e = endpoint(&owner.id);
+            a.create_endpoint(&e).await.unwrap();
+            endpoints.push(e);
+        }
+    }
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for node in [a.clone(), b.clone()] {
+        for target in [shop.id.clone(), other.id.clone()] {
+            let (node, stop) = (node.clone(), stop.clone());
+            writers.push(tokio::spawn(async move {
+                let mut created = 0_u32;
+                while !stop.load(AtomicOrdering::Relaxed) {
+                    let batch = (0..8).map(|_| message(&target)).collect();
+                    for outcome in node.ingest_many(batch).await.unwrap() {
+                        match outcome {
+                            Ok(Ingested::Created { .. }) => created += 1,
+                            // The application was deleted under it.
+                            Err(StoreError::NotFound) => {}
+                            other => panic!("unexpected outcome {other:?}"),
+                        }
+                    }
+                }
+                created
+            }));
+        }
+    }
+    let deleter = node(&database).await;
+    for e in endpoints.iter().filter(|e| e.app_id == shop.id).take(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        deleter.delete_endpoint(&e.id).await.unwrap();
+    }
+    deleter.delete_app(&other.id).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stop.store(true, AtomicOrdering::Relaxed);
+    let mut created = 0;
+    for writer in writers {
+        created += writer.await.unwrap();
+    }
+    assert!(
+        created > 100,
+        "the nodes fanned out while the deletes ran ({created} messages)"
+    );
+
+    assert_eq!(
+        orphans(&database.url).await,
+        0,
+        "a delivery outlived its endpoint or message"
+    );
+    let mut conn = PgConnection::connect(&database.url).await.unwrap();
+    let left: Vec<String> = sqlx::query_scalar("SELECT DISTINCT endpoint_id FROM delivery ORDER BY 1")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let mut kept: Vec<String> = endpoints
+        .iter()
+        .filter(|e| e.app_id == shop.id)
+        .skip(10)
+        .map(|e| e.id.to_string())
+        .collect();
+    kept.sort_unstable();
+    assert_eq!(left, kept, "only the endpoints never deleted have deliveries");
+}
