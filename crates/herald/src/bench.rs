@@ -66,7 +66,8 @@ enum ScenarioArgs {
         /// How long to send [default: 10s; smoke: 2s].
         #[arg(short, long, value_parser = duration)]
         duration: Option<Duration>,
-        /// Disable the endpoint: measure ingest alone.
+        /// Create the endpoint disabled, to measure ingest alone: each message still gets its delivery
+        /// row (a disabled endpoint's deliveries wait until it is enabled again), but nothing is sent.
         #[arg(long)]
         paused: bool,
     },
