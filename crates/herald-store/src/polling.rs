@@ -183,12 +183,13 @@ impl StreamSignal {
         self.moved.borrow_and_update();
     }
 
-    /// Whether it moved since it was last marked seen (or made); a stopped store moves nothing.
+    /// Whether it moved since it was last marked seen (or made); a dropped store moves nothing.
     pub fn has_moved(&self) -> bool {
         self.moved.has_changed().unwrap_or(false)
     }
 
-    /// Wait until it moves past what was seen (at once if it has already); `Closed` once the store stopped.
+    /// Wait until it moves past what was seen (at once if it has already); `Closed` only after the store is
+    /// dropped, never while it lives (it holds a sender of the moves).
     pub async fn changed(&mut self) -> StoreResult<()> {
         self.moved.changed().await.map_err(|_| StoreError::Closed)
     }

@@ -30,12 +30,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, global = true)]
     smoke: bool,
     /// Measure the running server at this URL (e.g. http://127.0.0.1:8040) instead of starting one.
-    /// It must allow http endpoints on the receivers' address (e.g. `herald serve --dev`). Given more
+    /// It must allow http endpoints on the receivers' address (e.g. 'herald serve --dev'). Given more
     /// than once (or as a comma list), the nodes of one cluster: setup goes through the first, messages
     /// round-robin to all, and the report gives each node's share.
     #[arg(long, global = true, env = "HERALD_BENCH_TARGET", value_delimiter = ',')]
     target: Vec<String>,
-    /// Admin token of the `--target` server (the same on every node).
+    /// Admin token of the --target server (the same on every node).
     #[arg(long, global = true, env = "HERALD_BENCH_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Store of the in-process node [default: a fresh SQLite file in a temporary directory].
@@ -55,10 +55,10 @@ pub(crate) struct BenchArgs {
     quiet: bool,
 }
 
-/// The scenarios and their sizes. Durations take a unit (`500ms`, `10s`, `2m`) or plain seconds.
+/// The scenarios and their sizes. Durations take a unit (500ms, 10s, 2m) or plain seconds.
 #[derive(Subcommand)]
 enum ScenarioArgs {
-    /// Closed-loop `POST …/msg` to one endpoint: accepted msgs/s, API latency, delivered msgs/s.
+    /// Closed-loop POST …/msg to one endpoint: accepted msgs/s, API latency, delivered msgs/s.
     Ingest {
         /// Requests in flight [default: 64; smoke: 16].
         #[arg(short, long)]
@@ -66,7 +66,8 @@ enum ScenarioArgs {
         /// How long to send [default: 10s; smoke: 2s].
         #[arg(short, long, value_parser = duration)]
         duration: Option<Duration>,
-        /// Disable the endpoint: measure ingest alone.
+        /// Create the endpoint disabled, to measure ingest alone: each message still gets its delivery
+        /// row (a disabled endpoint's deliveries wait until it is enabled again), but nothing is sent.
         #[arg(long)]
         paused: bool,
     },
@@ -124,7 +125,7 @@ enum ScenarioArgs {
         #[arg(long, value_parser = duration)]
         retry_every: Option<Duration>,
     },
-    /// Signed webhooks into an in-process `herald inbox` (a fresh durable SQLite file, or the PostgreSQL
+    /// Signed webhooks into an in-process herald inbox (a fresh durable SQLite file, or the PostgreSQL
     /// database of --database-url): acknowledgements/s and latency.
     Inbox {
         /// Requests in flight [default: 64; smoke: 16].
@@ -136,7 +137,7 @@ enum ScenarioArgs {
     },
     /// The transactional outbox (docs/outbox.md): rows relayed/s and lag to the receiver (from the
     /// producer's acknowledged commit, and from just before its insert), through
-    /// `herald_publish` (when --database-url is PostgreSQL) and through `herald relay` from --source.
+    /// herald_publish (when --database-url is PostgreSQL) and through herald relay from --source.
     Outbox {
         /// Rows committed at once for the throughput phase [default: 20000; smoke: 300].
         #[arg(short = 'n', long)]
@@ -147,8 +148,8 @@ enum ScenarioArgs {
         /// Length of the lag phase [default: 10s; smoke: 2s].
         #[arg(short, long, value_parser = duration)]
         duration: Option<Duration>,
-        /// The producer's own database for `herald relay` (postgres://, mysql://, sqlite://) [default: a
-        /// fresh SQLite file]; its `herald_outbox` table is created if missing and emptied.
+        /// The producer's own database for herald relay (postgres://, mysql://, sqlite://) [default: a
+        /// fresh SQLite file]; its herald_outbox table is created if missing and emptied.
         #[arg(long)]
         source: Option<String>,
         /// Producer connections in the lag phase, each committing one row per transaction [default: 8].

@@ -14,24 +14,24 @@ use crate::edge::EdgeArgs;
 /// Options of `herald inbox`.
 #[derive(Args)]
 pub(crate) struct InboxArgs {
-    /// The inbox configuration: a TOML file with `[[source]]` tables (see docs/inbox.md).
+    /// The inbox configuration: a TOML file with a source table for each webhook source (see docs/inbox.md).
     #[arg(long, env = "HERALD_INBOX_CONFIG")]
     config: PathBuf,
     /// Address to listen on.
     #[arg(long, env = "HERALD_LISTEN", default_value = herald_inbox::DEFAULT_LISTEN)]
     listen: SocketAddr,
-    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST/DATABASE` (it may be the sender's database:
+    /// Database URL: sqlite://PATH or postgres://USER@HOST/DATABASE (it may be the sender's database:
     /// the inbox's tables and migration history are its own).
     #[arg(long, env = "HERALD_DATABASE_URL", default_value = herald_inbox::DEFAULT_DATABASE_URL)]
     database_url: String,
     /// Admin bearer token for /api/v1/inbox/…; without one the admin API is disabled.
     #[arg(long, env = "HERALD_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Delays between forwarding attempts (ms, s, m, h, d); overrides the file's `retry_schedule`
+    /// Delays between forwarding attempts (ms, s, m, h, d); overrides the file's retry_schedule
     /// [default: 5s,1m,5m,30m,2h,6h,12h,1d].
     #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
     retry_schedule: Option<String>,
-    /// Log lines as `text` or `json` (like --json) [default: text].
+    /// Log lines as text or json (like --json).
     #[arg(long, env = "HERALD_LOG_FORMAT", default_value = "text")]
     log_format: herald_telemetry::LogFormat,
     /// The HTTP listener's timeouts and caps.
@@ -46,16 +46,16 @@ pub(crate) struct InboxArgs {
 #[derive(Args)]
 struct DatabaseArgs {
     /// PostgreSQL: the longest a provider's request waits for a database connection before it is
-    /// answered 503 `store_unavailable`; overrides the file's `database_timeout` [default: 1s].
+    /// answered 503 (store_unavailable); overrides the file's database_timeout [default: 1s].
     #[arg(long, env = "HERALD_DATABASE_TIMEOUT")]
     database_timeout: Option<String>,
     /// PostgreSQL: every session's statement_timeout and lock_timeout; every store call is given up
-    /// after this plus the database timeout; overrides the file's `database_statement_timeout`
+    /// after this plus the database timeout; overrides the file's database_statement_timeout
     /// [default: 5s].
     #[arg(long, env = "HERALD_DATABASE_STATEMENT_TIMEOUT")]
     database_statement_timeout: Option<String>,
     /// SQLite: how much of the database file is checked before it is served: basic, quick or full (see
-    /// `herald serve --help`); overrides the file's `sqlite_check` [default: basic].
+    /// 'herald serve --help'); overrides the file's sqlite_check [default: basic].
     #[arg(long, env = "HERALD_SQLITE_CHECK")]
     sqlite_check: Option<String>,
 }
@@ -157,7 +157,7 @@ pub(crate) async fn run(settings: InboxSettings, json: bool) -> anyhow::Result<(
 /// configuration file too (`inbox`, `inbox_database_url`, `inbox_retry_schedule`).
 #[derive(Args, Default, serde::Serialize)]
 pub(crate) struct EmbeddedInboxArgs {
-    /// Also run the inbox (see `herald inbox`) with this configuration, on the same listener and admin
+    /// Also run the inbox (see herald inbox) with this configuration, on the same listener and admin
     /// token as the API.
     #[arg(long, env = "HERALD_SERVE_INBOX")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -168,7 +168,7 @@ pub(crate) struct EmbeddedInboxArgs {
     #[arg(long, env = "HERALD_INBOX_DATABASE_URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     inbox_database_url: Option<String>,
-    /// Delays between the inbox's forwarding attempts; overrides the file's `retry_schedule`.
+    /// Delays between the inbox's forwarding attempts; overrides the file's retry_schedule.
     #[arg(long, env = "HERALD_INBOX_RETRY_SCHEDULE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     inbox_retry_schedule: Option<String>,

@@ -51,7 +51,7 @@ pub(crate) struct ListenArgs {
     #[arg(long, value_delimiter = ',')]
     channels: Vec<String>,
     /// Reuse this polling endpoint (id or uid) instead of creating one; it is kept at exit, and its
-    /// `herald-listen` consumer continues where it stopped.
+    /// consumer "herald-listen" continues where it stopped.
     #[arg(long)]
     sink: Option<String>,
     /// Where to post each message, e.g. http://localhost:3000/webhooks.

@@ -31,10 +31,10 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
 /// Herald: webhooks that are never lost, never forged, and never let one endpoint hurt another.
-///
-/// The command-line structs of every command derive no `Debug` on purpose: they hold tokens, keys and
-/// URLs with passwords as given, so nothing can print them by accident; the checked settings have a
-/// `Debug` that masks them (`herald_server::config`), which is what a log may show.
+// (Not a doc comment: clap would print it in `herald --help`.) The command-line structs of every command
+// derive no `Debug` on purpose: they hold tokens, keys and URLs with passwords as given, so nothing can
+// print them by accident; the checked settings have a `Debug` that masks them (`herald_server::config`),
+// which is what a log may show.
 #[derive(Parser)]
 #[command(
     name = "herald",
@@ -42,7 +42,7 @@ use serde::Serialize;
     about = "Herald, a webhook delivery system: the sender (serve), the receiver (inbox), signature checks \
              (verify), a local listener (listen), benchmarks (bench) and the operators' repairs (events, dead, resend, recover, \
              replay-missing, task).",
-    after_help = "Run `herald <COMMAND> --help` for a command's options. Times are RFC 3339 \
+    after_help = "Run 'herald <COMMAND> --help' for a command's options. Times are RFC 3339 \
                   (2026-12-01T14:00:00Z), a date (2026-12-01) or a time ago (30m, 1h, 2d)."
 )]
 struct Cli {
@@ -70,18 +70,18 @@ enum Command {
     Bench(bench::BenchArgs),
     #[command(flatten)]
     Ops(ops::OpsCommand),
-    /// Create or upgrade the database schema and exit (`herald serve` also does it at start).
+    /// Create or upgrade the database schema and exit (herald serve also does it at start).
     Migrate(MigrateArgs),
 }
 
 /// Options of `herald migrate`.
 #[derive(Args, Serialize)]
 struct MigrateArgs {
-    /// TOML configuration file (only `database_url` is used).
+    /// TOML configuration file (only database_url is used).
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
     config: Option<PathBuf>,
-    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST/DATABASE` [default: sqlite://./herald.db].
+    /// Database URL: sqlite://PATH or postgres://USER@HOST/DATABASE [default: sqlite://./herald.db].
     #[arg(long, env = "HERALD_DATABASE_URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     database_url: Option<String>,
@@ -89,6 +89,8 @@ struct MigrateArgs {
 
 /// Options of `herald serve`. Each can also be set in the TOML file given with `--config` (same name,
 /// snake_case) or through its environment variable; a flag wins over its variable, which wins over the file.
+// The fields' doc comments are their help texts, which clap prints as written: a URL in one stays plain.
+#[allow(rustdoc::bare_urls)]
 #[derive(Args, Serialize)]
 struct ServeArgs {
     /// TOML configuration file.
@@ -99,7 +101,7 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     listen: Option<String>,
-    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST/DATABASE` (several nodes may share one
+    /// Database URL: sqlite://PATH or postgres://USER@HOST/DATABASE (several nodes may share one
     /// PostgreSQL database) [default: sqlite://./herald.db].
     #[arg(long, env = "HERALD_DATABASE_URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -168,7 +170,8 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_ALLOW_PORTS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     allow_ports: Option<String>,
-    /// HTTP CONNECT egress proxy for deliveries, `http://[user:password@]host:port` [default: none, direct].
+    /// HTTP CONNECT egress proxy for deliveries, http://host:port or http://user:password@host:port
+    /// [default: none, direct].
     #[arg(long, env = "HERALD_PROXY_URL", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy_url: Option<String>,
@@ -198,13 +201,13 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_OPERATIONAL_WEBHOOK_SECRET", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     operational_webhook_secret: Option<String>,
-    /// The base URL users reach Herald at, e.g. `https://webhooks.example.com`: portal links
+    /// The base URL users reach Herald at, e.g. https://webhooks.example.com; portal links
     /// (POST /api/v1/auth/app-portal-access/{app_id}) are built on it [default: each request's Host, over http].
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     public_url: Option<String>,
     /// Origins whose pages may embed the dashboard in an iframe (tenant portal), comma-separated, e.g.
-    /// `https://portal.example.com` [default: none].
+    /// https://portal.example.com [default: none].
     #[arg(long, env = "HERALD_DASHBOARD_FRAME_ANCESTORS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     dashboard_frame_ancestors: Option<String>,
@@ -222,7 +225,7 @@ struct ServeArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_ttl: Option<String>,
     /// PostgreSQL: the longest a request waits for a database connection before it is answered 503
-    /// `store_unavailable`; a message waits for its group commit at most this plus the statement
+    /// (store_unavailable); a message waits for its group commit at most this plus the statement
     /// timeout [default: 1s].
     #[arg(long, env = "HERALD_DATABASE_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,7 +251,7 @@ struct ServeArgs {
     #[arg(long, env = "HERALD_METRICS_TOP_ENDPOINTS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     metrics_top_endpoints: Option<usize>,
-    /// Log lines as `text` or `json` (like --json) [default: text].
+    /// Log lines as text or json (like --json) [default: text].
     #[arg(long, env = "HERALD_LOG_FORMAT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     log_format: Option<String>,

@@ -135,7 +135,7 @@ pub(crate) enum OpsCommand {
     Task {
         #[command(flatten)]
         connection: Connection,
-        /// The task id (`qtask_…`).
+        /// The task id (qtask_…).
         id: String,
     },
 }

@@ -13,7 +13,7 @@ pub(crate) struct RelayArgs {
     /// The producer's database: postgres://…, mysql://… (or mariadb://…) or sqlite://PATH.
     #[arg(long, env = "HERALD_RELAY_SOURCE")]
     source: String,
-    /// The outbox table (its DDL: `herald relay --print-ddl --source URL`).
+    /// The outbox table (its DDL: 'herald relay --print-ddl --source URL').
     #[arg(long, env = "HERALD_RELAY_TABLE", default_value = "herald_outbox")]
     table: String,
     /// Herald's base URL (or any Svix-compatible server's), e.g. http://127.0.0.1:8040.

@@ -9,19 +9,19 @@ use herald_signature::{HmacSecret, Verifier, VerifyKey};
 /// Arguments of `herald verify`.
 #[derive(Args)]
 pub(crate) struct VerifyArgs {
-    /// The endpoint secret (`whsec_…`).
+    /// The endpoint secret (whsec_…).
     #[arg(long, env = "HERALD_VERIFY_SECRET", hide_env_values = true)]
     secret: String,
-    /// The `webhook-id` header.
+    /// The webhook-id header.
     #[arg(long)]
     id: String,
-    /// The `webhook-timestamp` header.
+    /// The webhook-timestamp header.
     #[arg(long)]
     timestamp: String,
-    /// The `webhook-signature` header.
+    /// The webhook-signature header.
     #[arg(long)]
     signature: String,
-    /// File holding the exact body bytes (`-` for standard input).
+    /// File holding the exact body bytes ('-' for standard input).
     #[arg(long)]
     body: PathBuf,
     /// Skip the timestamp tolerance check (for recorded requests).

@@ -312,10 +312,15 @@ async fn a_served_nodes_logs_are_plain_text_on_a_pipe() {
     assert!(!stderr.contains('\u{1b}'), "escape codes on a pipe: {stderr:?}");
 }
 
-/// The subcommands `herald --help` lists.
-fn listed_commands() -> Vec<String> {
-    let output = herald().arg("--help").output().expect("run");
-    let help = String::from_utf8_lossy(&output.stdout).into_owned();
+/// What `herald COMMAND… FLAG` prints (`--help` or `-h`), checked to succeed.
+fn help_text(command: &[String], flag: &str) -> String {
+    let output = herald().args(command).arg(flag).output().expect("run");
+    assert!(output.status.success(), "herald {command:?} {flag} failed");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The subcommands a help text lists, without `help`.
+fn commands_in(help: &str) -> Vec<String> {
     help.lines()
         .skip_while(|line| !line.starts_with("Commands:"))
         .skip(1)
@@ -324,6 +329,50 @@ fn listed_commands() -> Vec<String> {
         .filter(|command| *command != "help")
         .map(str::to_owned)
         .collect()
+}
+
+/// The subcommands `herald --help` lists.
+fn listed_commands() -> Vec<String> {
+    commands_in(&help_text(&[], "--help"))
+}
+
+/// Every command of the binary, as the words that name it (`[]` for `herald` itself), found by walking
+/// the command lists of the help texts down to the commands without subcommands (`bench ingest`, …).
+fn every_command() -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let mut to_visit = vec![Vec::new()];
+    while let Some(command) = to_visit.pop() {
+        for sub in commands_in(&help_text(&command, "--help")) {
+            to_visit.push([command.clone(), vec![sub]].concat());
+        }
+        found.push(command);
+    }
+    found
+}
+
+#[test]
+fn no_help_text_shows_markup() {
+    let commands = every_command();
+    for expected in [&["serve"][..], &["task"], &["bench", "ingest"], &["bench", "polling"]] {
+        assert!(
+            commands.iter().any(|command| command == expected),
+            "{expected:?} not reached: {commands:?}"
+        );
+    }
+    // Doc comments are written for rustdoc; clap prints them as they are, so Markdown's backticks would
+    // show literally in the terminal.
+    let mut marked = Vec::new();
+    for command in &commands {
+        for flag in ["--help", "-h"] {
+            let help = help_text(command, flag);
+            marked.extend(
+                help.lines()
+                    .filter(|line| line.contains('`'))
+                    .map(|line| format!("herald {} {flag}: {}", command.join(" "), line.trim())),
+            );
+        }
+    }
+    assert!(marked.is_empty(), "backticks in help texts:\n{}", marked.join("\n"));
 }
 
 #[test]

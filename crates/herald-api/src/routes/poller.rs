@@ -167,7 +167,8 @@ async fn read(
         };
         from = page.position;
         let nap = (deadline - now).min(RECHECK);
-        // A closed signal (the store is stopping) just waits out the nap.
+        // Until a commit moves the signal or the nap ends (then `Elapsed`, ignored); `changed` never fails
+        // here, as `state.store` outlives this read.
         let _ = tokio::time::timeout(nap, signal.changed()).await;
     }
 }

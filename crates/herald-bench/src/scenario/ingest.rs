@@ -23,7 +23,7 @@ pub struct IngestParams {
     pub concurrency: usize,
     /// How long to send.
     pub duration: Duration,
-    /// Disable the endpoint, so nothing is delivered.
+    /// Create the endpoint disabled: its deliveries are written at fan-out, but none is sent.
     pub paused: bool,
 }
 
