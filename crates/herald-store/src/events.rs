@@ -138,7 +138,8 @@ impl LastAttempt {
 
 /// How many of an endpoint's oldest pending deliveries one expiry pass examines.
 ///
-/// Expiry walks the head of the endpoint's pending queue (the `(endpoint_id, seq)` pending index), never
+/// Expiry walks the head of the endpoint's pending queue (an index on `(endpoint_id, seq)` of the pending
+/// rows: SQLite's `delivery_pending`, PostgreSQL's `delivery_endpoint_status` at `status = 0`), never
 /// the whole backlog: windows start in `seq` order (a message's creation), so the expired deliveries are
 /// the head, and a pass that finds some removes them and looks at the new head. Scanning a backlog of a
 /// million deliveries on every sweep held SQLite's single writer for seconds, stalling every other

@@ -6,8 +6,10 @@
 //! once; under load the batches grow by themselves, so throughput scales with concurrency while every
 //! acknowledged message is durable.
 //!
-//! The writer also decides the fan-out: the backend reads the apps' endpoints inside the transaction (see
-//! [`crate::plan`]), so a message can never be fanned out to a stale list of endpoints. How a batch is
+//! The writer also decides the fan-out: the backend reads each app's `endpoints_version` inside the
+//! transaction and takes its endpoints from its cache at that version, or reads them there (see
+//! [`crate::plan`] and [`crate::subscribers`]), so a message can never be fanned out to a stale list of
+//! endpoints. How a batch is
 //! written is the backend's [`BatchWriter`]; should a batch fail as a whole, it is replayed one message
 //! per savepoint, so one failing message fails alone and never half-stores.
 //!

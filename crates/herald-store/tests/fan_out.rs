@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
 use herald_core::id::{AppId, EndpointId};
 use herald_store::postgres::PgStore;
-use herald_store::{Ingested, Store, StoreError, StoreOptions, testdb};
+use herald_store::{DeliveryStore, Ingested, Store, StoreError, StoreOptions, testdb};
 use sqlx::{Connection, PgConnection};
 
 use crate::leases::{app, endpoint, message};
@@ -157,4 +157,68 @@ async fn deleting_endpoints_and_apps_while_nodes_fan_out_leaves_no_delivery_behi
         .collect();
     kept.sort_unstable();
     assert_eq!(left, kept, "only the endpoints never deleted have deliveries");
+}
+
+/// Deleting an application locks its endpoints before its row, as every endpoint write does, so it never
+/// closes a wait cycle with a re-queue (which holds an endpoint, then waits for the ingest lock) and an
+/// ingest batch (which holds the ingest lock, then waits for its applications' rows). Played here with
+/// the statements each of those runs first: while the delete waits for the re-queue's endpoint, a batch
+/// can still take the application's row.
+#[tokio::test]
+async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
+    let Some(database) = testdb::fresh("deleting_an_app_waits_for_a_held_endpoint…").await else {
+        return;
+    };
+    let store = node(&database).await;
+    let shop = app();
+    store.create_app(&shop).await.unwrap();
+    let held = endpoint(&shop.id);
+    store.create_endpoint(&held).await.unwrap();
+
+    // The re-queue: its endpoint held, as `hold_endpoint` holds it.
+    let mut requeue = PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut requeue).await.unwrap();
+    sqlx::query("SELECT id FROM endpoint WHERE id = $1 FOR KEY SHARE")
+        .bind(held.id.as_str())
+        .execute(&mut requeue)
+        .await
+        .unwrap();
+
+    let store = Arc::new(store);
+    let deleting = tokio::spawn({
+        let (store, id) = (store.clone(), shop.id.clone());
+        async move { store.delete_app(&id).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!deleting.is_finished(), "the delete waits for the held endpoint");
+
+    // The batch: the ingest lock, then its application's row — which it must get while the delete waits.
+    let mut batch = PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut batch).await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '2s'")
+        .execute(&mut batch)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(42)")
+        .execute(&mut batch)
+        .await
+        .unwrap();
+    sqlx::query("SELECT id FROM application WHERE id = $1 FOR SHARE")
+        .bind(shop.id.as_str())
+        .execute(&mut batch)
+        .await
+        .expect("the batch takes the application's row while the delete waits for an endpoint");
+    sqlx::query("COMMIT").execute(&mut batch).await.unwrap();
+
+    // The re-queue goes on (the ingest lock is free) and commits; then the delete ends.
+    sqlx::query("SELECT pg_advisory_xact_lock(42)")
+        .execute(&mut requeue)
+        .await
+        .unwrap();
+    sqlx::query("COMMIT").execute(&mut requeue).await.unwrap();
+    deleting.await.unwrap().unwrap();
+    assert!(matches!(
+        store.get_endpoint_by_id(&held.id).await,
+        Err(StoreError::NotFound)
+    ));
 }

@@ -339,23 +339,27 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
-        // Locked first, so that no endpoint or message is added to it from here on (theirs would have to
-        // wait for this transaction, then find it gone).
-        Sql::new(format!(
-            "SELECT id FROM application WHERE id = $1{}",
-            D::for_update(None)
-        ))
-        .bind(id)
-        .fetch_optional(tx.on())
-        .await?;
-        // Its endpoints go with it, and with them every delivery of its messages: announced once the
-        // deletion commits.
-        let endpoints = delete_endpoints(&mut tx, "app_id", id.as_str()).await?;
-        let endpoints: Vec<EndpointId> = decode_all(&endpoints, |row| row.id("id"))?;
+        // The attempt log first, before any lock of the app's rows: it is the longest delete, and a
+        // batch of any app's messages that waits for this app's row holds the ingest lock meanwhile.
         Sql::new("DELETE FROM attempt WHERE app_id = $1")
             .bind(id)
             .execute(tx.on())
             .await?;
+        // Its endpoints locked before its row, in the order every endpoint write takes them (an
+        // endpoint's row, then — through the trigger that bumps `endpoints_version` — its application's):
+        // taken the other way round, this would deadlock with a re-queue holding an endpoint while it
+        // waits for a batch that waits for the application. The application's row then keeps any
+        // endpoint or message from being added (theirs wait for this transaction, then find it gone).
+        for table in ["endpoint WHERE app_id = $1 ORDER BY id", "application WHERE id = $1"] {
+            Sql::new(format!("SELECT id FROM {table}{}", D::for_update(None)))
+                .bind(id)
+                .fetch_all(tx.on())
+                .await?;
+        }
+        // Its endpoints go with it, and with them every delivery of its messages: announced once the
+        // deletion commits.
+        let endpoints = delete_endpoints(&mut tx, "app_id", id.as_str()).await?;
+        let endpoints: Vec<EndpointId> = decode_all(&endpoints, |row| row.id("id"))?;
         let deleted = Sql::new("DELETE FROM application WHERE id = $1")
             .bind(id)
             .execute(tx.on())
