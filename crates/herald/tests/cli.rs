@@ -180,7 +180,7 @@ async fn migrate_creates_the_schema_and_nothing_else() {
             .unwrap();
     assert_eq!((partitions, nodes), (256, 0), "the schema is there and no node joined");
     let pending_index: String =
-        sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = 'delivery_pending'")
+        sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = 'delivery_pending_partition'")
             .fetch_one(&mut conn)
             .await
             .unwrap();
