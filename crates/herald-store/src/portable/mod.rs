@@ -112,6 +112,17 @@ fn one_changed(rows_affected: u64) -> StoreResult<()> {
     }
 }
 
+/// The ids of the rows of `table_where` (a table and its condition on `$1`), and, if `lock`, the rows locked
+/// until commit where rows can be locked.
+async fn ids_of<D: Dialect>(tx: &mut Tx<D>, table_where: &str, value: &str, lock: bool) -> StoreResult<Vec<String>> {
+    let lock = if lock { D::for_update(None) } else { String::new() };
+    let found = Sql::new(format!("SELECT id FROM {table_where}{lock}"))
+        .bind(value)
+        .fetch_all(tx.on())
+        .await?;
+    decode_all(&found, |row| row.text("id"))
+}
+
 /// Delete the endpoints whose `column` (`id` or `app_id`) is `value`, and then their deliveries; the
 /// endpoints' rows as they were.
 ///
@@ -338,24 +349,35 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
-        let mut tx = self.begin().await?;
-        // The attempt log first, before any lock of the app's rows: it is the longest delete, and a
-        // batch of any app's messages that waits for this app's row holds the ingest lock meanwhile.
-        Sql::new("DELETE FROM attempt WHERE app_id = $1")
-            .bind(id)
-            .execute(tx.on())
-            .await?;
-        // Its endpoints locked before its row, in the order every endpoint write takes them (an
-        // endpoint's row, then — through the trigger that bumps `endpoints_version` — its application's):
-        // taken the other way round, this would deadlock with a re-queue holding an endpoint while it
-        // waits for a batch that waits for the application. The application's row then keeps any
-        // endpoint or message from being added (theirs wait for this transaction, then find it gone).
-        for table in ["endpoint WHERE app_id = $1 ORDER BY id", "application WHERE id = $1"] {
-            Sql::new(format!("SELECT id FROM {table}{}", D::for_update(None)))
-                .bind(id)
-                .fetch_all(tx.on())
-                .await?;
-        }
+        // The attempt log first, in a transaction of its own, so that at least its rows are not deleted
+        // under the locks below (a batch of any app's messages that waits for this app's row holds the
+        // ingest lock meanwhile; the deliveries and messages still are: docs/architecture.md). What the
+        // result writer adds meanwhile goes with the second pass, before the commit.
+        let delete_attempts = Sql::new("DELETE FROM attempt WHERE app_id = $1").bind(id);
+        delete_attempts.execute(self.writes()).await?;
+        let mut tries = 0;
+        let mut tx = loop {
+            tries += 1;
+            let mut tx = self.begin().await?;
+            // Its endpoints locked before its row, in the order every endpoint write takes them (an
+            // endpoint's row, then — through the trigger that bumps `endpoints_version` — its
+            // application's): taken the other way round, this would close a wait cycle with a re-queue
+            // holding an endpoint while it waits for a batch that waits for the application. The
+            // application's row then keeps any endpoint or message from being added (theirs wait for this
+            // transaction, then find it gone). An endpoint created between the two locks was not locked
+            // first: start again (rare; after three tries, go on and let the database break a cycle).
+            let endpoints = "endpoint WHERE app_id = $1 ORDER BY id";
+            let locked = ids_of(&mut tx, endpoints, id.as_str(), true).await?;
+            ids_of(&mut tx, "application WHERE id = $1", id.as_str(), true).await?;
+            // Read, not locked: a new endpoint may be held by a re-queue that waits for a batch that
+            // waits for this transaction.
+            let now = ids_of(&mut tx, endpoints, id.as_str(), false).await?;
+            if now == locked || tries == 3 {
+                break tx;
+            }
+            // Rolled back as it is dropped, its locks with it.
+            drop(tx);
+        };
         // Its endpoints go with it, and with them every delivery of its messages: announced once the
         // deletion commits.
         let endpoints = delete_endpoints(&mut tx, "app_id", id.as_str()).await?;
@@ -364,6 +386,7 @@ impl<D: Dialect> Store for SqlStore<D> {
             .bind(id)
             .execute(tx.on())
             .await?;
+        delete_attempts.execute(tx.on()).await?;
         tx.commit().await?;
         for endpoint in &endpoints {
             self.endpoint_changed(endpoint).await;

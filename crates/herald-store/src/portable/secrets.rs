@@ -41,10 +41,13 @@ pub(crate) async fn prepare<D: Dialect>(pool: &D::Pool, cipher: &SecretCipher) -
             sealing::verify_key_check(cipher, &stored.text("value")?)?;
         }
     }
-    let plain = Sql::new("SELECT id, secret, headers FROM endpoint WHERE secret NOT LIKE $1 OR headers NOT LIKE $1")
-        .bind(sealing::sealed_pattern())
-        .fetch_all(On::<D>::Pool(pool))
-        .await?;
+    // In id order, the order every other transaction that writes several endpoints locks them in.
+    let plain = Sql::new(
+        "SELECT id, secret, headers FROM endpoint WHERE secret NOT LIKE $1 OR headers NOT LIKE $1 ORDER BY id",
+    )
+    .bind(sealing::sealed_pattern())
+    .fetch_all(On::<D>::Pool(pool))
+    .await?;
     if plain.is_empty() {
         return Ok(());
     }

@@ -7,8 +7,8 @@
 //! without it a transaction that drew lower `seq`s could commit after one that drew higher ones, and a
 //! reader's cursor (`seq > n`) would skip it. The same lock serialises the
 //! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' rows are read
-//! `FOR SHARE`: an endpoint write (whose trigger bumps its application's `endpoints_version`) waits for
-//! the batch, so the cached endpoint lists are exact and a message is never fanned out to an endpoint
+//! `FOR SHARE`: an endpoint write that changes the subscribers (whose trigger bumps its application's
+//! `endpoints_version`) waits for the batch, so the cached endpoint lists are exact and a message is never fanned out to an endpoint
 //! that is being deleted — without a foreign key checked per delivery row (migration 0028).
 
 use std::collections::{HashMap, HashSet};
@@ -68,8 +68,8 @@ async fn write(
 }
 
 /// The apps of the batch that exist, with their default payload retention and `endpoints_version`, read
-/// `FOR SHARE`: until this batch commits, no endpoint of theirs can change (the trigger that bumps the
-/// version must update the row), so the lists the cache gives (or [`read_subscribers`] reads) are exactly what fan-out sees at
+/// `FOR SHARE`: until this batch commits, no endpoint of theirs can be added, deleted or change what
+/// fan-out reads of it (the trigger that bumps the version must update the row), so the lists the cache gives (or [`read_subscribers`] reads) are exactly what fan-out sees at
 /// commit, and an endpoint deleted meanwhile by any node is deleted before this batch reads or after it
 /// commits (see `portable::delete_endpoints`).
 async fn existing_apps(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, Vec<(String, i64)>)> {
