@@ -222,3 +222,94 @@ async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
         Err(StoreError::NotFound)
     ));
 }
+
+/// An endpoint created while `delete_app` waits for the application's row (after it locked the endpoints
+/// it found) is not locked by it first: should a re-queue hold the new endpoint, `delete_app` would wait
+/// for it holding the application, and a batch waiting for the application with the ingest lock, which
+/// the re-queue waits for, would close the cycle. It starts again instead, without the application's
+/// row, so the batch goes on.
+#[tokio::test]
+async fn deleting_an_app_starts_again_when_an_endpoint_appeared_meanwhile() {
+    let Some(database) = testdb::fresh("deleting_an_app_starts_again…").await else {
+        return;
+    };
+    let store = Arc::new(node(&database).await);
+    let shop = app();
+    store.create_app(&shop).await.unwrap();
+    let first = endpoint(&shop.id);
+    store.create_endpoint(&first).await.unwrap();
+    let connect = || PgConnection::connect(&database.url);
+    let run = async |conn: &mut PgConnection, sql: &str| {
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(conn)
+            .await
+            .map(drop)
+    };
+
+    // Something holds the application's row as a foreign-key check does, so the delete waits for it
+    // after locking `first`.
+    let mut holder = connect().await.unwrap();
+    run(&mut holder, "BEGIN").await.unwrap();
+    run(
+        &mut holder,
+        &format!("SELECT id FROM application WHERE id = '{}' FOR KEY SHARE", shop.id),
+    )
+    .await
+    .unwrap();
+    let deleting = tokio::spawn({
+        let (store, id) = (store.clone(), shop.id.clone());
+        async move { store.delete_app(&id).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    // Meanwhile another endpoint of the application is created (a copy of the first), and a re-queue
+    // takes it.
+    let late = EndpointId::new();
+    let mut creator = connect().await.unwrap();
+    for sql in [
+        "BEGIN".to_owned(),
+        "SET LOCAL lock_timeout = '2s'".to_owned(),
+        format!(
+            "CREATE TEMP TABLE copied AS SELECT * FROM endpoint WHERE id = '{}'",
+            first.id
+        ),
+        format!("UPDATE copied SET id = '{late}', uid = NULL"),
+        "INSERT INTO endpoint SELECT * FROM copied".to_owned(),
+        "COMMIT".to_owned(),
+    ] {
+        run(&mut creator, &sql).await.unwrap();
+    }
+    let mut requeue = connect().await.unwrap();
+    run(&mut requeue, "BEGIN").await.unwrap();
+    run(
+        &mut requeue,
+        &format!("SELECT id FROM endpoint WHERE id = '{late}' FOR KEY SHARE"),
+    )
+    .await
+    .unwrap();
+    let mut batch = connect().await.unwrap();
+    run(&mut batch, "BEGIN").await.unwrap();
+    run(&mut batch, "SET LOCAL lock_timeout = '3s'").await.unwrap();
+    run(&mut batch, "SELECT pg_advisory_xact_lock(42)").await.unwrap();
+
+    // The delete gets the application's row, finds the new endpoint and lets the row go again.
+    run(&mut holder, "COMMIT").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    run(
+        &mut batch,
+        &format!("SELECT id FROM application WHERE id = '{}' FOR SHARE", shop.id),
+    )
+    .await
+    .expect("the batch takes the application's row while the delete waits for the new endpoint");
+    run(&mut batch, "COMMIT").await.unwrap();
+    run(&mut requeue, "SELECT pg_advisory_xact_lock(42)").await.unwrap();
+    run(&mut requeue, "COMMIT").await.unwrap();
+
+    deleting.await.unwrap().unwrap();
+    for gone in [&first.id, &late] {
+        assert!(matches!(
+            store.get_endpoint_by_id(gone).await,
+            Err(StoreError::NotFound)
+        ));
+    }
+}
