@@ -9,11 +9,12 @@
 //! list in a [`Cache`], checked against the application's `endpoints_version`: a counter that triggers on
 //! the `endpoint` table bump in the same transaction as every insert and delete of one of the
 //! application's endpoints and every update of one (SQLite's migration `0026_endpoints_version.sql`), or
-//! every update of what fan-out reads of one (PostgreSQL's `0028_fan_out_without_row_checks.sql`). The batch reads the counter with
-//! the query that checks the application exists, inside its own transaction, so a cached list is used only
-//! while it is exactly what the table holds — no endpoint write path can forget to invalidate it, since
-//! the database does it. On PostgreSQL the batch reads the counters `FOR SHARE`: an endpoint write on any
-//! node that bumps the counter waits for the batches fanning out to that application, and they for it.
+//! every update of what fan-out reads of one (PostgreSQL's `0028_fan_out_without_row_checks.sql`). The
+//! batch reads the counter with the query that checks the application exists, inside its own
+//! transaction, so a cached list is used only while it is exactly what the table holds — no endpoint
+//! write path can forget to invalidate it, since the database does it. On PostgreSQL the batch reads the
+//! counters `FOR SHARE`: an endpoint write on any node that bumps the counter waits for the batches
+//! fanning out to that application, and they for it.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -8,8 +8,9 @@
 //! reader's cursor (`seq > n`) would skip it. The same lock serialises the
 //! duplicate checks, so two nodes cannot both create a message for one `eventId`. The apps' rows are read
 //! `FOR SHARE`: an endpoint write that changes the subscribers (whose trigger bumps its application's
-//! `endpoints_version`) waits for the batch, so the cached endpoint lists are exact and a message is never fanned out to an endpoint
-//! that is being deleted — without a foreign key checked per delivery row (migration 0028).
+//! `endpoints_version`) waits for the batch, so the cached endpoint lists are exact and a message is
+//! never fanned out to an endpoint that is being deleted — without a foreign key checked per delivery row
+//! (migration 0028).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -69,9 +70,10 @@ async fn write(
 
 /// The apps of the batch that exist, with their default payload retention and `endpoints_version`, read
 /// `FOR SHARE`: until this batch commits, no endpoint of theirs can be added, deleted or change what
-/// fan-out reads of it (the trigger that bumps the version must update the row), so the lists the cache gives (or [`read_subscribers`] reads) are exactly what fan-out sees at
-/// commit, and an endpoint deleted meanwhile by any node is deleted before this batch reads or after it
-/// commits (see `portable::delete_endpoints`).
+/// fan-out reads of it (the trigger that bumps the version must update the row), so the lists the cache
+/// gives (or [`read_subscribers`] reads) are exactly what fan-out sees at commit, and an endpoint deleted
+/// meanwhile by any node is deleted before this batch reads or after it commits (see
+/// `portable::delete_endpoints`).
 async fn existing_apps(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, Vec<(String, i64)>)> {
     let found = sqlx::query_as::<_, subscribers::AppRow>(
         "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id = ANY($1) \
