@@ -189,6 +189,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// as interrupted; `None` where one process runs all of them (SQLite), so that every task still
     /// running when it starts was interrupted, and none is while it runs.
     const TASK_ORPHANED_AFTER: Option<Duration>;
+    /// What keeps the rows a `SELECT` read from being deleted (or their keys changed) until commit, and
+    /// lets every other write of them through: what a foreign key's check takes of the row it references
+    /// (` FOR KEY SHARE` on PostgreSQL; empty on SQLite, as [`Dialect::for_update`]).
+    const KEY_SHARE: &'static str;
 
     /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
     fn json_array_contains(column: &str, mark: &str) -> String;
@@ -201,10 +205,6 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// What locks the rows a `SELECT` read until commit (those of table `of` only, in a join), where rows
     /// can be locked (empty on SQLite: its one writer already excludes every other).
     fn for_update(of: Option<&str>) -> String;
-    /// What keeps the rows a `SELECT` read from being deleted (or their keys changed) until commit, and
-    /// lets every other write of them through: what a foreign key's check takes of the row it references
-    /// (` FOR KEY SHARE` on PostgreSQL; empty on SQLite, as [`Dialect::for_update`]).
-    const KEY_SHARE: &'static str;
 
     /// Make the `seq`s this write transaction gives out follow commit order, as ingest's do (PostgreSQL:
     /// hold the ingest order lock until commit, as concurrent nodes draw `seq`s; SQLite: nothing, its one

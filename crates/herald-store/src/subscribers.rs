@@ -132,9 +132,9 @@ impl Cache {
 
     /// Each app's subscribers at its `endpoints_version` in `versions`: from the cache where it holds the
     /// app's list at exactly that version, else read by `read` (given the apps whose lists it must read)
-    /// and remembered. `versions` must have been read in the batch's transaction, as `read` is run, with
-    /// the application rows locked so that no endpoint write can commit in between (see
-    /// [`existing_apps`]).
+    /// and remembered. `versions` must have been read in the batch's transaction, as `read` is run, so
+    /// that no endpoint write commits in between (SQLite: its one writer; PostgreSQL: the application
+    /// rows read `FOR SHARE`, see `postgres::bulk`).
     pub(crate) async fn resolve<'a, Fut>(
         &self,
         versions: &'a [(String, i64)],

@@ -41,6 +41,47 @@ async fn orphans(url: &str) -> i64 {
     .unwrap()
 }
 
+/// Run one statement on a connection of its own, as one of the transactions a test plays (the ids it
+/// names are the store's own, so they are written into the text).
+async fn run(conn: &mut PgConnection, sql: &str) -> sqlx::Result<()> {
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The ingest lock as the tests here play it (any advisory key stands for it between their transactions).
+const INGEST_LOCK: &str = "SELECT pg_advisory_xact_lock(42)";
+
+/// A re-queue as `hold_endpoint` starts one: its endpoint held `FOR KEY SHARE`, its transaction open.
+async fn requeue_holding(url: &str, endpoint_id: &EndpointId) -> PgConnection {
+    let mut requeue = PgConnection::connect(url).await.unwrap();
+    run(&mut requeue, "BEGIN").await.unwrap();
+    let hold = format!("SELECT id FROM endpoint WHERE id = '{endpoint_id}' FOR KEY SHARE");
+    run(&mut requeue, &hold).await.unwrap();
+    requeue
+}
+
+/// An ingest batch as the writer starts one: the ingest lock taken, its transaction open; a lock wait of
+/// its gives up after `wait` (a failure, where the writer's would be a cycle the database breaks later).
+async fn batch_holding_the_ingest_lock(url: &str, wait: &str) -> PgConnection {
+    let mut batch = PgConnection::connect(url).await.unwrap();
+    for sql in ["BEGIN", &format!("SET LOCAL lock_timeout = '{wait}'"), INGEST_LOCK] {
+        run(&mut batch, sql).await.unwrap();
+    }
+    batch
+}
+
+/// The batch takes its application's row (which it must get: `why`) and commits; then the re-queue,
+/// free to take the ingest lock, commits too.
+async fn batch_then_requeue_commit(batch: &mut PgConnection, requeue: &mut PgConnection, app_id: &AppId, why: &str) {
+    let share = format!("SELECT id FROM application WHERE id = '{app_id}' FOR SHARE");
+    run(batch, &share).await.expect(why);
+    run(batch, "COMMIT").await.unwrap();
+    run(requeue, INGEST_LOCK).await.unwrap();
+    run(requeue, "COMMIT").await.unwrap();
+}
+
 /// A node's cached list is never used after another node changed the application's endpoints: the
 /// next message it takes fans out as the table now says.
 #[tokio::test]
@@ -176,13 +217,7 @@ async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
     store.create_endpoint(&held).await.unwrap();
 
     // The re-queue: its endpoint held, as `hold_endpoint` holds it.
-    let mut requeue = PgConnection::connect(&database.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut requeue).await.unwrap();
-    sqlx::query("SELECT id FROM endpoint WHERE id = $1 FOR KEY SHARE")
-        .bind(held.id.as_str())
-        .execute(&mut requeue)
-        .await
-        .unwrap();
+    let mut requeue = requeue_holding(&database.url, &held.id).await;
 
     let store = Arc::new(store);
     let deleting = tokio::spawn({
@@ -192,30 +227,16 @@ async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!deleting.is_finished(), "the delete waits for the held endpoint");
 
-    // The batch: the ingest lock, then its application's row — which it must get while the delete waits.
-    let mut batch = PgConnection::connect(&database.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut batch).await.unwrap();
-    sqlx::query("SET LOCAL lock_timeout = '2s'")
-        .execute(&mut batch)
-        .await
-        .unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock(42)")
-        .execute(&mut batch)
-        .await
-        .unwrap();
-    sqlx::query("SELECT id FROM application WHERE id = $1 FOR SHARE")
-        .bind(shop.id.as_str())
-        .execute(&mut batch)
-        .await
-        .expect("the batch takes the application's row while the delete waits for an endpoint");
-    sqlx::query("COMMIT").execute(&mut batch).await.unwrap();
-
-    // The re-queue goes on (the ingest lock is free) and commits; then the delete ends.
-    sqlx::query("SELECT pg_advisory_xact_lock(42)")
-        .execute(&mut requeue)
-        .await
-        .unwrap();
-    sqlx::query("COMMIT").execute(&mut requeue).await.unwrap();
+    // The batch: the ingest lock, then its application's row — which it must get while the delete waits;
+    // then the re-queue goes on (the ingest lock is free) and commits, and the delete ends.
+    let mut batch = batch_holding_the_ingest_lock(&database.url, "2s").await;
+    batch_then_requeue_commit(
+        &mut batch,
+        &mut requeue,
+        &shop.id,
+        "the batch takes the application's row while the delete waits for an endpoint",
+    )
+    .await;
     deleting.await.unwrap().unwrap();
     assert!(matches!(
         store.get_endpoint_by_id(&held.id).await,
@@ -239,12 +260,6 @@ async fn deleting_an_app_starts_again_when_an_endpoint_appeared_meanwhile() {
     let first = endpoint(&shop.id);
     store.create_endpoint(&first).await.unwrap();
     let connect = || PgConnection::connect(&database.url);
-    let run = async |conn: &mut PgConnection, sql: &str| {
-        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-            .execute(conn)
-            .await
-            .map(drop)
-    };
 
     // Something holds the application's row as a foreign-key check does, so the delete waits for it
     // after locking `first`.
@@ -279,31 +294,19 @@ async fn deleting_an_app_starts_again_when_an_endpoint_appeared_meanwhile() {
     ] {
         run(&mut creator, &sql).await.unwrap();
     }
-    let mut requeue = connect().await.unwrap();
-    run(&mut requeue, "BEGIN").await.unwrap();
-    run(
-        &mut requeue,
-        &format!("SELECT id FROM endpoint WHERE id = '{late}' FOR KEY SHARE"),
-    )
-    .await
-    .unwrap();
-    let mut batch = connect().await.unwrap();
-    run(&mut batch, "BEGIN").await.unwrap();
-    run(&mut batch, "SET LOCAL lock_timeout = '3s'").await.unwrap();
-    run(&mut batch, "SELECT pg_advisory_xact_lock(42)").await.unwrap();
+    let mut requeue = requeue_holding(&database.url, &late).await;
+    let mut batch = batch_holding_the_ingest_lock(&database.url, "3s").await;
 
     // The delete gets the application's row, finds the new endpoint and lets the row go again.
     run(&mut holder, "COMMIT").await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    run(
+    batch_then_requeue_commit(
         &mut batch,
-        &format!("SELECT id FROM application WHERE id = '{}' FOR SHARE", shop.id),
+        &mut requeue,
+        &shop.id,
+        "the batch takes the application's row while the delete waits for the new endpoint",
     )
-    .await
-    .expect("the batch takes the application's row while the delete waits for the new endpoint");
-    run(&mut batch, "COMMIT").await.unwrap();
-    run(&mut requeue, "SELECT pg_advisory_xact_lock(42)").await.unwrap();
-    run(&mut requeue, "COMMIT").await.unwrap();
+    .await;
 
     deleting.await.unwrap().unwrap();
     for gone in [&first.id, &late] {
@@ -312,4 +315,59 @@ async fn deleting_an_app_starts_again_when_an_endpoint_appeared_meanwhile() {
             Err(StoreError::NotFound)
         ));
     }
+}
+
+/// A delete of an application that fails — here its lock wait gives up — changes nothing: the application,
+/// its endpoints and its attempt log are all still there (the attempt log is deleted in the delete's one
+/// transaction, not before it).
+#[tokio::test]
+async fn a_failed_app_delete_leaves_the_app_and_its_attempt_log_whole() {
+    let Some(database) = testdb::fresh("a_failed_app_delete_leaves_the_app…").await else {
+        return;
+    };
+    let options = StoreOptions {
+        database: herald_sql::custody::DatabaseTimeouts {
+            statement: std::time::Duration::from_millis(500),
+            ..Default::default()
+        },
+        ..StoreOptions::default()
+    };
+    let store = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    let shop = app();
+    store.create_app(&shop).await.unwrap();
+    let kept = endpoint(&shop.id);
+    store.create_endpoint(&kept).await.unwrap();
+    let mut conn = PgConnection::connect(&database.url).await.unwrap();
+    run(
+        &mut conn,
+        &format!(
+            "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
+             outcome, response_status, response, duration_ms, trigger_type, created_at) VALUES ('{}', 1, '{}', \
+             'msg_x', '{}', 'https://example.com/hook', 1, true, 'success', 200, '', 1, 0, 1)",
+            herald_core::id::AttemptId::new(),
+            shop.id,
+            kept.id
+        ),
+    )
+    .await
+    .unwrap();
+
+    // A re-queue holds the endpoint past the store's lock wait.
+    let mut requeue = requeue_holding(&database.url, &kept.id).await;
+    assert!(store.delete_app(&shop.id).await.is_err(), "the delete gives up waiting");
+    run(&mut requeue, "ROLLBACK").await.unwrap();
+
+    store
+        .get_endpoint_by_id(&kept.id)
+        .await
+        .expect("the endpoint is still there");
+    let attempts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempt WHERE app_id = $1")
+        .bind(shop.id.as_str())
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1, "the attempt log is still there");
+    store.delete_app(&shop.id).await.expect("a later delete succeeds");
 }

@@ -349,16 +349,17 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
-        // The attempt log first, in a transaction of its own, so that at least its rows are not deleted
-        // under the locks below (a batch of any app's messages that waits for this app's row holds the
-        // ingest lock meanwhile; the deliveries and messages still are: docs/architecture.md). What the
-        // result writer adds meanwhile goes with the second pass, before the commit.
+        // The attempt log first, before the locks below, so that at least its rows are not deleted while
+        // they are held (a batch of any app's messages that waits for this app's row holds the ingest lock
+        // meanwhile; the deliveries and messages still are: docs/architecture.md); in the same transaction,
+        // so that a delete that fails leaves the application whole. What the result writer adds meanwhile
+        // goes with the second pass, before the commit.
         let delete_attempts = Sql::new("DELETE FROM attempt WHERE app_id = $1").bind(id);
-        delete_attempts.execute(self.writes()).await?;
         let mut tries = 0;
         let mut tx = loop {
             tries += 1;
             let mut tx = self.begin().await?;
+            delete_attempts.execute(tx.on()).await?;
             // Its endpoints locked before its row, in the order every endpoint write takes them (an
             // endpoint's row, then — through the trigger that bumps `endpoints_version` — its
             // application's): taken the other way round, this would close a wait cycle with a re-queue
