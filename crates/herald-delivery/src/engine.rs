@@ -15,9 +15,10 @@
 //! The loop itself never waits on the database or the network, so one slow endpoint or a slow query can
 //! delay nobody else's dispatch.
 //!
-//! Endpoint records are loaded one at a time per endpoint: a change that arrives while a load is running
-//! marks the endpoint dirty and the load is repeated, so the engine always ends on the latest committed
-//! record (a URL, secret or disabled flag changed by the API is never overtaken by an older read).
+//! Endpoint records are loaded in batches by one loader (`crate::loader`), each endpoint at most once at
+//! a time: a change that arrives while its load is under way marks the endpoint dirty and the load is
+//! repeated, so the engine always ends on the latest committed record (a URL, secret or disabled flag
+//! changed by the API is never overtaken by an older read).
 //! A deleted endpoint is remembered, so nothing can bring its queue back.
 
 use std::collections::{HashMap, HashSet};
@@ -33,7 +34,8 @@ use herald_core::scheduler::{
     EndpointLimits, EndpointSnapshot, Finished, Loaded, Refill, Scheduler, SchedulerConfig, Verdict,
 };
 use herald_store::{
-    AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SharedDeliveryStore, StoreError, partition_of,
+    AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SendingRecord, SharedDeliveryStore,
+    StoreError, partition_of,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -91,6 +93,16 @@ struct LoadedEndpoint {
     endpoint: Endpoint,
     previous: Vec<PreviousSecret>,
     app_label: String,
+}
+
+impl From<SendingRecord> for LoadedEndpoint {
+    fn from(record: SendingRecord) -> Self {
+        Self {
+            endpoint: record.endpoint,
+            previous: record.previous_secrets,
+            app_label: record.app.uid.unwrap_or_else(|| record.app.id.into_string()),
+        }
+    }
 }
 
 enum Event {
@@ -193,17 +205,44 @@ impl EngineHandle {
     }
 }
 
-/// How many endpoint records the engine loads at once, and, apart from them, how many backlog reads
-/// (refills and counts) it runs at once.
+/// How many backlog reads (refills and counts) the engine runs at once. (Endpoint records are read by
+/// one loader, a batch at a time: [`crate::loader`].)
 ///
-/// A wide fan-out to endpoints a node has not loaded yet starts a load (and, with several nodes, a
-/// backlog read and a count) per endpoint. Unbounded, a message to 10,000 such endpoints on PostgreSQL
-/// took every connection of the pool: each read waited out the pool's acquire timeout and retried, the
-/// lease keeper's own queries timed out with them, so the node gave up its partitions and dropped its
-/// queues, and deliveries crawled (under 50/s). Bounded, they run a few at a time and leave most of the
-/// pool to the API, the result writer and the keeper. Two separate budgets, so an endpoint whose record
-/// is loaded does not wait for every other endpoint's record before its backlog is read.
+/// A wide fan-out to endpoints a node has not loaded yet starts, with several nodes, a backlog read and a
+/// count per endpoint. Unbounded, a message to 10,000 such endpoints on PostgreSQL took every connection
+/// of the pool (each endpoint's record was then read on its own too): each read waited out the pool's
+/// acquire timeout and retried, the lease keeper's own queries timed out with them, so the node gave up
+/// its partitions and dropped its queues, and deliveries crawled (under 50/s). Bounded, they run a few at
+/// a time and leave most of the pool to the API, the result writer and the keeper.
 const BACKGROUND_READS: usize = 4;
+
+/// How many endpoints one backlog count asks about ([`Engine::count_backlogs`]): a wide fan-out's thousand
+/// endpoints are counted in ten statements, and one statement stays well under a second even when every
+/// endpoint's backlog is long (each count stops at [`herald_store::Backlog::COUNT_CAP`]).
+const BACKLOG_COUNT_CHUNK: usize = 100;
+
+/// The most endpoints one refill statement reads ([`Engine::request_refills`]).
+const REFILL_CHUNK: usize = 100;
+
+/// The refills in groups of at most [`REFILL_CHUNK`], each read by one statement: one `limit` per group,
+/// and no endpoint twice in a group (its deliveries come back keyed by endpoint).
+fn refill_chunks(wanted: Vec<Refill<EndpointId>>) -> Vec<Vec<Refill<EndpointId>>> {
+    type Open = (Vec<Refill<EndpointId>>, HashSet<EndpointId>);
+    let mut chunks = Vec::new();
+    // The group being filled for each limit, with its endpoints.
+    let mut open: HashMap<usize, Open> = HashMap::new();
+    for refill in wanted {
+        let (chunk, endpoints) = open.entry(refill.limit).or_default();
+        if chunk.len() == REFILL_CHUNK || endpoints.contains(&refill.endpoint) {
+            chunks.push(std::mem::take(chunk));
+            endpoints.clear();
+        }
+        endpoints.insert(refill.endpoint.clone());
+        chunk.push(refill);
+    }
+    chunks.extend(open.into_values().map(|(chunk, _)| chunk));
+    chunks
+}
 
 /// The delivery engine.
 pub struct Engine {
@@ -231,8 +270,8 @@ pub struct Engine {
     feed_gate: FeedGate,
     /// Attempt counters of the endpoints that had attempts, for their metrics.
     counters: HashMap<EndpointId, EndpointCounters>,
-    /// Turns for loading endpoint records (see [`BACKGROUND_READS`]).
-    record_reads: Arc<Semaphore>,
+    /// Reads the records of the endpoints it is sent, a batch at a time (see [`crate::loader`]).
+    loader: mpsc::UnboundedSender<EndpointId>,
     /// Turns for backlog reads and counts (see [`BACKGROUND_READS`]).
     backlog_reads: Arc<Semaphore>,
 }
@@ -272,7 +311,15 @@ impl Engine {
             feed_gate: FeedGate::new(Owner::of(&store).is_shared()),
             owner: Owner::of(&store),
             counters: HashMap::new(),
-            record_reads: Arc::new(Semaphore::new(BACKGROUND_READS)),
+            loader: crate::loader::spawn(store.clone(), {
+                let events = events_tx.clone();
+                move |key, record| {
+                    let _ = events.send(match record {
+                        Some(record) => Event::EndpointLoaded(key, Box::new(LoadedEndpoint::from(record))),
+                        None => Event::EndpointGone(key),
+                    });
+                }
+            }),
             backlog_reads: Arc::new(Semaphore::new(BACKGROUND_READS)),
         };
         let mut backlogs = Vec::new();
@@ -437,34 +484,47 @@ impl Engine {
         }
     }
 
+    /// Read the backlogs the scheduler wants, [`REFILL_CHUNK`] endpoints per statement (see
+    /// [`refill_chunks`]).
     fn request_refills(&mut self) {
-        for refill in self.scheduler.refills_wanted() {
+        for chunk in refill_chunks(self.scheduler.refills_wanted()) {
             let store = self.store.clone();
             let events = self.events_tx.clone();
             let turns = self.backlog_reads.clone();
             tokio::spawn(async move {
+                let reads: Vec<(EndpointId, i64)> = chunk.iter().map(|r| (r.endpoint.clone(), r.after_seq)).collect();
+                let limit = chunk.first().map_or(0, |r| r.limit);
                 let read = {
                     let _turn = turns.acquire().await;
-                    store
-                        .load_pending(&refill.endpoint, refill.after_seq, refill.limit)
-                        .await
+                    store.load_pending_of(&reads, limit).await
                 };
-                let event = match read {
+                match read {
                     Ok(loaded) => {
-                        let exhausted = loaded.len() < refill.limit;
-                        Event::Refilled {
-                            refill,
-                            loaded,
-                            exhausted,
+                        let mut by_endpoint: HashMap<EndpointId, Vec<PendingDelivery>> = HashMap::new();
+                        for delivery in loaded {
+                            by_endpoint
+                                .entry(delivery.endpoint_id.clone())
+                                .or_default()
+                                .push(delivery);
+                        }
+                        for refill in chunk {
+                            let loaded = by_endpoint.remove(&refill.endpoint).unwrap_or_default();
+                            let exhausted = loaded.len() < refill.limit;
+                            let _ = events.send(Event::Refilled {
+                                refill,
+                                loaded,
+                                exhausted,
+                            });
                         }
                     }
                     Err(error) => {
-                        tracing::warn!(%error, endpoint = %refill.endpoint, "loading backlog failed");
+                        tracing::warn!(%error, endpoints = chunk.len(), "loading backlog failed");
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        Event::RefillFailed { refill }
+                        for refill in chunk {
+                            let _ = events.send(Event::RefillFailed { refill });
+                        }
                     }
-                };
-                let _ = events.send(event);
+                }
             });
         }
     }
@@ -559,39 +619,8 @@ impl Engine {
             return;
         }
         self.loading.insert(key.clone(), false);
-        let store = self.store.clone();
-        let events = self.events_tx.clone();
-        let turns = self.record_reads.clone();
-        tokio::spawn(async move {
-            let mut wait = Duration::from_millis(100);
-            loop {
-                let turn = turns.acquire().await;
-                let loaded = match store.get_endpoint_by_id(&key).await {
-                    Ok(endpoint) => match store.previous_secrets(&key, clock::now()).await {
-                        Ok(previous) => store
-                            .get_app(&(&endpoint.app_id).into())
-                            .await
-                            .map(|app| LoadedEndpoint {
-                                app_label: app.uid.unwrap_or_else(|| app.id.into_string()),
-                                endpoint,
-                                previous,
-                            }),
-                        Err(error) => Err(error),
-                    },
-                    Err(error) => Err(error),
-                };
-                drop(turn);
-                match loaded {
-                    Ok(loaded) => break events.send(Event::EndpointLoaded(key, Box::new(loaded))),
-                    Err(StoreError::NotFound) => break events.send(Event::EndpointGone(key)),
-                    Err(error) => {
-                        tracing::warn!(%error, endpoint = %key, "loading endpoint failed; retrying");
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(Duration::from_secs(5));
-                    }
-                }
-            }
-        });
+        // The loader goes only with the engine.
+        let _ = self.loader.send(key);
     }
 
     /// A load finished; `true` if its result is current (no change arrived while it ran).
@@ -810,24 +839,30 @@ impl Engine {
         self.count_backlogs(arrived);
     }
 
-    /// Count the pending deliveries of endpoints whose backlog in the store is unknown (one query per
-    /// endpoint, one after the other, once: the gauges are kept up to date incrementally from there).
+    /// Count the pending deliveries of endpoints whose backlog in the store is unknown, once (the gauges
+    /// are kept up to date incrementally from there): [`BACKLOG_COUNT_CHUNK`] endpoints per query, one
+    /// query after the other, so a thousand endpoints met at once cost ten queries rather than a
+    /// thousand round trips competing with ingest for the database.
     fn count_backlogs(&self, keys: Vec<EndpointId>) {
         if keys.is_empty() {
             return;
         }
         let (store, events, turns) = (self.store.clone(), self.events_tx.clone(), self.backlog_reads.clone());
         tokio::spawn(async move {
-            for key in keys {
+            for chunk in keys.chunks(BACKLOG_COUNT_CHUNK) {
                 let counted = {
                     let _turn = turns.acquire().await;
-                    store.endpoint_backlog(&key).await
+                    store.endpoint_backlogs(chunk).await
                 };
                 match counted {
-                    Ok(backlog) => {
-                        let _ = events.send(Event::BacklogCounted(key, backlog.pending));
+                    Ok(backlogs) => {
+                        for (key, backlog) in chunk.iter().zip(backlogs) {
+                            let _ = events.send(Event::BacklogCounted(key.clone(), backlog.pending));
+                        }
                     }
-                    Err(error) => tracing::debug!(%error, endpoint = %key, "counting the backlog failed"),
+                    Err(error) => {
+                        tracing::debug!(%error, endpoints = chunk.len(), "counting the backlogs failed");
+                    }
                 }
             }
         });
@@ -910,5 +945,49 @@ async fn sleep_for(wake: Option<Duration>) {
     match wake {
         Some(duration) => tokio::time::sleep(duration).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refill(endpoint: &EndpointId, limit: usize, ticket: u64) -> Refill<EndpointId> {
+        Refill {
+            endpoint: endpoint.clone(),
+            after_seq: 0,
+            limit,
+            ticket,
+        }
+    }
+
+    #[test]
+    fn refills_are_read_in_chunks_of_one_limit_without_an_endpoint_twice() {
+        let endpoints: Vec<EndpointId> = (0..250).map(|_| EndpointId::new()).collect();
+        let mut wanted: Vec<Refill<EndpointId>> = endpoints.iter().map(|e| refill(e, 64, 1)).collect();
+        wanted.push(refill(&endpoints[0], 64, 2));
+        wanted.push(refill(&endpoints[1], 8, 3));
+        let chunks = refill_chunks(wanted);
+
+        let mut sizes: Vec<(usize, usize)> = chunks.iter().map(|c| (c[0].limit, c.len())).collect();
+        sizes.sort_unstable();
+        // 251 reads of limit 64: two full chunks and one of 51 (the second read of endpoint 0 fits
+        // there, beside no other read of it); the one read of limit 8 alone.
+        assert_eq!(sizes, [(8, 1), (64, 51), (64, 100), (64, 100)]);
+        for chunk in &chunks {
+            assert!(chunk.iter().all(|r| r.limit == chunk[0].limit));
+            let distinct: HashSet<&EndpointId> = chunk.iter().map(|r| &r.endpoint).collect();
+            assert_eq!(distinct.len(), chunk.len(), "an endpoint twice in one chunk");
+        }
+        let tickets: usize = chunks.iter().map(Vec::len).sum();
+        assert_eq!(tickets, 252, "every read kept");
+    }
+
+    #[test]
+    fn a_second_read_of_an_endpoint_starts_a_new_chunk() {
+        let endpoint = EndpointId::new();
+        let chunks = refill_chunks(vec![refill(&endpoint, 10, 1), refill(&endpoint, 10, 2)]);
+        let tickets: Vec<Vec<u64>> = chunks.iter().map(|c| c.iter().map(|r| r.ticket).collect()).collect();
+        assert_eq!(tickets, [vec![1], vec![2]]);
     }
 }

@@ -193,6 +193,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// lets every other write of them through: what a foreign key's check takes of the row it references
     /// (` FOR KEY SHARE` on PostgreSQL; empty on SQLite, as [`Dialect::for_update`]).
     const KEY_SHARE: &'static str;
+    /// Whether a subquery in `FROM` may refer to the tables before it (`CROSS JOIN LATERAL`, PostgreSQL),
+    /// so that one statement reads the first rows of each of many keys; SQLite reads in-process and runs
+    /// a statement per key instead, at no round trip's cost.
+    const LATERAL: bool;
 
     /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
     fn json_array_contains(column: &str, mark: &str) -> String;

@@ -73,10 +73,17 @@ pub trait DeliveryStore: [Send + Sync + 'static], bounded in bounded::BoundedSto
     /// The keys an endpoint rotated away from that still sign at `now` (`expires_at > now`), most
     /// recently rotated first. Empty for an unknown endpoint.
     async fn previous_secrets(&self, endpoint_id: &EndpointId, now: Millis) -> StoreResult<Vec<PreviousSecret>>;
+    /// What the delivery engine sends each of these endpoints' deliveries with (the endpoint, its
+    /// previous keys that still sign at `now`, its application), in a few reads whatever the number; an
+    /// endpoint that is gone, or whose application is, is left out.
+    async fn sending_records(&self, endpoint_ids: &[EndpointId], now: Millis) -> StoreResult<Vec<SendingRecord>>;
     /// Endpoints that have pending deliveries (read at start-up).
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>>;
     /// Pending deliveries of an endpoint with `seq > after_seq`, in `seq` order.
     async fn load_pending(&self, endpoint_id: &EndpointId, after_seq: i64, limit: usize) -> StoreResult<Vec<PendingDelivery>>;
+    /// [`DeliveryStore::load_pending`] for several endpoints at once, each `(endpoint, after_seq)` read
+    /// up to `limit`: their deliveries endpoint by endpoint in the order asked, each's in `seq` order.
+    async fn load_pending_of(&self, reads: &[(EndpointId, i64)], limit: usize) -> StoreResult<Vec<PendingDelivery>>;
     /// Append attempts and update their deliveries, all in one transaction, with the `message.attempt.*`
     /// operational events they cause (see [`DeliveryStore::unsent_operational_events`]).
     async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()>;
@@ -89,8 +96,9 @@ pub trait DeliveryStore: [Send + Sync + 'static], bounded in bounded::BoundedSto
     /// they waited past their window), each with a `message.attempt.exhausted` event as
     /// [`DeliveryStore::expire_deliveries`]; returns how many.
     async fn expire_waiting(&self, endpoint_id: &EndpointId, created_before: Millis, now: Millis) -> StoreResult<u64>;
-    /// Pending deliveries of an endpoint and the age of the oldest.
-    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog>;
+    /// Pending deliveries of each endpoint and the age of the oldest, in the order asked (an endpoint
+    /// that is gone has none).
+    async fn endpoint_backlogs(&self, endpoint_ids: &[EndpointId]) -> StoreResult<Vec<Backlog>>;
     /// Disable an endpoint with a reason (stored, and given in the event, as [`DisabledReason::as_str`]'s
     /// text) and record an `endpoint.disabled` operational event, in one transaction. Returns `false` if it
     /// was already disabled or is gone (nothing recorded then).

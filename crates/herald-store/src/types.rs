@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use herald_core::clock::Millis;
 use herald_core::id::{AppId, EndpointId, SinkId};
-use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message};
+use herald_core::model::{Application, Attempt, AttemptTrigger, DeliveryStatus, Endpoint, Message, PreviousSecret};
 
 /// A response remembered for an idempotency key, and the request it answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,18 @@ pub struct AttemptRecord {
     pub status: DeliveryStatus,
     /// When the next attempt is due (meaningful while pending).
     pub next_attempt_at: Millis,
+}
+
+/// What the delivery engine sends an endpoint's deliveries with (see
+/// [`DeliveryStore::sending_records`](crate::DeliveryStore::sending_records)).
+#[derive(Debug, Clone)]
+pub struct SendingRecord {
+    /// The endpoint, its secret opened.
+    pub endpoint: Endpoint,
+    /// The keys it rotated away from that still sign, most recently rotated first.
+    pub previous_secrets: Vec<PreviousSecret>,
+    /// Its application.
+    pub app: Application,
 }
 
 /// How many deliveries wait for an endpoint, and since when.

@@ -340,7 +340,13 @@ async fn read(
 
 /// The endpoint's flow-control state: the engine's breaker and in-flight count, the store's queue.
 async fn health(state: &AppState, endpoint: &Endpoint) -> ApiResult<EndpointHealthOut> {
-    let backlog = state.store.endpoint_backlog(&endpoint.id).await.map_err(store_error)?;
+    let backlog = state
+        .store
+        .endpoint_backlogs(std::slice::from_ref(&endpoint.id))
+        .await
+        .map_err(store_error)?
+        .pop()
+        .unwrap_or_default();
     let snapshot = match &state.engine {
         Some(engine) => engine.endpoint_health(&endpoint.id).await,
         None => None,

@@ -1,9 +1,10 @@
 //! What the delivery engine needs from the store ([`DeliveryStore`]), written once for both dialects.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use herald_core::clock::Millis;
-use herald_core::id::{AppIdOrUid, EndpointId};
+use herald_core::id::{AppId, AppIdOrUid, EndpointId};
 use herald_core::model::{Application, AttemptTrigger, DisabledReason, Endpoint, OperationalEvent, PreviousSecret};
 
 use super::{count, decode_all, secrets};
@@ -11,8 +12,11 @@ use crate::dialect::{Dialect, SqlStore};
 use crate::events::{self, NewEvent};
 use crate::rows::{self, Columns};
 use crate::sql::limit;
-use crate::statement::Sql;
-use crate::{AttemptRecord, Backlog, ChangeStream, DeliveryStore, Ownership, PendingDelivery, StoreError, StoreResult};
+use crate::statement::{Arg, Sql};
+use crate::{
+    AttemptRecord, Backlog, ChangeStream, DeliveryStore, Ownership, PendingDelivery, SendingRecord, StoreError,
+    StoreResult,
+};
 
 #[async_trait::async_trait]
 impl<D: Dialect> DeliveryStore for SqlStore<D> {
@@ -35,7 +39,44 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
     }
 
     async fn previous_secrets(&self, endpoint_id: &EndpointId, now: Millis) -> StoreResult<Vec<PreviousSecret>> {
-        secrets::previous(self, endpoint_id, now).await
+        let mut previous = secrets::previous(self, std::slice::from_ref(endpoint_id), now).await?;
+        Ok(previous.remove(endpoint_id).unwrap_or_default())
+    }
+
+    async fn sending_records(&self, endpoint_ids: &[EndpointId], now: Millis) -> StoreResult<Vec<SendingRecord>> {
+        if endpoint_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Three reads for the whole list, whatever its length: an engine meeting a thousand endpoints at
+        // once (its start, a wide fan-out's first message) made three thousand round trips otherwise.
+        let found = Sql::new(format!("SELECT * FROM endpoint WHERE {}", D::in_list("id", "$1")))
+            .bind(Arg::Texts(endpoint_ids.iter().map(EndpointId::as_str).collect()))
+            .fetch_all(self.reads())
+            .await?;
+        let endpoints = decode_all(&found, |row| self.endpoint(row))?;
+        let mut previous = secrets::previous(self, endpoint_ids, now).await?;
+        let app_ids: HashSet<&str> = endpoints.iter().map(|e| e.app_id.as_str()).collect();
+        let found = Sql::new(format!("SELECT * FROM application WHERE {}", D::in_list("id", "$1")))
+            .bind(Arg::Texts(app_ids.into_iter().collect()))
+            .fetch_all(self.reads())
+            .await?;
+        let apps: HashMap<AppId, Application> = decode_all(&found, rows::application)?
+            .into_iter()
+            .map(|app| (app.id.clone(), app))
+            .collect();
+        // An endpoint whose application went between the reads is gone with it.
+        Ok(endpoints
+            .into_iter()
+            .filter_map(|endpoint| {
+                let app = apps.get(&endpoint.app_id)?.clone();
+                let previous_secrets = previous.remove(&endpoint.id).unwrap_or_default();
+                Some(SendingRecord {
+                    endpoint,
+                    previous_secrets,
+                    app,
+                })
+            })
+            .collect())
     }
 
     async fn endpoints_with_pending(&self) -> StoreResult<Vec<EndpointId>> {
@@ -51,19 +92,50 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         after_seq: i64,
         limit_n: usize,
     ) -> StoreResult<Vec<PendingDelivery>> {
-        let text = format!(
-            "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, d.next_trigger, \
-             COALESCE(d.window_start, m.created_at) AS window_start, {} FROM delivery d \
-             JOIN message m ON m.id = d.message_id \
-             WHERE d.endpoint_id = $1 AND d.status = 0 AND d.seq > $2 ORDER BY d.seq LIMIT $3",
-            rows::MESSAGE_COLUMNS
-        );
-        let found = Sql::new(text)
-            .bind(endpoint_id)
-            .bind(after_seq)
-            .bind(limit(limit_n))
-            .fetch_all(self.reads())
-            .await?;
+        self.load_pending_of(&[(endpoint_id.clone(), after_seq)], limit_n).await
+    }
+
+    async fn load_pending_of(&self, reads: &[(EndpointId, i64)], limit_n: usize) -> StoreResult<Vec<PendingDelivery>> {
+        // One endpoint's next deliveries, the endpoint and the cursor named by `endpoint` and `after`: an
+        // index range read of its pending deliveries.
+        let next = |endpoint: &str, after: &str| {
+            format!(
+                "SELECT d.seq, d.endpoint_id, d.attempts, d.next_attempt_at, d.next_trigger, \
+                 COALESCE(d.window_start, m.created_at) AS window_start, {} FROM delivery d \
+                 JOIN message m ON m.id = d.message_id \
+                 WHERE d.endpoint_id = {endpoint} AND d.status = 0 AND d.seq > {after} ORDER BY d.seq LIMIT $3",
+                rows::MESSAGE_COLUMNS
+            )
+        };
+        let mut found = Vec::new();
+        if D::LATERAL && reads.len() > 1 {
+            // Every endpoint's read in one statement: a node meeting a thousand endpoints at once (a wide
+            // fan-out's first message, with several nodes) made a thousand round trips otherwise.
+            let text = format!(
+                "SELECT p.* FROM {} JOIN {} ON a.n = r.n CROSS JOIN LATERAL ({}) AS p ORDER BY r.n, p.seq",
+                D::list_rows("$1", "r"),
+                D::list_rows("$2", "a"),
+                next("r.value", "a.value")
+            );
+            found = Sql::new(text)
+                .bind(Arg::Texts(reads.iter().map(|(id, _)| id.as_str()).collect()))
+                .bind(Arg::Ints(reads.iter().map(|(_, after)| *after).collect()))
+                .bind(limit(limit_n))
+                .fetch_all(self.reads())
+                .await?;
+        } else {
+            // SQLite reads in-process: a statement per endpoint costs no round trip.
+            let text = next("$1", "$2");
+            for (endpoint_id, after_seq) in reads {
+                let rows = Sql::new(text.as_str())
+                    .bind(endpoint_id)
+                    .bind(*after_seq)
+                    .bind(limit(limit_n))
+                    .fetch_all(self.reads())
+                    .await?;
+                found.extend(rows);
+            }
+        }
         decode_all(&found, |row| {
             Ok(PendingDelivery {
                 seq: row.int("seq")?,
@@ -89,18 +161,29 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         D::expire_waiting(self, endpoint_id, created_before, now).await
     }
 
-    async fn endpoint_backlog(&self, endpoint_id: &EndpointId) -> StoreResult<Backlog> {
-        // The endpoint's pending-index head: a count bounded at COUNT_CAP + 1 and the oldest pending
-        // delivery's creation time (seq follows creation order).
+    async fn endpoint_backlogs(&self, endpoint_ids: &[EndpointId]) -> StoreResult<Vec<Backlog>> {
+        if endpoint_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Per endpoint, its pending-index head: a count bounded at COUNT_CAP + 1 and the oldest pending
+        // delivery's creation time (seq follows creation order). One statement for the whole list: an
+        // engine meeting a thousand endpoints at once (a node's start, a wide fan-out's first message on
+        // PostgreSQL) asks for a thousand counts, one round trip each otherwise.
         let text = format!(
-            "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM delivery WHERE endpoint_id = $1 AND status = 0 \
+            "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM delivery WHERE endpoint_id = e.value AND status = 0 \
              LIMIT {cap}) AS counted) AS pending, (SELECT m.created_at FROM delivery d \
-             JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = $1 AND d.status = 0 \
-             ORDER BY d.seq LIMIT 1) AS oldest",
-            cap = Backlog::COUNT_CAP + 1
+             JOIN message m ON m.id = d.message_id WHERE d.endpoint_id = e.value AND d.status = 0 \
+             ORDER BY d.seq LIMIT 1) AS oldest FROM {list} ORDER BY e.n",
+            cap = Backlog::COUNT_CAP + 1,
+            list = D::list_rows("$1", "e"),
         );
-        let row = Sql::new(text).bind(endpoint_id).fetch_one(self.reads()).await?;
-        Ok(Backlog::from_count(row.int("pending")?, row.opt_time("oldest")?))
+        let found = Sql::new(text)
+            .bind(Arg::Texts(endpoint_ids.iter().map(EndpointId::as_str).collect()))
+            .fetch_all(self.reads())
+            .await?;
+        decode_all(&found, |row| {
+            Ok(Backlog::from_count(row.int("pending")?, row.opt_time("oldest")?))
+        })
     }
 
     async fn disable_endpoint(

@@ -2,6 +2,8 @@
 //! and migration of rows written before encryption, and key rotation (`endpoint_secret` rows). Several
 //! nodes may run this at once against one PostgreSQL database.
 
+use std::collections::HashMap;
+
 use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
 use herald_core::model::PreviousSecret;
@@ -12,7 +14,7 @@ use crate::dialect::{Dialect, On, SqlStore};
 use crate::events::{ENDPOINT_UPDATED, NewEvent};
 use crate::rows::Columns;
 use crate::sealing::{self, KEY_CHECK};
-use crate::statement::Sql;
+use crate::statement::{Arg, Sql};
 use crate::{StoreError, StoreResult};
 
 /// At open: refuse a key that is not the one the stored secrets were sealed with, then seal every secret
@@ -133,29 +135,35 @@ pub(super) async fn rotate<D: Dialect>(
     Ok(())
 }
 
-/// See [`crate::DeliveryStore::previous_secrets`].
+/// The keys each of `endpoint_ids` rotated away from that still sign at `now`, most recently rotated
+/// first (see [`crate::DeliveryStore::previous_secrets`]); an endpoint with none is absent.
 pub(super) async fn previous<D: Dialect>(
     store: &SqlStore<D>,
-    endpoint_id: &EndpointId,
+    endpoint_ids: &[EndpointId],
     now: Millis,
-) -> StoreResult<Vec<PreviousSecret>> {
+) -> StoreResult<HashMap<EndpointId, Vec<PreviousSecret>>> {
+    let mut previous: HashMap<EndpointId, Vec<PreviousSecret>> = HashMap::new();
+    if endpoint_ids.is_empty() {
+        return Ok(previous);
+    }
     let found = Sql::new(format!(
-        "SELECT secret, rotated_at, expires_at FROM endpoint_secret WHERE endpoint_id = $1 AND expires_at > $2 \
-         ORDER BY rotated_at DESC, {} DESC",
+        "SELECT endpoint_id, secret, rotated_at, expires_at FROM endpoint_secret WHERE {} AND expires_at > $2 \
+         ORDER BY endpoint_id, rotated_at DESC, {} DESC",
+        D::in_list("endpoint_id", "$1"),
         D::INSERTION_ORDER
     ))
-    .bind(endpoint_id)
+    .bind(Arg::Texts(endpoint_ids.iter().map(EndpointId::as_str).collect()))
     .bind(now)
     .fetch_all(store.reads())
     .await?;
-    found
-        .iter()
-        .map(|row| {
-            Ok(PreviousSecret {
-                secret: sealing::open_secret(&store.cipher, endpoint_id, &row.text("secret")?)?,
-                rotated_at: row.time("rotated_at")?,
-                expires_at: row.time("expires_at")?,
-            })
-        })
-        .collect()
+    for row in &found {
+        let endpoint_id = row.id("endpoint_id")?;
+        let secret = PreviousSecret {
+            secret: sealing::open_secret(&store.cipher, &endpoint_id, &row.text("secret")?)?,
+            rotated_at: row.time("rotated_at")?,
+            expires_at: row.time("expires_at")?,
+        };
+        previous.entry(endpoint_id).or_default().push(secret);
+    }
+    Ok(previous)
 }

@@ -206,6 +206,7 @@ impl Dialect for Postgres {
     // that has made none for a minute can be the orphan of a stopped node.
     const TASK_ORPHANED_AFTER: Option<Duration> = Some(Duration::from_secs(60));
     const KEY_SHARE: &'static str = " FOR KEY SHARE";
+    const LATERAL: bool = true;
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}::jsonb) c WHERE c = {mark})")

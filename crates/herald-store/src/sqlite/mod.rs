@@ -139,6 +139,7 @@ impl Dialect for Sqlite {
     const INSERTION_ORDER: &'static str = "rowid";
     const TASK_ORPHANED_AFTER: Option<Duration> = None;
     const KEY_SHARE: &'static str = "";
+    const LATERAL: bool = false;
 
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = {mark})")
