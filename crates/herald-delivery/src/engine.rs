@@ -244,6 +244,55 @@ fn refill_chunks(wanted: Vec<Refill<EndpointId>>) -> Vec<Vec<Refill<EndpointId>>
     chunks
 }
 
+/// Read the next deliveries of the chunk's endpoints (one statement, one `limit`: see [`refill_chunks`]),
+/// with one of the engine's turns for backlog reads.
+async fn read_refills(
+    store: &SharedDeliveryStore,
+    turns: &Semaphore,
+    chunk: &[Refill<EndpointId>],
+) -> Result<Vec<PendingDelivery>, StoreError> {
+    let reads: Vec<(EndpointId, i64)> = chunk.iter().map(|r| (r.endpoint.clone(), r.after_seq)).collect();
+    let limit = chunk.first().map_or(0, |r| r.limit);
+    let _turn = turns.acquire().await;
+    store.load_pending_of(&reads, limit).await
+}
+
+/// Tell the engine what the read of `chunk` gave: each endpoint's deliveries, or, after a pause, that
+/// the read failed (the scheduler asks again).
+async fn refills_read(
+    read: Result<Vec<PendingDelivery>, StoreError>,
+    chunk: Vec<Refill<EndpointId>>,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    match read {
+        Ok(loaded) => {
+            let mut by_endpoint: HashMap<EndpointId, Vec<PendingDelivery>> = HashMap::new();
+            for delivery in loaded {
+                by_endpoint
+                    .entry(delivery.endpoint_id.clone())
+                    .or_default()
+                    .push(delivery);
+            }
+            for refill in chunk {
+                let loaded = by_endpoint.remove(&refill.endpoint).unwrap_or_default();
+                let exhausted = loaded.len() < refill.limit;
+                let _ = events.send(Event::Refilled {
+                    refill,
+                    loaded,
+                    exhausted,
+                });
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, endpoints = chunk.len(), "loading backlog failed");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for refill in chunk {
+                let _ = events.send(Event::RefillFailed { refill });
+            }
+        }
+    }
+}
+
 /// The delivery engine.
 pub struct Engine {
     store: SharedDeliveryStore,
@@ -485,45 +534,24 @@ impl Engine {
     }
 
     /// Read the backlogs the scheduler wants, [`REFILL_CHUNK`] endpoints per statement (see
-    /// [`refill_chunks`]).
+    /// [`refill_chunks`]). A chunk the store cannot read for what one endpoint's rows hold (not for a
+    /// storage fault) is read again endpoint by endpoint, so that one endpoint's bad row holds up no other.
     fn request_refills(&mut self) {
         for chunk in refill_chunks(self.scheduler.refills_wanted()) {
             let store = self.store.clone();
             let events = self.events_tx.clone();
             let turns = self.backlog_reads.clone();
             tokio::spawn(async move {
-                let reads: Vec<(EndpointId, i64)> = chunk.iter().map(|r| (r.endpoint.clone(), r.after_seq)).collect();
-                let limit = chunk.first().map_or(0, |r| r.limit);
-                let read = {
-                    let _turn = turns.acquire().await;
-                    store.load_pending_of(&reads, limit).await
-                };
-                match read {
-                    Ok(loaded) => {
-                        let mut by_endpoint: HashMap<EndpointId, Vec<PendingDelivery>> = HashMap::new();
-                        for delivery in loaded {
-                            by_endpoint
-                                .entry(delivery.endpoint_id.clone())
-                                .or_default()
-                                .push(delivery);
-                        }
+                match read_refills(&store, &turns, &chunk).await {
+                    Err(error) if chunk.len() > 1 && error.fault().is_none() => {
+                        tracing::warn!(%error, endpoints = chunk.len(), "loading backlogs failed; reading them one by one");
                         for refill in chunk {
-                            let loaded = by_endpoint.remove(&refill.endpoint).unwrap_or_default();
-                            let exhausted = loaded.len() < refill.limit;
-                            let _ = events.send(Event::Refilled {
-                                refill,
-                                loaded,
-                                exhausted,
-                            });
+                            let alone = vec![refill];
+                            let read = read_refills(&store, &turns, &alone).await;
+                            refills_read(read, alone, &events).await;
                         }
                     }
-                    Err(error) => {
-                        tracing::warn!(%error, endpoints = chunk.len(), "loading backlog failed");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        for refill in chunk {
-                            let _ = events.send(Event::RefillFailed { refill });
-                        }
-                    }
+                    read => refills_read(read, chunk, &events).await,
                 }
             });
         }

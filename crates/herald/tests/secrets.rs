@@ -498,3 +498,46 @@ async fn secrets_are_not_findable_in_plain_text_in_the_database_file() {
     herald.restart().await;
     assert_eq!(secret_of(&herald, &app, &ep).await["key"], rotated_key);
 }
+
+/// The engine reads the records of endpoints it meets together (one loader, many endpoints per read): an
+/// endpoint whose sealed secret does not open — here the row holds another endpoint's sealed secret, as a
+/// bad copy between rows might leave it — must hold up no other endpoint, while it alone is retried.
+#[tokio::test]
+async fn an_endpoint_whose_secret_does_not_open_holds_up_no_other() {
+    use sqlx::Connection as _;
+    let herald = Herald::start_sqlite(&[]).await;
+    let healthy = Receiver::start(Reply::status(204)).await;
+    let damaged = Receiver::start(Reply::status(204)).await;
+    let app = herald.app("damaged-secret").await;
+    let (healthy_id, _) = herald.endpoint(&app, json!({ "url": healthy.url() })).await;
+    let (damaged_id, _) = herald.endpoint(&app, json!({ "url": damaged.url() })).await;
+    {
+        let url = format!("sqlite://{}", herald.db_path().display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("open the database");
+        let changed =
+            sqlx::query("UPDATE endpoint SET secret = (SELECT secret FROM endpoint WHERE id = ?) WHERE id = ?")
+                .bind(&healthy_id)
+                .bind(&damaged_id)
+                .execute(&mut conn)
+                .await
+                .expect("copy the sealed secret")
+                .rows_affected();
+        assert_eq!(changed, 1);
+    }
+
+    // Both endpoints are met by the same message, so their records are asked for together.
+    for n in 1..=3 {
+        herald
+            .post(
+                &format!("/app/{app}/msg"),
+                json!({ "eventType": "invoice.paid", "payload": { "n": n } }),
+            )
+            .await;
+    }
+    let arrived = healthy.wait_for(3, WAIT).await;
+    assert_eq!(arrived.len(), 3, "the healthy endpoint gets every message");
+    assert!(
+        damaged.received().is_empty(),
+        "nothing is sent to an endpoint whose key cannot be read"
+    );
+}
