@@ -77,6 +77,14 @@ struct Held {
 }
 
 impl Held {
+    /// A message to the held application, ingested in the background; once it is at the writer (which,
+    /// were it to wait for the row, would hold every message behind it).
+    async fn message_to_the_held_app(&self) -> JoinHandle<StoreResult<Ingested>> {
+        let waiting = ingesting(&self.store, &self.held);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        waiting
+    }
+
     /// The holder runs `statement` (on the held application: `{app}` in it stands for its id), then
     /// commits, letting the row go.
     async fn commit_after(&mut self, statement: &str) {
@@ -114,11 +122,11 @@ async fn a_held_application_row_holds_only_its_own_messages() {
         return;
     };
 
+    let waiting = t.message_to_the_held_app().await;
     created(
         promptly(ingesting(&t.store, &t.other), "the other application's message").await,
         "the other application's message",
     );
-    let waiting = ingesting(&t.store, &t.held);
     still_waiting(&waiting, "the held application's message").await;
     t.commit_after("UPDATE application SET name = name WHERE id = '{app}'")
         .await;
@@ -138,7 +146,7 @@ async fn a_message_to_an_application_deleted_while_held_is_not_found() {
         return;
     };
 
-    let waiting = ingesting(&t.store, &t.held);
+    let waiting = t.message_to_the_held_app().await;
     created(
         promptly(ingesting(&t.store, &t.other), "the other application's message").await,
         "the other application's message",
@@ -200,6 +208,9 @@ async fn outbox_rows_behind_a_held_application_keep_their_order_and_nothing_is_l
         run(&mut producer, &publish).await.expect("herald_publish");
     }
     run(&mut producer, "COMMIT").await.expect("commit");
+    // The reader has the rows at the writer by now: it reads at the commit's notification, or at its
+    // poll (every second) should that be lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
 
     created(
         promptly(ingesting(&t.store, &t.other), "the API message").await,
