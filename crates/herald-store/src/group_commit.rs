@@ -748,7 +748,12 @@ mod tests {
         let (deferred_job, waiting) = job(None);
         let mut deferred = taken_then_deferred(vec![deferred_job]);
         let bound = Duration::from_millis(5);
-        let answer = waiting.answer(Some((Instant::now() + bound, bound))).await;
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            waiting.answer(Some((Instant::now() + bound, bound))),
+        )
+        .await
+        .expect("given back at its deadline, not waiting for a batch");
         assert!(matches!(answer, Err(StoreError::TimedOut(_))), "{answer:?}");
         assert!(retried(&mut deferred).await.is_empty(), "never written");
     }
