@@ -464,6 +464,12 @@ pub(crate) async fn run<W: BatchWriter>(
                         Outcome::Deferred => later.push(job),
                     }
                 }
+                if !later.is_empty() {
+                    tracing::debug!(
+                        messages = later.len(),
+                        "ingest deferred: their applications' rows are held"
+                    );
+                }
                 deferred.defer(later);
             }
             Err(error) => {
