@@ -224,12 +224,12 @@ pub(crate) type Outcomes = Vec<Outcome>;
 /// The fences of the jobs of one batch held back so far, in batch order: a job queued behind a deferred
 /// one in its fence must not commit before it, so it is held back too.
 #[derive(Default)]
-pub(crate) struct Holds(Vec<Arc<Fence>>);
+struct Holds(Vec<Arc<Fence>>);
 
 impl Holds {
     /// Whether the batch holds `job` back (the jobs are asked in batch order): it is deferred itself
     /// (`deferred`), or queued behind a held job of its fence.
-    pub(crate) fn hold(&mut self, job: &IngestJob, deferred: bool) -> bool {
+    fn hold(&mut self, job: &IngestJob, deferred: bool) -> bool {
         let Some(fence) = &job.fence else {
             return deferred;
         };
