@@ -18,7 +18,16 @@
 //! twice. So each job carries a [`Ticket`]: either the writer takes it (the job is in a batch, and the
 //! request waits for that batch's answer, which the writer bounds) or the request gives it back while
 //! the job is still queued (the writer then never writes it), whichever comes first.
+//!
+//! A backend may also *defer* a job ([`Outcome::Deferred`]): PostgreSQL does so when another transaction
+//! holds the row of the job's application (an endpoint write, an application being deleted), rather than
+//! wait for it while holding the cluster-wide ingest lock (see `postgres::bulk`). The rest of the batch
+//! commits; the deferred job goes back in the writer's hands, queued again — its request may give it
+//! back at its deadline as before — and is tried again in a batch after [`DEFER_PAUSE`], until its
+//! application is free (then written) or gone (then answered not found). The jobs behind a deferred job
+//! in its [`Fence`] wait with it, so they still commit in order (see [`Deferred`]).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
@@ -26,7 +35,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Database, Pool};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use herald_core::model::AttemptTrigger;
@@ -54,9 +63,16 @@ pub(crate) struct IngestJob {
 /// Who settles a queued job first: the writer, taking it into a batch, or its request, giving up its
 /// wait (see [`Waiting::answer`]). Once taken, the job is written and its request waits for the batch's
 /// answer; once given back, the writer never writes it — so a request answered `503` for its wait never
-/// has its message committed by a later batch.
+/// has its message committed by a later batch. A job its batch deferred ([`Outcome::Deferred`]) is queued
+/// again ([`Ticket::requeue`]): until a later batch takes it anew, its request may give it back as if it
+/// had never been taken.
 #[derive(Debug, Default)]
-pub(crate) struct Ticket(AtomicU8);
+pub(crate) struct Ticket {
+    state: AtomicU8,
+    /// Told when the job is queued again, so that a request past its deadline, waiting for the batch
+    /// that had taken the job, gives it back then.
+    requeued: Notify,
+}
 
 const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
@@ -73,8 +89,21 @@ impl Ticket {
         self.settle(GIVEN_BACK)
     }
 
+    /// The writer queues a job it had taken again, unwritten (its batch deferred it): its request may now
+    /// give it back, and a request past its deadline is told to.
+    fn requeue(&self) {
+        if self
+            .state
+            .compare_exchange(TAKEN, QUEUED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // A stored permit when nobody waits yet: the request's next wait returns at once.
+            self.requeued.notify_one();
+        }
+    }
+
     fn settle(&self, to: u8) -> bool {
-        self.0
+        self.state
             .compare_exchange(QUEUED, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
@@ -105,13 +134,21 @@ impl Waiting {
     /// The writer's answer. With a `deadline` (its instant, and the bound it stands for): should the
     /// writer not have taken the job by then, the job is given back and the answer is
     /// [`StoreError::TimedOut`] — it is then never written. A job the writer took is answered when its
-    /// batch is, which the writer bounds itself ([`run`]'s `deadline`).
+    /// batch is, which the writer bounds itself ([`run`]'s `deadline`); should that batch defer the job
+    /// (it is queued again, see [`Ticket::requeue`]) after the deadline, it is given back then.
     pub(crate) async fn answer(mut self, deadline: Option<(Instant, Duration)>) -> StoreResult<Ingested> {
         if let Some((at, bound)) = deadline {
-            match tokio::time::timeout_at(at, &mut self.answer).await {
-                Ok(answer) => return answer.unwrap_or(Err(StoreError::Closed)),
-                Err(_) if self.ticket.give_back() => return Err(StoreError::TimedOut(bound)),
-                Err(_) => {}
+            if let Ok(answer) = tokio::time::timeout_at(at, &mut self.answer).await {
+                return answer.unwrap_or(Err(StoreError::Closed));
+            }
+            loop {
+                if self.ticket.give_back() {
+                    return Err(StoreError::TimedOut(bound));
+                }
+                tokio::select! {
+                    answer = &mut self.answer => return answer.unwrap_or(Err(StoreError::Closed)),
+                    () = self.ticket.requeued.notified() => {}
+                }
             }
         }
         (&mut self.answer).await.unwrap_or(Err(StoreError::Closed))
@@ -166,8 +203,179 @@ fn take(batch: &mut Vec<IngestJob>) {
     *batch = kept;
 }
 
+/// What became of one job of a batch.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "each job's answer was this size before; boxing it would allocate once per message"
+)]
+pub(crate) enum Outcome {
+    /// Its answer: written (or found written before), or refused for itself (its application is gone).
+    Settled(StoreResult<Ingested>),
+    /// Not written, to be tried again in a later batch: another transaction holds its application's row,
+    /// which this batch would have had to wait for (PostgreSQL, see `postgres::bulk`), or it is queued
+    /// behind such a job in its [`Fence`] (see [`Holds`]). SQLite never defers.
+    Deferred,
+}
+
 /// The outcome of each job of a batch, in order.
-pub(crate) type Outcomes = Vec<StoreResult<Ingested>>;
+pub(crate) type Outcomes = Vec<Outcome>;
+
+/// The fences of the jobs of one batch held back so far, in batch order: a job queued behind a deferred
+/// one in its fence must not commit before it, so it is held back too.
+#[derive(Default)]
+struct Holds(Vec<Arc<Fence>>);
+
+impl Holds {
+    /// Whether the batch holds `job` back (the jobs are asked in batch order): it is deferred itself
+    /// (`deferred`), or queued behind a held job of its fence.
+    fn hold(&mut self, job: &IngestJob, deferred: bool) -> bool {
+        let Some(fence) = &job.fence else {
+            return deferred;
+        };
+        if self.0.iter().any(|held| Arc::ptr_eq(held, fence)) {
+            return true;
+        }
+        if deferred {
+            self.0.push(fence.clone());
+        }
+        deferred
+    }
+}
+
+/// Which jobs of `batch` the batch holds back ([`Outcome::Deferred`]), by index: those `deferred` says
+/// so of, and those queued behind one of them in its fence (see [`Holds`]).
+pub(crate) fn held_back(batch: &[IngestJob], deferred: impl Fn(&IngestJob) -> bool) -> Vec<bool> {
+    let mut holds = Holds::default();
+    batch.iter().map(|job| holds.hold(job, deferred(job))).collect()
+}
+
+/// How long deferred jobs wait before the writer tries them again ([`Deferred`]): a lone deferred job
+/// must not spin the writer against the database while the row stays locked (an endpoint write holds it
+/// for milliseconds, an application's delete for as long as it deletes), and the wait is short next to a
+/// request's. Jobs queued meanwhile are written without waiting for it.
+pub(crate) const DEFER_PAUSE: Duration = Duration::from_millis(10);
+
+/// The jobs batches deferred ([`Outcome::Deferred`]), waiting to be tried again, in their queued order.
+///
+/// Jobs of a [`Fence`] must commit in their queued order, and the jobs behind a deferred one may already
+/// be queued (the next outbox round, the rest of an `ingest_many`) or come while it waits. So while any
+/// job of a fence waits here, every job of that fence the writer receives waits here too, behind it
+/// ([`Deferred::park`]), and they are tried again together, in order. (Failing the deferred job instead,
+/// as a failed batch does, would keep the order too, but would answer `503` to every `msg-batch` request
+/// and stall the outbox reader whenever an endpoint of their application is written.) A job that waits
+/// here is queued as far as its request is concerned: given back at its deadline (see [`Ticket`]), it is
+/// never written, and breaks its fence, as in the writer's queue.
+#[derive(Default)]
+struct Deferred {
+    jobs: VecDeque<IngestJob>,
+    /// When they are tried again; `None` while there are none.
+    due: Option<Instant>,
+    /// The fences of the jobs waiting here.
+    fences: Vec<Arc<Fence>>,
+}
+
+impl Deferred {
+    /// Keep the jobs a batch deferred (in batch order), to try them again after [`DEFER_PAUSE`]. They go
+    /// before the jobs still waiting here: a batch takes the deferred jobs from the front, so what it
+    /// deferred was queued before what it left here.
+    fn defer(&mut self, deferred: Vec<IngestJob>) {
+        if deferred.is_empty() {
+            return;
+        }
+        for job in deferred.into_iter().rev() {
+            job.ticket.requeue();
+            self.jobs.push_front(job);
+        }
+        self.due.get_or_insert_with(|| Instant::now() + DEFER_PAUSE);
+        self.count_fences();
+    }
+
+    /// Move the jobs just received (`batch[from..]`) whose fence has jobs waiting here behind those jobs
+    /// (see [`Deferred`]).
+    fn park(&mut self, batch: &mut Vec<IngestJob>, from: usize) {
+        if self.fences.is_empty() {
+            return;
+        }
+        let received: Vec<IngestJob> = batch.drain(from..).collect();
+        for job in received {
+            if job.fence.as_ref().is_some_and(|f| self.holds(f)) {
+                self.jobs.push_back(job);
+            } else {
+                batch.push(job);
+            }
+        }
+    }
+
+    /// Move the deferred jobs into `batch` (first, as they were queued before what the writer's queue
+    /// holds now) if their pause is over, as many as fit.
+    fn take_due(&mut self, batch: &mut Vec<IngestJob>) {
+        if self.due.is_some_and(|due| due <= Instant::now()) {
+            let room = MAX_BATCH.saturating_sub(batch.len()).min(self.jobs.len());
+            batch.extend(self.jobs.drain(..room));
+            if self.jobs.is_empty() {
+                self.due = None;
+            }
+            self.count_fences();
+        }
+    }
+
+    fn holds(&self, fence: &Arc<Fence>) -> bool {
+        self.fences.iter().any(|held| Arc::ptr_eq(held, fence))
+    }
+
+    fn count_fences(&mut self) {
+        let mut fences: Vec<Arc<Fence>> = Vec::new();
+        for fence in self.jobs.iter().filter_map(|job| job.fence.as_ref()) {
+            if !fences.iter().any(|held| Arc::ptr_eq(held, fence)) {
+                fences.push(fence.clone());
+            }
+        }
+        self.fences = fences;
+    }
+}
+
+/// Gather the next batch into `batch`: the deferred jobs once their pause is over, then whatever is
+/// queued, at most [`MAX_BATCH`] (a received job of a fence with deferred jobs waits behind them, see
+/// [`Deferred`]); with neither, wait for a job or for the deferred jobs' pause. `false` once every sender
+/// is gone and no deferred job is left.
+async fn next_batch(jobs: &mut mpsc::Receiver<IngestJob>, deferred: &mut Deferred, batch: &mut Vec<IngestJob>) -> bool {
+    loop {
+        deferred.take_due(batch);
+        let from = batch.len();
+        if from > 0 {
+            let room = MAX_BATCH - from;
+            if room > 0 && !jobs.is_empty() {
+                // Returns at once: jobs are waiting.
+                jobs.recv_many(batch, room).await;
+            }
+        } else {
+            match deferred.due {
+                None => {
+                    if jobs.recv_many(batch, MAX_BATCH).await == 0 {
+                        return false;
+                    }
+                }
+                Some(due) => {
+                    tokio::select! {
+                        received = jobs.recv_many(batch, MAX_BATCH) => {
+                            if received == 0 {
+                                // Every sender is gone (the node is stopping): the deferred jobs are
+                                // still tried.
+                                tokio::time::sleep_until(due).await;
+                            }
+                        }
+                        () = tokio::time::sleep_until(due) => {}
+                    }
+                }
+            }
+        }
+        deferred.park(batch, from);
+        if !batch.is_empty() {
+            return true;
+        }
+    }
+}
 
 /// How a backend writes a batch inside a transaction the writer opened.
 pub(crate) trait BatchWriter: Send + Sync + 'static {
@@ -205,15 +413,16 @@ pub(crate) async fn run<W: BatchWriter>(
     stream: crate::polling::StreamSignals,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut deferred = Deferred::default();
     let mut held = None;
     loop {
-        if jobs.is_empty() {
+        if jobs.is_empty() && deferred.jobs.is_empty() {
             // Idle for now: the connection goes back to the pool before the wait, so that the pool's
             // checks see it (a ping at the next acquire: a server restarted meanwhile costs no request a
             // 503) and it counts among the pool's connections again.
             held = None;
         }
-        if jobs.recv_many(&mut batch, MAX_BATCH).await == 0 {
+        if !next_batch(&mut jobs, &mut deferred, &mut batch).await {
             break;
         }
         take(&mut batch);
@@ -228,10 +437,16 @@ pub(crate) async fn run<W: BatchWriter>(
                 health.succeeded();
                 let committed: Vec<PendingDelivery> = outcomes
                     .iter()
-                    .filter_map(|o| o.as_ref().ok())
+                    .filter_map(|o| match o {
+                        Outcome::Settled(Ok(ingested)) => Some(ingested),
+                        _ => None,
+                    })
                     .flat_map(pending_of)
                     .collect();
-                if outcomes.iter().any(|o| matches!(o, Ok(Ingested::Created { .. }))) {
+                if outcomes
+                    .iter()
+                    .any(|o| matches!(o, Outcome::Settled(Ok(Ingested::Created { .. }))))
+                {
                     // Wakes long polls (see `Store::stream_signal`); nobody listening is fine.
                     stream.moved();
                 }
@@ -240,9 +455,22 @@ pub(crate) async fn run<W: BatchWriter>(
                     // are picked up from the store at the next start.
                     let _ = feed.send(Change::Committed(committed));
                 }
+                let mut later = Vec::new();
                 for (job, outcome) in batch.drain(..).zip(outcomes) {
-                    let _ = job.reply.send(outcome);
+                    match outcome {
+                        Outcome::Settled(answer) => {
+                            let _ = job.reply.send(answer);
+                        }
+                        Outcome::Deferred => later.push(job),
+                    }
                 }
+                if !later.is_empty() {
+                    tracing::debug!(
+                        messages = later.len(),
+                        "ingest deferred: their applications' rows are held"
+                    );
+                }
+                deferred.defer(later);
             }
             Err(error) => {
                 // Nothing of the batch committed: every request of it fails, none is acknowledged.
@@ -351,17 +579,28 @@ async fn write_on<W: BatchWriter>(
     }
     let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
+    // Each message is written alone here, so the writer cannot see the jobs before it: a job behind a
+    // deferred one in its fence is held back here instead.
+    let mut holds = Holds::default();
     for job in batch {
+        if holds.hold(job, false) {
+            outcomes.push(Outcome::Deferred);
+            continue;
+        }
         let mut savepoint = (*tx).begin().await?;
         match writer.write(&mut savepoint, std::slice::from_ref(job)).await {
             Ok(mut single) => {
                 savepoint.commit().await?;
-                outcomes.push(single.pop().unwrap_or(Err(StoreError::Closed)));
+                let outcome = single.pop().unwrap_or(Outcome::Settled(Err(StoreError::Closed)));
+                if matches!(outcome, Outcome::Deferred) {
+                    holds.hold(job, true);
+                }
+                outcomes.push(outcome);
             }
             Err(error) if error.fault().is_some() => return Err(error),
             Err(error) => {
                 savepoint.rollback().await?;
-                outcomes.push(Err(error));
+                outcomes.push(Outcome::Settled(Err(error)));
             }
         }
     }
@@ -461,6 +700,200 @@ mod tests {
         assert!(
             matches!(&answer, Err(StoreError::Batch(text)) if text == "the batch's own failure"),
             "{answer:?}"
+        );
+    }
+
+    /// Take `jobs` into a batch as the writer does, and defer them all, as a batch whose applications'
+    /// rows were locked does.
+    fn taken_then_deferred(jobs: Vec<IngestJob>) -> Deferred {
+        let mut batch = jobs;
+        take(&mut batch);
+        let mut deferred = Deferred::default();
+        deferred.defer(batch);
+        deferred
+    }
+
+    /// The jobs of `deferred` that are due after the pause, taken as the writer takes a batch.
+    async fn retried(deferred: &mut Deferred) -> Vec<IngestJob> {
+        tokio::time::sleep(DEFER_PAUSE * 2).await;
+        let mut batch = Vec::new();
+        deferred.take_due(&mut batch);
+        take(&mut batch);
+        batch
+    }
+
+    #[tokio::test]
+    async fn a_deferred_job_whose_request_is_past_its_deadline_is_given_back_and_never_written() {
+        let (taken, waiting) = job(None);
+        let bound = Duration::from_millis(50);
+        let answered = tokio::spawn(waiting.answer(Some((Instant::now() + bound, bound))));
+        let mut batch = vec![taken];
+        take(&mut batch);
+        // The batch runs past the request's deadline, which waits for it ...
+        tokio::time::sleep(bound * 2).await;
+        assert!(
+            !answered.is_finished(),
+            "the request waits for the batch that took its job"
+        );
+        // ... and defers the job: queued again, it is given back at once.
+        let mut deferred = Deferred::default();
+        deferred.defer(batch);
+        let answer = tokio::time::timeout(Duration::from_secs(5), answered)
+            .await
+            .expect("answered once its job was deferred")
+            .expect("joined");
+        assert!(
+            matches!(answer, Err(StoreError::TimedOut(b)) if b == bound),
+            "{answer:?}"
+        );
+        assert!(retried(&mut deferred).await.is_empty(), "never written");
+    }
+
+    #[tokio::test]
+    async fn a_deferred_job_given_back_at_its_deadline_while_it_waits_is_never_written() {
+        let (deferred_job, waiting) = job(None);
+        let mut deferred = taken_then_deferred(vec![deferred_job]);
+        let bound = Duration::from_millis(5);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            waiting.answer(Some((Instant::now() + bound, bound))),
+        )
+        .await
+        .expect("given back at its deadline, not waiting for a batch");
+        assert!(matches!(answer, Err(StoreError::TimedOut(_))), "{answer:?}");
+        assert!(retried(&mut deferred).await.is_empty(), "never written");
+    }
+
+    #[tokio::test]
+    async fn a_deferred_job_is_tried_again_after_the_pause_and_answered_by_that_batch() {
+        let (deferred_job, waiting) = job(None);
+        let mut deferred = taken_then_deferred(vec![deferred_job]);
+        let mut early = Vec::new();
+        deferred.take_due(&mut early);
+        assert!(early.is_empty(), "not before the pause");
+        let mut batch = retried(&mut deferred).await;
+        assert_eq!(batch.len(), 1, "taken again");
+        for job in batch.drain(..) {
+            let _ = job.reply.send(Err(StoreError::NotFound));
+        }
+        let answer = waiting.answer(None).await;
+        assert!(matches!(answer, Err(StoreError::NotFound)), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn jobs_behind_a_deferred_one_in_its_fence_wait_behind_it_and_keep_their_order() {
+        let (fence, other) = (Arc::new(Fence::default()), Arc::new(Fence::default()));
+        let (first, _w1) = job(Some((1, &fence)));
+        let (second, _w2) = job(Some((2, &fence)));
+        let (unfenced, _w3) = job(None);
+        let (elsewhere, _w4) = job(Some((9, &other)));
+        let (before, _w0) = job(Some((0, &fence)));
+        // In one batch: the job before the deferred one is written; the one behind it is held back too.
+        let batch = vec![before, first, second, unfenced, elsewhere];
+        let held = held_back(&batch, |job| job.outbox == Some(1));
+        assert_eq!(held, vec![false, true, true, false, false]);
+        let deferred_jobs: Vec<IngestJob> = batch
+            .into_iter()
+            .zip(&held)
+            .filter(|(_, held)| **held)
+            .map(|(job, _)| job)
+            .collect();
+        let mut deferred = taken_then_deferred(deferred_jobs);
+        // Received later: the fence's next job waits behind them; the others are written now.
+        let (third, _w5) = job(Some((3, &fence)));
+        let (free, _w6) = job(None);
+        let (more_elsewhere, _w7) = job(Some((10, &other)));
+        let mut received = vec![third, free, more_elsewhere];
+        deferred.park(&mut received, 0);
+        assert_eq!(outboxes(&received), vec![None, Some(10)]);
+        // After the pause, the fence's jobs are tried again together, in order.
+        assert_eq!(outboxes(&retried(&mut deferred).await), vec![Some(1), Some(2), Some(3)]);
+        let (fourth, _w8) = job(Some((4, &fence)));
+        let mut received = vec![fourth];
+        deferred.park(&mut received, 0);
+        assert_eq!(
+            outboxes(&received),
+            vec![Some(4)],
+            "nothing of the fence waits any more"
+        );
+    }
+
+    #[tokio::test]
+    async fn queued_jobs_are_written_during_the_pause_and_the_deferred_ones_after_it() {
+        let (sender, mut jobs) = mpsc::channel(8);
+        let (deferred_job, _w1) = job(None);
+        let mut deferred = taken_then_deferred(vec![deferred_job]);
+        let (queued, _w2) = job(Some((5, &Arc::new(Fence::default()))));
+        sender.send(queued).await.expect("queued");
+        let mut batch = Vec::new();
+        assert!(next_batch(&mut jobs, &mut deferred, &mut batch).await);
+        assert_eq!(
+            outboxes(&batch),
+            vec![Some(5)],
+            "the queued job, without waiting for the pause"
+        );
+        batch.clear();
+        let started = Instant::now();
+        assert!(next_batch(&mut jobs, &mut deferred, &mut batch).await);
+        assert_eq!(outboxes(&batch), vec![None], "the deferred job, after the pause");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        batch.clear();
+        drop(sender);
+        assert!(!next_batch(&mut jobs, &mut deferred, &mut batch).await, "done");
+    }
+
+    /// A writer whose whole batches fail on a message's error (so the writer goes message by message),
+    /// deferring the job of outbox row 1; it records the jobs it was asked to write alone.
+    #[derive(Default)]
+    struct DefersRowOne {
+        written: std::sync::Mutex<Vec<Option<i64>>>,
+    }
+
+    impl BatchWriter for DefersRowOne {
+        type Db = sqlx::Sqlite;
+        const HOLDS_CONNECTION: bool = false;
+        const BEGIN: &'static str = "BEGIN";
+
+        fn write<'c>(
+            &'c self,
+            _conn: &'c mut sqlx::SqliteConnection,
+            batch: &'c [IngestJob],
+        ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+            Box::pin(async move {
+                let [job] = batch else {
+                    return Err(StoreError::Conflict("a message of the batch"));
+                };
+                if job.outbox == Some(1) {
+                    return Ok(vec![Outcome::Deferred]);
+                }
+                self.written.lock().expect("not poisoned").push(job.outbox);
+                Ok(vec![Outcome::Settled(Err(StoreError::NotFound))])
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn message_by_message_a_job_behind_a_deferred_one_in_its_fence_is_held_back_too() {
+        let (fence, other) = (Arc::new(Fence::default()), Arc::new(Fence::default()));
+        let waiting: Vec<(IngestJob, Waiting)> = vec![
+            job(Some((0, &fence))),
+            job(Some((1, &fence))),
+            job(Some((2, &fence))),
+            job(None),
+            job(Some((7, &other))),
+        ];
+        let (batch, _waiting): (Vec<IngestJob>, Vec<Waiting>) = waiting.into_iter().unzip();
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("an in-memory database");
+        let writer = DefersRowOne::default();
+        let outcomes = write_on(&mut conn, &writer, &batch).await.expect("written");
+        let deferred: Vec<bool> = outcomes.iter().map(|o| matches!(o, Outcome::Deferred)).collect();
+        assert_eq!(deferred, vec![false, true, true, false, false]);
+        assert_eq!(
+            *writer.written.lock().expect("not poisoned"),
+            vec![Some(0), None, Some(7)],
+            "row 2 was never written"
         );
     }
 

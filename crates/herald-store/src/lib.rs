@@ -413,7 +413,10 @@ unbounded {
     /// Bounded by the store itself, not by [`bounded::BoundedStore`]: a message answered with an error
     /// is never committed afterwards. On PostgreSQL its request waits for the group-commit writer to take
     /// it for at most the bound of every call, then (`TimedOut`) it is given back unwritten; once taken,
-    /// it waits for its batch, which the writer gives up after the same bound.
+    /// it waits for its batch, which the writer gives up after the same bound. A batch that finds the
+    /// message's application row held by another transaction (an endpoint write, the application being
+    /// deleted) defers the message instead of waiting: it is queued again — and may be given back as
+    /// before — until the row is free.
     async fn ingest(&self, new: NewMessage) -> StoreResult<Ingested>;
     /// [`Store::ingest`] for many messages at once, answered per message in the order given. They are
     /// queued at the group-commit writer in that order, so they share its commits and are created in

@@ -13,7 +13,7 @@ use herald_core::clock::Millis;
 use herald_core::id::{AppId, EndpointId, MessageId};
 use herald_core::model::Message;
 
-use crate::group_commit::IngestJob;
+use crate::group_commit::{IngestJob, Outcome, Outcomes};
 use crate::rows::Columns;
 use crate::subscribers::ByApp;
 use crate::{AttemptRecord, CreatedDelivery, Ingested, StoreError, StoreResult};
@@ -97,25 +97,31 @@ pub(crate) struct FanOut<'a> {
 
 /// What a batch writes, and each job's outcome.
 pub(crate) struct Plan<'a> {
-    outcomes: Vec<StoreResult<Ingested>>,
+    outcomes: Outcomes,
     /// The messages to insert.
     pub(crate) messages: Vec<NewRow<'a>>,
 }
 
 /// Decide every job of a batch. Ids and creation times are assigned here, inside the transaction that
-/// commits them, so ids follow commit order.
-pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier) -> Plan<'a> {
+/// commits them, so ids follow commit order. `held` says, by index, which jobs the batch holds back
+/// unwritten ([`Outcome::Deferred`]; PostgreSQL, see [`crate::group_commit::held_back`]); a job past
+/// its end is not held (SQLite passes none).
+pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, held: &[bool], mut earlier: Earlier) -> Plan<'a> {
     let now = herald_core::clock::now();
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut messages = Vec::new();
     for (index, job) in batch.iter().enumerate() {
         let new = &job.new;
+        if held.get(index).copied().unwrap_or(false) {
+            outcomes.push(Outcome::Deferred);
+            continue;
+        }
         let Some(app_retention_ms) = apps.get(new.app_id.as_str()) else {
-            outcomes.push(Err(StoreError::NotFound));
+            outcomes.push(Outcome::Settled(Err(StoreError::NotFound)));
             continue;
         };
         if let Some(original) = earlier.find(&new.app_id, new.event_id.as_deref(), new.idempotency_key.as_deref()) {
-            outcomes.push(Ok(Ingested::Duplicate(original)));
+            outcomes.push(Outcome::Settled(Ok(Ingested::Duplicate(original))));
             continue;
         }
         let message = Message {
@@ -138,7 +144,7 @@ pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, mut earlier: Earlier
         };
         earlier.remember(&message, new.idempotency_key.as_deref());
         // Placeholder until the deliveries are written; replaced by `finish`.
-        outcomes.push(Err(StoreError::Closed));
+        outcomes.push(Outcome::Settled(Err(StoreError::Closed)));
         messages.push(NewRow {
             job: index,
             message,
@@ -181,15 +187,15 @@ impl Plan<'_> {
     }
 
     /// Every job's outcome, given the created deliveries grouped by job index.
-    pub(crate) fn finish(self, mut deliveries: HashMap<usize, Vec<CreatedDelivery>>) -> Vec<StoreResult<Ingested>> {
+    pub(crate) fn finish(self, mut deliveries: HashMap<usize, Vec<CreatedDelivery>>) -> Outcomes {
         let mut outcomes = self.outcomes;
         for row in self.messages {
             let mut created = deliveries.remove(&row.job).unwrap_or_default();
             created.sort_by_key(|d| d.seq);
-            outcomes[row.job] = Ok(Ingested::Created {
+            outcomes[row.job] = Outcome::Settled(Ok(Ingested::Created {
                 message: row.message,
                 deliveries: created,
-            });
+            }));
         }
         outcomes
     }

@@ -14,7 +14,9 @@
 //! transaction, so a cached list is used only while it is exactly what the table holds — no endpoint
 //! write path can forget to invalidate it, since the database does it. On PostgreSQL the batch reads the
 //! counters `FOR SHARE`: an endpoint write on any node that bumps the counter waits for the batches
-//! fanning out to that application, and they for it.
+//! fanning out to that application; a batch that finds the row held by such a write skips it and defers
+//! the application's messages to a later batch (see `postgres::bulk`), rather than wait with the ingest
+//! lock held.
 
 use std::collections::HashMap;
 use std::future::Future;

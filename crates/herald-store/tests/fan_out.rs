@@ -23,7 +23,8 @@ async fn fanned_out_to(node: &PgStore, app_id: &AppId) -> BTreeSet<EndpointId> {
     }
 }
 
-async fn node(database: &testdb::TestDatabase) -> PgStore {
+/// A node on `database` with the default options (also for the other PostgreSQL modules of this binary).
+pub(crate) async fn node(database: &testdb::TestDatabase) -> PgStore {
     PgStore::open(&database.url, testdb::test_cipher(), &StoreOptions::default())
         .await
         .unwrap()
@@ -42,8 +43,9 @@ async fn orphans(url: &str) -> i64 {
 }
 
 /// Run one statement on a connection of its own, as one of the transactions a test plays (the ids it
-/// names are the store's own, so they are written into the text).
-async fn run(conn: &mut PgConnection, sql: &str) -> sqlx::Result<()> {
+/// names are the store's own, so they are written into the text; also for the other PostgreSQL modules of
+/// this binary).
+pub(crate) async fn run(conn: &mut PgConnection, sql: &str) -> sqlx::Result<()> {
     sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
         .execute(conn)
         .await
@@ -72,11 +74,16 @@ async fn batch_holding_the_ingest_lock(url: &str, wait: &str) -> PgConnection {
     batch
 }
 
-/// The batch takes its application's row (which it must get: `why`) and commits; then the re-queue,
-/// free to take the ingest lock, commits too.
+/// The batch reads its application's row as the writer does (`FOR SHARE SKIP LOCKED`: it never waits for
+/// it) and must get it (`why`) — skipped, the application's messages would be deferred for as long as the
+/// row is held — and commits; then the re-queue, free to take the ingest lock, commits too.
 async fn batch_then_requeue_commit(batch: &mut PgConnection, requeue: &mut PgConnection, app_id: &AppId, why: &str) {
-    let share = format!("SELECT id FROM application WHERE id = '{app_id}' FOR SHARE");
-    run(batch, &share).await.expect(why);
+    let share = format!("SELECT id FROM application WHERE id = '{app_id}' FOR SHARE SKIP LOCKED");
+    let got: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(share))
+        .fetch_all(&mut *batch)
+        .await
+        .unwrap();
+    assert_eq!(got, vec![app_id.to_string()], "{why}");
     run(batch, "COMMIT").await.unwrap();
     run(requeue, INGEST_LOCK).await.unwrap();
     run(requeue, "COMMIT").await.unwrap();
@@ -200,11 +207,12 @@ async fn deleting_endpoints_and_apps_while_nodes_fan_out_leaves_no_delivery_behi
     assert_eq!(left, kept, "only the endpoints never deleted have deliveries");
 }
 
-/// Deleting an application locks its endpoints before its row, as every endpoint write does, so it never
-/// closes a wait cycle with a re-queue (which holds an endpoint, then waits for the ingest lock) and an
-/// ingest batch (which holds the ingest lock, then waits for its applications' rows). Played here with
-/// the statements each of those runs first: while the delete waits for the re-queue's endpoint, a batch
-/// can still take the application's row.
+/// Deleting an application locks its endpoints before its row, as every endpoint write does: taken the
+/// other way round, it would hold the row while it waits for an endpoint a re-queue holds (the re-queue
+/// waiting for the ingest lock), and every batch meanwhile would skip the application and defer its
+/// messages (before batches skipped a locked row, it closed a wait cycle with them). Played here with the
+/// statements each of those runs first: while the delete waits for the re-queue's endpoint, a batch gets
+/// the application's row — and a message to it is written at once.
 #[tokio::test]
 async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
     let Some(database) = testdb::fresh("deleting_an_app_waits_for_a_held_endpoint…").await else {
@@ -226,6 +234,11 @@ async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!deleting.is_finished(), "the delete waits for the held endpoint");
+    let written = tokio::time::timeout(std::time::Duration::from_secs(2), store.ingest(message(&shop.id))).await;
+    assert!(
+        matches!(written, Ok(Ok(Ingested::Created { .. }))),
+        "a message to the application is written while the delete waits: {written:?}"
+    );
 
     // The batch: the ingest lock, then its application's row — which it must get while the delete waits;
     // then the re-queue goes on (the ingest lock is free) and commits, and the delete ends.
@@ -246,9 +259,9 @@ async fn deleting_an_app_waits_for_a_held_endpoint_before_it_locks_the_app() {
 
 /// An endpoint created while `delete_app` waits for the application's row (after it locked the endpoints
 /// it found) is not locked by it first: should a re-queue hold the new endpoint, `delete_app` would wait
-/// for it holding the application, and a batch waiting for the application with the ingest lock, which
-/// the re-queue waits for, would close the cycle. It starts again instead, without the application's
-/// row, so the batch goes on.
+/// for it holding the application's row, and every batch meanwhile would defer the application's messages
+/// (it closed a wait cycle with the batch and the re-queue before batches skipped a locked row). It starts
+/// again instead, without the application's row, so the batch gets it.
 #[tokio::test]
 async fn deleting_an_app_starts_again_when_an_endpoint_appeared_meanwhile() {
     let Some(database) = testdb::fresh("deleting_an_app_starts_again…").await else {

@@ -2,6 +2,7 @@
 
 mod fan_out;
 mod leases;
+mod locked_app;
 mod outbox;
 mod polling;
 mod postgres_collation;

@@ -19,8 +19,9 @@ async fn waiting(url: &str) -> i64 {
         .expect("count the outbox")
 }
 
-/// Herald's own backends waiting for a lock right now.
-async fn lock_waiters(url: &str) -> i64 {
+/// Herald's own backends waiting for a lock right now (also for the other PostgreSQL modules of this
+/// binary).
+pub(crate) async fn lock_waiters(url: &str) -> i64 {
     let mut conn = PgConnection::connect(url).await.expect("connect");
     sqlx::query_scalar(
         "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \

@@ -793,6 +793,11 @@ async fn the_outbox_readers_marking_of_a_refused_row_is_bounded_and_the_reader_r
 
 /// Wait (generously) until a session of the node waits on a lock the test's session `holder` holds.
 async fn wait_blocked_by(db: &sqlx::PgPool, holder: i32, what: &str) {
+    wait_blocked_by_many(db, holder, 1, what).await;
+}
+
+/// Wait (generously) until at least `sessions` sessions wait on a lock the test's session `holder` holds.
+async fn wait_blocked_by_many(db: &sqlx::PgPool, holder: i32, sessions: i64, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let blocked: i64 =
@@ -801,7 +806,7 @@ async fn wait_blocked_by(db: &sqlx::PgPool, holder: i32, what: &str) {
                 .fetch_one(db)
                 .await
                 .expect("read pg_stat_activity");
-        if blocked > 0 {
+        if blocked >= sessions {
             return;
         }
         assert!(
@@ -819,26 +824,28 @@ async fn has_message(herald: &Herald, app: &str, event: &str) -> bool {
     status == 200
 }
 
-/// A session of the test's own holding an application's row lock, which the group-commit writer's
-/// `FOR SHARE` read of that application waits on: the batch holding a message to it stays open until
-/// the test commits.
-struct RowLock {
+/// A session of the test's own holding the ingest lock, which every batch of the group-commit writer
+/// takes first (a batch no longer waits for an application's row: it defers the application's messages):
+/// the batch that has taken a message stays open, waiting, until the test commits.
+struct IngestLock {
     tx: sqlx::Transaction<'static, sqlx::Postgres>,
     pid: i32,
 }
 
-impl RowLock {
-    async fn take(db: &sqlx::PgPool, app: &str) -> Self {
+impl IngestLock {
+    /// Take the ingest lock on a session of its own (waiting, in the lock's queue, for whoever holds it
+    /// or asked first).
+    async fn take(db: &sqlx::PgPool) -> Self {
         let mut tx = db.begin().await.expect("begin");
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut *tx)
             .await
             .expect("pid");
-        sqlx::query("SELECT 1 FROM application WHERE id = $1 FOR UPDATE")
-            .bind(app)
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(herald_store::postgres::INGEST_LOCK)
             .execute(&mut *tx)
             .await
-            .expect("lock the application's row");
+            .expect("take the ingest lock");
         Self { tx, pid }
     }
 
@@ -851,7 +858,8 @@ impl RowLock {
 /// wait is spent; should that batch then run past the rest of it, the message must not be answered `503`
 /// while its batch goes on to commit it (a producer that retried without an `eventId` would store it
 /// twice). Before, the message's wait was cut at the bound counted from its arrival, and the next batch
-/// committed it regardless. Deterministic: the test holds the row locks the writer's batches wait on.
+/// committed it regardless. Deterministic: the test holds the ingest lock the writer's batches wait on,
+/// once for each batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_answered_503_is_never_committed_by_a_later_batch() {
     let test = "a_message_answered_503_is_never_committed_by_a_later_batch";
@@ -867,7 +875,7 @@ async fn a_message_answered_503_is_never_committed_by_a_later_batch() {
     let url = herald.database.as_ref().expect("database").url.clone();
     let db = sqlx::PgPool::connect(&url).await.expect("the test's own connection");
 
-    let first_lock = RowLock::take(&db, &first_app).await;
+    let first_lock = IngestLock::take(&db).await;
     let node = &herald;
     let post = |app: &str, event: &str| {
         let path = format!("/app/{app}/msg");
@@ -877,16 +885,20 @@ async fn a_message_answered_503_is_never_committed_by_a_later_batch() {
     let first = post(&first_app, "first");
     let second = post(&second_app, "second");
     let scenario = async {
-        // The first message's batch waits on the first application's row ...
+        // The first message's batch waits for the ingest lock ...
         wait_blocked_by(&db, first_lock.pid, "the first message's batch").await;
         let blocked_at = Instant::now();
-        let second_lock = RowLock::take(&db, &second_app).await;
-        // ... while the second message arrives and queues behind it (sent below, once this runs).
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // The first batch commits 3 s into its 4 s lock wait; the writer takes the second message into
-        // the next batch, which waits on the second application's row.
-        tokio::time::sleep_until((blocked_at + Duration::from_secs(3)).into()).await;
-        first_lock.release().await;
+        // ... while the second message arrives and queues behind it (sent below, once this runs), and
+        // the test's second session asks for the lock too, after the first batch: it gets the lock when
+        // that batch commits, before the writer's next batch asks for it.
+        let (second_lock, ()) = tokio::join!(IngestLock::take(&db), async {
+            wait_blocked_by_many(&db, first_lock.pid, 2, "the test's second session").await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // The first batch commits 3 s into its 4 s lock wait; the writer takes the second message
+            // into the next batch, which waits for the lock the second session then holds.
+            tokio::time::sleep_until((blocked_at + Duration::from_secs(3)).into()).await;
+            first_lock.release().await;
+        });
         wait_blocked_by(&db, second_lock.pid, "the second message's batch").await;
         // Released past the second message's bound counted from its arrival (4.5 s after about 0.3 s),
         // within its batch's 4 s lock wait (from about 3 s).

@@ -131,8 +131,9 @@ async fn ids_of<D: Dialect>(tx: &mut Tx<D>, table_where: &str, value: &str, lock
 /// none behind: deleting the endpoint row first waits for every transaction that holds it — a re-queue
 /// holds it `FOR KEY SHARE` ([`operations`]) — and its trigger's update of the application row waits for
 /// every ingest batch fanning out to it; the deliveries those added are committed before the second
-/// statement reads, and none can be added after (a re-queue finds the endpoint gone, a batch re-reads
-/// the application's endpoints). On SQLite the foreign key's cascade would delete them too.
+/// statement reads, and none can be added after (a re-queue finds the endpoint gone; a batch defers the
+/// application's messages while the row is held, then re-reads its endpoints). On SQLite the foreign
+/// key's cascade would delete them too.
 async fn delete_endpoints<D: Dialect>(tx: &mut Tx<D>, column: &'static str, value: &str) -> StoreResult<Vec<D::Row>> {
     let deleted = Sql::new(format!("DELETE FROM endpoint WHERE {column} = $1 RETURNING *"))
         .bind(value)
@@ -350,10 +351,11 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         // The attempt log first, before the locks below, so that at least its rows are not deleted while
-        // they are held (a batch of any app's messages that waits for this app's row holds the ingest lock
-        // meanwhile; the deliveries and messages still are: docs/architecture.md); in the same transaction,
-        // so that a delete that fails leaves the application whole. What the result writer adds meanwhile
-        // goes with the second pass, before the commit.
+        // they are held (while the application's row is, its new messages wait: PostgreSQL's ingest batches
+        // defer them, SQLite's one writer waits with every other write; the deliveries and messages are
+        // still deleted under it: docs/architecture.md); in the same transaction, so that a delete that
+        // fails leaves the application whole. What the result writer adds meanwhile goes with the second
+        // pass, before the commit.
         let delete_attempts = Sql::new("DELETE FROM attempt WHERE app_id = $1").bind(id);
         let mut tries = 0;
         let mut tx = loop {
@@ -362,16 +364,17 @@ impl<D: Dialect> Store for SqlStore<D> {
             delete_attempts.execute(tx.on()).await?;
             // Its endpoints locked before its row, in the order every endpoint write takes them (an
             // endpoint's row, then — through the trigger that bumps `endpoints_version` — its
-            // application's): taken the other way round, this would close a wait cycle with a re-queue
-            // holding an endpoint while it waits for a batch that waits for the application. The
-            // application's row then keeps any endpoint or message from being added (theirs wait for this
-            // transaction, then find it gone). An endpoint created between the two locks was not locked
-            // first: start again (rare; after three tries, go on and let the database break a cycle).
+            // application's): taken the other way round, this and such a write could wait for each other.
+            // The application's row then keeps any endpoint or message from being added (an endpoint write
+            // waits for this transaction, PostgreSQL's ingest batches defer the application's messages
+            // until it ends; then they find it gone). An endpoint created between the two locks was not
+            // locked first: start again, without the row (rare; after three tries, go on): waiting for it
+            // with the row held — a re-queue may hold it while it waits for the ingest lock — would keep
+            // the application's messages waiting all that time.
             let endpoints = "endpoint WHERE app_id = $1 ORDER BY id";
             let locked = ids_of(&mut tx, endpoints, id.as_str(), true).await?;
             ids_of(&mut tx, "application WHERE id = $1", id.as_str(), true).await?;
-            // Read, not locked: a new endpoint may be held by a re-queue that waits for a batch that
-            // waits for this transaction.
+            // Read, not locked: a new endpoint may be held by a re-queue (see above).
             let now = ids_of(&mut tx, endpoints, id.as_str(), false).await?;
             if now == locked || tries == 3 {
                 break tx;

@@ -11,6 +11,14 @@
 //! `endpoints_version`) waits for the batch, so the cached endpoint lists are exact and a message is
 //! never fanned out to an endpoint that is being deleted — without a foreign key checked per delivery row
 //! (migration 0028).
+//!
+//! The batch never waits for an application's row, though: it holds the ingest lock, so every node's
+//! ingest would wait with it, and the row may be held for seconds (`delete_app` deletes an application's
+//! deliveries and messages under it). The rows are read `SKIP LOCKED`; the jobs of an application whose
+//! row another transaction holds (an endpoint write, a delete) are deferred
+//! ([`Outcome::Deferred`](crate::group_commit::Outcome)): not written in this batch, tried again by the
+//! writer in a later one, when the row is free — then the application exists, or is gone and the job is
+//! answered not found. The rest of the batch commits without waiting.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +29,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
-use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
+use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
@@ -56,10 +64,11 @@ async fn write(
     cache: &subscribers::Cache,
 ) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let (existing, versions) = existing_apps(conn, &app_ids).await?;
+    let (existing, versions, locked) = existing_apps(conn, &app_ids).await?;
+    let held = group_commit::held_back(batch, |job| locked.contains(job.new.app_id.as_str()));
     let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
     let earlier = earlier_messages(conn, batch).await?;
-    let plan = plan::plan(batch, &existing, earlier);
+    let plan = plan::plan(batch, &existing, &held, earlier);
     let fan_out = plan.fan_out(&subscribers);
     let deliveries = insert_all(conn, &plan.messages, &fan_out, leases).await?;
     drop(fan_out);
@@ -73,16 +82,38 @@ async fn write(
 /// fan-out reads of it (the trigger that bumps the version must update the row), so the lists the cache
 /// gives (or [`read_subscribers`] reads) are exactly what fan-out sees at commit, and an endpoint deleted
 /// meanwhile by any node is deleted before this batch reads or after it commits (see
-/// `portable::delete_endpoints`).
-async fn existing_apps(conn: &mut PgConnection, app_ids: &[&str]) -> StoreResult<(Apps, Vec<(String, i64)>)> {
+/// `portable::delete_endpoints`). And the apps whose rows another transaction holds: skipped (`SKIP
+/// LOCKED`) rather than waited for with the ingest lock held, their jobs deferred (see the module's
+/// docs).
+///
+/// An app asked for and not returned is absent or locked; only then is a second read made (unlocked, of
+/// the missing ids alone) to tell which, so a batch whose apps are all free stays one round trip. Should
+/// the holder commit between the two reads, its app is taken for locked (its jobs are tried again) if it
+/// still exists, and for absent (not found) if the holder deleted it — both right.
+async fn existing_apps(
+    conn: &mut PgConnection,
+    app_ids: &[&str],
+) -> StoreResult<(Apps, Vec<(String, i64)>, HashSet<String>)> {
     let found = sqlx::query_as::<_, subscribers::AppRow>(
         "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id = ANY($1) \
-         ORDER BY id FOR SHARE",
+         ORDER BY id FOR SHARE SKIP LOCKED",
     )
     .bind(app_ids)
     .fetch_all(&mut *conn)
     .await?;
-    Ok(subscribers::existing_apps(found))
+    let mut locked = HashSet::new();
+    if found.len() < app_ids.len() {
+        let returned: HashSet<&str> = found.iter().map(|(id, _, _)| id.as_str()).collect();
+        let missing: Vec<&str> = app_ids.iter().copied().filter(|id| !returned.contains(id)).collect();
+        locked = sqlx::query_scalar::<_, String>("SELECT id FROM application WHERE id = ANY($1)")
+            .bind(&missing)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .collect();
+    }
+    let (apps, versions) = subscribers::existing_apps(found);
+    Ok((apps, versions, locked))
 }
 
 /// The subscribers of the apps `stale`, whose lists the cache does not hold at their current version. No

@@ -5,8 +5,9 @@ use sqlx::PgConnection;
 
 use crate::StoreResult;
 
-/// The advisory lock key that orders ingest transactions ("herald" in ASCII).
-pub(crate) const INGEST_LOCK: i64 = 0x6865_7261_6c64;
+/// The advisory lock key that orders ingest transactions ("herald" in ASCII); public so that tests can
+/// hold the writer at its `BEGIN` (re-exported as `herald_store::postgres::INGEST_LOCK`).
+pub const INGEST_LOCK: i64 = 0x6865_7261_6c64;
 
 /// `BEGIN`, then [`INGEST_LOCK`] taken as [`order_lock`] takes it, sent as one simple query: one round
 /// trip for both (the ingest writer's batches; see `crate::group_commit::BatchWriter::BEGIN`). A simple

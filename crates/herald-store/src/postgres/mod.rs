@@ -33,6 +33,7 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool};
 use tokio::sync::mpsc;
 
+pub use self::channels::INGEST_LOCK;
 use self::channels::{ENDPOINT_CHANNEL, REPAIR_PAYLOAD, WORK_CHANNEL};
 use crate::crypto::SecretCipher;
 use crate::dialect::{Dialect, SqlStore, Tx};

@@ -30,7 +30,7 @@ use sqlx::{PgPool, Row};
 use tokio::sync::{mpsc, oneshot};
 
 use super::outbox_pace::{AWAKE_FOR, Pace};
-use crate::group_commit::{Fence, IngestJob, Outcomes};
+use crate::group_commit::{Fence, IngestJob, Outcome, Outcomes};
 use crate::{Ingested, NewMessage, StoreError, StoreResult};
 use herald_sql::custody::Bound;
 
@@ -448,7 +448,9 @@ async fn settle_round(pool: &PgPool, bound: &Bound, round: Round) -> StoreResult
 }
 
 /// Inside an ingest batch's transaction, after its messages are planned and written: delete the outbox
-/// rows that became (or already were) messages, and mark the ones that cannot, with the reason.
+/// rows that became (or already were) messages, and mark the ones that cannot, with the reason. A row
+/// the batch deferred (its application's row was locked) is left as it is: the writer fails its job
+/// with an error the reader retries, and the reader reads it again, in order.
 pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], outcomes: &Outcomes) -> StoreResult<()> {
     let mut done = Vec::new();
     let (mut failed, mut reasons) = (Vec::new(), Vec::new());
@@ -457,11 +459,12 @@ pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], o
             continue;
         };
         match outcome {
-            Ok(_) => done.push(seq),
-            Err(error) => {
+            Outcome::Settled(Ok(_)) => done.push(seq),
+            Outcome::Settled(Err(error)) => {
                 failed.push(seq);
                 reasons.push(error.to_string());
             }
+            Outcome::Deferred => {}
         }
     }
     if !done.is_empty() {
