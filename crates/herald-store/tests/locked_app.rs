@@ -85,6 +85,18 @@ impl Held {
         waiting
     }
 
+    /// A message to the held application, then one to the other: the other's is acknowledged at once,
+    /// the held one's still waits; the waiting one.
+    async fn the_other_app_goes_first(&self) -> JoinHandle<StoreResult<Ingested>> {
+        let waiting = self.message_to_the_held_app().await;
+        created(
+            promptly(ingesting(&self.store, &self.other), "the other application's message").await,
+            "the other application's message",
+        );
+        still_waiting(&waiting, "the held application's message").await;
+        waiting
+    }
+
     /// The holder runs `statement` (on the held application: `{app}` in it stands for its id), then
     /// commits, letting the row go.
     async fn commit_after(&mut self, statement: &str) {
@@ -122,12 +134,7 @@ async fn a_held_application_row_holds_only_its_own_messages() {
         return;
     };
 
-    let waiting = t.message_to_the_held_app().await;
-    created(
-        promptly(ingesting(&t.store, &t.other), "the other application's message").await,
-        "the other application's message",
-    );
-    still_waiting(&waiting, "the held application's message").await;
+    let waiting = t.the_other_app_goes_first().await;
     t.commit_after("UPDATE application SET name = name WHERE id = '{app}'")
         .await;
     let message = created(promptly(waiting, "the held application's message").await, "it");
@@ -146,12 +153,7 @@ async fn a_message_to_an_application_deleted_while_held_is_not_found() {
         return;
     };
 
-    let waiting = t.message_to_the_held_app().await;
-    created(
-        promptly(ingesting(&t.store, &t.other), "the other application's message").await,
-        "the other application's message",
-    );
-    still_waiting(&waiting, "the held application's message").await;
+    let waiting = t.the_other_app_goes_first().await;
     t.commit_after("DELETE FROM application WHERE id = '{app}'").await;
     let answer = promptly(waiting, "the deleted application's message").await;
     assert!(matches!(answer, Err(StoreError::NotFound)), "{answer:?}");
