@@ -38,9 +38,10 @@ use sqlx::{Connection, Database, Pool};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use herald_core::model::AttemptTrigger;
+use herald_core::model::{AttemptTrigger, Message};
 
-use crate::{Change, Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
+use crate::split::{Carried, Expansion, Split};
+use crate::{Change, CreatedDelivery, Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 use herald_sql::custody::WriteHealth;
 
 /// The most messages committed in one transaction.
@@ -205,10 +206,6 @@ fn take(batch: &mut Vec<IngestJob>) {
 
 /// What became of one job of a batch.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "each job's answer was this size before; boxing it would allocate once per message"
-)]
 pub(crate) enum Outcome {
     /// Its answer: written (or found written before), or refused for itself (its application is gone).
     Settled(StoreResult<Ingested>),
@@ -216,6 +213,15 @@ pub(crate) enum Outcome {
     /// which this batch would have had to wait for (PostgreSQL, see `postgres::bulk`), or it is queued
     /// behind such a job in its [`Fence`] (see [`Holds`]). SQLite never defers.
     Deferred,
+    /// Written, its fan-out split from the batch (PostgreSQL, see [`crate::split`]): answered once the
+    /// batch commits, its delivery rows inserted by the writer's next transactions, a split (a pending
+    /// row) each.
+    Split {
+        /// The message, as its request is answered.
+        message: Message,
+        /// Its pending rows.
+        splits: Vec<Split>,
+    },
 }
 
 /// The outcome of each job of a batch, in order.
@@ -337,12 +343,26 @@ impl Deferred {
 
 /// Gather the next batch into `batch`: the deferred jobs once their pause is over, then whatever is
 /// queued, at most [`MAX_BATCH`] (a received job of a fence with deferred jobs waits behind them, see
-/// [`Deferred`]); with neither, wait for a job or for the deferred jobs' pause. `false` once every sender
-/// is gone and no deferred job is left.
-async fn next_batch(jobs: &mut mpsc::Receiver<IngestJob>, deferred: &mut Deferred, batch: &mut Vec<IngestJob>) -> bool {
+/// [`Deferred`]); with neither, wait for a job or for the deferred jobs' pause — or until `wake` (the
+/// writer has work of its own then, see [`Carried`]), and return with `batch` empty. `false` once every
+/// sender is gone and no deferred job is left.
+async fn next_batch(
+    jobs: &mut mpsc::Receiver<IngestJob>,
+    deferred: &mut Deferred,
+    wake: Option<Instant>,
+    batch: &mut Vec<IngestJob>,
+) -> bool {
     loop {
         deferred.take_due(batch);
         let from = batch.len();
+        let woken = wake.is_some_and(|at| at <= Instant::now());
+        if from == 0 && woken && jobs.is_empty() {
+            return true;
+        }
+        let due = match (deferred.due, wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if from > 0 {
             let room = MAX_BATCH - from;
             if room > 0 && !jobs.is_empty() {
@@ -350,7 +370,7 @@ async fn next_batch(jobs: &mut mpsc::Receiver<IngestJob>, deferred: &mut Deferre
                 jobs.recv_many(batch, room).await;
             }
         } else {
-            match deferred.due {
+            match due {
                 None => {
                     if jobs.recv_many(batch, MAX_BATCH).await == 0 {
                         return false;
@@ -361,8 +381,12 @@ async fn next_batch(jobs: &mut mpsc::Receiver<IngestJob>, deferred: &mut Deferre
                         received = jobs.recv_many(batch, MAX_BATCH) => {
                             if received == 0 {
                                 // Every sender is gone (the node is stopping): the deferred jobs are
-                                // still tried.
-                                tokio::time::sleep_until(due).await;
+                                // still tried; the writer's own work (`wake`) is left for the next
+                                // start (see `crate::split`).
+                                let Some(deferred_due) = deferred.due else {
+                                    return false;
+                                };
+                                tokio::time::sleep_until(deferred_due).await;
                             }
                         }
                         () = tokio::time::sleep_until(due) => {}
@@ -393,12 +417,39 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
     /// in the same round trip (PostgreSQL takes its ingest order lock there).
     const BEGIN: &'static str;
 
+    /// Whether [`write`](Self::write) may split a message's fan-out ([`Outcome::Split`]); such a writer
+    /// must also [`expand`](Self::expand).
+    const SPLITS: bool = false;
+
     /// Write the jobs; the outer error means a statement failed and nothing of this batch may be kept.
     fn write<'c>(
         &'c self,
         conn: &'c mut <Self::Db as Database>::Connection,
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>>;
+
+    /// Insert the delivery rows of `carried` split messages, inside a transaction the writer opened with
+    /// [`BEGIN`](Self::BEGIN) (see [`crate::split`]). Only called on a writer that [splits](Self::SPLITS).
+    fn expand<'c>(
+        &'c self,
+        conn: &'c mut <Self::Db as Database>::Connection,
+        carried: &'c [Split],
+    ) -> BoxFuture<'c, StoreResult<Expansion>> {
+        let _ = (conn, carried);
+        Box::pin(async { Err(StoreError::Batch("this store never splits a fan-out".to_owned())) })
+    }
+
+    /// The pending fan-outs nobody carries (not among `carried`): left by a writer that stopped before
+    /// it expanded them (see [`crate::split`]), read in a plain transaction. Only called on a writer that
+    /// [splits](Self::SPLITS).
+    fn orphans<'c>(
+        &'c self,
+        conn: &'c mut <Self::Db as Database>::Connection,
+        carried: &'c [Split],
+    ) -> BoxFuture<'c, StoreResult<Vec<Split>>> {
+        let _ = (conn, carried);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// Run the writer until every sender is gone, reporting each commit's outcome to `health`; `deadline`
@@ -415,14 +466,18 @@ pub(crate) async fn run<W: BatchWriter>(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut deferred = Deferred::default();
     let mut held = None;
+    let mut carried = Carried::new(W::SPLITS);
     loop {
-        if jobs.is_empty() && deferred.jobs.is_empty() {
+        if W::SPLITS {
+            expand_carried(&pool, &mut held, &writer, &mut carried, &feed, &health, deadline).await;
+        }
+        if jobs.is_empty() && deferred.jobs.is_empty() && carried.is_empty() {
             // Idle for now: the connection goes back to the pool before the wait, so that the pool's
             // checks see it (a ping at the next acquire: a server restarted meanwhile costs no request a
             // 503) and it counts among the pool's connections again.
             held = None;
         }
-        if !next_batch(&mut jobs, &mut deferred, &mut batch).await {
+        if !next_batch(&mut jobs, &mut deferred, carried.wake(), &mut batch).await {
             break;
         }
         take(&mut batch);
@@ -430,7 +485,7 @@ pub(crate) async fn run<W: BatchWriter>(
             continue;
         }
         let started = std::time::Instant::now();
-        let written = write_batch(&pool, &mut held, &writer, &batch, deadline).await;
+        let written = write_batch(&pool, &mut held, &writer, &Batch(&batch), deadline).await;
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
         match written {
             Ok(outcomes) => {
@@ -443,10 +498,12 @@ pub(crate) async fn run<W: BatchWriter>(
                     })
                     .flat_map(pending_of)
                     .collect();
-                if outcomes
-                    .iter()
-                    .any(|o| matches!(o, Outcome::Settled(Ok(Ingested::Created { .. }))))
-                {
+                if outcomes.iter().any(|o| {
+                    matches!(
+                        o,
+                        Outcome::Settled(Ok(Ingested::Created { .. })) | Outcome::Split { .. }
+                    )
+                }) {
                     // Wakes long polls (see `Store::stream_signal`); nobody listening is fine.
                     stream.moved();
                 }
@@ -456,14 +513,26 @@ pub(crate) async fn run<W: BatchWriter>(
                     let _ = feed.send(Change::Committed(committed));
                 }
                 let mut later = Vec::new();
+                let mut splits = Vec::new();
                 for (job, outcome) in batch.drain(..).zip(outcomes) {
                     match outcome {
                         Outcome::Settled(answer) => {
                             let _ = job.reply.send(answer);
                         }
                         Outcome::Deferred => later.push(job),
+                        Outcome::Split {
+                            message,
+                            splits: pending,
+                        } => {
+                            let _ = job.reply.send(Ok(Ingested::Created {
+                                message,
+                                deliveries: Vec::new(),
+                            }));
+                            splits.extend(pending);
+                        }
                     }
                 }
+                carried.add(splits);
                 if !later.is_empty() {
                     tracing::debug!(
                         messages = later.len(),
@@ -491,26 +560,144 @@ pub(crate) async fn run<W: BatchWriter>(
 
 fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
     match ingested {
-        Ingested::Created { message, deliveries } => {
-            let shared = Arc::new(message.clone());
-            deliveries
-                .iter()
-                .map(|d| PendingDelivery {
-                    seq: d.seq,
-                    endpoint_id: d.endpoint_id.clone(),
-                    message: shared.clone(),
-                    attempts: 0,
-                    next_attempt_at: message.due_at(),
-                    window_start: message.due_at(),
-                    trigger: AttemptTrigger::Scheduled,
-                })
-                .collect()
+        Ingested::Created { message, deliveries } if !deliveries.is_empty() => {
+            new_deliveries(&Arc::new(message.clone()), deliveries)
         }
-        Ingested::Duplicate(_) => Vec::new(),
+        Ingested::Created { .. } | Ingested::Duplicate(_) => Vec::new(),
     }
 }
 
-/// Write a batch; the outer error means the transaction itself failed (nothing was committed).
+/// The engine's view of a message's deliveries just created.
+pub(crate) fn new_deliveries(message: &Arc<Message>, created: &[CreatedDelivery]) -> Vec<PendingDelivery> {
+    created
+        .iter()
+        .map(|d| PendingDelivery {
+            seq: d.seq,
+            endpoint_id: d.endpoint_id.clone(),
+            message: message.clone(),
+            attempts: 0,
+            next_attempt_at: message.due_at(),
+            window_start: message.due_at(),
+            trigger: AttemptTrigger::Scheduled,
+        })
+        .collect()
+}
+
+/// Expand the split fan-outs `carried` holds, if they are due (or a sweep is), in a transaction of their
+/// own, and hand their deliveries to the engine — before the writer's next batch, so the feed stays in
+/// commit order (see [`crate::split`]). A failure leaves them carried, tried again after a pause.
+async fn expand_carried<W: BatchWriter>(
+    pool: &Pool<W::Db>,
+    held: &mut Option<PoolConnection<W::Db>>,
+    writer: &W,
+    carried: &mut Carried,
+    feed: &mpsc::UnboundedSender<Change>,
+    health: &WriteHealth,
+    deadline: Option<Duration>,
+) {
+    if let Some(known) = carried.sweep_due() {
+        let found = match write_batch(pool, held, writer, &Sweep(known), deadline).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, "looking for pending fan-outs nobody carries failed; looking again later");
+                Vec::new()
+            }
+        };
+        carried.swept(found);
+    }
+    let Some(splits) = carried.next() else {
+        return;
+    };
+    let taken = splits.len();
+    match write_batch(pool, held, writer, &Expand(splits), deadline).await {
+        Ok(expansion) => {
+            health.succeeded();
+            if !expansion.deliveries.is_empty() {
+                let _ = feed.send(Change::Committed(expansion.deliveries));
+            }
+            carried.expanded(taken, expansion.waiting);
+        }
+        Err(error) => {
+            tracing::warn!(%error, messages = taken, "expanding split fan-outs failed; trying again");
+            if let Some(fault) = error.fault() {
+                health.failed(fault, error.to_string());
+            }
+            carried.failed(taken, error.fault().is_none());
+        }
+    }
+}
+
+/// What the writer does in one transaction of its own: write a batch ([`Batch`]), expand split
+/// fan-outs ([`Expand`]) or look for those nobody carries ([`Sweep`]).
+trait Transaction<W: BatchWriter> {
+    type Output;
+
+    /// Do it on `conn`: open the transaction, and commit it if all went well.
+    fn run<'c>(
+        &'c self,
+        conn: &'c mut <W::Db as Database>::Connection,
+        writer: &'c W,
+    ) -> BoxFuture<'c, StoreResult<Self::Output>>;
+}
+
+/// A batch of jobs to write (see [`write_on`]).
+struct Batch<'a>(&'a [IngestJob]);
+
+impl<W: BatchWriter> Transaction<W> for Batch<'_> {
+    type Output = Outcomes;
+
+    fn run<'c>(
+        &'c self,
+        conn: &'c mut <W::Db as Database>::Connection,
+        writer: &'c W,
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(write_on(conn, writer, self.0))
+    }
+}
+
+/// Split fan-outs to expand (see [`BatchWriter::expand`]), in a transaction begun as a batch's is.
+struct Expand<'a>(&'a [Split]);
+
+impl<W: BatchWriter> Transaction<W> for Expand<'_> {
+    type Output = Expansion;
+
+    fn run<'c>(
+        &'c self,
+        conn: &'c mut <W::Db as Database>::Connection,
+        writer: &'c W,
+    ) -> BoxFuture<'c, StoreResult<Expansion>> {
+        Box::pin(async move {
+            let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;
+            let expansion = writer.expand(&mut tx, self.0).await?;
+            tx.commit().await?;
+            Ok(expansion)
+        })
+    }
+}
+
+/// A look for the pending fan-outs nobody carries, the carried ones aside (see
+/// [`BatchWriter::orphans`]), in a plain transaction: it takes no ingest lock.
+struct Sweep<'a>(&'a [Split]);
+
+impl<W: BatchWriter> Transaction<W> for Sweep<'_> {
+    type Output = Vec<Split>;
+
+    fn run<'c>(
+        &'c self,
+        conn: &'c mut <W::Db as Database>::Connection,
+        writer: &'c W,
+    ) -> BoxFuture<'c, StoreResult<Vec<Split>>> {
+        Box::pin(async move {
+            let mut tx = conn.begin().await?;
+            let found = writer.orphans(&mut tx, self.0).await?;
+            tx.commit().await?;
+            Ok(found)
+        })
+    }
+}
+
+/// Write a batch (or, on the same terms, expand split fan-outs: [`Transaction`]); the outer error means
+/// the transaction itself failed (nothing was committed).
 ///
 /// The fast path writes the whole batch with a few multi-row statements; if one of them fails on an
 /// error of a message (a constraint, a value), the batch is rolled back and written again message by
@@ -527,19 +714,19 @@ fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
 ///
 /// `held` is the connection a writer that [holds one](BatchWriter::HOLDS_CONNECTION) kept from its last
 /// batch; it is used instead of the pool's, and kept again only if this batch succeeded.
-async fn write_batch<W: BatchWriter>(
+async fn write_batch<W: BatchWriter, T: Transaction<W>>(
     pool: &Pool<W::Db>,
     held: &mut Option<PoolConnection<W::Db>>,
     writer: &W,
-    batch: &[IngestJob],
+    work: &T,
     deadline: Option<Duration>,
-) -> StoreResult<Outcomes> {
+) -> StoreResult<T::Output> {
     let until = deadline.map(|limit| (Instant::now() + limit, limit));
     let mut conn = match held.take() {
         Some(conn) => conn,
         None => within(until, async { Ok(pool.acquire().await?) }).await?,
     };
-    let written = within(until, write_on(&mut *conn, writer, batch)).await;
+    let written = within(until, work.run(&mut *conn, writer)).await;
     if written.is_err() {
         conn.close_on_drop();
     } else if W::HOLDS_CONNECTION {
@@ -826,7 +1013,7 @@ mod tests {
         let (queued, _w2) = job(Some((5, &Arc::new(Fence::default()))));
         sender.send(queued).await.expect("queued");
         let mut batch = Vec::new();
-        assert!(next_batch(&mut jobs, &mut deferred, &mut batch).await);
+        assert!(next_batch(&mut jobs, &mut deferred, None, &mut batch).await);
         assert_eq!(
             outboxes(&batch),
             vec![Some(5)],
@@ -834,12 +1021,12 @@ mod tests {
         );
         batch.clear();
         let started = Instant::now();
-        assert!(next_batch(&mut jobs, &mut deferred, &mut batch).await);
+        assert!(next_batch(&mut jobs, &mut deferred, None, &mut batch).await);
         assert_eq!(outboxes(&batch), vec![None], "the deferred job, after the pause");
         assert!(started.elapsed() < Duration::from_secs(1));
         batch.clear();
         drop(sender);
-        assert!(!next_batch(&mut jobs, &mut deferred, &mut batch).await, "done");
+        assert!(!next_batch(&mut jobs, &mut deferred, None, &mut batch).await, "done");
     }
 
     /// A writer whose whole batches fail on a message's error (so the writer goes message by message),

@@ -26,6 +26,7 @@ mod portable;
 pub mod postgres;
 mod rows;
 mod sealing;
+mod split;
 mod sql;
 pub mod sqlite;
 mod statement;

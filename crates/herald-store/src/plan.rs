@@ -186,10 +186,22 @@ impl Plan<'_> {
             .collect()
     }
 
-    /// Every job's outcome, given the created deliveries grouped by job index.
-    pub(crate) fn finish(self, mut deliveries: HashMap<usize, Vec<CreatedDelivery>>) -> Outcomes {
+    /// Every job's outcome, given the created deliveries grouped by job index, and the endpoints of the
+    /// messages whose fan-out was split (see [`crate::split`]), by job index.
+    pub(crate) fn finish(
+        self,
+        mut deliveries: HashMap<usize, Vec<CreatedDelivery>>,
+        mut split: HashMap<usize, Vec<EndpointId>>,
+    ) -> Outcomes {
         let mut outcomes = self.outcomes;
         for row in self.messages {
+            if let Some(endpoints) = split.remove(&row.job) {
+                outcomes[row.job] = Outcome::Split {
+                    splits: crate::split::split(row.message.clone(), &endpoints),
+                    message: row.message,
+                };
+                continue;
+            }
             let mut created = deliveries.remove(&row.job).unwrap_or_default();
             created.sort_by_key(|d| d.seq);
             outcomes[row.job] = Outcome::Settled(Ok(Ingested::Created {

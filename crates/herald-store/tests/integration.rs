@@ -6,4 +6,5 @@ mod locked_app;
 mod outbox;
 mod polling;
 mod postgres_collation;
+mod split_fan_out;
 mod store;

@@ -16,6 +16,39 @@ async fn send(herald: &Herald, app: &str, body: Value) -> (u16, Value) {
     herald.call("POST", &format!("/app/{app}/msg"), Some(body)).await
 }
 
+/// A message to more endpoints than its own transaction writes deliveries for (PostgreSQL acknowledges
+/// it with the endpoint list stored and inserts the deliveries right after: crates/herald-store/src/
+/// split.rs) reaches every endpoint, once each.
+#[tokio::test]
+async fn a_wide_fan_out_reaches_every_endpoint_once_on_postgres() {
+    const ENDPOINTS: usize = 200;
+    let Some(herald) = Herald::start_pg("a_wide_fan_out_reaches_every_endpoint_once_on_postgres", &[]).await else {
+        return;
+    };
+    let receiver = Receiver::start(Reply::status(204)).await;
+    let app = herald.app("wide").await;
+    for n in 0..ENDPOINTS {
+        herald
+            .endpoint(&app, json!({ "url": format!("{}/{n}", receiver.url()) }))
+            .await;
+    }
+    let (status, created) = send(
+        &herald,
+        &app,
+        json!({ "eventType": "invoice.paid", "payload": { "n": 1 } }),
+    )
+    .await;
+    assert_eq!(status, 202, "{created}");
+    let msg = created["id"].as_str().expect("id");
+    let got = receiver.wait_for(ENDPOINTS, WAIT).await;
+    assert!(got.iter().all(|r| r.header("webhook-id") == msg));
+    // Each endpoint signs with its own key: as many signatures as endpoints means each one came.
+    let signatures: BTreeSet<&str> = got.iter().map(|r| r.header("webhook-signature")).collect();
+    assert_eq!(signatures.len(), ENDPOINTS, "every endpoint");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.received().len(), ENDPOINTS, "none twice");
+}
+
 #[tokio::test]
 async fn delivers_signed_retries_and_deduplicates_on_postgres() {
     let Some(herald) = Herald::start_pg("delivers_signed_retries_and_deduplicates_on_postgres", &[]).await else {

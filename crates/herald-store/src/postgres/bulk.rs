@@ -21,16 +21,20 @@
 //! answered not found. The rest of the batch commits without waiting.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use futures::future::BoxFuture;
 use herald_core::clock::Millis;
-use sqlx::{PgConnection, PgPool, Postgres, Row};
+use herald_core::id::EndpointId;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
 use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
+use crate::split::{self, Expansion, Split};
 use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreResult, partition_of, rows};
 use herald_sql::text::escape;
@@ -52,8 +56,22 @@ impl BatchWriter for PgBatches {
 
     const BEGIN: &'static str = super::channels::BEGIN_IN_ORDER;
 
+    const SPLITS: bool = true;
+
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
         Box::pin(write(conn, batch, &self.leases, &self.subscribers))
+    }
+
+    fn expand<'c>(&'c self, conn: &'c mut PgConnection, carried: &'c [Split]) -> BoxFuture<'c, StoreResult<Expansion>> {
+        Box::pin(expand(conn, carried, &self.leases, &self.subscribers))
+    }
+
+    fn orphans<'c>(
+        &'c self,
+        conn: &'c mut PgConnection,
+        carried: &'c [Split],
+    ) -> BoxFuture<'c, StoreResult<Vec<Split>>> {
+        Box::pin(orphans(conn, carried))
     }
 }
 
@@ -69,10 +87,10 @@ async fn write(
     let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, &held, earlier);
-    let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_all(conn, &plan.messages, &fan_out, leases).await?;
+    let (fan_out, split) = split::split_wide(&plan.messages, plan.fan_out(&subscribers));
+    let deliveries = insert_all(conn, &plan.messages, &fan_out, &split, leases).await?;
     drop(fan_out);
-    let outcomes = plan.finish(deliveries);
+    let outcomes = plan.finish(deliveries, split);
     super::outbox::settle(conn, batch, &outcomes).await?;
     Ok(outcomes)
 }
@@ -165,29 +183,36 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
     Ok(earlier)
 }
 
-/// Insert the batch's messages, their tags and their deliveries in one statement (one round trip
+/// Insert the batch's messages, their tags, the endpoint lists of the messages whose fan-out is `split`
+/// (by job index, see [`crate::split`]) and the other deliveries in one statement (one round trip
 /// whatever the batch holds), and, when some of the deliveries are for partitions this node does not
-/// own, notify the other nodes (at commit: the owners of these endpoints load them); the deliveries'
-/// seqs, grouped by the index of the job they belong to.
+/// own, notify the other nodes (see [`DELIVERIES`]); the deliveries' seqs, grouped by the index of the job
+/// they belong to.
 ///
-/// Each insert is a data-modifying `WITH` query, all run once by the one statement; the tags' foreign key
-/// to their messages is checked at its end, when the messages are in (deliveries have none, see
-/// migration 0028). So are the `message_stream` trigger's numbers taken, once per statement, in message
-/// id order.
-///
-/// Deliveries this node owns reach its engine through the commit feed, so a notification would tell
-/// nobody anything; and a transaction that notifies holds PostgreSQL's cluster-wide notification lock from
-/// before its commit until its WAL is flushed, so every notifying commit of the cluster — each producer's
-/// `herald_publish` among them — waits for the one before it to reach the disk, instead of sharing a
-/// flush with it (docs/performance.md, "Commit to delivery on the same PostgreSQL"). Should this node lose
-/// a partition between this check and the commit, its new owner finds the delivery at its watcher's next
-/// poll (a heartbeat at most) rather than at once.
+/// Each insert is a data-modifying `WITH` query, all run once by the one statement; the foreign keys of
+/// the tags and of the pending fan-outs to their messages are checked at its end, when the messages are
+/// in (deliveries have none, see migration 0028). So are the `message_stream` trigger's numbers taken,
+/// once per statement, in message id order.
 async fn insert_all(
     conn: &mut PgConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
+    split: &HashMap<usize, Vec<EndpointId>>,
     leases: &Leases,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH new_message AS (INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, \
+             channels, payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) SELECT * FROM \
+             UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], \
+             $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[])), \
+             new_tag AS (INSERT INTO message_tag (app_id, tag, message_id) \
+             SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[])), \
+             new_split AS (INSERT INTO fan_out_pending (message_id, chunk, endpoint_ids) \
+             SELECT * FROM UNNEST($16::text[], $17::int[], $18::text[])), {}",
+            deliveries_sql(19, "")
+        )
+    });
     let mut by_job = HashMap::new();
     if messages.is_empty() {
         return Ok(by_job);
@@ -199,59 +224,202 @@ async fn insert_all(
     let deliver_at: Vec<Option<Millis>> = messages.iter().map(|r| r.message.deliver_at).collect();
     let tagged = plan::tag_rows(messages);
     let tag = |f: fn(&(&str, &str, &str)) -> String| tagged.iter().map(f).collect::<Vec<_>>();
-    let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
-    let notify_others = !fan_out.is_empty() && !leases.owns_all(&partitions);
-    // WITH ORDINALITY + ORDER BY: seqs are drawn in fan-out order (message by message, as committed).
-    // The notification rides in the same statement; `notified` is one row whether or not it is sent.
-    let found = sqlx::query(
-        "WITH new_message AS (INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, \
-         payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) SELECT * FROM UNNEST($1::text[], \
-         $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[], \
-         $10::bigint[], $11::text[], $12::bigint[])), \
-         new_tag AS (INSERT INTO message_tag (app_id, tag, message_id) \
-         SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[])), \
-         inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
-         next_attempt_at, updated_at, window_start) \
-         SELECT message_id, endpoint_id, partition, 0, 0, due, at, window_start \
-         FROM UNNEST($16::text[], $17::text[], $18::int[], $19::bigint[], $20::bigint[], $21::bigint[]) \
-         WITH ORDINALITY AS v (message_id, endpoint_id, partition, at, due, window_start, n) ORDER BY n \
-         RETURNING seq, message_id, endpoint_id), \
-         notified AS (SELECT CASE WHEN $22 THEN pg_notify($23, $24) END) \
-         SELECT inserted.* FROM inserted, notified",
-    )
-    .bind(m(|r| Some(r.message.id.to_string())))
-    .bind(m(|r| Some(r.message.app_id.to_string())))
-    .bind(m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned())))
-    .bind(m(|r| r.idempotency_key.map(str::to_owned)))
-    .bind(m(|r| Some(r.message.event_type.clone())))
-    .bind(m(|r| rows::encode_list(&r.message.channels)))
-    .bind(payloads)
-    .bind(m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned())))
-    .bind(created)
-    .bind(expires)
-    .bind(m(|r| rows::encode_list(&r.message.tags)))
-    .bind(deliver_at)
-    .bind(tag(|t| t.0.to_owned()))
-    .bind(tag(|t| t.1.to_owned()))
-    .bind(tag(|t| t.2.to_owned()))
-    .bind(fan_out.iter().map(|f| f.message.id.as_str()).collect::<Vec<_>>())
-    .bind(fan_out.iter().map(|f| f.endpoint_id.as_str()).collect::<Vec<_>>())
-    .bind(partitions)
-    .bind(fan_out.iter().map(|f| f.message.created_at).collect::<Vec<Millis>>())
-    .bind(fan_out.iter().map(|f| f.message.due_at()).collect::<Vec<Millis>>())
-    .bind(
-        fan_out
-            .iter()
-            .map(|f| plan::window_start(f.message))
-            .collect::<Vec<Option<Millis>>>(),
-    )
-    .bind(notify_others)
-    .bind(WORK_CHANNEL)
-    .bind(leases.node_id())
-    .fetch_all(&mut *conn)
-    .await?;
+    let (mut split_ids, mut split_chunks, mut split_lists) = (Vec::new(), Vec::new(), Vec::new());
+    for row in messages {
+        for (chunk, endpoints) in split.get(&row.job).map(|e| split::chunks(e)).into_iter().flatten() {
+            let list = endpoints.iter().map(|id| id.as_str().to_owned()).collect();
+            split_ids.push(row.message.id.as_str());
+            split_chunks.push(chunk);
+            split_lists.push(rows::encode_list(&Some(list)));
+        }
+    }
+    let query = sqlx::query(AssertSqlSafe(SQL.as_str()))
+        .bind(m(|r| Some(r.message.id.to_string())))
+        .bind(m(|r| Some(r.message.app_id.to_string())))
+        .bind(m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned())))
+        .bind(m(|r| r.idempotency_key.map(str::to_owned)))
+        .bind(m(|r| Some(r.message.event_type.clone())))
+        .bind(m(|r| rows::encode_list(&r.message.channels)))
+        .bind(payloads)
+        .bind(m(|r| r.message.ordering_key.as_deref().map(|k| escape(k).into_owned())))
+        .bind(created)
+        .bind(expires)
+        .bind(m(|r| rows::encode_list(&r.message.tags)))
+        .bind(deliver_at)
+        .bind(tag(|t| t.0.to_owned()))
+        .bind(tag(|t| t.1.to_owned()))
+        .bind(tag(|t| t.2.to_owned()))
+        .bind(split_ids)
+        .bind(split_chunks)
+        .bind(split_lists);
+    let found = bind_deliveries(query, fan_out, leases).fetch_all(&mut *conn).await?;
     plan::group_deliveries(fan_out, &found, &mut by_job)?;
     Ok(by_job)
+}
+
+/// The end of a statement that inserts deliveries (after its other `WITH` queries): `inserted`, the
+/// deliveries bound by [`bind_deliveries`] from parameter `$first` on (`WHERE`ed by `filter`, which may
+/// refer to them as `v`), in fan-out order, returning `seq, message_id, endpoint_id`; and `notified`.
+///
+/// `WITH ORDINALITY` + `ORDER BY`: seqs are drawn in fan-out order (message by message, as committed).
+/// The notification rides in the same statement; `notified` is one row whether or not it is sent.
+/// Deliveries this node owns reach its engine through the commit feed, so a notification would tell
+/// nobody anything; and a transaction that notifies holds PostgreSQL's cluster-wide notification lock from
+/// before its commit until its WAL is flushed, so every notifying commit of the cluster — each producer's
+/// `herald_publish` among them — waits for the one before it to reach the disk, instead of sharing a
+/// flush with it (docs/performance.md, "Commit to delivery on the same PostgreSQL"). Should this node lose
+/// a partition between this check and the commit, its new owner finds the delivery at its watcher's next
+/// poll (a heartbeat at most) rather than at once.
+fn deliveries_sql(first: usize, filter: &str) -> String {
+    let p = |n: usize| format!("${}", first + n);
+    format!(
+        "inserted AS (INSERT INTO delivery (message_id, endpoint_id, partition, status, attempts, \
+         next_attempt_at, updated_at, window_start) \
+         SELECT message_id, endpoint_id, partition, 0, 0, due, at, window_start \
+         FROM UNNEST({}::text[], {}::text[], {}::int[], {}::bigint[], {}::bigint[], {}::bigint[]) \
+         WITH ORDINALITY AS v (message_id, endpoint_id, partition, at, due, window_start, n) {filter} ORDER BY n \
+         RETURNING seq, message_id, endpoint_id), \
+         notified AS (SELECT CASE WHEN {} THEN pg_notify({}, {}) END) \
+         SELECT inserted.* FROM inserted, notified",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8)
+    )
+}
+
+/// Bind the nine parameters of [`deliveries_sql`]: the deliveries of `fan_out`, and the notification of
+/// the other nodes when some of them are for partitions this node does not own.
+fn bind_deliveries<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    fan_out: &[FanOut<'_>],
+    leases: &Leases,
+) -> Query<'q, Postgres, PgArguments> {
+    let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
+    let notify_others = !fan_out.is_empty() && !leases.owns_all(&partitions);
+    query
+        .bind(fan_out.iter().map(|f| f.message.id.to_string()).collect::<Vec<_>>())
+        .bind(fan_out.iter().map(|f| f.endpoint_id.to_string()).collect::<Vec<_>>())
+        .bind(partitions)
+        .bind(fan_out.iter().map(|f| f.message.created_at).collect::<Vec<Millis>>())
+        .bind(fan_out.iter().map(|f| f.message.due_at()).collect::<Vec<Millis>>())
+        .bind(
+            fan_out
+                .iter()
+                .map(|f| plan::window_start(f.message))
+                .collect::<Vec<Option<Millis>>>(),
+        )
+        .bind(notify_others)
+        .bind(WORK_CHANNEL)
+        .bind(leases.node_id().to_owned())
+}
+
+/// Insert the delivery rows of the `carried` split fan-outs (see [`crate::split`]), inside the writer's
+/// transaction, which holds the ingest lock. The applications are read `FOR SHARE SKIP LOCKED` as a batch reads them: the splits of a held
+/// one wait (returned in [`Expansion::waiting`]); those of a deleted one are gone with it. Each message's
+/// rows go in only if this statement deleted its pending row — another writer may have expanded it
+/// first (a sweep) — and only for its endpoints that still exist.
+async fn expand(
+    conn: &mut PgConnection,
+    splits: &[Split],
+    leases: &Leases,
+    cache: &subscribers::Cache,
+) -> StoreResult<Expansion> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH claimed AS (DELETE FROM fan_out_pending p USING UNNEST($1::text[], $2::int[]) AS c (id, chunk) \
+             WHERE p.message_id = c.id AND p.chunk = c.chunk RETURNING p.message_id), {}",
+            deliveries_sql(3, "WHERE v.message_id IN (SELECT message_id FROM claimed)")
+        )
+    });
+    let app_ids: Vec<&str> = splits
+        .iter()
+        .map(|s| s.message.app_id.as_str())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let (_, versions, locked) = existing_apps(conn, &app_ids).await?;
+    let (ready, waiting): (Vec<&Split>, Vec<&Split>) =
+        splits.iter().partition(|s| !locked.contains(s.message.app_id.as_str()));
+    let endpoints = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
+    // The splits of an application that is gone are in neither: its messages went with it.
+    let rows = split::expansion_rows(&ready, &endpoints);
+    // One split of a message at most (see `Carried::next`), so its id names the rows it claims.
+    let claimed: Vec<&str> = ready.iter().map(|s| s.message.id.as_str()).collect();
+    let chunks: Vec<i32> = ready.iter().map(|s| s.chunk).collect();
+    let query = sqlx::query(AssertSqlSafe(SQL.as_str())).bind(claimed).bind(chunks);
+    let found = bind_deliveries(query, &rows, leases).fetch_all(&mut *conn).await?;
+    let mut by_split = HashMap::new();
+    plan::group_deliveries(&rows, &found, &mut by_split)?;
+    let mut deliveries = Vec::with_capacity(found.len());
+    for (index, split) in ready.iter().enumerate() {
+        if let Some(mut created) = by_split.remove(&index) {
+            created.sort_by_key(|d| d.seq);
+            deliveries.extend(group_commit::new_deliveries(&split.message, &created));
+        }
+    }
+    Ok(Expansion {
+        deliveries,
+        waiting: waiting.into_iter().cloned().collect(),
+    })
+}
+
+/// The pending fan-outs older than [`split::ORPHAN_AGE_MS`] that are not among `carried`: left by a
+/// writer that stopped before it expanded them (or still waiting for their application's row). A row
+/// that does not decode is logged and skipped, never allowed to hold up the others. The read waits
+/// 100 ms at most for a lock (a table locked by a migration, a maintenance statement): it is tried again
+/// at the next sweep rather than hold the writer.
+async fn orphans(conn: &mut PgConnection, carried: &[Split]) -> StoreResult<Vec<Split>> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {}, p.chunk, p.endpoint_ids FROM fan_out_pending p JOIN message m ON m.id = p.message_id \
+             WHERE m.created_at < $1 AND (p.message_id, p.chunk) NOT IN (SELECT * FROM UNNEST($2::text[], $3::int[])) \
+             ORDER BY p.message_id, p.chunk LIMIT $4",
+            rows::MESSAGE_COLUMNS
+        )
+    });
+    let known: Vec<&str> = carried.iter().map(|s| s.message.id.as_str()).collect();
+    let known_chunks: Vec<i32> = carried.iter().map(|s| s.chunk).collect();
+    sqlx::query("SET LOCAL lock_timeout = '100ms'")
+        .execute(&mut *conn)
+        .await?;
+    let found = sqlx::query(AssertSqlSafe(SQL.as_str()))
+        .bind(herald_core::clock::now().add_ms(-split::ORPHAN_AGE_MS))
+        .bind(known)
+        .bind(known_chunks)
+        .bind(split::SWEEP_LIMIT)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut splits = Vec::with_capacity(found.len());
+    for row in &found {
+        match orphan(row) {
+            Ok(split) => splits.push(split),
+            Err(error) => tracing::error!(%error, "skipping a pending fan-out that does not decode"),
+        }
+    }
+    if !splits.is_empty() {
+        tracing::info!(messages = splits.len(), "taking up pending fan-outs nobody carries");
+    }
+    Ok(splits)
+}
+
+fn orphan(row: &PgRow) -> StoreResult<Split> {
+    let message = rows::message(row)?;
+    let list = rows::decode_list(row.try_get("endpoint_ids")?)?.unwrap_or_default();
+    let endpoints = list
+        .into_iter()
+        .map(|id| rows::id_of("endpoint_ids", id))
+        .collect::<StoreResult<_>>()?;
+    Ok(Split {
+        message: Arc::new(message),
+        chunk: row.try_get("chunk")?,
+        endpoints,
+    })
 }
 
 /// Append attempts and move their deliveries on, in one transaction, fenced: only records of partitions

@@ -459,7 +459,7 @@ pub(crate) async fn settle(conn: &mut sqlx::PgConnection, batch: &[IngestJob], o
             continue;
         };
         match outcome {
-            Outcome::Settled(Ok(_)) => done.push(seq),
+            Outcome::Settled(Ok(_)) | Outcome::Split { .. } => done.push(seq),
             Outcome::Settled(Err(error)) => {
                 failed.push(seq);
                 reasons.push(error.to_string());

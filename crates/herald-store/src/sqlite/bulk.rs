@@ -56,7 +56,7 @@ async fn write(conn: &mut SqliteConnection, batch: &[IngestJob], cache: &subscri
     let fan_out = plan.fan_out(&subscribers);
     let deliveries = insert_deliveries(conn, &fan_out).await?;
     drop(fan_out);
-    Ok(plan.finish(deliveries))
+    Ok(plan.finish(deliveries, HashMap::new()))
 }
 
 /// The apps that exist, with their default payload retention, and each one's `endpoints_version`.
