@@ -532,7 +532,10 @@ pub(crate) async fn run<W: BatchWriter>(
                         }
                     }
                 }
-                carried.add(splits);
+                if !splits.is_empty() {
+                    carried.add(splits);
+                    crate::metrics::fan_out_pending(carried.len());
+                }
                 if !later.is_empty() {
                     tracing::debug!(
                         messages = later.len(),
@@ -604,6 +607,7 @@ async fn expand_carried<W: BatchWriter>(
             }
         };
         carried.swept(found);
+        crate::metrics::fan_out_pending(carried.len());
     }
     let Some(splits) = carried.next() else {
         return;
@@ -615,16 +619,23 @@ async fn expand_carried<W: BatchWriter>(
             if !expansion.deliveries.is_empty() {
                 let _ = feed.send(Change::Committed(expansion.deliveries));
             }
+            let expanded = taken.saturating_sub(expansion.waiting.len());
             carried.expanded(taken, expansion.waiting);
+            crate::metrics::fan_out_expansions("expanded", expanded);
         }
         Err(error) => {
             tracing::warn!(%error, messages = taken, "expanding split fan-outs failed; trying again");
             if let Some(fault) = error.fault() {
                 health.failed(fault, error.to_string());
             }
-            carried.failed(taken, error.fault().is_none());
+            if carried.failed(taken, error.fault().is_none()) {
+                crate::metrics::fan_out_expansions("given_up", 1);
+            } else {
+                crate::metrics::fan_out_expansions("failed", taken);
+            }
         }
     }
+    crate::metrics::fan_out_pending(carried.len());
 }
 
 /// What the writer does in one transaction of its own: write a batch ([`Batch`]), expand split

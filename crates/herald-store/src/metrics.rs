@@ -11,6 +11,12 @@ pub const INGEST_BATCH: &str = "herald_store_ingest_batch_size";
 pub const INGEST_COMMIT: &str = "herald_store_ingest_commit_duration_seconds";
 /// Ingest batches whose transaction failed, label `result`.
 pub const INGEST_BATCHES: &str = "herald_store_ingest_batches_total";
+/// Chunks of wide fan-outs (PostgreSQL, split from their message's batch) this node's writer holds, their
+/// delivery rows not written yet.
+pub const FAN_OUT_PENDING: &str = "herald_store_fan_out_pending";
+/// Chunks of split fan-outs, label `result`: `expanded` (their delivery rows written), `failed` (tried
+/// again), `given_up` (refused by the database; left for the next sweep).
+pub const FAN_OUT_EXPANSIONS: &str = "herald_store_fan_out_expansions_total";
 /// Partitions whose lease this node holds (PostgreSQL), labels `state` (`active`, `draining`).
 pub const PARTITIONS: &str = "herald_partitions_owned";
 /// Lease rounds (renewal, heartbeat, rebalancing), label `result` (`ok`, `error`, `timeout`).
@@ -44,6 +50,16 @@ pub(crate) fn ingest_batch(messages: usize, took: Duration, committed: bool) {
     metrics::histogram!(INGEST_COMMIT).record(took.as_secs_f64());
     let result = if committed { "committed" } else { "failed" };
     metrics::counter!(INGEST_BATCHES, "result" => result).increment(1);
+}
+
+/// `chunks` chunks of split fan-outs ended as `result` (see [`FAN_OUT_EXPANSIONS`]).
+pub(crate) fn fan_out_expansions(result: &'static str, chunks: usize) {
+    metrics::counter!(FAN_OUT_EXPANSIONS, "result" => result).increment(chunks as u64);
+}
+
+/// The writer holds `chunks` chunks of split fan-outs.
+pub(crate) fn fan_out_pending(chunks: usize) {
+    metrics::gauge!(FAN_OUT_PENDING).set(chunks as f64);
 }
 
 /// A lease round ended (`result`: `ok`, `error` or `timeout`), holding `active` and `draining` partitions.

@@ -194,6 +194,11 @@ impl Carried {
         self.splits.is_empty()
     }
 
+    /// How many splits wait for their deliveries.
+    pub(crate) fn len(&self) -> usize {
+        self.splits.len()
+    }
+
     /// When the writer must run an expansion even with no job queued.
     pub(crate) fn wake(&self) -> Option<Instant> {
         match (self.due, self.sweep_at) {
@@ -262,8 +267,8 @@ impl Carried {
     /// The expansion that took `taken` splits failed: `refused` when the database refused it for what
     /// it holds rather than for a fault. A split refused alone is given up (logged; its pending row
     /// stays, and the next sweeps try it again); otherwise the same splits are tried again after a pause
-    /// that grows with each failure in a row.
-    pub(crate) fn failed(&mut self, taken: usize, refused: bool) {
+    /// that grows with each failure in a row. `true` when a split was given up.
+    pub(crate) fn failed(&mut self, taken: usize, refused: bool) -> bool {
         if refused && taken == 1 {
             let given_up = self.splits.remove(0);
             tracing::error!(
@@ -273,7 +278,7 @@ impl Carried {
             self.failures = 0;
             self.one_at_a_time = false;
             self.due = (!self.splits.is_empty()).then(Instant::now);
-            return;
+            return true;
         }
         if refused {
             self.one_at_a_time = true;
@@ -283,6 +288,7 @@ impl Carried {
             .saturating_mul(1 << self.failures.saturating_sub(1).min(6))
             .min(MAX_RETRY_PAUSE);
         self.due = Some(Instant::now() + pause);
+        false
     }
 }
 
@@ -351,14 +357,14 @@ mod tests {
         carried.add(splits.clone());
         assert_eq!(carried.next().expect("due at once").len(), 3);
         // Refused as a whole: the next try takes the first split alone ...
-        carried.failed(3, true);
+        assert!(!carried.failed(3, true), "none given up yet");
         carried.due = Some(Instant::now());
         assert_eq!(carried.next().expect("due").len(), 1);
         // ... which goes through: the next one alone, and so on.
         carried.expanded(1, Vec::new());
         assert_eq!(carried.next().expect("due").len(), 1);
         // The second one is refused alone: given up, the third is due.
-        carried.failed(1, true);
+        assert!(carried.failed(1, true), "given up");
         let taken = carried.next().expect("due");
         assert_eq!(taken[0].message.id, splits[2].message.id);
         carried.expanded(1, Vec::new());

@@ -47,6 +47,19 @@ async fn a_wide_fan_out_reaches_every_endpoint_once_on_postgres() {
     assert_eq!(signatures.len(), ENDPOINTS, "every endpoint");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.received().len(), ENDPOINTS, "none twice");
+    // The node says so: every chunk written, none waiting (what HeraldFanOutStuck watches).
+    let (status, metrics) = crate::metrics::scrape(herald.addr, Some(common::TOKEN)).await;
+    assert_eq!(status, 200);
+    let expanded = crate::metrics::sample(
+        &metrics,
+        "herald_store_fan_out_expansions_total",
+        &[("result", "expanded")],
+    );
+    assert!(expanded.is_some_and(|n| n >= 1.0), "its chunk: {expanded:?}");
+    assert_eq!(
+        crate::metrics::sample(&metrics, "herald_store_fan_out_pending", &[]),
+        Some(0.0)
+    );
 }
 
 #[tokio::test]
