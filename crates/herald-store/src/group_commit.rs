@@ -558,6 +558,7 @@ pub(crate) async fn run<W: BatchWriter>(
                 }
             }
         }
+        crate::metrics::ingest_deferred(deferred.jobs.len());
     }
 }
 

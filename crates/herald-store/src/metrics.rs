@@ -11,6 +11,9 @@ pub const INGEST_BATCH: &str = "herald_store_ingest_batch_size";
 pub const INGEST_COMMIT: &str = "herald_store_ingest_commit_duration_seconds";
 /// Ingest batches whose transaction failed, label `result`.
 pub const INGEST_BATCHES: &str = "herald_store_ingest_batches_total";
+/// Messages waiting for a later batch because another transaction holds their application's row
+/// (PostgreSQL: an endpoint write, an application's delete), with those queued behind them in order.
+pub const INGEST_DEFERRED: &str = "herald_store_ingest_deferred";
 /// Chunks of wide fan-outs (PostgreSQL, split from their message's batch) this node's writer holds, their
 /// delivery rows not written yet.
 pub const FAN_OUT_PENDING: &str = "herald_store_fan_out_pending";
@@ -50,6 +53,11 @@ pub(crate) fn ingest_batch(messages: usize, took: Duration, committed: bool) {
     metrics::histogram!(INGEST_COMMIT).record(took.as_secs_f64());
     let result = if committed { "committed" } else { "failed" };
     metrics::counter!(INGEST_BATCHES, "result" => result).increment(1);
+}
+
+/// `jobs` messages wait for a later batch (see [`INGEST_DEFERRED`]).
+pub(crate) fn ingest_deferred(jobs: usize) {
+    metrics::gauge!(INGEST_DEFERRED).set(jobs as f64);
 }
 
 /// `chunks` chunks of split fan-outs ended as `result` (see [`FAN_OUT_EXPANSIONS`]).
