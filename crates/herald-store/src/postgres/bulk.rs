@@ -186,7 +186,7 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
 /// Insert the batch's messages, their tags, the endpoint lists of the messages whose fan-out is `split`
 /// (by job index, see [`crate::split`]) and the other deliveries in one statement (one round trip
 /// whatever the batch holds), and, when some of the deliveries are for partitions this node does not
-/// own, notify the other nodes (see [`DELIVERIES`]); the deliveries' seqs, grouped by the index of the job
+/// own, notify the other nodes (see [`deliveries_sql`]); the deliveries' seqs, grouped by the index of the job
 /// they belong to.
 ///
 /// Each insert is a data-modifying `WITH` query, all run once by the one statement; the foreign keys of
@@ -297,14 +297,14 @@ fn deliveries_sql(first: usize, filter: &str) -> String {
 /// the other nodes when some of them are for partitions this node does not own.
 fn bind_deliveries<'q>(
     query: Query<'q, Postgres, PgArguments>,
-    fan_out: &[FanOut<'_>],
-    leases: &Leases,
+    fan_out: &'q [FanOut<'_>],
+    leases: &'q Leases,
 ) -> Query<'q, Postgres, PgArguments> {
     let partitions: Vec<i32> = fan_out.iter().map(|f| partition_of(f.endpoint_id)).collect();
     let notify_others = !fan_out.is_empty() && !leases.owns_all(&partitions);
     query
-        .bind(fan_out.iter().map(|f| f.message.id.to_string()).collect::<Vec<_>>())
-        .bind(fan_out.iter().map(|f| f.endpoint_id.to_string()).collect::<Vec<_>>())
+        .bind(fan_out.iter().map(|f| f.message.id.as_str()).collect::<Vec<_>>())
+        .bind(fan_out.iter().map(|f| f.endpoint_id.as_str()).collect::<Vec<_>>())
         .bind(partitions)
         .bind(fan_out.iter().map(|f| f.message.created_at).collect::<Vec<Millis>>())
         .bind(fan_out.iter().map(|f| f.message.due_at()).collect::<Vec<Millis>>())
@@ -316,7 +316,7 @@ fn bind_deliveries<'q>(
         )
         .bind(notify_others)
         .bind(WORK_CHANNEL)
-        .bind(leases.node_id().to_owned())
+        .bind(leases.node_id())
 }
 
 /// Insert the delivery rows of the `carried` split fan-outs (see [`crate::split`]), inside the writer's
