@@ -76,6 +76,33 @@ fn texts(ids: &[EndpointId]) -> BTreeSet<String> {
     ids.iter().map(ToString::to_string).collect()
 }
 
+/// What a node that stopped between the two steps leaves: a message to `ids` of `app_id`, a minute old,
+/// and its endpoint list in two pending rows (as a batch writes a long list); the message's id.
+async fn left_pending(conn: &mut PgConnection, app_id: &AppId, ids: &[EndpointId]) -> MessageId {
+    let id = MessageId::new();
+    let created = herald_core::clock::now().add_ms(-60_000).as_unix_ms();
+    sqlx::query("INSERT INTO message (id, app_id, event_type, payload, created_at) VALUES ($1, $2, 'a.b', $3, $4)")
+        .bind(id.as_str())
+        .bind(app_id.as_str())
+        .bind(&b"{}"[..])
+        .bind(created)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let (first, rest) = ids.split_at(ids.len() / 2);
+    for (chunk, part) in [first, rest].into_iter().enumerate() {
+        let list: Vec<String> = part.iter().map(ToString::to_string).collect();
+        sqlx::query("INSERT INTO fan_out_pending (message_id, chunk, endpoint_ids) VALUES ($1, $2, $3)")
+            .bind(id.as_str())
+            .bind(i32::try_from(chunk).unwrap())
+            .bind(serde_json::to_string(&list).unwrap())
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
+    id
+}
+
 #[tokio::test]
 async fn a_wide_fan_out_is_acknowledged_before_its_deliveries_and_every_one_follows() {
     let Some(database) = testdb::fresh("a_wide_fan_out_is_acknowledged_before…").await else {
@@ -152,32 +179,10 @@ async fn a_fan_out_left_pending_by_a_stopped_node_is_taken_up_by_the_next() {
         first.delete_endpoint(&endpoints[0]).await.unwrap();
         (shop, endpoints, gone_app, its_endpoints)
     };
-    // What the stopped node's batch had committed: two messages and their endpoint lists, a minute old.
+    // What the stopped node's batch had committed: two messages and their endpoint lists.
     let mut conn = PgConnection::connect(&database.url).await.unwrap();
-    let created = herald_core::clock::now().add_ms(-60_000).as_unix_ms();
-    let (left, of_gone_app) = (MessageId::new(), MessageId::new());
-    let list = |ids: &[EndpointId]| serde_json::to_string(&ids.iter().map(ToString::to_string).collect::<Vec<_>>());
-    for (id, app_id, ids) in [(&left, &shop, &endpoints), (&of_gone_app, &gone_app, &its_endpoints)] {
-        sqlx::query("INSERT INTO message (id, app_id, event_type, payload, created_at) VALUES ($1, $2, 'a.b', $3, $4)")
-            .bind(id.as_str())
-            .bind(app_id.as_str())
-            .bind(&b"{}"[..])
-            .bind(created)
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        // In two rows, as a batch writes a long list.
-        let (first, rest) = ids.split_at(ids.len() / 2);
-        for (chunk, part) in [first, rest].into_iter().enumerate() {
-            sqlx::query("INSERT INTO fan_out_pending (message_id, chunk, endpoint_ids) VALUES ($1, $2, $3)")
-                .bind(id.as_str())
-                .bind(i32::try_from(chunk).unwrap())
-                .bind(list(part).unwrap())
-                .execute(&mut conn)
-                .await
-                .unwrap();
-        }
-    }
+    let left = left_pending(&mut conn, &shop, &endpoints).await;
+    let of_gone_app = left_pending(&mut conn, &gone_app, &its_endpoints).await;
     let next = node(&database).await;
     next.delete_app(&gone_app).await.unwrap();
 
@@ -189,4 +194,51 @@ async fn a_fan_out_left_pending_by_a_stopped_node_is_taken_up_by_the_next() {
     assert_eq!(rows, texts(&endpoints[1..]), "all but the endpoint deleted meanwhile");
     let (rows, _) = stored(&database.url, of_gone_app.as_str()).await;
     assert!(rows.is_empty(), "nothing for a deleted application's message");
+}
+
+/// A chunk whose application's row another transaction holds (an endpoint write, an application's delete)
+/// waits — its deliveries are not written behind the writer's ingest lock while the row is held — and
+/// follows once the row is free, every endpoint once.
+#[tokio::test]
+async fn a_pending_fan_out_waits_while_its_application_is_held_and_follows_once_it_is_free() {
+    let Some(database) = testdb::fresh("a_pending_fan_out_waits_while_its_app…").await else {
+        return;
+    };
+    let (shop, endpoints, other) = {
+        let first = node(&database).await;
+        let (shop, endpoints) = app_with_endpoints(&first, WIDE).await;
+        (shop, endpoints, app_with_endpoints(&first, 1).await.0)
+    };
+    let mut conn = PgConnection::connect(&database.url).await.unwrap();
+    let left = left_pending(&mut conn, &shop, &endpoints).await;
+    let mut holder = PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT id FROM application WHERE id = $1 FOR UPDATE")
+        .bind(shop.as_str())
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+
+    let next = node(&database).await;
+    let mut changes = next.take_changes().expect("the commit feed");
+    // The next node sweeps the rows at its start and tries them every 10 ms while the row is held.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (rows, pending) = stored(&database.url, left.as_str()).await;
+    assert!(rows.is_empty(), "no delivery while the application's row is held");
+    assert_eq!(pending, 2, "both chunks still pending");
+    // The writer is not stuck behind the held row: another application's message goes through.
+    let answer = tokio::time::timeout(Duration::from_secs(2), next.ingest(message(&other)))
+        .await
+        .expect("another application's message is answered while the row is held");
+    let Ok(Ingested::Created { deliveries, .. }) = answer else {
+        panic!("another application's message is stored: {answer:?}");
+    };
+    assert_eq!(deliveries.len(), 1);
+
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let (fed_to, _) = fed(&mut changes, &left, WIDE).await;
+    assert_eq!(fed_to, endpoints.iter().cloned().collect(), "every endpoint, once");
+    let (rows, pending) = stored(&database.url, left.as_str()).await;
+    assert_eq!(rows, texts(&endpoints));
+    assert_eq!(pending, 0);
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{Herald, ProxiedNode, Receiver, Reply};
 use serde_json::{Value, json};
+use sqlx::Connection;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -60,6 +61,57 @@ async fn a_wide_fan_out_reaches_every_endpoint_once_on_postgres() {
         crate::metrics::sample(&metrics, "herald_store_fan_out_pending", &[]),
         Some(0.0)
     );
+}
+
+/// A message whose application's row another transaction holds (an endpoint write, an application's
+/// delete) waits for a later batch rather than hold the cluster's ingest lock behind that row; the node
+/// shows it waiting (`herald_store_ingest_deferred`, docs/observability.md), and answers `202` and
+/// delivers it once the row is free.
+#[tokio::test]
+async fn a_message_to_a_held_application_waits_visibly_and_goes_once_the_row_is_free() {
+    let Some(herald) = Herald::start_pg("a_message_to_a_held_application_waits_visibly", &[]).await else {
+        return;
+    };
+    let receiver = Receiver::start(Reply::status(204)).await;
+    let app = herald.app("held").await;
+    herald.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let url = &herald.database.as_ref().expect("database").url;
+    let mut holder = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query("BEGIN").execute(&mut holder).await.expect("begin");
+    // As `delete_app` holds it.
+    sqlx::query("SELECT id FROM application WHERE id = $1 FOR UPDATE")
+        .bind(&app)
+        .fetch_one(&mut holder)
+        .await
+        .expect("lock the application's row");
+
+    let deferred = async || {
+        let (status, metrics) = crate::metrics::scrape(herald.addr, Some(common::TOKEN)).await;
+        assert_eq!(status, 200);
+        crate::metrics::sample(&metrics, "herald_store_ingest_deferred", &[])
+    };
+    let body = json!({ "eventType": "invoice.paid", "payload": { "n": 1 } });
+    let ((status, created), ()) = tokio::join!(send(&herald, &app, body), async {
+        let deadline = Instant::now() + WAIT;
+        while deferred().await != Some(1.0) {
+            assert!(Instant::now() < deadline, "the held message is not shown waiting");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            receiver.received().is_empty(),
+            "nothing is sent before the message is stored"
+        );
+        assert_eq!(deferred().await, Some(1.0), "still waiting while the row is held");
+        sqlx::query("COMMIT")
+            .execute(&mut holder)
+            .await
+            .expect("let the row go");
+    });
+    assert_eq!(status, 202, "{created}");
+    let got = receiver.wait_for(1, WAIT).await;
+    assert_eq!(got[0].header("webhook-id"), created["id"].as_str().expect("id"));
+    assert_eq!(deferred().await, Some(0.0), "nothing waits once the row is free");
 }
 
 #[tokio::test]
