@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use herald_core::id::{AppId, EndpointId, MessageId};
 use herald_store::postgres::PgStore;
 use herald_store::{Change, ChangeStream, DeliveryStore, Ingested, Store, testdb};
-use sqlx::{Connection, PgConnection};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use crate::fan_out::node;
 use crate::leases::{app, endpoint, message, wait_until};
@@ -241,4 +241,57 @@ async fn a_pending_fan_out_waits_while_its_application_is_held_and_follows_once_
     let (rows, pending) = stored(&database.url, left.as_str()).await;
     assert_eq!(rows, texts(&endpoints));
     assert_eq!(pending, 0);
+}
+
+/// A chunk the database refuses (here a trigger raising for one message's deliveries) is given up without
+/// holding back anyone else's: the other message's deliveries are written, the refused list stays pending,
+/// and the next sweep — here a node starting once the cause is gone — writes it, each endpoint once.
+#[tokio::test]
+async fn a_refused_chunk_is_left_pending_for_a_later_sweep_and_holds_back_no_other() {
+    let Some(database) = testdb::fresh("a_refused_chunk_is_left_pending…").await else {
+        return;
+    };
+    let (shop, endpoints) = {
+        let first = node(&database).await;
+        app_with_endpoints(&first, WIDE).await
+    };
+    let mut conn = PgConnection::connect(&database.url).await.unwrap();
+    let refused = left_pending(&mut conn, &shop, &endpoints).await;
+    let written = left_pending(&mut conn, &shop, &endpoints).await;
+    let refuse = format!(
+        "CREATE FUNCTION refuse_for_the_test() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.message_id = '{refused}' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$"
+    );
+    sqlx::query(AssertSqlSafe(refuse)).execute(&mut conn).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_for_the_test BEFORE INSERT ON delivery FOR EACH ROW \
+         EXECUTE FUNCTION refuse_for_the_test()",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    let next = node(&database).await;
+    wait_until("the other message is expanded", Duration::from_secs(10), async || {
+        stored(&database.url, written.as_str()).await.0 == texts(&endpoints)
+    })
+    .await;
+    // Its chunks were tried (the sweep at the start takes both messages' rows) and given up.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rows, pending) = stored(&database.url, refused.as_str()).await;
+    assert!(rows.is_empty(), "none of the refused message's deliveries");
+    assert_eq!(pending, 2, "its list stays, for the next sweep");
+
+    sqlx::query("DROP TRIGGER refuse_for_the_test ON delivery")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let another = node(&database).await;
+    wait_until("the refused list is swept up", Duration::from_secs(10), async || {
+        stored(&database.url, refused.as_str()).await.1 == 0
+    })
+    .await;
+    let (rows, _) = stored(&database.url, refused.as_str()).await;
+    assert_eq!(rows, texts(&endpoints), "every endpoint, once");
+    drop((next, another));
 }
