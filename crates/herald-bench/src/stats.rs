@@ -58,6 +58,33 @@ impl LatencyStats {
     }
 }
 
+/// The median and range of a few figures (one per round or per run), as the performance notes give them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Median (nearest rank: the middle one of an odd count, the lower middle one of an even count).
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values`; `None` when there are none (or one is not a number).
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut sorted: Vec<f64> = values.into_iter().collect();
+        if sorted.is_empty() || sorted.iter().any(|v| v.is_nan()) {
+            return None;
+        }
+        sorted.sort_by(f64::total_cmp);
+        Some(Self {
+            median: sorted[sorted.len().div_ceil(2) - 1],
+            min: sorted[0],
+            max: sorted[sorted.len() - 1],
+        })
+    }
+}
+
 /// Nearest-rank percentile of a sorted, non-empty slice (`p` in 0–100).
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     let n = sorted.len();
@@ -112,6 +139,16 @@ impl DeliverySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spread_gives_the_middle_figure_and_the_range() {
+        let odd = Spread::of([30.0, 10.0, 50.0, 20.0, 40.0]).expect("five figures");
+        assert_eq!((odd.median, odd.min, odd.max), (30.0, 10.0, 50.0));
+        let even = Spread::of([4.0, 1.0, 3.0, 2.0]).expect("four figures");
+        assert_eq!((even.median, even.min, even.max), (2.0, 1.0, 4.0));
+        assert_eq!(Spread::of([]), None);
+        assert_eq!(Spread::of([1.0, f64::NAN]), None);
+    }
 
     #[test]
     fn empty_has_no_stats() {

@@ -92,6 +92,15 @@ async fn fanout_reaches_every_endpoint() {
         assert_eq!(round.delivered, params.endpoints as u64);
         assert!(round.deliveries_per_s > 0.0);
     }
+    // The warm rounds' summary covers every round but the first.
+    let warm = report.warm.expect("more than one round");
+    assert_eq!(warm.rounds, params.messages - 1);
+    let slowest = report.rounds[1..]
+        .iter()
+        .map(|r| r.all_after_202_ms)
+        .fold(0.0, f64::max);
+    assert_eq!(warm.all_after_202_ms.max, slowest);
+    assert!(warm.api_ms.min <= warm.api_ms.median && warm.api_ms.median <= warm.api_ms.max);
     if cfg!(target_os = "linux") {
         let memory = report.memory.expect("an in-process node's memory is sampled");
         assert!(memory.before_setup_mib > 0.0 && memory.rounds_max_mib >= memory.after_setup_mib);
