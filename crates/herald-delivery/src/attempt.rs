@@ -313,6 +313,11 @@ pub fn signed_headers(
 
 /// The URL as it may appear in the attempt log: any `user:password@` removed.
 fn without_userinfo(url: &str) -> String {
+    // Credentials are written `user[:password]@`: a URL without an `@` has none, and is logged as it is
+    // without being parsed (a parse is a few percent of the node's CPU in a wide fan-out).
+    if !url.contains('@') {
+        return url.to_owned();
+    }
     match url::Url::parse(url) {
         Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
             // Both setters only fail for URLs that cannot have credentials, which these just had.
