@@ -2,7 +2,9 @@
 //! its endpoint list stored, and its delivery rows follow in the writer's next transaction. Every
 //! delivery must still come, exactly once, in the commit feed and in the table; a list left behind by a
 //! node that stopped in between must be taken up by another node, without an endpoint deleted meanwhile;
-//! and a message with an ordering key is never split. Skipped with a visible message when PostgreSQL is
+//! a list whose application's row is held waits without holding the writer, and one the database refuses
+//! stays for a later sweep without holding back any other; and a message with an ordering key is never
+//! split. Skipped with a visible message when PostgreSQL is
 //! unreachable (fatal with `HERALD_REQUIRE_POSTGRES=1`).
 
 use std::collections::BTreeSet;
