@@ -4,8 +4,8 @@
 //! node that stopped in between must be taken up by another node, without an endpoint deleted meanwhile;
 //! a list whose application's row is held waits without holding the writer, and one the database refuses
 //! stays for a later sweep without holding back any other; and a message with an ordering key is never
-//! split. Skipped with a visible message when PostgreSQL is
-//! unreachable (fatal with `HERALD_REQUIRE_POSTGRES=1`).
+//! split. Skipped with a visible message when PostgreSQL is unreachable (fatal with
+//! `HERALD_REQUIRE_POSTGRES=1`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
