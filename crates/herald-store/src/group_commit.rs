@@ -467,6 +467,9 @@ pub(crate) async fn run<W: BatchWriter>(
     let mut deferred = Deferred::default();
     let mut held = None;
     let mut carried = Carried::new(W::SPLITS);
+    if W::SPLITS {
+        crate::metrics::fan_out_started();
+    }
     loop {
         if W::SPLITS {
             expand_carried(&pool, &mut held, &writer, &mut carried, &feed, &health, deadline).await;

@@ -60,6 +60,19 @@ pub(crate) fn ingest_deferred(jobs: usize) {
     metrics::gauge!(INGEST_DEFERRED).set(jobs as f64);
 }
 
+/// The results [`fan_out_expansions`] counts.
+const FAN_OUT_RESULTS: [&str; 3] = ["expanded", "failed", "given_up"];
+
+/// A writer that splits fan-outs started: every series of [`FAN_OUT_EXPANSIONS`] and [`FAN_OUT_PENDING`]
+/// is published at 0, so that a first `given_up` is an increase Prometheus sees (a counter series that
+/// first appears at 1 has no increase in `increase()`, and `HeraldFanOutStuck` would miss it).
+pub(crate) fn fan_out_started() {
+    for result in FAN_OUT_RESULTS {
+        metrics::counter!(FAN_OUT_EXPANSIONS, "result" => result).increment(0);
+    }
+    fan_out_pending(0);
+}
+
 /// `chunks` chunks of split fan-outs ended as `result` (see [`FAN_OUT_EXPANSIONS`]).
 pub(crate) fn fan_out_expansions(result: &'static str, chunks: usize) {
     metrics::counter!(FAN_OUT_EXPANSIONS, "result" => result).increment(chunks as u64);

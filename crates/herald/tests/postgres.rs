@@ -61,6 +61,14 @@ async fn a_wide_fan_out_reaches_every_endpoint_once_on_postgres() {
         crate::metrics::sample(&metrics, "herald_store_fan_out_pending", &[]),
         Some(0.0)
     );
+    // Published at 0 before any: the first refused chunk is an increase the alert's `increase()` sees.
+    for result in ["failed", "given_up"] {
+        assert_eq!(
+            crate::metrics::sample(&metrics, "herald_store_fan_out_expansions_total", &[("result", result)]),
+            Some(0.0),
+            "{result}"
+        );
+    }
 }
 
 /// A message whose application's row another transaction holds (an endpoint write, an application's
