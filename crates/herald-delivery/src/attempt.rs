@@ -118,17 +118,15 @@ pub(crate) struct AttemptTask {
     pub(crate) job: Job,
     pub(crate) client: DeliveryClient,
     pub(crate) schedule: RetrySchedule,
+    /// Spans are exported as traces: each attempt's span must enclose its request.
+    pub(crate) traced: bool,
 }
 
 impl AttemptTask {
-    /// Make the attempt; returns the record for the attempt log and the outcome for the scheduler.
-    pub(crate) async fn run(self) -> (AttemptRecord, Outcome) {
+    /// The attempt's span; `outcome` and `status` are recorded once known.
+    fn span(&self, attempt_number: u32) -> tracing::Span {
         let message = &self.job.message;
-        let started_at = clock::now();
-        let attempt_number = self.job.attempts + 1;
-        // One span per attempt: its log lines and its trace carry the message, the endpoint and, once
-        // known, the outcome, so they join the attempt log and the dashboard on `msg_…`.
-        let span = tracing::info_span!(
+        tracing::info_span!(
             "attempt",
             msg = %message.id,
             endpoint = %self.endpoint.id,
@@ -136,7 +134,23 @@ impl AttemptTask {
             attempt = attempt_number,
             outcome = tracing::field::Empty,
             status = tracing::field::Empty,
-        );
+        )
+    }
+
+    /// Make the attempt; returns the record for the attempt log and the outcome for the scheduler.
+    pub(crate) async fn run(self) -> (AttemptRecord, Outcome) {
+        let message = &self.job.message;
+        let started_at = clock::now();
+        let attempt_number = self.job.attempts + 1;
+        // One span per attempt: its log lines and its trace carry the message, the endpoint and, once
+        // known, the outcome, so they join the attempt log and the dashboard on `msg_…`. It encloses the
+        // request only when something inside the request may use it — an exported trace, which times
+        // the request, or lines at `debug` and below from the HTTP client. Otherwise it is opened after
+        // the answer, for the outcome line alone, and not at all when that line is filtered out: a
+        // span's fields are formatted when it opens, and a fan-out's successes, logged at `debug`,
+        // would pay that for nothing (docs/performance.md).
+        let early_span =
+            (self.traced || tracing::level_enabled!(tracing::Level::DEBUG)).then(|| self.span(attempt_number));
         let response = match &self.keys {
             Some(keys) => {
                 let headers = signed_headers(
@@ -154,15 +168,16 @@ impl AttemptTask {
                     || self.client.default_timeout(),
                     |ms| Duration::from_millis(u64::from(ms)),
                 );
-                self.client
-                    .post_within(
-                        &self.endpoint.url,
-                        headers,
-                        Bytes::from_owner(Arc::clone(&message.payload)),
-                        timeout,
-                    )
-                    .instrument(span.clone())
-                    .await
+                let request = self.client.post_within(
+                    &self.endpoint.url,
+                    headers,
+                    Bytes::from_owner(Arc::clone(&message.payload)),
+                    timeout,
+                );
+                match &early_span {
+                    Some(span) => request.instrument(span.clone()).await,
+                    None => request.await,
+                }
             }
             None => Response {
                 result: AttemptResult::ConnectError,
@@ -223,6 +238,15 @@ impl AttemptTask {
             dead: status == DeliveryStatus::Dead,
         };
         report.record();
+        let logged = match status {
+            DeliveryStatus::Delivered => tracing::enabled!(tracing::Level::DEBUG),
+            DeliveryStatus::Dead => tracing::enabled!(tracing::Level::WARN),
+            DeliveryStatus::Failed | DeliveryStatus::Pending | DeliveryStatus::Cancelled => {
+                tracing::enabled!(tracing::Level::INFO)
+            }
+        };
+        let span = early_span.or_else(|| logged.then(|| self.span(attempt_number)));
+        let span = span.unwrap_or_else(tracing::Span::none);
         span.record("outcome", outcome.as_str());
         if let Some(status) = response_status {
             span.record("status", status);

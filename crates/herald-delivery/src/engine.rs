@@ -62,6 +62,9 @@ pub struct EngineConfig {
     pub disable_after: Duration,
     /// The longest one attempt may take (the client's total timeout): part of a delivery's time window.
     pub attempt_timeout: Duration,
+    /// Spans are exported as traces (OpenTelemetry): each attempt's span then encloses its request, to
+    /// time it. Without an exporter the span is opened only for an attempt's log line.
+    pub trace_attempts: bool,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +77,7 @@ impl Default for EngineConfig {
             breaker: BreakerConfig::default(),
             disable_after: Duration::from_secs(5 * 24 * 3600),
             attempt_timeout: Duration::from_secs(15),
+            trace_attempts: false,
         }
     }
 }
@@ -470,6 +474,7 @@ impl Engine {
                 job,
                 client: self.client.clone(),
                 schedule: self.config.schedule.clone(),
+                traced: self.config.trace_attempts,
             };
             let events = self.events_tx.clone();
             let results = self.results.clone();

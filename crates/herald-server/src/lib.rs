@@ -147,6 +147,7 @@ impl Node {
             disable_after: settings.disable_after,
             // An endpoint may take up to the operator's bound per attempt: a delivery's window allows for it.
             attempt_timeout: settings.request_timeout.max(settings.max_request_timeout),
+            trace_attempts: settings.trace_export.is_some(),
             ..EngineConfig::default()
         };
         let engine = Engine::start(store.clone(), client, engine_config)

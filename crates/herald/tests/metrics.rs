@@ -581,34 +581,7 @@ async fn traces_reach_an_otlp_collector_and_json_logs_carry_the_same_message_id(
         ],
     );
     let addr = wait_listening(&log_path, &mut child).await;
-    let call = |method: reqwest::Method, path: &str, body: Value| {
-        let url = format!("http://{addr}/api/v1{path}");
-        async move {
-            let response = http()
-                .request(method, url)
-                .bearer_auth(TOKEN)
-                .json(&body)
-                .send()
-                .await
-                .expect("call");
-            response.json::<Value>().await.expect("JSON")
-        }
-    };
-    let app = call(reqwest::Method::POST, "/app", json!({"name": "Traced"})).await;
-    let app = app["id"].as_str().expect("app").to_owned();
-    call(
-        reqwest::Method::POST,
-        &format!("/app/{app}/endpoint"),
-        json!({"url": receiver.url()}),
-    )
-    .await;
-    let message = call(
-        reqwest::Method::POST,
-        &format!("/app/{app}/msg"),
-        json!({"eventType": "order.paid", "payload": {"n": 1}}),
-    )
-    .await;
-    let msg = message["id"].as_str().expect("msg").to_owned();
+    let (app, msg) = send_one_message(addr, &receiver.url()).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let (ingest, attempt) = loop {
         if let (Some(ingest), Some(attempt)) = (collector.span("ingest", &msg), collector.span("attempt", &msg)) {
@@ -644,11 +617,7 @@ async fn traces_reach_an_otlp_collector_and_json_logs_carry_the_same_message_id(
         "OTLP/HTTP with protobuf"
     );
     // The JSON log lines of the same request and attempt carry the same id.
-    let lines: Vec<Value> = std::fs::read_to_string(&log_path)
-        .expect("log")
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let lines = json_lines(&log_path);
     let with_msg = |message: &str| {
         lines
             .iter()
@@ -658,6 +627,77 @@ async fn traces_reach_an_otlp_collector_and_json_logs_carry_the_same_message_id(
     assert!(with_msg("delivered"), "no attempt log line for {msg}: {lines:?}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Without a trace exporter and at the default `info` filter, the attempt span is opened only for the
+/// outcome line (not around the request: docs/performance.md); the line must carry it all the same.
+#[tokio::test]
+async fn a_failed_attempts_json_log_line_carries_its_span_without_a_trace_exporter() {
+    let receiver = Receiver::start(Reply::status(500)).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log_path = dir.path().join("herald.log");
+    let mut child = herald_command(dir.path(), &log_path, &[("HERALD_LOG_FORMAT", "json")]);
+    let addr = wait_listening(&log_path, &mut child).await;
+    let (app, msg) = send_one_message(addr, &receiver.url()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let found = json_lines(&log_path)
+            .into_iter()
+            .find(|l| l["fields"]["message"] == "attempt failed; retrying" && l["span"]["msg"] == msg.as_str());
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "no failed-attempt line for {msg}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let span = &line["span"];
+    assert_eq!(span["name"], "attempt");
+    assert_eq!(span["app"], app.as_str());
+    assert_eq!(span["attempt"], 1);
+    assert_eq!(span["outcome"], "server_error");
+    assert_eq!(span["status"], 500);
+    assert!(
+        span["endpoint"].as_str().is_some_and(|e| e.starts_with("ep_")),
+        "{line}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// An application with one endpoint at `url`, and one message to it: their ids.
+async fn send_one_message(addr: SocketAddr, url: &str) -> (String, String) {
+    let call = |path: &str, body: Value| {
+        let url = format!("http://{addr}/api/v1{path}");
+        async move {
+            let response = http()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .expect("call");
+            response.json::<Value>().await.expect("JSON")
+        }
+    };
+    let app = call("/app", json!({"name": "Traced"})).await;
+    let app = app["id"].as_str().expect("app").to_owned();
+    call(&format!("/app/{app}/endpoint"), json!({"url": url})).await;
+    let message = call(
+        &format!("/app/{app}/msg"),
+        json!({"eventType": "order.paid", "payload": {"n": 1}}),
+    )
+    .await;
+    let msg = message["id"].as_str().expect("msg").to_owned();
+    (app, msg)
+}
+
+/// The JSON lines of a log file (other lines skipped).
+fn json_lines(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// `herald serve` on a SQLite file in `dir`, logging to `log`.
