@@ -8,11 +8,13 @@
 //! - [`bounded_trait!`]: a store trait and its bounded decorator, written from one list of methods.
 //! - [`text`]: PostgreSQL's `text` cannot hold NUL; free text is stored escaped.
 //! - `tcp_nodelay`: `TCP_NODELAY` on every PostgreSQL connection over TCP.
+//! - [`loopback`]: connection options, without TLS on a loopback host unless a mode is chosen.
 //! - `testdb` (feature `testdb`, tests only): a fresh PostgreSQL database per test.
 
 mod bounded;
 pub mod custody;
 pub mod integrity;
+pub mod loopback;
 pub mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;

@@ -6,5 +6,6 @@ mod locked_app;
 mod outbox;
 mod polling;
 mod postgres_collation;
+mod postgres_tls;
 mod split_fan_out;
 mod store;

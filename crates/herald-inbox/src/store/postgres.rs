@@ -22,7 +22,6 @@
 //!
 //! [`InboxStore::insert`]: super::InboxStore::insert
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use herald_sql::custody::{Bound, DatabaseTimeouts};
@@ -71,7 +70,7 @@ impl PgInbox {
     ///
     /// Database and migration errors.
     pub async fn open(url: &str, timeouts: DatabaseTimeouts) -> StoreResult<(Self, Bound)> {
-        let options = PgConnectOptions::from_str(url)?
+        let options = herald_sql::loopback::connect_options(url)?
             .application_name("herald-inbox")
             .options([("synchronous_commit", "on")]);
         // While the database refuses or stops answering, providers hear 503 within the acquire timeout

@@ -25,11 +25,10 @@ mod stream_watcher;
 
 use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgPool};
 use tokio::sync::mpsc;
 
@@ -74,7 +73,7 @@ pub type PgStore = SqlStore<Postgres>;
 /// [`DatabaseTimeouts`]) — while the database refuses or stops answering, requests hear so quickly
 /// instead of piling up.
 async fn connect(url: &str, timeouts: &DatabaseTimeouts, bound: &Bound) -> StoreResult<PgPool> {
-    let options = timeouts.session(PgConnectOptions::from_str(url)?.application_name("herald"));
+    let options = timeouts.session(herald_sql::loopback::connect_options(url)?.application_name("herald"));
     Ok(timeouts
         .pool(bound)
         .max_connections(POOL_SIZE)
@@ -85,7 +84,7 @@ async fn connect(url: &str, timeouts: &DatabaseTimeouts, bound: &Bound) -> Store
 /// Run the migrations and return (`herald migrate`, and every start): on a connection of their own,
 /// without the statement timeout, since a migration on a large table may take long.
 pub async fn migrate(url: &str) -> StoreResult<()> {
-    let options = PgConnectOptions::from_str(url)?.application_name("herald-migrate");
+    let options = herald_sql::loopback::connect_options(url)?.application_name("herald-migrate");
     let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
     sqlx::migrate!("./migrations/postgres").run(&pool).await?;
     pool.close().await;
