@@ -15,7 +15,7 @@ use herald_store::AttemptRecord;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use tracing::Instrument as _;
 
-use crate::client::{DeliveryClient, Response};
+use crate::client::{DeliveryClient, Destination, Response};
 use crate::metrics::AttemptReport;
 
 /// One delivery as the scheduler holds it.
@@ -115,6 +115,8 @@ impl EndpointKeys {
 pub(crate) struct AttemptTask {
     pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) keys: Option<Arc<EndpointKeys>>,
+    /// The endpoint's URL, vetted and prepared when its record was loaded.
+    pub(crate) destination: Arc<Destination>,
     pub(crate) job: Job,
     pub(crate) client: DeliveryClient,
     pub(crate) schedule: RetrySchedule,
@@ -168,8 +170,8 @@ impl AttemptTask {
                     || self.client.default_timeout(),
                     |ms| Duration::from_millis(u64::from(ms)),
                 );
-                let request = self.client.post_within(
-                    &self.endpoint.url,
+                let request = self.client.post_to(
+                    &self.destination,
                     headers,
                     Bytes::from_owner(Arc::clone(&message.payload)),
                     timeout,

@@ -40,7 +40,7 @@ use herald_store::{
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
-use crate::client::DeliveryClient;
+use crate::client::{DeliveryClient, Destination};
 use crate::feed_gate::FeedGate;
 use crate::metrics::{EndpointCounters, EndpointRow, EngineMetrics};
 use crate::ownership::{Changes, Owner};
@@ -87,6 +87,8 @@ impl Default for EngineConfig {
 struct EndpointEntry {
     endpoint: Arc<Endpoint>,
     keys: Option<Arc<EndpointKeys>>,
+    /// Its URL as vetted and prepared once, for every attempt until the record changes.
+    destination: Arc<Destination>,
     /// The application's uid (else its id), for metric labels.
     app_label: Arc<str>,
 }
@@ -471,6 +473,7 @@ impl Engine {
             let task = AttemptTask {
                 endpoint: entry.endpoint.clone(),
                 keys: entry.keys.clone(),
+                destination: entry.destination.clone(),
                 job,
                 client: self.client.clone(),
                 schedule: self.config.schedule.clone(),
@@ -786,6 +789,7 @@ impl Engine {
                 self.endpoints.insert(
                     key.clone(),
                     EndpointEntry {
+                        destination: Arc::new(self.client.destination(&endpoint.url)),
                         endpoint: Arc::new(endpoint),
                         keys,
                         app_label: Arc::from(app_label),

@@ -37,5 +37,5 @@ pub use config::ClientConfig;
 pub use conn::Conn;
 pub use connector::PinnedConnector;
 pub use error::{ClientError, ConnectError};
-pub use post::{DeliveryClient, Response};
+pub use post::{DeliveryClient, Destination, Response};
 pub use resolve::{HostResolver, SystemResolver, checked_addresses};

@@ -99,6 +99,35 @@ impl DeliveryClient {
     /// As [`DeliveryClient::post`], with `timeout` for the whole attempt instead of the configured one (an
     /// endpoint's own setting, already held within the operator's bounds).
     pub async fn post_within(&self, url: &str, headers: HeaderMap, body: Bytes, timeout: Duration) -> Response {
+        self.post_to(&self.destination(url), headers, body, timeout).await
+    }
+
+    /// Vet `url` against the address policy and prepare what a request to it needs: scheme, host shape,
+    /// literal addresses and port are checked here, and the connector checks the host it actually connects
+    /// to again at every connection (and resolves and checks names). The delivery engine keeps one per
+    /// endpoint, so an attempt neither parses nor checks the URL again.
+    pub fn destination(&self, url: &str) -> Destination {
+        match self.policy.check_url(url) {
+            Ok(target) => match bare_uri(&target.url) {
+                Ok(uri) => Destination::Ready {
+                    uri,
+                    // Userinfo becomes Basic authorization, as browsers and other webhook senders do.
+                    authorization: basic_credentials(&target.url).and_then(|c| HeaderValue::from_str(&c).ok()),
+                },
+                Err(reason) => Destination::Invalid(reason),
+            },
+            Err(rejected) => Destination::Blocked(format!("blocked: {rejected}")),
+        }
+    }
+
+    /// POST `body` to a prepared destination with `headers`, within `timeout`, and classify what happened.
+    pub async fn post_to(
+        &self,
+        destination: &Destination,
+        headers: HeaderMap,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Response {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
         let finish = |result, body: String| Response {
@@ -106,15 +135,12 @@ impl DeliveryClient {
             body,
             duration: started.elapsed(),
         };
-        // Scheme, host shape, literal addresses and port, before anything else; the connector checks the
-        // host it actually connects to again (and resolves and checks names).
-        let target = match self.policy.check_url(url) {
-            Ok(target) => target,
-            Err(rejected) => return finish(AttemptResult::Blocked, format!("blocked: {rejected}")),
-        };
-        let request = match build_request(&target.url, headers, body, &self.user_agent) {
-            Ok(request) => request,
-            Err(reason) => return finish(AttemptResult::ConnectError, reason),
+        let request = match destination {
+            Destination::Ready { uri, authorization } => {
+                build_request(uri.clone(), authorization.as_ref(), headers, body, &self.user_agent)
+            }
+            Destination::Blocked(reason) => return finish(AttemptResult::Blocked, reason.clone()),
+            Destination::Invalid(reason) => return finish(AttemptResult::ConnectError, reason.clone()),
         };
         let response = match tokio::time::timeout_at(deadline, self.http.request(request)).await {
             Ok(Ok(response)) => response,
@@ -158,31 +184,50 @@ impl DeliveryClient {
     }
 }
 
-/// The request for a vetted URL: origin and path without userinfo or fragment (userinfo becomes Basic
-/// authorization, as browsers and other webhook senders do), Herald's headers, the body.
-fn build_request(
-    url: &url::Url,
-    mut headers: HeaderMap,
-    body: Bytes,
-    user_agent: &HeaderValue,
-) -> Result<Request<Full<Bytes>>, String> {
+/// Where a request goes, prepared once per URL by [`DeliveryClient::destination`].
+#[derive(Debug, Clone)]
+pub enum Destination {
+    /// The policy lets the URL through.
+    Ready {
+        /// Origin and path, without userinfo or fragment.
+        uri: Uri,
+        /// The URL's userinfo as Basic authorization, if it has any.
+        authorization: Option<HeaderValue>,
+    },
+    /// The policy refuses the URL: every attempt ends `blocked`, with this reason.
+    Blocked(String),
+    /// The URL cannot be made into a request: every attempt ends as a connection error, with this reason.
+    Invalid(String),
+}
+
+/// A vetted URL's origin and path, without userinfo or fragment.
+fn bare_uri(url: &url::Url) -> Result<Uri, String> {
     let mut bare = url.clone();
     // Both setters only fail for URLs that cannot carry credentials; http(s) URLs can.
     let _ = bare.set_username("");
     let _ = bare.set_password(None);
     bare.set_fragment(None);
-    let uri: Uri = bare.as_str().parse().map_err(|e| format!("invalid destination: {e}"))?;
-    if let Some(credentials) = basic_credentials(url)
-        && let Ok(value) = HeaderValue::from_str(&credentials)
-    {
-        headers.entry(AUTHORIZATION).or_insert(value);
+    bare.as_str().parse().map_err(|e| format!("invalid destination: {e}"))
+}
+
+/// The request to a prepared destination: Herald's headers (with the URL's credentials unless the
+/// endpoint sets its own `Authorization`), the body.
+fn build_request(
+    uri: Uri,
+    authorization: Option<&HeaderValue>,
+    mut headers: HeaderMap,
+    body: Bytes,
+    user_agent: &HeaderValue,
+) -> Request<Full<Bytes>> {
+    if let Some(value) = authorization {
+        headers.entry(AUTHORIZATION).or_insert_with(|| value.clone());
     }
     headers.entry(USER_AGENT).or_insert_with(|| user_agent.clone());
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
-    Ok(request)
+    request
 }
 
 /// Read at most `cap` bytes of the body before `deadline`, then stop: the rest is never read, and dropping the
