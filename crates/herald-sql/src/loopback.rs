@@ -46,6 +46,7 @@ fn plain_by_default(url: &str) -> bool {
     !chooses_mode && !host_in_query && url.host().is_some_and(|host| is_loopback(&host))
 }
 
+/// Whether `host` is `localhost` or a loopback address.
 fn is_loopback(host: &url::Host<&str>) -> bool {
     match host {
         // `postgres:` is not a scheme the URL standard knows, so an IPv4 address comes as a name.
@@ -61,6 +62,7 @@ fn is_loopback(host: &url::Host<&str>) -> bool {
 mod tests {
     use super::*;
 
+    /// The mode `url` gets when the environment chooses none.
     fn mode(url: &str) -> PgSslMode {
         options_with(url, false).expect("URL").get_ssl_mode()
     }
