@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -543,6 +543,9 @@ pub(crate) struct Received {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub at: Instant,
+    /// When it arrived by the wall clock: what a `deliverAt` promise is kept in (the monotonic clock
+    /// may run apart from it while the system clock is slewed or stepped).
+    pub wall: SystemTime,
     /// Requests in flight at this receiver when this one arrived, itself included.
     pub concurrent: usize,
     /// The status it was answered with.
@@ -757,6 +760,7 @@ async fn handle(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, bod
         headers,
         body,
         at: Instant::now(),
+        wall: SystemTime::now(),
         concurrent,
         status: reply.status,
     });
