@@ -494,6 +494,9 @@ async fn inbox_series_move_with_forged_stale_duplicate_and_valid_posts() {
 /// A span as received: its name and attributes (values as text).
 type Span = (String, Vec<(String, String)>);
 
+/// The pseudo-attribute under which the collector keeps a span's length in milliseconds.
+const SPAN_MILLIS: &str = "span.millis";
+
 /// Spans received by the test's OTLP/HTTP collector, decoded from protobuf.
 #[derive(Clone, Default)]
 struct Collector {
@@ -521,11 +524,14 @@ impl Collector {
             for resource in request.resource_spans {
                 for scope in resource.scope_spans {
                     for span in scope.spans {
-                        let attributes = span
+                        let mut attributes: Vec<(String, String)> = span
                             .attributes
                             .iter()
                             .map(|kv| (kv.key.clone(), any_value(kv.value.as_ref())))
                             .collect();
+                        // The span's length, beside its attributes, under a name no span field has.
+                        let nanos = span.end_time_unix_nano.saturating_sub(span.start_time_unix_nano);
+                        attributes.push((SPAN_MILLIS.to_owned(), (nanos / 1_000_000).to_string()));
                         spans.push((span.name, attributes));
                     }
                 }
@@ -625,6 +631,48 @@ async fn traces_reach_an_otlp_collector_and_json_logs_carry_the_same_message_id(
     };
     assert!(with_msg("message accepted"), "no ingest log line for {msg}: {lines:?}");
     assert!(with_msg("delivered"), "no attempt log line for {msg}: {lines:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// With a trace exporter, at the default `info` filter (where a success writes no log line), every
+/// attempt still has its span, and the span encloses the request: it lasts at least as long as the
+/// receiver took to answer.
+#[tokio::test]
+async fn an_exported_attempt_span_encloses_its_request_at_the_default_filter() {
+    let collector = Collector::default();
+    let otlp = collector.clone().start().await;
+    let receiver = Receiver::start(Reply::status(200).delay(Duration::from_millis(300))).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log_path = dir.path().join("herald.log");
+    let mut child = herald_command(
+        dir.path(),
+        &log_path,
+        &[("HERALD_OTLP_ENDPOINT", &format!("http://{otlp}"))],
+    );
+    let addr = wait_listening(&log_path, &mut child).await;
+    let (_, msg) = send_one_message(addr, &receiver.url()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let attempt = loop {
+        if let Some(attempt) = collector.span("attempt", &msg) {
+            break attempt;
+        }
+        assert!(Instant::now() < deadline, "no attempt span for {msg}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let attribute = |key: &str| {
+        attempt
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(attribute("outcome"), "success");
+    let millis: u64 = attribute(SPAN_MILLIS).parse().expect("span length");
+    assert!(
+        millis >= 300,
+        "the span lasted {millis} ms: it did not enclose the request"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
