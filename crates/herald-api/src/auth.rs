@@ -29,11 +29,9 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use axum::RequestPartsExt;
-use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::extract::{MatchedPath, RawPathParams, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::Response;
 use herald_core::clock;
 use herald_core::id::{AppId, AppIdOrUid, SinkId, SinkIdOrUid, TaskId};
 use herald_store::{AppToken, StoreError};
@@ -144,14 +142,15 @@ pub(crate) async fn require_admin(state: &AppState, headers: &axum::http::Header
     }
 }
 
-/// Authenticate the bearer token, then check that an application token may make this call.
-pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
+/// Authenticate the bearer token, then check that an application token may make this call: the request,
+/// with its [`Principal`] attached, or why it is refused.
+pub(crate) async fn admit(state: &AppState, request: Request) -> Result<Request, ApiError> {
     let presented = bearer(request.headers()).ok_or_else(ApiError::unauthorized)?;
     let digest = token_digest(presented);
     if bool::from(digest.ct_eq(&state.admin_token_sha256)) {
         let mut request = request;
         request.extensions_mut().insert(Principal::Admin);
-        return Ok(next.run(request).await);
+        return Ok(request);
     }
     // Looked up by digest: the token itself is never stored, and a digest match is as hard to forge as
     // the token.
@@ -172,9 +171,9 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
         .iter()
         .flat_map(|p| p.iter().map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect();
-    authorize(&state, &token, &parts.method, &template, &params).await?;
+    authorize(state, &token, &parts.method, &template, &params).await?;
     parts.extensions.insert(Principal::App(token));
-    Ok(next.run(Request::from_parts(parts, body)).await)
+    Ok(Request::from_parts(parts, body))
 }
 
 /// May this application token make this call?

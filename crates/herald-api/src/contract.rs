@@ -1,7 +1,7 @@
 //! The query-string contract of every operation, read from the OpenAPI document and enforced in one place.
 //!
 //! Each operation's `parameters` with `in: query` in `openapi.json` are the only query parameters it
-//! takes; [`enforce`] runs before every handler and answers a 422 naming the parameter for one it does
+//! takes; [`refusal`] runs before every handler and answers a 422 naming the parameter for one it does
 //! not take (`value_error.extra`), one given twice, or a value its schema refuses (`type`, `enum`,
 //! `minimum`/`maximum`, `minLength`/`maxLength`, `pattern`, `format: date-time`, `maxItems`). So every
 //! listing validates `limit`, `iterator`, times and filters the same way, a new listing is covered as soon
@@ -14,7 +14,6 @@ use std::sync::LazyLock;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::Method;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use regex::Regex;
 use serde_json::Value;
@@ -59,23 +58,21 @@ type Contracts = HashMap<(Method, String), Vec<Param>>;
 static CONTRACTS: LazyLock<Contracts> =
     LazyLock::new(|| contracts(crate::openapi::DOCUMENT).unwrap_or_else(|error| panic!("openapi.json: {error}")));
 
-/// Check the query string of a request against its operation's documented parameters.
+/// Check the query string of a request against its operation's documented parameters: the answer
+/// refusing it, if its query breaks them.
 ///
 /// A request whose route is not documented (the dashboard, `/metrics`) passes unchecked.
-pub(crate) async fn enforce(matched: Option<MatchedPath>, request: Request, next: Next) -> Response {
-    if let Some(matched) = matched {
-        let method = if request.method() == Method::HEAD {
-            Method::GET
-        } else {
-            request.method().clone()
-        };
-        if let Some(params) = CONTRACTS.get(&(method, matched.as_str().to_owned()))
-            && let Err(error) = check(params, request.uri().query().unwrap_or(""))
-        {
-            return error.into_response();
-        }
-    }
-    next.run(request).await
+pub(crate) fn refusal(request: &Request) -> Option<Response> {
+    let matched = request.extensions().get::<MatchedPath>()?;
+    let method = if request.method() == Method::HEAD {
+        Method::GET
+    } else {
+        request.method().clone()
+    };
+    let params = CONTRACTS.get(&(method, matched.as_str().to_owned()))?;
+    check(params, request.uri().query().unwrap_or(""))
+        .err()
+        .map(IntoResponse::into_response)
 }
 
 /// Force the document to be read (at start-up, so a broken document fails loudly and early).

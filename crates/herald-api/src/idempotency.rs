@@ -16,10 +16,9 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use herald_core::clock;
 use herald_core::model::Message;
@@ -86,19 +85,23 @@ pub(crate) fn check_same_message(new: &NewMessage, stored: &Message) -> ApiResul
     if same { Ok(()) } else { Err(reused()) }
 }
 
-/// Replay the remembered answer for a repeated key, refuse a key reused for another request, or run the
+/// Replay the remembered answer for a repeated key, refuse a key reused for another request, or `run` the
 /// request and remember a successful answer.
-pub(crate) async fn replay_or_remember(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn replay_or_remember<Run, Answer>(state: &AppState, request: Request, run: Run) -> Response
+where
+    Run: FnOnce(Request) -> Answer,
+    Answer: Future<Output = Response>,
+{
     if request.method() != Method::POST {
-        return next.run(request).await;
+        return run(request).await;
     }
     let key = match key_of(request.headers()) {
         Ok(Some(key)) => key,
-        Ok(None) => return next.run(request).await,
+        Ok(None) => return run(request).await,
         Err(error) => return error.into_response(),
     };
     if !remembers(request.uri().path()) {
-        return next.run(request).await;
+        return run(request).await;
     }
     let (parts, body) = request.into_parts();
     let body = match crate::body::read(body, state.limits.max_body_bytes).await {
@@ -116,7 +119,7 @@ pub(crate) async fn replay_or_remember(State(state): State<AppState>, request: R
         Ok(None) => {}
         Err(error) => return ApiError::from_store(error, "idempotency key").into_response(),
     }
-    let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let response = run(Request::from_parts(parts, Body::from(body))).await;
     if !response.status().is_success() {
         return response;
     }

@@ -4,10 +4,8 @@
 //! (a path segment that is not UTF-8, a malformed query string, a body limit) answer in plain text.
 //! Rather than wrap every one of them, this layer rewrites such responses in one place.
 
-use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -15,9 +13,8 @@ use crate::error::ApiError;
 /// The most of a plain-text error body kept as the detail.
 const MAX_DETAIL_BYTES: usize = 1024;
 
-/// Rewrite non-JSON 4xx/5xx responses as JSON errors.
-pub(crate) async fn ensure_json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+/// Rewrite a non-JSON 4xx/5xx response as a JSON error.
+pub(crate) async fn as_json(response: Response) -> Response {
     let status = response.status();
     let is_json = response
         .headers()
@@ -60,6 +57,8 @@ fn code_for(status: StatusCode) -> &'static str {
 mod tests {
     use axum::Router;
     use axum::body::Body;
+    use axum::extract::Request;
+    use axum::middleware::Next;
     use axum::routing::get;
     use tower::ServiceExt;
 
@@ -67,7 +66,9 @@ mod tests {
 
     async fn call(router: Router, uri: &str) -> (StatusCode, serde_json::Value) {
         let response = router
-            .layer(axum::middleware::from_fn(ensure_json_errors))
+            .layer(axum::middleware::from_fn(|request, next: Next| async move {
+                as_json(next.run(request).await).await
+            }))
             .oneshot(Request::builder().uri(uri).body(Body::empty()).expect("request"))
             .await
             .expect("response");

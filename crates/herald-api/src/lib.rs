@@ -30,14 +30,12 @@ mod validate;
 mod whole;
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, header};
 use tower::Layer;
 use tower::util::{MapRequest, MapRequestLayer};
 use tower_http::normalize_path::{NormalizePath, NormalizePathLayer};
-use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use error::{ApiError, ApiResult};
-pub use state::{AppState, Limits, Portal};
+pub use state::{AppState, Limits, Portal, Shared};
 pub use tasks::resume_interrupted;
 
 /// The HTTP service [`service`] builds: a router behind Herald's path normalisation (see [`normalize`]).
@@ -46,8 +44,7 @@ pub type Service = MapRequest<NormalizePath<axum::Router>, fn(Request) -> Reques
 /// The complete API service: the routes, with a trailing slash trimmed from every request path first
 /// (Svix clients use both spellings) and `Server: Herald` on every response.
 pub fn service(state: AppState) -> Service {
-    let server = HeaderValue::from_static(concat!("Herald/", env!("CARGO_PKG_VERSION")));
-    normalize(routes::router(state).layer(SetResponseHeaderLayer::if_not_present(header::SERVER, server)))
+    normalize(routes::router(state))
 }
 
 /// Wrap a router so that it accepts every path with or without a trailing slash — except the dashboard's

@@ -1,7 +1,7 @@
 //! The API's metrics and `GET /metrics`.
 //!
-//! Every request is counted by method, route template and status, and timed, by [`track`] (a middleware
-//! around the router); `POST /api/v1/app/{app_id}/msg` is also counted as ingest. `GET /metrics` answers
+//! Every request is counted by method, route template and status, and timed, by `track` (in the router's outermost
+//! layer); `POST /api/v1/app/{app_id}/msg` is also counted as ingest. `GET /metrics` answers
 //! the process registry's series followed by the delivery engine's per-endpoint series (see
 //! `herald_delivery::metrics`), behind the admin token; [`scrape`] renders the same text for a
 //! listener of its own (`HERALD_METRICS_LISTEN`).
@@ -13,7 +13,6 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, Method};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use herald_telemetry::text::Text;
 
@@ -39,11 +38,15 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Count and time every request by its route template (never its raw path: ids would make the series
 /// unbounded). Requests no route matched are counted as `unmatched`.
-pub async fn track(request: Request, next: Next) -> Response {
+pub(crate) async fn track<Run, Answer>(request: Request, run: Run) -> Response
+where
+    Run: FnOnce(Request) -> Answer,
+    Answer: Future<Output = Response>,
+{
     let started = Instant::now();
     let method = request.method().clone();
     let route = request.extensions().get::<MatchedPath>().cloned();
-    let response = next.run(request).await;
+    let response = run(request).await;
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let status = response.status().as_u16();
     http_request(&method, route, status, started);
