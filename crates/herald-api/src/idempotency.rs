@@ -52,6 +52,26 @@ pub(crate) fn key_of(headers: &HeaderMap) -> ApiResult<Option<String>> {
     Ok(value.to_str().ok().map(str::to_owned))
 }
 
+/// The request's `idempotency-key` as [`key_of`] reads it, taken from the request's head without copying
+/// its other headers (axum's `HeaderMap` extractor clones them all, on the ingest path). Checked when the
+/// handler asks ([`IdempotencyKey::checked`]), so the body's errors still come first.
+pub(crate) struct IdempotencyKey(ApiResult<Option<String>>);
+
+impl IdempotencyKey {
+    /// The key, or the 422 for a malformed one.
+    pub(crate) fn checked(self) -> ApiResult<Option<String>> {
+        self.0
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(key_of(&parts.headers)))
+    }
+}
+
 /// The 422 for a key already used with another request.
 fn reused() -> ApiError {
     ApiError::header(

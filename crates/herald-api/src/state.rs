@@ -87,6 +87,9 @@ pub struct Shared {
     /// How many endpoints with the oldest backlogs a scrape lists one by one (besides every open
     /// breaker); see `herald_delivery::metrics`.
     pub metrics_top_endpoints: usize,
+    /// Spans are exported as traces (OpenTelemetry): each ingest request then has its `ingest` span.
+    /// Without an exporter it is opened only when the filter lets `debug` through.
+    pub trace_requests: bool,
 }
 
 impl std::ops::Deref for AppState {
@@ -115,12 +118,18 @@ impl AppState {
             portal: Arc::default(),
             app_ids: Arc::default(),
             metrics_top_endpoints: DEFAULT_METRICS_TOP_ENDPOINTS,
+            trace_requests: false,
         }))
     }
 
     /// The same state listing this many oldest backlogs per scrape.
     pub fn with_metrics_top_endpoints(self, top: usize) -> Self {
         self.changed(|shared| shared.metrics_top_endpoints = top)
+    }
+
+    /// The same state with ingest requests traced or not (see [`Shared::trace_requests`]).
+    pub fn with_trace_requests(self, traced: bool) -> Self {
+        self.changed(|shared| shared.trace_requests = traced)
     }
 
     /// The same state with these portal settings.

@@ -205,3 +205,98 @@ pub(crate) fn uid_for_put<K: herald_core::id::Kind>(
         _ => Ok(path_segment.to_owned()),
     }
 }
+
+/// Check that `json` is JSON every receiver's parser can read: serde_json's defaults refuse nesting deeper
+/// than 128, lone surrogates and numbers out of range, which a raw pass-through would otherwise store and
+/// echo into every listing. The text is walked, not built into a value: building one allocated for every
+/// node of every payload on the ingest path.
+pub(crate) fn portable_json(json: &str) -> Result<(), serde_json::Error> {
+    serde_json::from_str::<Walked>(json).map(|_| ())
+}
+
+/// Any JSON value, walked and dropped (see [`portable_json`]): the parser checks what it reads (depth,
+/// string escapes, numbers) on the way.
+struct Walked;
+
+impl<'de> serde::Deserialize<'de> for Walked {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Walked)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walked {
+    type Value = Walked;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Walked, E> {
+        Ok(Walked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Walked, E> {
+        Ok(Walked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Walked, E> {
+        Ok(Walked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Walked, E> {
+        Ok(Walked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Walked, E> {
+        Ok(Walked)
+    }
+
+    fn visit_unit<E>(self) -> Result<Walked, E> {
+        Ok(Walked)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Walked, A::Error> {
+        while items.next_element::<Walked>()?.is_some() {}
+        Ok(Walked)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<Walked, A::Error> {
+        while entries.next_entry::<Walked, Walked>()?.is_some() {}
+        Ok(Walked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::portable_json;
+
+    /// The walk refuses exactly what building a `serde_json::Value` refuses.
+    #[test]
+    fn portable_json_agrees_with_building_a_value() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let cases = [
+            r#"{"a":[1,-2,3.5e10,true,false,null,"x\n\u00e9\ud83d\ude00"],"b":{"c":{}}}"#.to_owned(),
+            r#"{"lone":"\ud800"}"#.to_owned(),
+            r#"{"low":"\udc00x"}"#.to_owned(),
+            r#"{"big":1e400}"#.to_owned(),
+            r#"{"neg":-1e400}"#.to_owned(),
+            r#"{"int":18446744073709551616}"#.to_owned(),
+            r#"{"dup":1,"dup":2}"#.to_owned(),
+            r#"{"a":1,}"#.to_owned(),
+            r#"{"a":01}"#.to_owned(),
+            "{\"ctl\":\"\u{1}\"}".to_owned(),
+            r#"{"a":1} x"#.to_owned(),
+            format!("{{\"d\":{}}}", deep(127)),
+            format!("{{\"d\":{}}}", deep(128)),
+            deep(129),
+        ];
+        for case in &cases {
+            let value = serde_json::from_str::<serde_json::Value>(case).is_ok();
+            assert_eq!(portable_json(case).is_ok(), value, "{case:.80}");
+        }
+        assert!(portable_json(&cases[0]).is_ok());
+        assert!(portable_json(&cases[1]).is_err(), "a lone surrogate passed");
+        assert!(portable_json(&cases[3]).is_err(), "1e400 passed");
+        assert!(portable_json(&cases[13]).is_err(), "nesting past 128 passed");
+    }
+}

@@ -161,7 +161,8 @@ impl Node {
             Limits::for_payload(settings.max_payload_bytes).with_max_request_timeout(settings.max_request_timeout),
         )
         .with_portal(settings.portal.clone())
-        .with_metrics_top_endpoints(settings.metrics_top_endpoints);
+        .with_metrics_top_endpoints(settings.metrics_top_endpoints)
+        .with_trace_requests(settings.trace_export.is_some());
         // Carry on (or close) the background tasks the previous process left running, before serving.
         herald_api::resume_interrupted(&state)
             .await

@@ -637,7 +637,7 @@ async fn traces_reach_an_otlp_collector_and_json_logs_carry_the_same_message_id(
 
 /// With a trace exporter, at the default `info` filter (where a success writes no log line), every
 /// attempt still has its span, and the span encloses the request: it lasts at least as long as the
-/// receiver took to answer.
+/// receiver took to answer. The ingest request has its span too.
 #[tokio::test]
 async fn an_exported_attempt_span_encloses_its_request_at_the_default_filter() {
     let collector = Collector::default();
@@ -672,6 +672,11 @@ async fn an_exported_attempt_span_encloses_its_request_at_the_default_filter() {
     assert!(
         millis >= 300,
         "the span lasted {millis} ms: it did not enclose the request"
+    );
+    // The ingest request's span too: at the default filter it is opened only because traces are exported.
+    assert!(
+        collector.span("ingest", &msg).is_some(),
+        "no ingest span for {msg} with traces exported"
     );
     let _ = child.kill();
     let _ = child.wait();
