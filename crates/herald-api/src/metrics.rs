@@ -1,7 +1,7 @@
 //! The API's metrics and `GET /metrics`.
 //!
-//! Every request is counted by method, route template and status, and timed, by `track` (in the router's outermost
-//! layer); `POST /api/v1/app/{app_id}/msg` is also counted as ingest. `GET /metrics` answers
+//! Every request is counted by method, route template and status, and timed, by `track` (in the router's
+//! outermost layer); `POST /api/v1/app/{app_id}/msg` is also counted as ingest. `GET /metrics` answers
 //! the process registry's series followed by the delivery engine's per-endpoint series (see
 //! `herald_delivery::metrics`), behind the admin token; [`scrape`] renders the same text for a
 //! listener of its own (`HERALD_METRICS_LISTEN`).

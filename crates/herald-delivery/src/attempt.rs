@@ -151,8 +151,7 @@ impl AttemptTask {
         // the answer, for the outcome line alone, and not at all when that line is filtered out: a
         // span's fields are formatted when it opens, and a fan-out's successes, logged at `debug`,
         // would pay that for nothing (docs/performance.md).
-        let early_span =
-            (self.traced || tracing::level_enabled!(tracing::Level::DEBUG)).then(|| self.span(attempt_number));
+        let early_span = herald_telemetry::span_wanted(self.traced).then(|| self.span(attempt_number));
         let response = match &self.keys {
             Some(keys) => {
                 let headers = signed_headers(

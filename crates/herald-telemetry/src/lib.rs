@@ -13,3 +13,11 @@ pub mod registry;
 pub mod text;
 
 pub use logs::{LogFormat, Telemetry, TelemetryError, TraceExport};
+
+/// Whether a hot-path span (an ingest request's, an attempt's) should enclose its work: when its traces
+/// are exported (`exported`), which time it, or when the filter lets `debug` through, whose lines inside
+/// it carry its fields. Otherwise the span would format its fields at opening and at each record for
+/// nobody (docs/performance.md): callers open none, or open it only around the line that needs it.
+pub fn span_wanted(exported: bool) -> bool {
+    exported || tracing::level_enabled!(tracing::Level::DEBUG)
+}

@@ -717,6 +717,39 @@ async fn a_failed_attempts_json_log_line_carries_its_span_without_a_trace_export
     let _ = child.wait();
 }
 
+/// Without a trace exporter, a filter that lets `debug` through opens the ingest request's span: the
+/// "message accepted" line carries the message id in it (the span is not opened at all at the default
+/// filter, where that line is not written).
+#[tokio::test]
+async fn an_accepted_messages_debug_line_carries_its_ingest_span_without_a_trace_exporter() {
+    let receiver = Receiver::start(Reply::status(200)).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log_path = dir.path().join("herald.log");
+    let mut child = herald_command(
+        dir.path(),
+        &log_path,
+        &[("HERALD_LOG_FORMAT", "json"), ("RUST_LOG", "warn,herald_api=debug")],
+    );
+    let addr = wait_listening(&log_path, &mut child).await;
+    let (_, msg) = send_one_message(addr, &receiver.url()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let found = json_lines(&log_path)
+            .into_iter()
+            .find(|l| l["fields"]["message"] == "message accepted");
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "no \"message accepted\" line");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(line["span"]["name"], "ingest", "{line}");
+    assert_eq!(line["span"]["msg"], msg.as_str(), "{line}");
+    assert_eq!(line["span"]["duplicate"], false, "{line}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// An application with one endpoint at `url`, and one message to it: their ids.
 async fn send_one_message(addr: SocketAddr, url: &str) -> (String, String) {
     let call = |path: &str, body: Value| {

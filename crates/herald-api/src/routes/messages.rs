@@ -142,7 +142,7 @@ async fn create(
     idempotency_key: IdempotencyKey,
     JsonBody(input): JsonBody<MessageIn>,
 ) -> ApiResult<(StatusCode, Json<MessageOut>)> {
-    let span = if state.trace_requests || tracing::level_enabled!(tracing::Level::DEBUG) {
+    let span = if herald_telemetry::span_wanted(state.trace_requests) {
         tracing::info_span!(
             "ingest",
             app = %app_id,
