@@ -30,12 +30,6 @@ use anyhow::Context as _;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
-/// mimalloc instead of glibc's malloc: a fan-out allocates and frees the same small buffers (headers,
-/// ids, log rows) across Tokio's worker threads, which glibc serves from contended arenas
-/// (docs/performance.md has the figures).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Herald: webhooks that are never lost, never forged, and never let one endpoint hurt another.
 // (Not a doc comment: clap would print it in `herald --help`.) The command-line structs of every command
 // derive no `Debug` on purpose: they hold tokens, keys and URLs with passwords as given, so nothing can
