@@ -396,15 +396,11 @@ impl Front {
         Poll::Ready(Ok(()))
     }
 
-    /// Count what went out; when nothing could, fail the write once the response has waited too long
-    /// for the client to read it.
+    /// When nothing could be written, fail the write once the response has waited too long for the
+    /// client to read it.
     fn after_write(&mut self, cx: &mut Context<'_>, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         match written {
-            Poll::Ready(Ok(n)) => {
-                self.connection.written(n as u64);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Ready(result) => Poll::Ready(result),
             Poll::Pending => {
                 let since = *self.writing_since.get_or_insert_with(Instant::now);
                 ready!(poll_deadline(

@@ -48,7 +48,8 @@ pub(crate) struct Connection {
     stop: AtomicBool,
     /// Whether a request ever started on it.
     served: AtomicBool,
-    /// Response bytes handed to hyper and not written yet, on this connection and on all of them.
+    /// Response bytes hyper holds (taken from the response body, not yet written out in full and
+    /// dropped), on this connection and on all of them.
     unwritten: AtomicU64,
     all_unwritten: Arc<AtomicU64>,
 }
@@ -130,14 +131,15 @@ impl Connection {
             .compare_exchange(BUSY, now, Ordering::AcqRel, Ordering::Acquire);
     }
 
-    /// `n` response bytes were handed to hyper.
+    /// hyper took `n` response bytes.
     pub(crate) fn buffered(&self, n: u64) {
         self.unwritten.fetch_add(n, Ordering::AcqRel);
         self.all_unwritten.fetch_add(n, Ordering::AcqRel);
     }
 
-    /// `n` bytes were written to the socket (headers included: the count is a close estimate).
-    pub(crate) fn written(&self, n: u64) {
+    /// hyper dropped `n` response bytes it held: written out, or gone with the connection. Bytes
+    /// already forgotten (the connection was shed) are not taken off the total twice.
+    pub(crate) fn released(&self, n: u64) {
         let before = self
             .unwritten
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n)))
@@ -439,19 +441,21 @@ mod tests {
         old.connection.buffered(600);
         newer.connection.buffered(600);
         reading.connection.buffered(600);
-        reading.connection.written(600);
+        reading.connection.released(600);
         assert_eq!(registry.unwritten(), 1200);
         assert!(registry.over_budget());
         assert_eq!(registry.shed_unread(), 1);
         assert_eq!(old.connection.idle_since.load(Ordering::Acquire), EVICTED);
         assert_eq!(registry.unwritten(), 600);
         assert!(!registry.over_budget());
+        // The shed connection's frames are dropped after it was forgotten: not taken off twice.
+        old.connection.released(600);
+        assert_eq!(registry.unwritten(), 600);
         drop(old);
         drop(newer);
         assert_eq!(registry.unwritten(), 0);
-        // Headers make more bytes written than were buffered: the count never goes below zero.
         reading.connection.buffered(10);
-        reading.connection.written(50);
+        reading.connection.released(50);
         assert_eq!(registry.unwritten(), 0);
     }
 

@@ -164,10 +164,10 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
-    type Data = Bytes;
+    type Data = Held;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Held>, BoxError>>> {
         match self.get_mut() {
             Self::App {
                 body,
@@ -175,9 +175,11 @@ where
                 registry,
             } => {
                 let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
-                if let (Some(Ok(frame)), Some(guard)) = (&frame, in_flight.as_ref()) {
-                    guard.0.buffered(frame.data_ref().map_or(0, |d| d.len() as u64));
-                }
+                let owner = in_flight.as_ref().map(|guard| &guard.0);
+                let frame = frame.map(|f| {
+                    f.map(|f| f.map_data(|bytes| Held::new(bytes, owner)))
+                        .map_err(Into::into)
+                });
                 if frame.is_none() || body.is_end_stream() {
                     *in_flight = None;
                 }
@@ -187,9 +189,9 @@ where
                     let closed = registry.shed_unread();
                     tracing::debug!(closed, "unread responses over their budget; closed the oldest");
                 }
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+                Poll::Ready(frame)
             }
-            Self::Fixed { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Self::Fixed { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(Held::new(d, None))))),
         }
     }
 
@@ -205,5 +207,79 @@ where
             Self::App { body, .. } => body.size_hint(),
             Self::Fixed { data, .. } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
         }
+    }
+}
+
+/// A frame of a response body as hyper holds it. Its length counts against the unread-response budget
+/// from the moment hyper takes it until hyper drops it, written out in full (or with the connection).
+/// Counting what the socket has taken instead would undercount: a frame partly written keeps its whole
+/// allocation alive, so a client that reads nothing would hold a whole response each while the count
+/// saw only what did not fit in the kernel's send buffer.
+pub(crate) struct Held {
+    bytes: Bytes,
+    /// The connection whose count holds `bytes`, and how many were counted.
+    counted: Option<(Arc<Connection>, u64)>,
+}
+
+impl Held {
+    /// Take `bytes` into hyper's hands, counted on `owner` if there is one.
+    fn new(bytes: Bytes, owner: Option<&Arc<Connection>>) -> Self {
+        let counted = owner.map(|connection| {
+            let n = bytes.len() as u64;
+            connection.buffered(n);
+            (connection.clone(), n)
+        });
+        Self { bytes, counted }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some((connection, n)) = self.counted.take() {
+            connection.released(n);
+        }
+    }
+}
+
+impl bytes::Buf for Held {
+    fn remaining(&self) -> usize {
+        self.bytes.remaining()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.bytes.chunk()
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.bytes.chunks_vectored(dst)
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        self.bytes.advance(cnt);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Buf as _;
+
+    use super::*;
+
+    #[test]
+    fn a_frame_counts_until_hyper_drops_it_not_until_the_socket_takes_it() {
+        let registry = Registry::new(10, 1000);
+        let admitted = registry.admit().expect("a slot");
+        let mut frame = Held::new(Bytes::from(vec![b'x'; 1500]), Some(&admitted.connection));
+        assert_eq!(registry.unwritten(), 1500);
+        assert!(registry.over_budget());
+        // Most of it written out: the allocation is still alive, so it still counts in full.
+        frame.advance(1400);
+        assert_eq!(frame.remaining(), 100);
+        assert_eq!(registry.unwritten(), 1500);
+        drop(frame);
+        assert_eq!(registry.unwritten(), 0);
+        // The edge's own answers count on no connection.
+        drop(Held::new(Bytes::from_static(b"{}"), None));
+        assert_eq!(registry.unwritten(), 0);
     }
 }

@@ -612,7 +612,10 @@ fn rss_mib(pid: u32) -> u64 {
 #[tokio::test]
 async fn memory_stays_bounded_with_non_reading_pipelining_clients() {
     // 200 clients each pipelining 20 listings of ~2 MB and reading none: held in memory, their answers
-    // would take 400 MB (the issue saw 22 → 450 MB). The unread-answer budget here is 16 MiB.
+    // would take 400 MB (the issue saw 22 → 450 MB). The unread-answer budget here is 16 MiB; what it
+    // bounds is counted until hyper drops each answer, so the growth is the budget (its allocations up
+    // to twice their length) plus the listings being built: 55-65 MiB measured. Counting only what the
+    // socket had not taken let it grow by 140-200 MiB (a partly written answer stays whole in memory).
     let mut herald = Herald::start(&[("HERALD_MAX_UNREAD_RESPONSE_BYTES", "16777216")]).await;
     let listing = large_listing(&herald, 20, 100_000).await;
     let pid = herald.pid();
@@ -629,7 +632,7 @@ async fn memory_stays_bounded_with_non_reading_pipelining_clients() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        peak.saturating_sub(before) < 200,
+        peak.saturating_sub(before) < 120,
         "resident memory grew from {before} MiB to {peak} MiB"
     );
     // Meanwhile others are served.
