@@ -133,8 +133,10 @@ impl Connection {
 
     /// hyper took `n` response bytes.
     pub(crate) fn buffered(&self, n: u64) {
-        self.unwritten.fetch_add(n, Ordering::AcqRel);
+        // The total first: a shed between the two forgets at most what the total already holds, so
+        // the total never drops below zero.
         self.all_unwritten.fetch_add(n, Ordering::AcqRel);
+        self.unwritten.fetch_add(n, Ordering::AcqRel);
     }
 
     /// hyper dropped `n` response bytes it held: written out, or gone with the connection. Bytes

@@ -175,6 +175,10 @@ fn http1_builder() -> http1::Builder {
         // after sending still gets its answer, and a handler runs to the end whether or not the client
         // waits for it (an ingest commits either way; at-least-once makes the client retry).
         .half_close(true)
+        // Queue response frames rather than copy them into one buffer: the unread-response budget
+        // counts a frame until hyper drops it (`service::Held`), and a copied frame would be dropped
+        // at once while its copy stayed in memory uncounted.
+        .writev(true)
         .keep_alive(true);
     builder
 }
