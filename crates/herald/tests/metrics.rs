@@ -692,17 +692,10 @@ async fn a_failed_attempts_json_log_line_carries_its_span_without_a_trace_export
     let mut child = herald_command(dir.path(), &log_path, &[("HERALD_LOG_FORMAT", "json")]);
     let addr = wait_listening(&log_path, &mut child).await;
     let (app, msg) = send_one_message(addr, &receiver.url()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let line = loop {
-        let found = json_lines(&log_path)
-            .into_iter()
-            .find(|l| l["fields"]["message"] == "attempt failed; retrying" && l["span"]["msg"] == msg.as_str());
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(Instant::now() < deadline, "no failed-attempt line for {msg}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let line = json_line(&log_path, Duration::from_secs(30), "the failed-attempt line", |l| {
+        l["fields"]["message"] == "attempt failed; retrying" && l["span"]["msg"] == msg.as_str()
+    })
+    .await;
     let span = &line["span"];
     assert_eq!(span["name"], "attempt");
     assert_eq!(span["app"], app.as_str());
@@ -732,17 +725,13 @@ async fn an_accepted_messages_debug_line_carries_its_ingest_span_without_a_trace
     );
     let addr = wait_listening(&log_path, &mut child).await;
     let (_, msg) = send_one_message(addr, &receiver.url()).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let line = loop {
-        let found = json_lines(&log_path)
-            .into_iter()
-            .find(|l| l["fields"]["message"] == "message accepted");
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(Instant::now() < deadline, "no \"message accepted\" line");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let line = json_line(
+        &log_path,
+        Duration::from_secs(10),
+        "the \"message accepted\" line",
+        |l| l["fields"]["message"] == "message accepted",
+    )
+    .await;
     assert_eq!(line["span"]["name"], "ingest", "{line}");
     assert_eq!(line["span"]["msg"], msg.as_str(), "{line}");
     assert_eq!(line["span"]["duplicate"], false, "{line}");
@@ -778,6 +767,18 @@ async fn send_one_message(addr: SocketAddr, url: &str) -> (String, String) {
 }
 
 /// The JSON lines of a log file (other lines skipped).
+/// The first JSON log line `wanted` picks, waiting up to `within` for it to be written.
+async fn json_line(log: &Path, within: Duration, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(line) = json_lines(log).into_iter().find(|l| wanted(l)) {
+            return line;
+        }
+        assert!(Instant::now() < deadline, "{what} was never written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn json_lines(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
