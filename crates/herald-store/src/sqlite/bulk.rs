@@ -4,9 +4,9 @@
 //! insert and one insert per delivery — each a round trip to SQLite's connection thread. Here the batch
 //! is *planned* first ([`crate::plan`]: which apps exist, which messages repeat an earlier `eventId` or
 //! `idempotency-key`, which endpoints each new message fans out to) with one query each, and then
-//! written with one multi-row `INSERT` per table. Anything the plan did not foresee fails the whole
-//! statement; the writer then rolls back and replays the batch on the careful path, so a surprise costs
-//! speed, never custody.
+//! written in one call: a multi-row `INSERT` per table, all in one statement text. Anything the plan did
+//! not foresee fails a statement; the writer then rolls back and replays the batch on the careful path,
+//! so a surprise costs speed, never custody.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
-use super::chunk::{ROWS_PER_INSERT, marks};
+use super::chunk::{ROWS_PER_INSERT, inserts, marks};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
@@ -51,10 +51,8 @@ async fn write(conn: &mut SqliteConnection, batch: &[IngestJob], cache: &subscri
     let earlier = earlier_messages(conn, batch).await?;
     // No row locks (one writer): nothing is ever held back.
     let plan = plan::plan(batch, &apps, &[], earlier);
-    insert_messages(conn, &plan.messages).await?;
-    insert_tags(conn, &plan.messages).await?;
     let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_deliveries(conn, &fan_out).await?;
+    let deliveries = insert_rows(conn, &plan.messages, &fan_out).await?;
     drop(fan_out);
     Ok(plan.finish(deliveries, HashMap::new()))
 }
@@ -113,147 +111,153 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
     Ok(earlier)
 }
 
-async fn insert_messages(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
-    for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!(
-            "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, \
-             ordering_key, created_at, payload_expires_at, tags, deliver_at) VALUES {values}"
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for row in chunk {
-            let m = &row.message;
-            query = query
-                .bind(m.id.as_str())
-                .bind(m.app_id.as_str())
-                .bind(&m.event_id)
-                .bind(row.idempotency_key)
-                .bind(&m.event_type)
-                .bind(rows::encode_list(&m.channels))
-                .bind(Arc::clone(&m.payload))
-                .bind(&m.ordering_key)
-                .bind(m.created_at)
-                .bind(row.payload_expires_at)
-                .bind(rows::encode_list(&m.tags))
-                .bind(m.deliver_at);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-/// Index the new messages' tags (one row per message and tag).
-async fn insert_tags(conn: &mut SqliteConnection, messages: &[NewRow<'_>]) -> StoreResult<()> {
-    let tagged = plan::tag_rows(messages);
-    for chunk in tagged.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!("INSERT INTO message_tag (app_id, tag, message_id) VALUES {values}");
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (app_id, tag, message_id) in chunk {
-            query = query.bind(*app_id).bind(*tag).bind(*message_id);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-/// Insert the deliveries; their seqs, grouped by the index of the job they belong to.
+/// Every row of the batch in one call to SQLite's thread, in one statement text: the messages, their
+/// tags, then their deliveries, each table's rows in multi-row `INSERT`s of [`ROWS_PER_INSERT`] rows.
 ///
-/// No `RETURNING`: each returned row would cross from SQLite's thread to this task on its own (sqlx
-/// streams rows one by one), one per message. The seqs are known without them: the one writer draws a
-/// statement's `seq`s one after the other in the order its rows are listed (`AUTOINCREMENT`: the largest
-/// seq so far plus one, and no trigger writes to `delivery`), so a chunk of `n` rows got
-/// `last - n + 1 ..= last`, `last` being the statement's last inserted rowid.
-async fn insert_deliveries(
+/// Why one call: each call is a round trip between this task and the connection's thread, and the one
+/// writer's batch is a chain of them; on a busy machine every hop wakes a thread that then waits for a
+/// core, so the batch takes several times its CPU (docs/performance.md, "The SQLite writer's batch").
+/// A statement that fails stops the call there, and the writer rolls the whole batch back as before.
+///
+/// Returns the deliveries' seqs, grouped by the index of the job they belong to. No `RETURNING`: each
+/// returned row would cross from SQLite's thread to this task on its own (sqlx streams rows one by
+/// one). The seqs are known without them: the one writer draws `seq`s one after the other in the order
+/// the rows are listed (`AUTOINCREMENT`: the largest seq so far plus one; no trigger writes to
+/// `delivery`), and the deliveries are inserted last, so their `n` rows got `last - n + 1 ..= last`,
+/// `last` being the call's last inserted rowid.
+async fn insert_rows(
     conn: &mut SqliteConnection,
+    messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
+    let tags = plan::tag_rows(messages);
+    let mut sql = String::new();
+    inserts(
+        &mut sql,
+        "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
+         created_at, payload_expires_at, tags, deliver_at)",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        messages.len(),
+    );
+    inserts(
+        &mut sql,
+        "INSERT INTO message_tag (app_id, tag, message_id)",
+        "(?, ?, ?)",
+        tags.len(),
+    );
+    inserts(
+        &mut sql,
+        "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, updated_at, window_start)",
+        "(?, ?, 0, 0, ?, ?, ?)",
+        fan_out.len(),
+    );
+    if sql.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut query = sqlx::query(AssertSqlSafe(sql));
+    for row in messages {
+        let m = &row.message;
+        query = query
+            .bind(m.id.as_str())
+            .bind(m.app_id.as_str())
+            .bind(&m.event_id)
+            .bind(row.idempotency_key)
+            .bind(&m.event_type)
+            .bind(rows::encode_list(&m.channels))
+            .bind(Arc::clone(&m.payload))
+            .bind(&m.ordering_key)
+            .bind(m.created_at)
+            .bind(row.payload_expires_at)
+            .bind(rows::encode_list(&m.tags))
+            .bind(m.deliver_at);
+    }
+    for (app_id, tag, message_id) in &tags {
+        query = query.bind(*app_id).bind(*tag).bind(*message_id);
+    }
+    for f in fan_out {
+        query = query
+            .bind(f.message.id.as_str())
+            .bind(f.endpoint_id.as_str())
+            .bind(f.message.due_at())
+            .bind(f.message.created_at)
+            .bind(plan::window_start(f.message));
+    }
+    let done = query.execute(&mut *conn).await?;
+    let expected = messages.len() + tags.len() + fan_out.len();
+    if u64::try_from(expected).ok() != Some(done.rows_affected()) {
+        return Err(StoreError::Corrupt(format!(
+            "{} rows inserted of {expected}",
+            done.rows_affected()
+        )));
+    }
     let mut by_job: HashMap<usize, Vec<CreatedDelivery>> = HashMap::new();
-    for chunk in fan_out.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, 0, 0, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!(
-            "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, updated_at, \
-             window_start) VALUES {values}"
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for f in chunk {
-            query = query
-                .bind(f.message.id.as_str())
-                .bind(f.endpoint_id.as_str())
-                .bind(f.message.due_at())
-                .bind(f.message.created_at)
-                .bind(plan::window_start(f.message));
-        }
-        let done = query.execute(&mut *conn).await?;
-        let rows = i64::try_from(chunk.len()).map_err(|_| StoreError::Corrupt("a chunk beyond i64".into()))?;
-        if i64::try_from(done.rows_affected()).ok() != Some(rows) {
-            return Err(StoreError::Corrupt(format!(
-                "{} deliveries inserted of {rows}",
-                done.rows_affected()
-            )));
-        }
-        let first = done.last_insert_rowid() - rows + 1;
-        for (seq, f) in (first..).zip(chunk) {
-            by_job.entry(f.job).or_default().push(CreatedDelivery {
-                seq,
-                endpoint_id: f.endpoint_id.clone(),
-            });
-        }
+    if fan_out.is_empty() {
+        return Ok(by_job);
+    }
+    let inserted = i64::try_from(fan_out.len()).map_err(|_| StoreError::Corrupt("a fan-out beyond i64".into()))?;
+    let first = done.last_insert_rowid() - inserted + 1;
+    for (seq, f) in (first..).zip(fan_out) {
+        by_job.entry(f.job).or_default().push(CreatedDelivery {
+            seq,
+            endpoint_id: f.endpoint_id.clone(),
+        });
     }
     Ok(by_job)
 }
 
-/// Append a batch of attempts and move their deliveries on, in a few statements per chunk. Only
+/// Append a batch of attempts and move their deliveries on: the attempt rows and the deliveries' updates
+/// in one call to SQLite's thread (see [`insert_rows`] on why), a multi-row statement per chunk. Only
 /// deliveries still pending are updated.
 pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[AttemptRecord]) -> StoreResult<()> {
-    for chunk in records.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!(
-            "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
-             outcome, response_status, response, duration_ms, trigger_type, created_at) VALUES {values}"
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for record in chunk {
-            let a = &record.attempt;
-            query = query
-                .bind(a.id.as_str())
-                .bind(record.delivery_seq)
-                .bind(record.app_id.as_str())
-                .bind(a.message_id.as_str())
-                .bind(a.endpoint_id.as_str())
-                .bind(&a.url)
-                .bind(i64::from(a.attempt_number))
-                .bind(a.success)
-                .bind(a.outcome.as_str())
-                .bind(a.response_status.map(i64::from))
-                .bind(&a.response)
-                .bind(a.duration_ms)
-                .bind(a.trigger.code())
-                .bind(a.created_at);
-        }
-        query.execute(&mut *conn).await?;
-    }
-
     let latest = plan::latest_per_delivery(records);
+    let mut sql = String::new();
+    inserts(
+        &mut sql,
+        "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
+         outcome, response_status, response, duration_ms, trigger_type, created_at)",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        records.len(),
+    );
     for chunk in latest.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!(
+        sql.push_str(&format!(
             "WITH v (seq, status, attempts, next_at, changed_at) AS (VALUES {values}) \
              UPDATE delivery SET status = v.status, attempts = v.attempts, next_attempt_at = v.next_at, \
-             updated_at = v.changed_at, next_trigger = 0 FROM v WHERE delivery.seq = v.seq AND delivery.status = 0"
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for record in chunk {
-            let a = &record.attempt;
-            query = query
-                .bind(record.delivery_seq)
-                .bind(record.status.code())
-                .bind(i64::from(a.attempt_number))
-                .bind(record.next_attempt_at)
-                .bind(a.finished_at());
-        }
-        query.execute(&mut *conn).await?;
+             updated_at = v.changed_at, next_trigger = 0 FROM v WHERE delivery.seq = v.seq AND delivery.status = 0;\n"
+        ));
     }
+    if sql.is_empty() {
+        return Ok(());
+    }
+    let mut query = sqlx::query(AssertSqlSafe(sql));
+    for record in records {
+        let a = &record.attempt;
+        query = query
+            .bind(a.id.as_str())
+            .bind(record.delivery_seq)
+            .bind(record.app_id.as_str())
+            .bind(a.message_id.as_str())
+            .bind(a.endpoint_id.as_str())
+            .bind(&a.url)
+            .bind(i64::from(a.attempt_number))
+            .bind(a.success)
+            .bind(a.outcome.as_str())
+            .bind(a.response_status.map(i64::from))
+            .bind(&a.response)
+            .bind(a.duration_ms)
+            .bind(a.trigger.code())
+            .bind(a.created_at);
+    }
+    for record in &latest {
+        let a = &record.attempt;
+        query = query
+            .bind(record.delivery_seq)
+            .bind(record.status.code())
+            .bind(i64::from(a.attempt_number))
+            .bind(record.next_attempt_at)
+            .bind(a.finished_at());
+    }
+    query.execute(&mut *conn).await?;
 
     super::events::record_attempt_events(conn, records).await
 }
