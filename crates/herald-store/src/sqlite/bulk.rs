@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, inserts, marks};
@@ -111,48 +112,44 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
     Ok(earlier)
 }
 
-/// Every row of the batch in one call to SQLite's thread, in one statement text: the messages, their
-/// tags, then their deliveries, each table's rows in multi-row `INSERT`s of [`ROWS_PER_INSERT`] rows.
+/// How many delivery rows one call inserts at most: a wide fan-out's rows beyond those of the first call
+/// go in calls of their own, so that no call's statement text and bound values grow with the fan-out
+/// (a batch of 512 messages to 10,000 endpoints each would make one text of 5,120,000 rows).
+const DELIVERIES_PER_CALL: usize = 4 * ROWS_PER_INSERT;
+
+const MESSAGE_INSERT: &str = "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, \
+                              payload, ordering_key, created_at, payload_expires_at, tags, deliver_at)";
+const MESSAGE_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const TAG_INSERT: &str = "INSERT INTO message_tag (app_id, tag, message_id)";
+const TAG_ROW: &str = "(?, ?, ?)";
+const DELIVERY_INSERT: &str = "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, \
+                               updated_at, window_start)";
+const DELIVERY_ROW: &str = "(?, ?, 0, 0, ?, ?, ?)";
+
+/// The batch's rows in as few calls to SQLite's thread as its size allows: the messages, their tags and
+/// their first [`DELIVERIES_PER_CALL`] deliveries in one call (one statement text of multi-row
+/// `INSERT`s of [`ROWS_PER_INSERT`] rows), the rest of a wide fan-out's deliveries in calls of that many.
 ///
-/// Why one call: each call is a round trip between this task and the connection's thread, and the one
+/// Why few calls: each call is a round trip between this task and the connection's thread, and the one
 /// writer's batch is a chain of them; on a busy machine every hop wakes a thread that then waits for a
 /// core, so the batch takes several times its CPU (docs/performance.md, "The SQLite writer's batch").
-/// A statement that fails stops the call there, and the writer rolls the whole batch back as before.
+/// A statement that fails stops its call there, and the writer rolls the whole batch back as before.
 ///
-/// Returns the deliveries' seqs, grouped by the index of the job they belong to. No `RETURNING`: each
-/// returned row would cross from SQLite's thread to this task on its own (sqlx streams rows one by
-/// one). The seqs are known without them: the one writer draws `seq`s one after the other in the order
-/// the rows are listed (`AUTOINCREMENT`: the largest seq so far plus one; no trigger writes to
-/// `delivery`), and the deliveries are inserted last, so their `n` rows got `last - n + 1 ..= last`,
-/// `last` being the call's last inserted rowid.
+/// Returns the deliveries' seqs, grouped by the index of the job they belong to (see [`number`]).
 async fn insert_rows(
     conn: &mut SqliteConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let tags = plan::tag_rows(messages);
+    let (first, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
+    let mut by_job = HashMap::new();
     let mut sql = String::new();
-    inserts(
-        &mut sql,
-        "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, payload, ordering_key, \
-         created_at, payload_expires_at, tags, deliver_at)",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        messages.len(),
-    );
-    inserts(
-        &mut sql,
-        "INSERT INTO message_tag (app_id, tag, message_id)",
-        "(?, ?, ?)",
-        tags.len(),
-    );
-    inserts(
-        &mut sql,
-        "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, updated_at, window_start)",
-        "(?, ?, 0, 0, ?, ?, ?)",
-        fan_out.len(),
-    );
+    inserts(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, messages.len());
+    inserts(&mut sql, TAG_INSERT, TAG_ROW, tags.len());
+    inserts(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, first.len());
     if sql.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(by_job);
     }
     let mut query = sqlx::query(AssertSqlSafe(sql));
     for row in messages {
@@ -174,7 +171,25 @@ async fn insert_rows(
     for (app_id, tag, message_id) in &tags {
         query = query.bind(*app_id).bind(*tag).bind(*message_id);
     }
-    for f in fan_out {
+    let done = bind_deliveries(query, first).execute(&mut *conn).await?;
+    number(&done, messages.len() + tags.len(), first, &mut by_job)?;
+    for chunk in later.chunks(DELIVERIES_PER_CALL) {
+        let mut sql = String::new();
+        inserts(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, chunk.len());
+        let done = bind_deliveries(sqlx::query(AssertSqlSafe(sql)), chunk)
+            .execute(&mut *conn)
+            .await?;
+        number(&done, 0, chunk, &mut by_job)?;
+    }
+    Ok(by_job)
+}
+
+/// Bind the values of [`DELIVERY_ROW`] for each of `deliveries`.
+fn bind_deliveries<'q>(
+    mut query: sqlx::query::Query<'q, Sqlite, SqliteArguments>,
+    deliveries: &'q [FanOut<'_>],
+) -> sqlx::query::Query<'q, Sqlite, SqliteArguments> {
+    for f in deliveries {
         query = query
             .bind(f.message.id.as_str())
             .bind(f.endpoint_id.as_str())
@@ -182,27 +197,39 @@ async fn insert_rows(
             .bind(f.message.created_at)
             .bind(plan::window_start(f.message));
     }
-    let done = query.execute(&mut *conn).await?;
-    let expected = messages.len() + tags.len() + fan_out.len();
+    query
+}
+
+/// Check that a call inserted its `others` rows and its `deliveries` (inserted last), and note the
+/// deliveries' seqs in `by_job`.
+///
+/// No `RETURNING`: each returned row would cross from SQLite's thread to this task on its own (sqlx
+/// streams rows one by one). The seqs are known without them: the one writer draws `seq`s one after the
+/// other in the order the rows are listed (`AUTOINCREMENT`: the largest seq so far plus one; no trigger
+/// writes to `delivery`), so the call's last `n` rows got `last - n + 1 ..= last`, `last` being its last
+/// inserted rowid.
+fn number(
+    done: &SqliteQueryResult,
+    others: usize,
+    deliveries: &[FanOut<'_>],
+    by_job: &mut HashMap<usize, Vec<CreatedDelivery>>,
+) -> StoreResult<()> {
+    let expected = others + deliveries.len();
     if u64::try_from(expected).ok() != Some(done.rows_affected()) {
         return Err(StoreError::Corrupt(format!(
             "{} rows inserted of {expected}",
             done.rows_affected()
         )));
     }
-    let mut by_job: HashMap<usize, Vec<CreatedDelivery>> = HashMap::new();
-    if fan_out.is_empty() {
-        return Ok(by_job);
-    }
-    let inserted = i64::try_from(fan_out.len()).map_err(|_| StoreError::Corrupt("a fan-out beyond i64".into()))?;
+    let inserted = i64::try_from(deliveries.len()).map_err(|_| StoreError::Corrupt("a fan-out beyond i64".into()))?;
     let first = done.last_insert_rowid() - inserted + 1;
-    for (seq, f) in (first..).zip(fan_out) {
+    for (seq, f) in (first..).zip(deliveries) {
         by_job.entry(f.job).or_default().push(CreatedDelivery {
             seq,
             endpoint_id: f.endpoint_id.clone(),
         });
     }
-    Ok(by_job)
+    Ok(())
 }
 
 /// Append a batch of attempts and move their deliveries on: the attempt rows and the deliveries' updates
