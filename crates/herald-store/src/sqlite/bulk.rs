@@ -4,9 +4,15 @@
 //! insert and one insert per delivery — each a round trip to SQLite's connection thread. Here the batch
 //! is *planned* first ([`crate::plan`]: which apps exist, which messages repeat an earlier `eventId` or
 //! `idempotency-key`, which endpoints each new message fans out to) with one query each, and then
-//! written in one call: a multi-row `INSERT` per table, all in one statement text. Anything the plan did
-//! not foresee fails a statement; the writer then rolls back and replays the batch on the careful path,
-//! so a surprise costs speed, never custody.
+//! written in as few calls as its size allows: the multi-row `INSERT`s of every table in one statement
+//! text (see [`insert_rows`]). Anything the plan did not foresee fails a statement; the writer then rolls
+//! back and replays the batch on the careful path, so a surprise costs speed, never custody.
+//!
+//! Several statements in one text with bound values is a feature of sqlx's SQLite driver alone, which
+//! sqlx has marked deprecated for its `*_many` calls (launchbadge/sqlx#3108). The store tests pin what
+//! these calls rely on — every statement runs, its values bound in order, the last rowid is the last
+//! statement's — (`the_seqs_an_ingest_answers_are_the_rows_it_stored`,
+//! `attempts_update_deliveries_and_can_disable_the_endpoint`), so an sqlx that changed it fails them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +21,7 @@ use futures::future::BoxFuture;
 use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
 
-use super::chunk::{ROWS_PER_INSERT, inserts, marks};
+use super::chunk::{ROWS_PER_INSERT, marks, statements};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
@@ -118,40 +124,46 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
 const DELIVERIES_PER_CALL: usize = 4 * ROWS_PER_INSERT;
 
 const MESSAGE_INSERT: &str = "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, \
-                              payload, ordering_key, created_at, payload_expires_at, tags, deliver_at)";
+                              payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) VALUES ";
 const MESSAGE_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-const TAG_INSERT: &str = "INSERT INTO message_tag (app_id, tag, message_id)";
+const TAG_INSERT: &str = "INSERT INTO message_tag (app_id, tag, message_id) VALUES ";
 const TAG_ROW: &str = "(?, ?, ?)";
 const DELIVERY_INSERT: &str = "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, \
-                               updated_at, window_start)";
+                               updated_at, window_start) VALUES ";
 const DELIVERY_ROW: &str = "(?, ?, 0, 0, ?, ?, ?)";
 
 /// The batch's rows in as few calls to SQLite's thread as its size allows: the messages, their tags and
 /// their first [`DELIVERIES_PER_CALL`] deliveries in one call (one statement text of multi-row
-/// `INSERT`s of [`ROWS_PER_INSERT`] rows), the rest of a wide fan-out's deliveries in calls of that many.
+/// `INSERT`s of up to [`ROWS_PER_INSERT`] rows), the rest of a wide fan-out's deliveries in calls of that
+/// many.
 ///
 /// Why few calls: each call is a round trip between this task and the connection's thread, and the one
 /// writer's batch is a chain of them; on a busy machine every hop wakes a thread that then waits for a
 /// core, so the batch takes several times its CPU (docs/performance.md, "The SQLite writer's batch").
 /// A statement that fails stops its call there, and the writer rolls the whole batch back as before.
 ///
-/// Returns the deliveries' seqs, grouped by the index of the job they belong to (see [`number`]).
+/// Returns the deliveries' seqs, grouped by the index of the job they belong to (see [`note_seqs`]).
 async fn insert_rows(
     conn: &mut SqliteConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let tags = plan::tag_rows(messages);
-    let (first, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
+    let (with_messages, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
     let mut by_job = HashMap::new();
     let mut sql = String::new();
-    inserts(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, messages.len());
-    inserts(&mut sql, TAG_INSERT, TAG_ROW, tags.len());
-    inserts(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, first.len());
+    statements(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, "", messages.len());
+    statements(&mut sql, TAG_INSERT, TAG_ROW, "", tags.len());
+    statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", with_messages.len());
     if sql.is_empty() {
         return Ok(by_job);
     }
-    let mut query = sqlx::query(AssertSqlSafe(sql));
+    let rows = messages.len() + tags.len() + with_messages.len();
+    debug_assert_eq!(
+        marks_in(&sql),
+        12 * messages.len() + 3 * tags.len() + 5 * with_messages.len()
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(rows));
     for row in messages {
         let m = &row.message;
         query = query
@@ -171,17 +183,31 @@ async fn insert_rows(
     for (app_id, tag, message_id) in &tags {
         query = query.bind(*app_id).bind(*tag).bind(*message_id);
     }
-    let done = bind_deliveries(query, first).execute(&mut *conn).await?;
-    number(&done, messages.len() + tags.len(), first, &mut by_job)?;
+    let done = bind_deliveries(query, with_messages).execute(&mut *conn).await?;
+    note_seqs(&done, messages.len() + tags.len(), with_messages, &mut by_job)?;
     for chunk in later.chunks(DELIVERIES_PER_CALL) {
         let mut sql = String::new();
-        inserts(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, chunk.len());
-        let done = bind_deliveries(sqlx::query(AssertSqlSafe(sql)), chunk)
-            .execute(&mut *conn)
-            .await?;
-        number(&done, 0, chunk, &mut by_job)?;
+        statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", chunk.len());
+        let query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(chunk.len()));
+        let done = bind_deliveries(query, chunk).execute(&mut *conn).await?;
+        note_seqs(&done, 0, chunk, &mut by_job)?;
     }
     Ok(by_job)
+}
+
+/// Whether sqlx keeps a call's prepared statements for the next call with the same text: only for calls
+/// of up to [`DELIVERIES_PER_CALL`] rows. Prepared, a 256-row `INSERT` holds 140–340 KB, and sqlx caches
+/// 100 texts by count, whatever their size; the texts of calls this size and below repeat (a batch's
+/// size follows the load), the larger ones rarely do, and preparing costs little beside writing their
+/// rows.
+fn cached(rows: usize) -> bool {
+    rows <= DELIVERIES_PER_CALL
+}
+
+/// How many `?` marks `sql` holds (a call's bound values must match them one for one: sqlx binds a
+/// missing value as `NULL` and drops an extra one, and a shift would carry into the next table's rows).
+fn marks_in(sql: &str) -> usize {
+    sql.matches('?').count()
 }
 
 /// Bind the values of [`DELIVERY_ROW`] for each of `deliveries`.
@@ -208,7 +234,7 @@ fn bind_deliveries<'q>(
 /// other in the order the rows are listed (`AUTOINCREMENT`: the largest seq so far plus one; no trigger
 /// writes to `delivery`), so the call's last `n` rows got `last - n + 1 ..= last`, `last` being its last
 /// inserted rowid.
-fn number(
+fn note_seqs(
     done: &SqliteQueryResult,
     others: usize,
     deliveries: &[FanOut<'_>],
@@ -232,31 +258,37 @@ fn number(
     Ok(())
 }
 
+const ATTEMPT_INSERT: &str = "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, \
+                              attempt_number, success, outcome, response_status, response, duration_ms, trigger_type, \
+                              created_at) VALUES ";
+const ATTEMPT_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+/// A delivery's move after its attempt, a row per delivery between the head and the tail: only a delivery
+/// still pending is moved.
+const DELIVERY_MOVE_HEAD: &str = "WITH v (seq, status, attempts, next_at, changed_at) AS (VALUES ";
+const DELIVERY_MOVE_ROW: &str = "(?, ?, ?, ?, ?)";
+const DELIVERY_MOVE_TAIL: &str = ") UPDATE delivery SET status = v.status, attempts = v.attempts, \
+                                  next_attempt_at = v.next_at, updated_at = v.changed_at, next_trigger = 0 \
+                                  FROM v WHERE delivery.seq = v.seq AND delivery.status = 0";
+
 /// Append a batch of attempts and move their deliveries on: the attempt rows and the deliveries' updates
 /// in one call to SQLite's thread (see [`insert_rows`] on why), a multi-row statement per chunk. Only
 /// deliveries still pending are updated.
 pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[AttemptRecord]) -> StoreResult<()> {
     let latest = plan::latest_per_delivery(records);
     let mut sql = String::new();
-    inserts(
+    statements(&mut sql, ATTEMPT_INSERT, ATTEMPT_ROW, "", records.len());
+    statements(
         &mut sql,
-        "INSERT INTO attempt (id, delivery_seq, app_id, message_id, endpoint_id, url, attempt_number, success, \
-         outcome, response_status, response, duration_ms, trigger_type, created_at)",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        records.len(),
+        DELIVERY_MOVE_HEAD,
+        DELIVERY_MOVE_ROW,
+        DELIVERY_MOVE_TAIL,
+        latest.len(),
     );
-    for chunk in latest.chunks(ROWS_PER_INSERT) {
-        let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        sql.push_str(&format!(
-            "WITH v (seq, status, attempts, next_at, changed_at) AS (VALUES {values}) \
-             UPDATE delivery SET status = v.status, attempts = v.attempts, next_attempt_at = v.next_at, \
-             updated_at = v.changed_at, next_trigger = 0 FROM v WHERE delivery.seq = v.seq AND delivery.status = 0;\n"
-        ));
-    }
     if sql.is_empty() {
         return Ok(());
     }
-    let mut query = sqlx::query(AssertSqlSafe(sql));
+    debug_assert_eq!(marks_in(&sql), 14 * records.len() + 5 * latest.len());
+    let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(records.len() + latest.len()));
     for record in records {
         let a = &record.attempt;
         query = query

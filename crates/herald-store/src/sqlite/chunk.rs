@@ -9,15 +9,15 @@ pub(crate) fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// Append to `sql` the statements inserting `rows` rows, each `insert` (`INSERT INTO t (…)`) with up to
-/// [`ROWS_PER_INSERT`] `row`s (`(?, …)`) as its `VALUES`, `;`-separated; nothing for no rows.
-pub(crate) fn inserts(sql: &mut String, insert: &str, row: &str, rows: usize) {
+/// Append to `sql` the statements over `rows` rows, up to [`ROWS_PER_INSERT`] rows each, `;`-separated:
+/// each is `head`, its rows' `row` (`(?, …)`) comma-separated, then `tail`; nothing for no rows.
+pub(crate) fn statements(sql: &mut String, head: &str, row: &str, tail: &str, rows: usize) {
     let mut left = rows;
     while left > 0 {
         let n = left.min(ROWS_PER_INSERT);
-        sql.push_str(insert);
-        sql.push_str(" VALUES ");
+        sql.push_str(head);
         sql.push_str(&vec![row; n].join(", "));
+        sql.push_str(tail);
         sql.push_str(";\n");
         left -= n;
     }
