@@ -766,7 +766,6 @@ async fn send_one_message(addr: SocketAddr, url: &str) -> (String, String) {
     (app, msg)
 }
 
-/// The JSON lines of a log file (other lines skipped).
 /// The first JSON log line `wanted` picks, waiting up to `within` for it to be written.
 async fn json_line(log: &Path, within: Duration, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + within;
@@ -779,6 +778,7 @@ async fn json_line(log: &Path, within: Duration, what: &str, wanted: impl Fn(&Va
     }
 }
 
+/// The JSON lines of a log file (other lines skipped).
 fn json_lines(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
