@@ -354,13 +354,17 @@ pub fn sqlite_writer_pool(acquire_timeout: Duration) -> SqlitePoolOptions {
 /// Whether no transaction is open on the connection. SQLite refuses `BEGIN` inside a transaction, so a
 /// `BEGIN` that succeeds (and is rolled back at once, in the same call) proves there is none; it takes
 /// no lock.
+///
+/// The same call puts back `synchronous = FULL` (every commit fsynced), which a write may have lowered
+/// for its own transaction — the sender's attempt results do (herald-store's `sqlite::write_results`):
+/// every write that takes the connection next finds it fully durable again, at no round trip of its own.
 async fn in_clean_state(conn: &mut SqliteConnection) -> bool {
     if conn.is_in_transaction() {
         tracing::warn!("discarding the SQLite write connection: a transaction it opened was not closed");
         return false;
     }
-    if let Err(error) = conn.execute("BEGIN; ROLLBACK").await {
-        tracing::warn!(%error, "discarding the SQLite write connection: SQLite refused to open (or close) a transaction, so it may hold one sqlx does not know of");
+    if let Err(error) = conn.execute("BEGIN; ROLLBACK; PRAGMA synchronous = FULL").await {
+        tracing::warn!(%error, "discarding the SQLite write connection: SQLite refused to open (or close) a transaction or to restore `synchronous = FULL`, so it may hold a transaction sqlx does not know of");
         return false;
     }
     true
@@ -509,20 +513,68 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// Reads the temporary table [`mark_connection`] made: fails on any other connection.
+    const SAME_CONNECTION: &str = "SELECT COUNT(*) FROM temp.mine";
+
+    /// Mark the pool's connection with a temporary table, which lives as long as the connection: reading
+    /// it ([`SAME_CONNECTION`]) again means the same connection came back.
+    async fn mark_connection(pool: &sqlx::SqlitePool) {
+        sqlx::query("CREATE TEMP TABLE mine (n INTEGER)")
+            .execute(pool)
+            .await
+            .expect("temp table");
+    }
+
     #[tokio::test]
     async fn a_clean_released_write_connection_is_reused() {
         let (pool, _outside, dir) = writer_pool("clean").await;
-        // A temporary table lives as long as its connection: seeing it again means the same one came back.
-        sqlx::query("CREATE TEMP TABLE mine (n INTEGER)")
-            .execute(&pool)
-            .await
-            .expect("temp table");
+        mark_connection(&pool).await;
         for _ in 0..3 {
-            sqlx::query("SELECT COUNT(*) FROM temp.mine")
+            sqlx::query(SAME_CONNECTION)
                 .execute(&pool)
                 .await
                 .expect("the same connection, checked clean and reused");
         }
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_released_write_connection_is_fully_durable_again_whatever_a_write_lowered() {
+        let (pool, _outside, dir) = writer_pool("synchronous").await;
+        // A fresh connection would be fully durable anyway: the test reads the reused one.
+        mark_connection(&pool).await;
+        let synchronous = |pool: sqlx::SqlitePool| async move {
+            let mut conn = pool.acquire().await.expect("acquire");
+            sqlx::query(SAME_CONNECTION)
+                .execute(&mut *conn)
+                .await
+                .expect("the same connection, reused");
+            let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(&mut *conn)
+                .await
+                .expect("read the setting");
+            level
+        };
+        const FULL: i64 = 2;
+        assert_eq!(synchronous(pool.clone()).await, FULL, "as opened");
+        let mut conn = pool.acquire().await.expect("acquire");
+        // What a batch of attempt results begins with (herald-store's `sqlite::write_results`).
+        let mut tx = conn
+            .begin_with("PRAGMA synchronous = NORMAL; BEGIN")
+            .await
+            .expect("begin");
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *tx)
+            .await
+            .expect("write");
+        tx.commit().await.expect("commit");
+        drop(conn);
+        assert_eq!(
+            synchronous(pool.clone()).await,
+            FULL,
+            "the next write on the (reused) connection fsyncs its commit"
+        );
         pool.close().await;
         let _ = std::fs::remove_dir_all(dir);
     }

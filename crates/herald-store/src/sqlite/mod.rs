@@ -1,5 +1,6 @@
 //! The SQLite dialect: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
-//! message survives `kill -9` and a power cut), one writer connection and a pool of readers. The store's
+//! message survives `kill -9` and a power cut; attempt results alone commit without waiting for the disk,
+//! see `results_begin`), one writer connection and a pool of readers. The store's
 //! statements are `crate::portable`'s; this module runs them on sqlx's SQLite driver and holds what
 //! SQLite does its own way: lists bound as JSON arrays (read with `json_each`), multi-row inserts in
 //! chunks (`bulk`), expiry on its one writer, row-by-row retention (`retention`).
@@ -18,7 +19,7 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Acquire, AssertSqlSafe, SqlitePool};
+use sqlx::{Acquire, AssertSqlSafe, Connection, SqlitePool};
 use tokio::sync::mpsc;
 
 use crate::crypto::SecretCipher;
@@ -38,8 +39,11 @@ const INGEST_QUEUE: usize = 1_024;
 const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The SQLite dialect (see [`SqliteStore`]).
-#[derive(Debug, Default)]
-pub struct Sqlite;
+#[derive(Debug)]
+pub struct Sqlite {
+    /// What opens a transaction of attempt results (see [`write_results`]).
+    results_begin: &'static str,
+}
 
 /// The SQLite implementation of [`crate::Store`].
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -50,6 +54,7 @@ impl SqlStore<Sqlite> {
     pub async fn open(url: &str, cipher: SecretCipher) -> StoreResult<Self> {
         let (base, writes) = migrated(url).await?;
         secrets::prepare::<Sqlite>(&writes, &cipher).await?;
+        let results_begin = results_begin(&writes).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(base.read_only(true))
@@ -79,7 +84,7 @@ impl SqlStore<Sqlite> {
             stream,
             cipher,
             health,
-            dialect: Sqlite,
+            dialect: Sqlite { results_begin },
         })
     }
 }
@@ -102,6 +107,25 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
         .await?;
     sqlx::migrate!("./migrations/sqlite").run(&write).await?;
     Ok((base, write))
+}
+
+/// What opens a transaction of attempt results: `synchronous = NORMAL` first where the file is in WAL
+/// mode, plain `BEGIN` otherwise.
+///
+/// A result needs no custody: one lost in a power cut leaves its delivery pending, and it is sent again
+/// (at-least-once, the same `webhook-id`). So in WAL mode it commits without waiting for an fsync — the
+/// next commit that does (every ingest batch, every API write) carries it to the disk — and the one
+/// write connection is free for the next ingest batch sooner. WAL mode is what makes that safe: a power
+/// cut may then take back the last commits, never corrupt the file. The setting is allowed only
+/// outside a transaction, so it comes before `BEGIN` in the same call, and the write pool puts `FULL`
+/// back when the connection is released (`herald_sql::custody`), so no other write ever commits with it.
+async fn results_begin(writes: &SqlitePool) -> StoreResult<&'static str> {
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(writes).await?;
+    Ok(if mode.eq_ignore_ascii_case("wal") {
+        "PRAGMA synchronous = NORMAL; BEGIN"
+    } else {
+        "BEGIN"
+    })
 }
 
 /// Run the migrations of the database at `url` (creating it if needed) and nothing else: no key is
@@ -180,7 +204,7 @@ impl Dialect for Sqlite {
 
     async fn record_attempts<'a>(store: &'a SqliteStore, records: &'a [AttemptRecord]) -> StoreResult<()> {
         let mut conn = store.writes.acquire().await?;
-        let written = write_results(&mut conn, records).await;
+        let written = write_results(&mut conn, store.dialect.results_begin, records).await;
         if written.is_err() {
             // Whatever state the failed transaction left, this connection is not reused.
             conn.close_on_drop();
@@ -252,9 +276,14 @@ impl Dialect for Sqlite {
 /// Append attempts and move their deliveries on: all in one go, or — if that fails on an error of one
 /// record — one savepoint per record, so a record that cannot be written is logged and skipped instead
 /// of wedging every result behind it. A storage fault fails the whole call (SQLite may have rolled the
-/// transaction back already; see [`crate::custody`]) and the caller retries it.
-async fn write_results(conn: &mut sqlx::SqliteConnection, records: &[AttemptRecord]) -> StoreResult<()> {
-    let mut tx = conn.begin().await?;
+/// transaction back already; see [`crate::custody`]) and the caller retries it. `begin` opens each
+/// transaction (see [`results_begin`]).
+async fn write_results(
+    conn: &mut sqlx::SqliteConnection,
+    begin: &'static str,
+    records: &[AttemptRecord],
+) -> StoreResult<()> {
+    let mut tx = conn.begin_with(begin).await?;
     match bulk::write_attempts(&mut tx, records).await {
         Ok(()) => {
             tx.commit().await?;
@@ -266,7 +295,7 @@ async fn write_results(conn: &mut sqlx::SqliteConnection, records: &[AttemptReco
             tx.rollback().await?;
         }
     }
-    let mut tx = conn.begin().await?;
+    let mut tx = conn.begin_with(begin).await?;
     for record in records {
         let mut savepoint = tx.begin().await?;
         match bulk::write_attempts(&mut savepoint, std::slice::from_ref(record)).await {
