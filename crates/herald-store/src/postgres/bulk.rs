@@ -457,20 +457,8 @@ fn refused(error: &crate::StoreError) -> bool {
     matches!(error, crate::StoreError::Database(sqlx::Error::Database(_))) && error.fault().is_none()
 }
 
-/// What opens a transaction of attempt results: `BEGIN` and, in the same round trip, an asynchronous
-/// commit for this transaction alone.
-///
-/// A result needs no custody: one lost in a crash leaves its delivery pending, and it is sent again
-/// (at-least-once, the same `webhook-id`). So its commit need not wait for the server's WAL flush —
-/// which every ingest commit on the server queues behind — and PostgreSQL flushes it within
-/// `wal_writer_delay`, or with the next synchronous commit (the WAL is one sequence: an ingest commit made
-/// durable carries every result committed before it). A crash may take back the last results, never
-/// corrupt anything. `SET LOCAL` ends with the transaction, so the connection goes back to the pool
-/// with the server's own setting.
-const RESULTS_BEGIN: &str = "BEGIN; SET LOCAL synchronous_commit = off";
-
 async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord]) -> StoreResult<()> {
-    let mut tx = pool.begin_with(RESULTS_BEGIN).await?;
+    let mut tx = pool.begin().await?;
     let wanted: Vec<i32> = records
         .iter()
         .map(|r| partition_of(&r.attempt.endpoint_id))
