@@ -11,7 +11,8 @@
 //!   every release: a connection whose transaction state is not exactly "none open" (sqlx still counts
 //!   a transaction that SQLite already rolled back, or SQLite holds one that sqlx does not know of) is
 //!   closed instead of reused, and the pool opens a fresh one. Reusing it would run the next writes
-//!   inside a transaction that is never committed — acknowledged and lost.
+//!   inside a transaction that is never committed — acknowledged and lost. The same check puts back
+//!   `synchronous = FULL`, which a write may lower for its own transaction.
 //! - [`DatabaseTimeouts`] bound how long PostgreSQL may keep a request waiting before it is answered 503,
 //!   and [`Bound`] holds every call to a PostgreSQL store (the sender's and the inbox's) to it on the
 //!   client's side, whatever the call does: a server that goes silent fails the call within the bound
@@ -337,7 +338,8 @@ impl Bound {
 
 /// Options of the one-connection pool every SQLite write goes through: a connection is reused only if
 /// no transaction is open on it, neither by sqlx's count nor by SQLite's; otherwise it is closed and the
-/// next write opens a clean one. `acquire_timeout` bounds how long a write waits for the connection.
+/// next write opens a clean one, and it is fully durable again (`synchronous = FULL`, whatever the last
+/// write set; see `in_clean_state`). `acquire_timeout` bounds how long a write waits for the connection.
 ///
 /// Every write (an ingest batch among them) acquires and releases this connection, and each call to
 /// SQLite is a round trip to the connection's own thread, so the pool makes as few as it can: no ping

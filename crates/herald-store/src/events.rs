@@ -208,6 +208,13 @@ pub(crate) fn rfc3339(at: Millis) -> String {
     at.to_rfc3339().unwrap_or_default()
 }
 
+/// Whether a batch of attempt results may record an operational event: it holds a failure (`failing`,
+/// `exhausted`) or a success that may be a recovery ([`may_recover`]). A batch of first-try successes
+/// records none.
+pub(crate) fn may_record_events(records: &[AttemptRecord]) -> bool {
+    records.iter().any(|r| !r.attempt.success) || !may_recover(records).is_empty()
+}
+
 /// The successes of a batch that may be recoveries: a later attempt, or the first attempt of a re-queued
 /// delivery (resend, recover). Only these need the backend to look up earlier trouble, so the common
 /// first-try success costs nothing.
@@ -254,4 +261,59 @@ pub(crate) fn attempt_events(
         }
     }
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_core::clock::Millis;
+    use herald_core::id::{AppId, AttemptId};
+    use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus};
+    use herald_core::outcome::OutcomeClass;
+
+    fn record(attempt_number: u32, success: bool, trigger: AttemptTrigger) -> AttemptRecord {
+        AttemptRecord {
+            delivery_seq: 1,
+            app_id: AppId::new(),
+            attempt: Attempt {
+                id: AttemptId::new(),
+                message_id: MessageId::new(),
+                endpoint_id: EndpointId::new(),
+                url: "https://example.com/hook".into(),
+                attempt_number,
+                success,
+                outcome: if success {
+                    OutcomeClass::Success
+                } else {
+                    OutcomeClass::ServerError
+                },
+                response_status: Some(if success { 200 } else { 500 }),
+                response: String::new(),
+                duration_ms: 3,
+                trigger,
+                created_at: Millis::from_unix_ms(1),
+            },
+            status: if success {
+                DeliveryStatus::Delivered
+            } else {
+                DeliveryStatus::Pending
+            },
+            next_attempt_at: Millis::from_unix_ms(1),
+        }
+    }
+
+    #[test]
+    fn only_a_batch_of_first_try_successes_records_no_event() {
+        let first_try = || record(1, true, AttemptTrigger::Scheduled);
+        assert!(!may_record_events(&[first_try(), first_try()]));
+        assert!(may_record_events(&[
+            first_try(),
+            record(1, false, AttemptTrigger::Scheduled)
+        ]));
+        assert!(may_record_events(&[
+            first_try(),
+            record(2, true, AttemptTrigger::Scheduled)
+        ]));
+        assert!(may_record_events(&[record(1, true, AttemptTrigger::Manual)]));
+    }
 }

@@ -1,6 +1,7 @@
 //! The SQLite dialect: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
-//! message survives `kill -9` and a power cut; attempt results alone commit without waiting for the disk,
-//! see `results_begin`), one writer connection and a pool of readers. The store's
+//! message survives `kill -9` and a power cut; batches of first-try successes among the attempt results
+//! alone commit without waiting for the disk, see `results_begin`), one writer connection and a pool of
+//! readers. The store's
 //! statements are `crate::portable`'s; this module runs them on sqlx's SQLite driver and holds what
 //! SQLite does its own way: lists bound as JSON arrays (read with `json_each`), multi-row inserts in
 //! chunks (`bulk`), expiry on its one writer, row-by-row retention (`retention`).
@@ -41,8 +42,8 @@ const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The SQLite dialect (see [`SqliteStore`]).
 #[derive(Debug)]
 pub struct Sqlite {
-    /// What opens a transaction of attempt results (see [`write_results`]).
-    results_begin: &'static str,
+    /// Whether the file is in WAL mode (see [`results_begin`]).
+    wal: bool,
 }
 
 /// The SQLite implementation of [`crate::Store`].
@@ -54,7 +55,7 @@ impl SqlStore<Sqlite> {
     pub async fn open(url: &str, cipher: SecretCipher) -> StoreResult<Self> {
         let (base, writes) = migrated(url).await?;
         secrets::prepare::<Sqlite>(&writes, &cipher).await?;
-        let results_begin = results_begin(&writes).await?;
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&writes).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(base.read_only(true))
@@ -84,7 +85,9 @@ impl SqlStore<Sqlite> {
             stream,
             cipher,
             health,
-            dialect: Sqlite { results_begin },
+            dialect: Sqlite {
+                wal: mode.eq_ignore_ascii_case("wal"),
+            },
         })
     }
 }
@@ -109,23 +112,26 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
     Ok((base, write))
 }
 
-/// What opens a transaction of attempt results: `synchronous = NORMAL` first where the file is in WAL
-/// mode, plain `BEGIN` otherwise.
+/// What opens a transaction of these attempt results: `synchronous = NORMAL` first when the file is in
+/// WAL mode (`wal`) and the batch records no operational event, plain `BEGIN` otherwise.
 ///
 /// A result needs no custody: one lost in a power cut leaves its delivery pending, and it is sent again
-/// (at-least-once, the same `webhook-id`). So in WAL mode it commits without waiting for an fsync — the
-/// next commit that does (every ingest batch, every API write) carries it to the disk — and the one
-/// write connection is free for the next ingest batch sooner. WAL mode is what makes that safe: a power
-/// cut may then take back the last commits, never corrupt the file. The setting is allowed only
-/// outside a transaction, so it comes before `BEGIN` in the same call, and the write pool puts `FULL`
-/// back when the connection is released (`herald_sql::custody`), so no other write ever commits with it.
-async fn results_begin(writes: &SqlitePool) -> StoreResult<&'static str> {
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(writes).await?;
-    Ok(if mode.eq_ignore_ascii_case("wal") {
+/// after the restart the power cut forces anyway (at-least-once, the same `webhook-id`). So such a batch
+/// commits without waiting for an fsync — the next commit that does (every ingest batch, every API write)
+/// carries it to the disk — and the one write connection is free for the next ingest batch sooner. WAL
+/// mode is what makes that safe: a power cut may then take back the last commits, never corrupt the
+/// file. An operational event is different: its sender may post it (`opevt_{seq}`) as soon as it is
+/// visible, and an event taken back would leave its `seq` to a later event, which receivers would drop
+/// as a duplicate — so a batch that may record one ([`crate::events::may_record_events`]) waits for the
+/// disk. The setting is allowed only outside a transaction, so it comes before `BEGIN` in the same call,
+/// and the write pool puts `FULL` back when the connection is released (`herald_sql::custody`), so no
+/// other write ever commits with it.
+fn results_begin(wal: bool, records: &[AttemptRecord]) -> &'static str {
+    if wal && !crate::events::may_record_events(records) {
         "PRAGMA synchronous = NORMAL; BEGIN"
     } else {
         "BEGIN"
-    })
+    }
 }
 
 /// Run the migrations of the database at `url` (creating it if needed) and nothing else: no key is
@@ -204,7 +210,8 @@ impl Dialect for Sqlite {
 
     async fn record_attempts<'a>(store: &'a SqliteStore, records: &'a [AttemptRecord]) -> StoreResult<()> {
         let mut conn = store.writes.acquire().await?;
-        let written = write_results(&mut conn, store.dialect.results_begin, records).await;
+        let begin = results_begin(store.dialect.wal, records);
+        let written = write_results(&mut conn, begin, records).await;
         if written.is_err() {
             // Whatever state the failed transaction left, this connection is not reused.
             conn.close_on_drop();
