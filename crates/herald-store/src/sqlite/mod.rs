@@ -1,10 +1,9 @@
 //! The SQLite dialect: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
 //! message survives `kill -9` and a power cut; batches of first-try successes among the attempt results
 //! alone commit without waiting for the disk, see `results_begin`), one writer connection and a pool of
-//! readers. The store's
-//! statements are `crate::portable`'s; this module runs them on sqlx's SQLite driver and holds what
-//! SQLite does its own way: lists bound as JSON arrays (read with `json_each`), multi-row inserts in
-//! chunks (`bulk`), expiry on its one writer, row-by-row retention (`retention`).
+//! readers. The store's statements are `crate::portable`'s; this module runs them on sqlx's SQLite
+//! driver and holds what SQLite does its own way: lists bound as JSON arrays (read with `json_each`),
+//! multi-row inserts in chunks (`bulk`), expiry on its one writer, row-by-row retention (`retention`).
 
 mod bulk;
 mod chunk;
