@@ -264,14 +264,16 @@ pub(crate) fn attempt_events(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use herald_core::clock::Millis;
     use herald_core::id::{AppId, AttemptId};
     use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus};
     use herald_core::outcome::OutcomeClass;
 
-    fn record(attempt_number: u32, success: bool, trigger: AttemptTrigger) -> AttemptRecord {
+    /// An attempt result: the attempt `attempt_number` of a delivery, a success or a `500`, made for
+    /// `trigger`.
+    pub(crate) fn record(attempt_number: u32, success: bool, trigger: AttemptTrigger) -> AttemptRecord {
         AttemptRecord {
             delivery_seq: 1,
             app_id: AppId::new(),

@@ -316,3 +316,23 @@ async fn write_results(
     tx.commit().await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::record;
+    use herald_core::model::AttemptTrigger;
+
+    #[test]
+    fn only_results_that_record_no_event_skip_the_fsync_and_only_in_wal_mode() {
+        const WITHOUT_FSYNC: &str = "PRAGMA synchronous = NORMAL; BEGIN";
+        let first_try = [record(1, true, AttemptTrigger::Scheduled)];
+        let with_a_failure = [
+            record(1, true, AttemptTrigger::Scheduled),
+            record(1, false, AttemptTrigger::Scheduled),
+        ];
+        assert_eq!(results_begin(true, &first_try), WITHOUT_FSYNC);
+        assert_eq!(results_begin(true, &with_a_failure), "BEGIN");
+        assert_eq!(results_begin(false, &first_try), "BEGIN");
+    }
+}
