@@ -62,6 +62,17 @@ impl StoreError {
         }
     }
 
+    /// A rollback of a failed batch that failed itself: a fault whatever SQLite said (a storage fault
+    /// stays what it is), since the connection may still hold the batch's transaction — nobody may replay
+    /// the batch on it (see `group_commit::BatchWriter::write_committed`).
+    pub(crate) fn unrolled(error: sqlx::Error) -> StoreError {
+        if custody::fault_of(&error).is_some() {
+            StoreError::Database(error)
+        } else {
+            StoreError::Batch(format!("a failed batch could not be rolled back: {error}"))
+        }
+    }
+
     /// The error every request of a failed group commit gets: [`StoreError::StorageFull`] when the
     /// storage is full, [`StoreError::Batch`] otherwise.
     pub(crate) fn shared_by_batch(error: &StoreError) -> StoreError {

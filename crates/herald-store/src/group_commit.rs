@@ -428,6 +428,35 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>>;
 
+    /// Write the jobs in a transaction of their own and commit it: a batch's fast path (see [`write_on`]).
+    /// An error that is no [fault](StoreError::fault) leaves nothing of the batch written and the
+    /// connection outside any transaction, so the writer replays the batch message by message on it; a
+    /// transaction that could not be rolled back is a fault ([`StoreError::Batch`]).
+    ///
+    /// By default [`BEGIN`](Self::BEGIN), [`write`](Self::write) and `COMMIT`, each a call of its own.
+    /// SQLite's writer puts the `BEGIN` and the `COMMIT` into the batch's first and last calls instead
+    /// (`sqlite::bulk`): two round trips to SQLite's thread fewer per batch.
+    fn write_committed<'c>(
+        &'c self,
+        conn: &'c mut <Self::Db as Database>::Connection,
+        batch: &'c [IngestJob],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(async move {
+            let mut tx = conn.begin_with(sqlx::AssertSqlSafe(Self::BEGIN)).await?;
+            match self.write(&mut tx, batch).await {
+                Ok(outcomes) => {
+                    tx.commit().await?;
+                    Ok(outcomes)
+                }
+                Err(error) if error.fault().is_some() => Err(error),
+                Err(error) => {
+                    tx.rollback().await.map_err(StoreError::unrolled)?;
+                    Err(error)
+                }
+            }
+        })
+    }
+
     /// Insert the delivery rows of `carried` split messages, inside a transaction the writer opened with
     /// [`BEGIN`](Self::BEGIN) (see [`crate::split`]). Only called on a writer that [splits](Self::SPLITS).
     fn expand<'c>(
@@ -767,16 +796,11 @@ async fn write_on<W: BatchWriter>(
     writer: &W,
     batch: &[IngestJob],
 ) -> StoreResult<Outcomes> {
-    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;
-    match writer.write(&mut tx, batch).await {
-        Ok(outcomes) => {
-            tx.commit().await?;
-            return Ok(outcomes);
-        }
+    match writer.write_committed(conn, batch).await {
+        Ok(outcomes) => return Ok(outcomes),
         Err(error) if error.fault().is_some() => return Err(error),
         Err(error) => {
             tracing::warn!(%error, messages = batch.len(), "bulk ingest failed; writing the batch message by message");
-            tx.rollback().await?;
         }
     }
     let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;

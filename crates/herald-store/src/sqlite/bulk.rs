@@ -17,9 +17,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
-use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection};
+use sqlx::{AssertSqlSafe, Executor, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, marks, statements};
 use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
@@ -47,27 +48,86 @@ impl BatchWriter for SqliteBatches {
         conn: &'c mut SqliteConnection,
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch, &self.subscribers))
+        Box::pin(write(conn, batch, &self.subscribers, Frame::Callers))
+    }
+
+    fn write_committed<'c>(
+        &'c self,
+        conn: &'c mut SqliteConnection,
+        batch: &'c [IngestJob],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(async move {
+            let written = write(conn, batch, &self.subscribers, Frame::Own(Self::BEGIN)).await;
+            if let Err(error) = &written
+                && error.fault().is_none()
+            {
+                roll_back(conn).await?;
+            }
+            written
+        })
     }
 }
 
-async fn write(conn: &mut SqliteConnection, batch: &[IngestJob], cache: &subscribers::Cache) -> StoreResult<Outcomes> {
+/// Whose transaction a batch's statements run in: one the batch's own calls open (with the text given,
+/// riding on its first call) and commit (riding on its last) — the fast path, two round trips to
+/// SQLite's thread fewer than a transaction of sqlx's, which takes a call for each — or the caller's (a
+/// savepoint of the careful path, see [`crate::group_commit`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// The batch opens its transaction with this text and commits it.
+    Own(&'static str),
+    /// The batch writes inside the caller's transaction.
+    Callers,
+}
+
+impl Frame {
+    /// What the batch's first call starts with.
+    fn begin(self) -> String {
+        match self {
+            Frame::Own(begin) => format!("{begin};\n"),
+            Frame::Callers => String::new(),
+        }
+    }
+}
+
+/// Roll back the transaction a batch of [`Frame::Own`] opened and did not commit. sqlx knows nothing of
+/// it, so it must be closed here, with a statement of its own; should that fail (or find no transaction:
+/// the failed call stopped before its `BEGIN`, or failed after its `COMMIT`), the batch fails as a fault
+/// and the connection is closed, never replayed on. The write pool's release check refuses a connection
+/// left in a transaction anyway (`herald_sql::custody`).
+pub(crate) async fn roll_back(conn: &mut SqliteConnection) -> StoreResult<()> {
+    conn.execute("ROLLBACK").await.map_err(StoreError::unrolled)?;
+    Ok(())
+}
+
+async fn write(
+    conn: &mut SqliteConnection,
+    batch: &[IngestJob],
+    cache: &subscribers::Cache,
+    frame: Frame,
+) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let (apps, versions) = existing_apps(conn, &app_ids).await?;
+    let (apps, versions) = existing_apps(conn, &app_ids, frame).await?;
     let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
     let earlier = earlier_messages(conn, batch).await?;
     // No row locks (one writer): nothing is ever held back.
     let plan = plan::plan(batch, &apps, &[], earlier);
     let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_rows(conn, &plan.messages, &fan_out).await?;
+    let deliveries = insert_rows(conn, &plan.messages, &fan_out, frame).await?;
     drop(fan_out);
     Ok(plan.finish(deliveries, HashMap::new()))
 }
 
-/// The apps that exist, with their default payload retention, and each one's `endpoints_version`.
-async fn existing_apps(conn: &mut SqliteConnection, app_ids: &[&str]) -> StoreResult<(Apps, Vec<(String, i64)>)> {
+/// The apps that exist, with their default payload retention, and each one's `endpoints_version`: the
+/// batch's first call, which opens a transaction of the batch's [own](Frame::Own).
+async fn existing_apps(
+    conn: &mut SqliteConnection,
+    app_ids: &[&str],
+    frame: Frame,
+) -> StoreResult<(Apps, Vec<(String, i64)>)> {
     let sql = format!(
-        "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id IN ({})",
+        "{}SELECT id, payload_retention_period, endpoints_version FROM application WHERE id IN ({})",
+        frame.begin(),
         marks(app_ids.len())
     );
     let mut query = sqlx::query_as::<_, subscribers::AppRow>(AssertSqlSafe(sql));
@@ -135,7 +195,7 @@ const DELIVERY_ROW: &str = "(?, ?, 0, 0, ?, ?, ?)";
 /// The batch's rows in as few calls to SQLite's thread as its size allows: the messages, their tags and
 /// their first [`DELIVERIES_PER_CALL`] deliveries in one call (one statement text of multi-row
 /// `INSERT`s of up to [`ROWS_PER_INSERT`] rows), the rest of a wide fan-out's deliveries in calls of that
-/// many.
+/// many. A batch in a transaction of its [own](Frame::Own) commits it at the end of the last call.
 ///
 /// Why few calls: each call is a round trip between this task and the connection's thread, and the one
 /// writer's batch is a chain of them; on a busy machine every hop wakes a thread that then waits for a
@@ -147,14 +207,20 @@ async fn insert_rows(
     conn: &mut SqliteConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
+    frame: Frame,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let tags = plan::tag_rows(messages);
     let (with_messages, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
+    let later: Vec<_> = later.chunks(DELIVERIES_PER_CALL).collect();
+    let commits_first = frame != Frame::Callers && later.is_empty();
     let mut by_job = HashMap::new();
     let mut sql = String::new();
     statements(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, "", messages.len());
     statements(&mut sql, TAG_INSERT, TAG_ROW, "", tags.len());
     statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", with_messages.len());
+    if commits_first {
+        sql.push_str(COMMIT);
+    }
     if sql.is_empty() {
         return Ok(by_job);
     }
@@ -183,16 +249,42 @@ async fn insert_rows(
     for (app_id, tag, message_id) in &tags {
         query = query.bind(*app_id).bind(*tag).bind(*message_id);
     }
-    let done = bind_deliveries(query, with_messages).execute(&mut *conn).await?;
+    let done = run_call(conn, bind_deliveries(query, with_messages), commits_first).await?;
     note_seqs(&done, messages.len() + tags.len(), with_messages, &mut by_job)?;
-    for chunk in later.chunks(DELIVERIES_PER_CALL) {
+    for (i, chunk) in later.iter().enumerate() {
+        let commits = frame != Frame::Callers && i + 1 == later.len();
         let mut sql = String::new();
         statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", chunk.len());
+        if commits {
+            sql.push_str(COMMIT);
+        }
         let query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(chunk.len()));
-        let done = bind_deliveries(query, chunk).execute(&mut *conn).await?;
+        let done = run_call(conn, bind_deliveries(query, chunk), commits).await?;
         note_seqs(&done, 0, chunk, &mut by_job)?;
     }
     Ok(by_job)
+}
+
+/// The statement that ends a call committing a transaction of the batch's [own](Frame::Own).
+const COMMIT: &str = "COMMIT;\n";
+
+/// Run one call to SQLite's thread; `commits` says it ends with [`COMMIT`], whose result is then left out
+/// of the call's: for a `COMMIT`, SQLite reports the changes of the last write before it again
+/// (`sqlite3_changes` is the connection's, not the statement's), which would make the call's rows look
+/// more than it inserted. Its last rowid stays the last `INSERT`'s.
+async fn run_call(
+    conn: &mut SqliteConnection,
+    query: sqlx::query::Query<'_, Sqlite, SqliteArguments>,
+    commits: bool,
+) -> StoreResult<SqliteQueryResult> {
+    if !commits {
+        return Ok(query.execute(&mut *conn).await?);
+    }
+    let mut results: Vec<SqliteQueryResult> = conn.execute_many(query).try_collect().await?;
+    results.pop();
+    let mut done = SqliteQueryResult::default();
+    done.extend(results);
+    Ok(done)
 }
 
 /// Whether sqlx keeps a call's prepared statements for the next call with the same text: only for calls
@@ -234,6 +326,11 @@ fn bind_deliveries<'q>(
 /// other in the order the rows are listed (`AUTOINCREMENT`: the largest seq so far plus one; no trigger
 /// writes to `delivery`), so the call's last `n` rows got `last - n + 1 ..= last`, `last` being its last
 /// inserted rowid.
+///
+/// The check runs after the call: on a batch's last call that is after its `COMMIT`, so a mismatch there
+/// fails a batch that is stored — its requests are answered an error and a retry may store a message
+/// twice (at-least-once; an `eventId` deduplicates). It guards against an sqlx whose multi-statement
+/// calls changed, which the store tests would catch first.
 fn note_seqs(
     done: &SqliteQueryResult,
     others: usize,
@@ -272,10 +369,17 @@ const DELIVERY_MOVE_TAIL: &str = ") UPDATE delivery SET status = v.status, attem
 
 /// Append a batch of attempts and move their deliveries on: the attempt rows and the deliveries' updates
 /// in one call to SQLite's thread (see [`insert_rows`] on why), a multi-row statement per chunk. Only
-/// deliveries still pending are updated.
-pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[AttemptRecord]) -> StoreResult<()> {
+/// deliveries still pending are updated. In a transaction of the batch's [own](Frame::Own), a batch that
+/// records no operational event is that one call, `BEGIN` to `COMMIT`; one that may record events
+/// commits in a call after them.
+pub(crate) async fn write_attempts(
+    conn: &mut SqliteConnection,
+    records: &[AttemptRecord],
+    frame: Frame,
+) -> StoreResult<()> {
     let latest = plan::latest_per_delivery(records);
-    let mut sql = String::new();
+    let commits_at_once = frame != Frame::Callers && !crate::events::may_record_events(records);
+    let mut sql = frame.begin();
     statements(&mut sql, ATTEMPT_INSERT, ATTEMPT_ROW, "", records.len());
     statements(
         &mut sql,
@@ -284,6 +388,9 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
         DELIVERY_MOVE_TAIL,
         latest.len(),
     );
+    if commits_at_once {
+        sql.push_str(COMMIT);
+    }
     if sql.is_empty() {
         return Ok(());
     }
@@ -317,6 +424,12 @@ pub(crate) async fn write_attempts(conn: &mut SqliteConnection, records: &[Attem
             .bind(a.finished_at());
     }
     query.execute(&mut *conn).await?;
-
-    super::events::record_attempt_events(conn, records).await
+    if commits_at_once {
+        return Ok(());
+    }
+    super::events::record_attempt_events(conn, records).await?;
+    if frame != Frame::Callers {
+        conn.execute(COMMIT).await?;
+    }
+    Ok(())
 }

@@ -279,9 +279,10 @@ impl Dialect for Sqlite {
     }
 }
 
-/// Append attempts and move their deliveries on: all in one go, or — if that fails on an error of one
-/// record — one savepoint per record, so a record that cannot be written is logged and skipped instead
-/// of wedging every result behind it. A storage fault fails the whole call (SQLite may have rolled the
+/// Append attempts and move their deliveries on: all in one go (in a transaction of the batch's
+/// [own](bulk::Frame::Own), most often a single call), or — if that fails on an error of one record —
+/// one savepoint per record, so a record that cannot be written is logged and skipped instead of
+/// wedging every result behind it. A storage fault fails the whole call (SQLite may have rolled the
 /// transaction back already; see [`crate::custody`]) and the caller retries it. `begin` opens each
 /// transaction (see [`results_begin`]).
 async fn write_results(
@@ -289,22 +290,18 @@ async fn write_results(
     begin: &'static str,
     records: &[AttemptRecord],
 ) -> StoreResult<()> {
-    let mut tx = conn.begin_with(begin).await?;
-    match bulk::write_attempts(&mut tx, records).await {
-        Ok(()) => {
-            tx.commit().await?;
-            return Ok(());
-        }
+    match bulk::write_attempts(conn, records, bulk::Frame::Own(begin)).await {
+        Ok(()) => return Ok(()),
         Err(error) if error.fault().is_some() => return Err(error),
         Err(error) => {
             tracing::warn!(%error, records = records.len(), "bulk attempt write failed; writing one by one");
-            tx.rollback().await?;
+            bulk::roll_back(conn).await?;
         }
     }
     let mut tx = conn.begin_with(begin).await?;
     for record in records {
         let mut savepoint = tx.begin().await?;
-        match bulk::write_attempts(&mut savepoint, std::slice::from_ref(record)).await {
+        match bulk::write_attempts(&mut savepoint, std::slice::from_ref(record), bulk::Frame::Callers).await {
             Ok(()) => savepoint.commit().await?,
             Err(error) if error.fault().is_some() => return Err(error),
             Err(error) => {
