@@ -441,20 +441,7 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
         conn: &'c mut <Self::Db as Database>::Connection,
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(async move {
-            let mut tx = conn.begin_with(sqlx::AssertSqlSafe(Self::BEGIN)).await?;
-            match self.write(&mut tx, batch).await {
-                Ok(outcomes) => {
-                    tx.commit().await?;
-                    Ok(outcomes)
-                }
-                Err(error) if error.fault().is_some() => Err(error),
-                Err(error) => {
-                    tx.rollback().await.map_err(StoreError::unrolled)?;
-                    Err(error)
-                }
-            }
-        })
+        Box::pin(write_in_transaction(self, conn, batch))
     }
 
     /// Insert the delivery rows of `carried` split messages, inside a transaction the writer opened with
@@ -478,6 +465,51 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
     ) -> BoxFuture<'c, StoreResult<Vec<Split>>> {
         let _ = (conn, carried);
         Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// [`BatchWriter::write_committed`]'s default: `writer`'s [`BEGIN`](BatchWriter::BEGIN),
+/// [`write`](BatchWriter::write) and `COMMIT`, each a call of its own.
+pub(crate) async fn write_in_transaction<W: BatchWriter + ?Sized>(
+    writer: &W,
+    conn: &mut <W::Db as Database>::Connection,
+    batch: &[IngestJob],
+) -> StoreResult<Outcomes> {
+    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(W::BEGIN)).await?;
+    match writer.write(&mut tx, batch).await {
+        Ok(outcomes) => {
+            tx.commit().await?;
+            Ok(outcomes)
+        }
+        Err(error) if error.fault().is_some() => Err(error),
+        Err(error) => {
+            tx.rollback().await.map_err(StoreError::unrolled)?;
+            Err(error)
+        }
+    }
+}
+
+/// What a batch that opened its own transaction, out of sqlx's sight, answers: `written`, once the
+/// transaction is rolled back (by `roll_back`) if the batch failed on an error that is no fault, so
+/// that it can be replayed on the same connection. A rollback that fails makes the batch fail as a fault
+/// ([`StoreError::unrolled`]; the original error is logged): its connection is then closed, never
+/// replayed on. On a fault nothing is rolled back here: the connection is closed anyway.
+pub(crate) async fn close_own_transaction<T, R>(
+    written: StoreResult<T>,
+    roll_back: impl FnOnce() -> R,
+) -> StoreResult<T>
+where
+    R: Future<Output = Result<(), sqlx::Error>>,
+{
+    match written {
+        Err(error) if error.fault().is_none() => match roll_back().await {
+            Ok(()) => Err(error),
+            Err(failed) => {
+                tracing::warn!(%error, rollback = %failed, "a batch failed and its transaction could not be rolled back");
+                Err(StoreError::unrolled(failed))
+            }
+        },
+        other => other,
     }
 }
 
@@ -577,7 +609,9 @@ pub(crate) async fn run<W: BatchWriter>(
                 deferred.defer(later);
             }
             Err(error) => {
-                // Nothing of the batch committed: every request of it fails, none is acknowledged.
+                // Every request of the batch fails, none is acknowledged. Nothing of it committed, but
+                // for one case: a SQLite batch whose check of its rows failed after its `COMMIT` (see
+                // `sqlite::bulk::note_seqs`) — at-least-once, a retry may store a message twice.
                 tracing::error!(%error, messages = batch.len(), "ingest batch failed");
                 if let Some(fault) = error.fault() {
                     health.failed(fault, error.to_string());
@@ -741,7 +775,7 @@ impl<W: BatchWriter> Transaction<W> for Sweep<'_> {
 }
 
 /// Write a batch (or, on the same terms, expand split fan-outs: [`Transaction`]); the outer error means
-/// the transaction itself failed (nothing was committed).
+/// the transaction itself failed (nothing was committed, but for the case `run` names).
 ///
 /// The fast path writes the whole batch with a few multi-row statements; if one of them fails on an
 /// error of a message (a constraint, a value), the batch is rolled back and written again message by

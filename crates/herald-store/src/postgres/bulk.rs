@@ -28,7 +28,7 @@ use herald_core::clock::Millis;
 use herald_core::id::EndpointId;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row};
+use sqlx::{AssertSqlSafe, Executor, PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
@@ -59,7 +59,34 @@ impl BatchWriter for PgBatches {
     const SPLITS: bool = true;
 
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch, &self.leases, &self.subscribers))
+        Box::pin(write(conn, batch, &self.leases, &self.subscribers, None))
+    }
+
+    fn write_committed<'c>(
+        &'c self,
+        conn: &'c mut PgConnection,
+        batch: &'c [IngestJob],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(async move {
+            let Some(opening) = begin_and_read_apps(&plan::app_ids(batch)) else {
+                return group_commit::write_in_transaction(self, conn, batch).await;
+            };
+            let written = async {
+                let found = opened_apps(sqlx::raw_sql(AssertSqlSafe(opening)).fetch_all(&mut *conn).await?)?;
+                let outcomes = write(conn, batch, &self.leases, &self.subscribers, Some(found)).await?;
+                conn.execute("COMMIT").await?;
+                StoreResult::Ok(outcomes)
+            }
+            .await;
+            // The transaction is not sqlx's (see `begin_and_read_apps`). Should the failure have been
+            // the `COMMIT`'s, PostgreSQL has ended the transaction already and answers the `ROLLBACK`
+            // with a warning, not an error.
+            group_commit::close_own_transaction(written, || async {
+                conn.execute("ROLLBACK").await?;
+                Ok(())
+            })
+            .await
+        })
     }
 
     fn expand<'c>(&'c self, conn: &'c mut PgConnection, carried: &'c [Split]) -> BoxFuture<'c, StoreResult<Expansion>> {
@@ -75,14 +102,17 @@ impl BatchWriter for PgBatches {
     }
 }
 
+/// Write a batch inside a transaction that holds the ingest lock; `opened` is what the apps read
+/// ([`existing_apps`]) found if the transaction's first call made it already ([`begin_and_read_apps`]).
 async fn write(
     conn: &mut PgConnection,
     batch: &[IngestJob],
     leases: &Leases,
     cache: &subscribers::Cache,
+    opened: Option<Vec<subscribers::AppRow>>,
 ) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let (existing, versions, locked) = existing_apps(conn, &app_ids).await?;
+    let (existing, versions, locked) = existing_apps(conn, &app_ids, opened).await?;
     let held = group_commit::held_back(batch, |job| locked.contains(job.new.app_id.as_str()));
     let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
     let earlier = earlier_messages(conn, batch).await?;
@@ -108,17 +138,22 @@ async fn write(
 /// the missing ids alone) to tell which, so a batch whose apps are all free stays one round trip. Should
 /// the holder commit between the two reads, its app is taken for locked (its jobs are tried again) if it
 /// still exists, and for absent (not found) if the holder deleted it — both right.
+///
+/// `opened`: the rows the read found if it was made already, in the transaction's first call.
 async fn existing_apps(
     conn: &mut PgConnection,
     app_ids: &[&str],
+    opened: Option<Vec<subscribers::AppRow>>,
 ) -> StoreResult<(Apps, Vec<(String, i64)>, HashSet<String>)> {
-    let found = sqlx::query_as::<_, subscribers::AppRow>(
-        "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id = ANY($1) \
-         ORDER BY id FOR SHARE SKIP LOCKED",
-    )
-    .bind(app_ids)
-    .fetch_all(&mut *conn)
-    .await?;
+    let found = match opened {
+        Some(found) => found,
+        None => {
+            sqlx::query_as::<_, subscribers::AppRow>(AssertSqlSafe(apps_read("$1")))
+                .bind(app_ids)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
     let mut locked = HashSet::new();
     if found.len() < app_ids.len() {
         let returned: HashSet<&str> = found.iter().map(|(id, _, _)| id.as_str()).collect();
@@ -132,6 +167,48 @@ async fn existing_apps(
     }
     let (apps, versions) = subscribers::existing_apps(found);
     Ok((apps, versions, locked))
+}
+
+/// The apps read of [`existing_apps`], for the ids of `array` (a parameter, or an array written out).
+fn apps_read(array: &str) -> String {
+    format!(
+        "SELECT id, payload_retention_period, endpoints_version FROM application WHERE id = ANY({array}) \
+         ORDER BY id FOR SHARE SKIP LOCKED"
+    )
+}
+
+/// The first call of a batch's transaction: [`BEGIN_IN_ORDER`](super::channels::BEGIN_IN_ORDER) and the
+/// apps read, as one simple query — one round trip instead of two (a simple query is the only way to
+/// send several statements at once, and it takes no parameters). So the ids are written into the text,
+/// which is done only when each is letters, digits and `_` (as every id Herald makes is): `None`
+/// otherwise, and the batch takes the two round trips. The transaction is not sqlx's: the batch commits
+/// it, or rolls it back, with statements of its own.
+fn begin_and_read_apps(app_ids: &[&str]) -> Option<String> {
+    let plain = |id: &&str| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if app_ids.is_empty() || !app_ids.iter().all(plain) {
+        return None;
+    }
+    let listed: Vec<String> = app_ids.iter().map(|id| format!("'{id}'")).collect();
+    Some(format!(
+        "{}; {}",
+        super::channels::BEGIN_IN_ORDER,
+        apps_read(&format!("ARRAY[{}]::text[]", listed.join(", ")))
+    ))
+}
+
+/// The apps read's rows among those of [`begin_and_read_apps`]'s statements (the lock's `SELECT` gives
+/// one row of its own).
+fn opened_apps(rows: Vec<PgRow>) -> StoreResult<Vec<subscribers::AppRow>> {
+    rows.iter()
+        .filter(|row| row.try_column("endpoints_version").is_ok())
+        .map(|row| {
+            Ok((
+                row.try_get("id")?,
+                row.try_get("payload_retention_period")?,
+                row.try_get("endpoints_version")?,
+            ))
+        })
+        .collect()
 }
 
 /// The subscribers of the apps `stale`, whose lists the cache does not hold at their current version. No
@@ -343,7 +420,7 @@ async fn expand(
         .collect::<HashSet<_>>()
         .into_iter()
         .collect();
-    let (_, versions, locked) = existing_apps(conn, &app_ids).await?;
+    let (_, versions, locked) = existing_apps(conn, &app_ids, None).await?;
     let (ready, waiting): (Vec<&Split>, Vec<&Split>) =
         splits.iter().partition(|s| !locked.contains(s.message.app_id.as_str()));
     let endpoints = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
@@ -538,4 +615,20 @@ async fn write_fenced(pool: &PgPool, leases: &Leases, records: &[AttemptRecord])
     super::events::record_attempt_events(&mut tx, &new).await?;
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_ids_are_written_into_the_first_call() {
+        let text = begin_and_read_apps(&["app_2ab", "app_9Z"]).expect("plain ids");
+        assert!(text.starts_with(super::super::channels::BEGIN_IN_ORDER));
+        assert!(text.contains("id = ANY(ARRAY['app_2ab', 'app_9Z']::text[])"), "{text}");
+        for unsafe_id in ["app_'; DROP TABLE message; --", "app\\", "", "app-1", "app é"] {
+            assert_eq!(begin_and_read_apps(&["app_ok", unsafe_id]), None, "{unsafe_id:?}");
+        }
+        assert_eq!(begin_and_read_apps(&[]), None);
+    }
 }

@@ -13,6 +13,9 @@
 //! these calls rely on — every statement runs, its values bound in order, the last rowid is the last
 //! statement's — (`the_seqs_an_ingest_answers_are_the_rows_it_stored`,
 //! `attempts_update_deliveries_and_can_disable_the_endpoint`), so an sqlx that changed it fails them.
+//! A batch's own transaction ([`Frame::Own`]) also relies on a failing statement ending its call, so
+//! that the `COMMIT` at the end of the text never runs after a failure: pinned by
+//! `sqlite_a_batch_failing_on_one_row_rolls_back_its_own_transaction_and_the_rest_is_stored`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{AssertSqlSafe, Executor, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, marks, statements};
-use crate::group_commit::{BatchWriter, IngestJob, Outcomes};
+use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
@@ -58,12 +61,7 @@ impl BatchWriter for SqliteBatches {
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
         Box::pin(async move {
             let written = write(conn, batch, &self.subscribers, Frame::Own(Self::BEGIN)).await;
-            if let Err(error) = &written
-                && error.fault().is_none()
-            {
-                roll_back(conn).await?;
-            }
-            written
+            group_commit::close_own_transaction(written, || roll_back(conn)).await
         })
     }
 }
@@ -81,6 +79,11 @@ pub(crate) enum Frame {
 }
 
 impl Frame {
+    /// Whether the batch opens and commits its transaction itself.
+    fn owns(self) -> bool {
+        matches!(self, Frame::Own(_))
+    }
+
     /// What the batch's first call starts with.
     fn begin(self) -> String {
         match self {
@@ -90,13 +93,13 @@ impl Frame {
     }
 }
 
-/// Roll back the transaction a batch of [`Frame::Own`] opened and did not commit. sqlx knows nothing of
-/// it, so it must be closed here, with a statement of its own; should that fail (or find no transaction:
-/// the failed call stopped before its `BEGIN`, or failed after its `COMMIT`), the batch fails as a fault
-/// and the connection is closed, never replayed on. The write pool's release check refuses a connection
-/// left in a transaction anyway (`herald_sql::custody`).
-pub(crate) async fn roll_back(conn: &mut SqliteConnection) -> StoreResult<()> {
-    conn.execute("ROLLBACK").await.map_err(StoreError::unrolled)?;
+/// Roll back the transaction a batch of [`Frame::Own`] opened and did not commit: sqlx knows nothing of
+/// it, so it is closed with a statement of its own (see [`group_commit::close_own_transaction`]). It
+/// fails when there is none: the failed call stopped before its `BEGIN`, or the batch's check of its
+/// rows failed after the call that committed ([`note_seqs`]). The write pool's release check refuses a
+/// connection left in a transaction anyway (`herald_sql::custody`).
+pub(crate) async fn roll_back(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+    conn.execute("ROLLBACK").await?;
     Ok(())
 }
 
@@ -212,7 +215,7 @@ async fn insert_rows(
     let tags = plan::tag_rows(messages);
     let (with_messages, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
     let later: Vec<_> = later.chunks(DELIVERIES_PER_CALL).collect();
-    let commits_first = frame != Frame::Callers && later.is_empty();
+    let commits_first = frame.owns() && later.is_empty();
     let mut by_job = HashMap::new();
     let mut sql = String::new();
     statements(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, "", messages.len());
@@ -252,7 +255,7 @@ async fn insert_rows(
     let done = run_call(conn, bind_deliveries(query, with_messages), commits_first).await?;
     note_seqs(&done, messages.len() + tags.len(), with_messages, &mut by_job)?;
     for (i, chunk) in later.iter().enumerate() {
-        let commits = frame != Frame::Callers && i + 1 == later.len();
+        let commits = frame.owns() && i + 1 == later.len();
         let mut sql = String::new();
         statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", chunk.len());
         if commits {
@@ -378,7 +381,7 @@ pub(crate) async fn write_attempts(
     frame: Frame,
 ) -> StoreResult<()> {
     let latest = plan::latest_per_delivery(records);
-    let commits_at_once = frame != Frame::Callers && !crate::events::may_record_events(records);
+    let commits_at_once = frame.owns() && !crate::events::may_record_events(records);
     let mut sql = frame.begin();
     statements(&mut sql, ATTEMPT_INSERT, ATTEMPT_ROW, "", records.len());
     statements(
@@ -428,7 +431,7 @@ pub(crate) async fn write_attempts(
         return Ok(());
     }
     super::events::record_attempt_events(conn, records).await?;
-    if frame != Frame::Callers {
+    if frame.owns() {
         conn.execute(COMMIT).await?;
     }
     Ok(())

@@ -290,12 +290,12 @@ async fn write_results(
     begin: &'static str,
     records: &[AttemptRecord],
 ) -> StoreResult<()> {
-    match bulk::write_attempts(conn, records, bulk::Frame::Own(begin)).await {
+    let written = bulk::write_attempts(conn, records, bulk::Frame::Own(begin)).await;
+    match group_commit::close_own_transaction(written, || bulk::roll_back(conn)).await {
         Ok(()) => return Ok(()),
         Err(error) if error.fault().is_some() => return Err(error),
         Err(error) => {
             tracing::warn!(%error, records = records.len(), "bulk attempt write failed; writing one by one");
-            bulk::roll_back(conn).await?;
         }
     }
     let mut tx = conn.begin_with(begin).await?;
