@@ -62,9 +62,9 @@ impl StoreError {
         }
     }
 
-    /// A rollback of a failed batch that failed itself: a fault whatever SQLite said (a storage fault
-    /// stays what it is), since the connection may still hold the batch's transaction — nobody may replay
-    /// the batch on it (see `group_commit::BatchWriter::write_committed`).
+    /// A rollback of a failed batch that failed itself: a fault whatever the database said (a storage
+    /// fault stays what it is), since the connection may still hold the batch's transaction — nobody may
+    /// replay the batch on it (see `group_commit::close_own_transaction`).
     pub(crate) fn unrolled(error: sqlx::Error) -> StoreError {
         if custody::fault_of(&error).is_some() {
             StoreError::Database(error)

@@ -433,9 +433,11 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
     /// connection outside any transaction, so the writer replays the batch message by message on it; a
     /// transaction that could not be rolled back is a fault ([`StoreError::Batch`]).
     ///
-    /// By default [`BEGIN`](Self::BEGIN), [`write`](Self::write) and `COMMIT`, each a call of its own.
-    /// SQLite's writer puts the `BEGIN` and the `COMMIT` into the batch's first and last calls instead
-    /// (`sqlite::bulk`): two round trips to SQLite's thread fewer per batch.
+    /// By default [`BEGIN`](Self::BEGIN), [`write`](Self::write) and `COMMIT`, each a call of its own
+    /// ([`write_in_transaction`]). SQLite's writer puts the `BEGIN` and the `COMMIT` into the batch's
+    /// first and last calls instead (`sqlite::bulk`: two round trips to SQLite's thread fewer per
+    /// batch), PostgreSQL's the `BEGIN` into the apps read (`postgres::bulk`: one round trip fewer);
+    /// both close these transactions themselves ([`close_own_transaction`]).
     fn write_committed<'c>(
         &'c self,
         conn: &'c mut <Self::Db as Database>::Connection,
@@ -800,17 +802,36 @@ async fn write_batch<W: BatchWriter, T: Transaction<W>>(
     deadline: Option<Duration>,
 ) -> StoreResult<T::Output> {
     let until = deadline.map(|limit| (Instant::now() + limit, limit));
-    let mut conn = match held.take() {
+    let conn = match held.take() {
         Some(conn) => conn,
         None => within(until, async { Ok(pool.acquire().await?) }).await?,
     };
-    let written = within(until, work.run(&mut *conn, writer)).await;
-    if written.is_err() {
-        conn.close_on_drop();
-    } else if W::HOLDS_CONNECTION {
+    let mut on_batch = OnBatch(Some(conn));
+    let written = match on_batch.0.as_mut() {
+        Some(conn) => within(until, work.run(&mut **conn, writer)).await,
+        None => Err(StoreError::Closed),
+    };
+    if written.is_ok()
+        && let Some(conn) = on_batch.0.take()
+        && W::HOLDS_CONNECTION
+    {
         *held = Some(conn);
     }
     written
+}
+
+/// The connection a batch is on: closed, never reused, unless taken back after the batch succeeded —
+/// so after a failure, and also when the writer unwinds mid-batch (a panic), when the connection may
+/// hold a transaction sqlx does not know of ([`close_own_transaction`]), which the pool would otherwise
+/// hand to the next caller (PostgreSQL's pool has no check for one).
+struct OnBatch<DB: Database>(Option<PoolConnection<DB>>);
+
+impl<DB: Database> Drop for OnBatch<DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
+    }
 }
 
 /// Run `work`, giving it up at `until` (when there is one: the instant, and the bound it stands for) with
@@ -871,6 +892,28 @@ async fn write_on<W: BatchWriter>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As when the writer unwinds mid-batch: the connection holds a transaction sqlx does not know of,
+    /// and must not be handed to the next caller. Without the guard, the pool takes it back as it is
+    /// and the next `BEGIN` fails inside the stale transaction.
+    #[tokio::test]
+    async fn a_connection_left_mid_batch_is_closed_not_pooled_again() {
+        use sqlx::Executor;
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        {
+            let mut conn = pool.acquire().await.unwrap();
+            conn.execute("BEGIN").await.unwrap();
+            let _on_batch = OnBatch(Some(conn));
+        }
+        let mut conn = pool.acquire().await.unwrap();
+        conn.execute("BEGIN")
+            .await
+            .expect("a fresh connection, not the one left in a transaction");
+    }
 
     fn new_message() -> NewMessage {
         NewMessage {
