@@ -70,7 +70,7 @@ impl BatchWriter for SqliteBatches {
 /// riding on its first call) and commit (riding on its last) — the fast path, two round trips to
 /// SQLite's thread fewer than a transaction of sqlx's, which takes a call for each — or the caller's (a
 /// savepoint of the careful path, see [`crate::group_commit`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub(crate) enum Frame {
     /// The batch opens its transaction with this text and commits it.
     Own(&'static str),
