@@ -4,8 +4,8 @@
 //! The store records each event in the transaction of the change it reports, and its table is the outbox:
 //! this task reads the events not yet sent, oldest first, sends each one (retrying with backoff until the
 //! receiver answers 2xx), and only then marks it sent. A crash between sending and marking sends the event
-//! again after restart — at least once, with the same `webhook-id` (`opevt_{seq}`), so receivers deduplicate
-//! as for any webhook. Events go one at a time, in order: a receiver that is down holds back the later
+//! again after restart — at least once, with the same `webhook-id` ([`webhook_id`]), so receivers
+//! deduplicate as for any webhook. Events go one at a time, in order: a receiver that is down holds back the later
 //! events rather than getting them out of order.
 //!
 //! Requests go through the same address-checked [`DeliveryClient`] as deliveries: the operator's URL gets
@@ -78,6 +78,16 @@ pub fn payload(event: &OperationalEvent) -> String {
     json!({ "type": event.event_type, "timestamp": timestamp, "data": data }).to_string()
 }
 
+/// The `webhook-id` of an event: `opevt_{seq}_{created_at in ms}`, the same at every send of the event,
+/// and never that of another event. The `seq` alone would not do: an event can be sent as soon as it is
+/// visible, and one that a crash takes back afterwards (a store whose last commits may be lost, such as
+/// PostgreSQL with `synchronous_commit = off`) leaves its `seq` to the next event recorded — which
+/// receivers, deduplicating on the id, would drop. That next event is recorded after the restart, so at
+/// another millisecond.
+pub fn webhook_id(event: &OperationalEvent) -> String {
+    format!("opevt_{}_{}", event.seq, event.created_at.as_unix_ms())
+}
+
 /// Send one event until the receiver takes it (or refuses it for good), then mark it sent.
 async fn deliver(
     store: &SharedDeliveryStore,
@@ -86,7 +96,7 @@ async fn deliver(
     event: &OperationalEvent,
 ) {
     let body = Bytes::from(payload(event));
-    let id = format!("opevt_{}", event.seq);
+    let id = webhook_id(event);
     let mut wait = FIRST_BACKOFF;
     loop {
         // Signed per attempt: the timestamp is part of the signature and must be fresh.
@@ -122,5 +132,32 @@ async fn deliver(
         tracing::warn!(%error, event = %id, "marking an operational event sent failed; retrying");
         tokio::time::sleep(retry).await;
         retry = (retry * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_core::clock::Millis;
+    use herald_core::id::AppId;
+
+    fn event(seq: i64, created_ms: i64) -> OperationalEvent {
+        OperationalEvent {
+            seq,
+            event_type: "endpoint.disabled".to_owned(),
+            app_id: AppId::new(),
+            data: "{}".to_owned(),
+            created_at: Millis::from_unix_ms(created_ms),
+        }
+    }
+
+    #[test]
+    fn an_event_keeps_its_id_and_a_reused_seq_gets_another() {
+        let sent = event(42, 1_767_225_600_000);
+        assert_eq!(webhook_id(&sent), webhook_id(&sent.clone()));
+        assert_eq!(webhook_id(&sent), "opevt_42_1767225600000");
+        // The event a crash took back left seq 42 to one recorded after the restart.
+        let after_restart = event(42, 1_767_225_607_250);
+        assert_ne!(webhook_id(&sent), webhook_id(&after_restart));
     }
 }
