@@ -341,10 +341,10 @@ impl Bound {
 /// next write opens a clean one, and it is fully durable again (`synchronous = FULL`, whatever the last
 /// write set; see `in_clean_state`). `acquire_timeout` bounds how long a write waits for the connection.
 ///
-/// Every write (an ingest batch among them) acquires and releases this connection, and each call to
-/// SQLite is a round trip to the connection's own thread, so the pool makes as few as it can: no ping
-/// before an acquire (the release already checked the connection, and a local file does not hang up),
-/// and the release check in one call.
+/// Every write acquires and releases this connection (herald-store's ingest writer keeps it across
+/// batches while it is busy and no other write waits), and each call to SQLite is a round trip to the
+/// connection's own thread, so the pool makes as few as it can: no ping before an acquire (the release
+/// already checked the connection, and a local file does not hang up), and the release check in one call.
 pub fn sqlite_writer_pool(acquire_timeout: Duration) -> SqlitePoolOptions {
     SqlitePoolOptions::new()
         .max_connections(1)

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::crypto::SecretCipher;
 use crate::events::NewEvent;
-use crate::group_commit::IngestJob;
+use crate::group_commit::{IngestJob, Wanting, WriteDemand};
 use crate::rows::Columns;
 use crate::statement::Sql;
 use crate::{AttemptRecord, Change, ChangeStream, Ownership, RetentionStep, StoreResult};
@@ -27,6 +27,10 @@ pub struct SqlStore<D: Dialect> {
     pub(crate) reads: D::Pool,
     /// Where writes go (SQLite: its one writer connection).
     pub(crate) writes: D::Pool,
+    /// Who wants a write connection besides the group-commit writer: SQLite's writer keeps the one
+    /// write connection while it is busy and gives it back when another write wants it (see
+    /// [`WriteDemand`]). Counted on PostgreSQL too, where nobody reads it.
+    pub(crate) write_demand: Arc<WriteDemand>,
     /// The group-commit writer's queue.
     pub(crate) ingest: mpsc::Sender<IngestJob>,
     /// How long an ingest request waits for the group-commit writer to take its message before it is
@@ -56,9 +60,10 @@ impl<D: Dialect> SqlStore<D> {
         On::Pool(&self.reads)
     }
 
-    /// Statements on the write pool.
+    /// Statements on the write pool, each wanting a connection of it while it waits and runs (see
+    /// [`WriteDemand`]).
     pub(crate) fn writes(&self) -> On<'_, D> {
-        On::Pool(&self.writes)
+        On::Writes(&self.writes, &self.write_demand)
     }
 
     /// Report a write's outcome to the write health (storage faults only), and pass it on.
@@ -68,6 +73,7 @@ impl<D: Dialect> SqlStore<D> {
 
     /// A transaction on the write pool.
     pub(crate) async fn begin(&self) -> StoreResult<Tx<D>> {
+        let _wanting = self.write_demand.want();
         Ok(D::begin(&self.writes).await?)
     }
 }
@@ -98,8 +104,21 @@ impl Sql<'_> {
 pub(crate) enum On<'a, D: Dialect> {
     /// Any connection of the pool.
     Pool(&'a D::Pool),
+    /// Any connection of the store's write pool, wanted ([`WriteDemand`]) while the statement waits
+    /// for it and runs.
+    Writes(&'a D::Pool, &'a WriteDemand),
     /// The transaction's connection.
     Tx(&'a mut D::Tx),
+}
+
+impl<'a, D: Dialect> On<'a, D> {
+    /// The claim a statement on the write pool holds on it while it waits and runs; none otherwise.
+    pub(crate) fn wanting(&self) -> Option<Wanting<'a>> {
+        match self {
+            On::Writes(_, demand) => Some(demand.want()),
+            On::Pool(_) | On::Tx(_) => None,
+        }
+    }
 }
 
 /// An open transaction of dialect `D` (rolled back when dropped uncommitted).
@@ -135,8 +154,11 @@ macro_rules! run_statements {
             on: $crate::dialect::On<'a, Self>,
             sql: &'a $crate::statement::Sql<'_>,
         ) -> Result<Vec<Self::Row>, sqlx::Error> {
+            let _wanting = on.wanting();
             match on {
-                $crate::dialect::On::Pool(pool) => query(sql).fetch_all(pool).await,
+                $crate::dialect::On::Pool(pool) | $crate::dialect::On::Writes(pool, _) => {
+                    query(sql).fetch_all(pool).await
+                }
                 $crate::dialect::On::Tx(tx) => query(sql).fetch_all(&mut **tx).await,
             }
         }
@@ -145,8 +167,11 @@ macro_rules! run_statements {
             on: $crate::dialect::On<'a, Self>,
             sql: &'a $crate::statement::Sql<'_>,
         ) -> Result<Option<Self::Row>, sqlx::Error> {
+            let _wanting = on.wanting();
             match on {
-                $crate::dialect::On::Pool(pool) => query(sql).fetch_optional(pool).await,
+                $crate::dialect::On::Pool(pool) | $crate::dialect::On::Writes(pool, _) => {
+                    query(sql).fetch_optional(pool).await
+                }
                 $crate::dialect::On::Tx(tx) => query(sql).fetch_optional(&mut **tx).await,
             }
         }
@@ -155,8 +180,11 @@ macro_rules! run_statements {
             on: $crate::dialect::On<'a, Self>,
             sql: &'a $crate::statement::Sql<'_>,
         ) -> Result<u64, sqlx::Error> {
+            let _wanting = on.wanting();
             let done = match on {
-                $crate::dialect::On::Pool(pool) => query(sql).execute(pool).await?,
+                $crate::dialect::On::Pool(pool) | $crate::dialect::On::Writes(pool, _) => {
+                    query(sql).execute(pool).await?
+                }
                 $crate::dialect::On::Tx(tx) => query(sql).execute(&mut **tx).await?,
             };
             Ok(done.rows_affected())

@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -401,17 +401,60 @@ async fn next_batch(
     }
 }
 
+/// The most batches in a row the writer writes on a connection that is the store's only write
+/// connection (SQLite's) before it gives it back (see [`WriteDemand::hands_back`]): a bound for a write
+/// that waits for it without saying so (every write of the store says so; this is the guard against
+/// one that would not), so that it waits a few batches at most, not for as long as ingest stays busy.
+const HELD_BATCHES_AT_MOST: u32 = 32;
+
+/// How many writes besides the group-commit writer want the store's write connection right now, when
+/// there is only one (SQLite's): the writer keeps it from one batch to the next while it has more work
+/// and nobody else wants it, and gives it back to the pool before its next batch once somebody does.
+///
+/// Every write of the store says so for as long as it waits for the connection (and, for a statement
+/// of its own, while it runs): [`SqlStore::writes`](crate::dialect::SqlStore::writes) and
+/// [`SqlStore::begin`](crate::dialect::SqlStore::begin) do, and so do the few that take the pool
+/// themselves (attempt results, retention).
+#[derive(Debug, Default)]
+pub(crate) struct WriteDemand(AtomicUsize);
+
+impl WriteDemand {
+    /// Say that a write wants the connection, until the guard is dropped.
+    pub(crate) fn want(&self) -> Wanting<'_> {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        Wanting(self)
+    }
+
+    /// Whether a writer that wrote the last `held` batches in a row on the connection gives it back
+    /// before its next one: once another write wants it, or after [`HELD_BATCHES_AT_MOST`].
+    pub(crate) fn hands_back(&self, held: u32) -> bool {
+        self.0.load(Ordering::Acquire) > 0 || held >= HELD_BATCHES_AT_MOST
+    }
+}
+
+/// A write's claim on the store's write connection ([`WriteDemand::want`]), given up when dropped.
+pub(crate) struct Wanting<'a>(&'a WriteDemand);
+
+impl Drop for Wanting<'_> {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// How a backend writes a batch inside a transaction the writer opened.
 pub(crate) trait BatchWriter: Send + Sync + 'static {
     /// The database.
     type Db: Database;
 
-    /// Whether the writer keeps its connection from one batch to the next while more jobs are queued.
-    /// sqlx pings a pooled connection on every acquire and every release, two round trips per batch
-    /// beside the batch's own few; a busy writer that holds its connection pays them only once it runs
-    /// out of work (or after a failure, when the connection is closed). SQLite's one write connection
-    /// serves every write, so its writer gives it back after each batch.
-    const HOLDS_CONNECTION: bool;
+    /// Whether the writer, which has written the last `held` batches in a row on the connection it keeps
+    /// (see [`run`]), gives it back to the pool before its next batch although more work is queued. By
+    /// default never: the writer's connection is one of the pool's many. SQLite's writer holds the
+    /// store's one write connection, so it gives it back as soon as another write waits for it (see
+    /// [`WriteDemand`]).
+    fn hands_back(&self, held: u32) -> bool {
+        let _ = held;
+        false
+    }
 
     /// The statement that opens each batch transaction: `BEGIN`, or `BEGIN` and whatever must come first
     /// in the same round trip (PostgreSQL takes its ingest order lock there).
@@ -528,7 +571,11 @@ pub(crate) async fn run<W: BatchWriter>(
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut deferred = Deferred::default();
+    // The connection kept from the last batch, while batches follow each other: sqlx pings a pooled
+    // connection when it takes it back (and PostgreSQL's pool before each acquire too), round trips a
+    // busy writer then pays only once it runs out of work, or after a failure (the connection is closed).
     let mut held = None;
+    let mut held_batches = 0_u32;
     let mut carried = Carried::new(W::SPLITS);
     if W::SPLITS {
         crate::metrics::fan_out_started();
@@ -542,6 +589,11 @@ pub(crate) async fn run<W: BatchWriter>(
             // checks see it (a ping at the next acquire: a server restarted meanwhile costs no request a
             // 503) and it counts among the pool's connections again.
             held = None;
+        } else if held.is_some() && writer.hands_back(held_batches) {
+            held = None;
+        }
+        if held.is_none() {
+            held_batches = 0;
         }
         if !next_batch(&mut jobs, &mut deferred, carried.wake(), &mut batch).await {
             break;
@@ -552,6 +604,7 @@ pub(crate) async fn run<W: BatchWriter>(
         }
         let started = std::time::Instant::now();
         let written = write_batch(&pool, &mut held, &writer, &Batch(&batch), deadline).await;
+        held_batches = held_batches.saturating_add(1);
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
         match written {
             Ok(outcomes) => {
@@ -792,8 +845,8 @@ impl<W: BatchWriter> Transaction<W> for Sweep<'_> {
 /// one with an `eventId` or an `idempotency-key` is deduplicated). The requests of the batch wait for this
 /// answer (see [`Waiting::answer`]), so it is what bounds their wait once their job was taken.
 ///
-/// `held` is the connection a writer that [holds one](BatchWriter::HOLDS_CONNECTION) kept from its last
-/// batch; it is used instead of the pool's, and kept again only if this batch succeeded.
+/// `held` is the connection the writer kept from its last batch ([`run`]); it is used instead of the
+/// pool's, and kept again only if this batch succeeded.
 async fn write_batch<W: BatchWriter, T: Transaction<W>>(
     pool: &Pool<W::Db>,
     held: &mut Option<PoolConnection<W::Db>>,
@@ -813,7 +866,6 @@ async fn write_batch<W: BatchWriter, T: Transaction<W>>(
     };
     if written.is_ok()
         && let Some(conn) = on_batch.0.take()
-        && W::HOLDS_CONNECTION
     {
         *held = Some(conn);
     }
@@ -1154,7 +1206,6 @@ mod tests {
 
     impl BatchWriter for DefersRowOne {
         type Db = sqlx::Sqlite;
-        const HOLDS_CONNECTION: bool = false;
         const BEGIN: &'static str = "BEGIN";
 
         fn write<'c>(
@@ -1198,6 +1249,121 @@ mod tests {
             vec![Some(0), None, Some(7)],
             "row 2 was never written"
         );
+    }
+
+    /// A writer whose batches all succeed (every job answered `NotFound`), counting them, that keeps
+    /// its connection as SQLite's does (see [`WriteDemand`]).
+    struct Counts {
+        batches: Arc<AtomicUsize>,
+        demand: Arc<WriteDemand>,
+    }
+
+    impl BatchWriter for Counts {
+        type Db = sqlx::Sqlite;
+        const BEGIN: &'static str = "BEGIN";
+
+        fn write<'c>(
+            &'c self,
+            _conn: &'c mut sqlx::SqliteConnection,
+            batch: &'c [IngestJob],
+        ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+            self.batches.fetch_add(1, Ordering::AcqRel);
+            let outcomes = batch
+                .iter()
+                .map(|_| Outcome::Settled(Err(StoreError::NotFound)))
+                .collect();
+            // Slower than the requests are queued, so that the queue is never empty between batches.
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Ok(outcomes)
+            })
+        }
+
+        fn hands_back(&self, held: u32) -> bool {
+            self.demand.hands_back(held)
+        }
+    }
+
+    /// A writer on a one-connection pool, never out of work; its batches' count.
+    async fn busy_writer(demand: &Arc<WriteDemand>) -> (sqlx::SqlitePool, Arc<AtomicUsize>) {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("an in-memory database");
+        let batches = Arc::new(AtomicUsize::new(0));
+        let writer = Counts {
+            batches: batches.clone(),
+            demand: demand.clone(),
+        };
+        let (sender, jobs) = mpsc::channel(64);
+        let (feed, _) = mpsc::unbounded_channel();
+        let health = Arc::new(WriteHealth::default());
+        let stream = crate::polling::StreamSignals::new();
+        tokio::spawn(run(pool.clone(), writer, jobs, feed, health, None, stream));
+        // The queue stays full: the writer never runs out of work.
+        tokio::spawn(async move {
+            loop {
+                let (job, waiting) = Waiting::queue(new_message(), None);
+                if sender.send(job).await.is_err() {
+                    return;
+                }
+                tokio::spawn(waiting.answer(None));
+            }
+        });
+        while batches.load(Ordering::Acquire) < 10 {
+            tokio::task::yield_now().await;
+        }
+        (pool, batches)
+    }
+
+    /// How many batches the busy writer writes while another write waits for the connection.
+    async fn batches_while_waiting(pool: &sqlx::SqlitePool, batches: &AtomicUsize) -> usize {
+        let before = batches.load(Ordering::Acquire);
+        let conn = pool.acquire().await.expect("the connection, handed back");
+        let during = batches.load(Ordering::Acquire) - before;
+        drop(conn);
+        // Let the writer take it again and hold it for a few batches.
+        while batches.load(Ordering::Acquire) < before + during + 5 {
+            tokio::task::yield_now().await;
+        }
+        during
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_writer_gives_the_one_write_connection_back_as_soon_as_another_write_wants_it() {
+        let demand = Arc::new(WriteDemand::default());
+        let (pool, batches) = busy_writer(&demand).await;
+        // Three times over: without the demand, the writer would keep it for up to
+        // HELD_BATCHES_AT_MOST batches each time.
+        for _ in 0..3 {
+            let wanting = demand.want();
+            let during = batches_while_waiting(&pool, &batches).await;
+            drop(wanting);
+            assert!(during <= 2, "{during} batches written while another write waited");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_writer_gives_the_one_write_connection_back_after_a_bounded_run_even_unasked() {
+        let demand = Arc::new(WriteDemand::default());
+        let (pool, batches) = busy_writer(&demand).await;
+        let during = batches_while_waiting(&pool, &batches).await;
+        let bound = HELD_BATCHES_AT_MOST as usize + 1;
+        assert!(during <= bound, "{during} batches written while another write waited");
+    }
+
+    #[test]
+    fn the_writer_hands_back_while_a_write_wants_the_connection_or_after_its_bound() {
+        let demand = WriteDemand::default();
+        assert!(!demand.hands_back(1), "nobody else wants it");
+        {
+            let _wanting = demand.want();
+            let _another = demand.want();
+            assert!(demand.hands_back(1));
+        }
+        assert!(!demand.hands_back(1), "the claims were dropped");
+        assert!(demand.hands_back(HELD_BATCHES_AT_MOST));
     }
 
     #[test]

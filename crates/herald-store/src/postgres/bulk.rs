@@ -50,10 +50,6 @@ pub(crate) struct PgBatches {
 impl BatchWriter for PgBatches {
     type Db = Postgres;
 
-    // While batches follow each other, one of the pool's connections stays the writer's: each acquire
-    // and release of a pooled connection costs a ping, a round trip each.
-    const HOLDS_CONNECTION: bool = true;
-
     const BEGIN: &'static str = super::channels::BEGIN_IN_ORDER;
 
     const SPLITS: bool = true;

@@ -145,6 +145,7 @@ impl SqlStore<Postgres> {
         Ok(Self {
             reads: pool.clone(),
             writes: pool,
+            write_demand: Arc::default(),
             ingest,
             ingest_wait: Some(bound.limit()),
             changes: Mutex::new(Some(feed_rx)),

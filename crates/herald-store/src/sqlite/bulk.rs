@@ -26,25 +26,38 @@ use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{AssertSqlSafe, Executor, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, marks, statements};
-use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes};
+use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes, WriteDemand};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
 
 /// SQLite's [`BatchWriter`], with each application's subscribers cached between batches (see
 /// [`subscribers`]).
-#[derive(Default)]
 pub(crate) struct SqliteBatches {
     subscribers: subscribers::Cache,
+    /// Who else wants the one write connection, which the writer keeps while it is busy.
+    demand: Arc<WriteDemand>,
+}
+
+impl SqliteBatches {
+    /// A writer that gives the write connection back whenever `demand` says another write wants it.
+    pub(crate) fn new(demand: Arc<WriteDemand>) -> Self {
+        Self {
+            subscribers: subscribers::Cache::default(),
+            demand,
+        }
+    }
 }
 
 impl BatchWriter for SqliteBatches {
     type Db = Sqlite;
 
-    // The one write connection serves every write (and serialises every writer already).
-    const HOLDS_CONNECTION: bool = false;
-
     const BEGIN: &'static str = "BEGIN";
+
+    // The writer's connection is the one every write of the store goes through (see `WriteDemand`).
+    fn hands_back(&self, held: u32) -> bool {
+        self.demand.hands_back(held)
+    }
 
     fn write<'c>(
         &'c self,

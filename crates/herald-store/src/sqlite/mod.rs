@@ -63,9 +63,10 @@ impl SqlStore<Sqlite> {
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
         let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());
+        let write_demand = Arc::new(group_commit::WriteDemand::default());
         tokio::spawn(group_commit::run(
             writes.clone(),
-            bulk::SqliteBatches::default(),
+            bulk::SqliteBatches::new(write_demand.clone()),
             jobs,
             feed_tx.clone(),
             health.clone(),
@@ -77,6 +78,7 @@ impl SqlStore<Sqlite> {
         Ok(Self {
             reads,
             writes,
+            write_demand,
             ingest,
             ingest_wait: None,
             changes: Mutex::new(Some(feed_rx)),
@@ -119,10 +121,9 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
 /// commits without waiting for an fsync — the next commit that does (every ingest batch, every API write)
 /// carries it to the disk — and the one write connection is free for the next ingest batch sooner. WAL
 /// mode is what makes that safe: a power cut may then take back the last commits, never corrupt the
-/// file. An operational event is different: its sender may post it (`opevt_{seq}`) as soon as it is
-/// visible, and an event taken back would leave its `seq` to a later event, which receivers would drop
-/// as a duplicate — so a batch that may record one ([`crate::events::may_record_events`]) waits for the
-/// disk. The setting is allowed only outside a transaction, so it comes before `BEGIN` in the same call,
+/// file. An operational event is different: its sender may post it as soon as it is visible, and the
+/// operator must not be told of a change a power cut then takes back — so a batch that may record one
+/// ([`crate::events::may_record_events`]) waits for the disk. The setting is allowed only outside a transaction, so it comes before `BEGIN` in the same call,
 /// and the write pool puts `FULL` back when the connection is released (`herald_sql::custody`), so no
 /// other write ever commits with it.
 fn results_begin(wal: bool, records: &[AttemptRecord]) -> &'static str {
@@ -208,7 +209,9 @@ impl Dialect for Sqlite {
     }
 
     async fn record_attempts<'a>(store: &'a SqliteStore, records: &'a [AttemptRecord]) -> StoreResult<()> {
+        let wanting = store.write_demand.want();
         let mut conn = store.writes.acquire().await?;
+        drop(wanting);
         let begin = results_begin(store.dialect.wal, records);
         let written = write_results(&mut conn, begin, records).await;
         if written.is_err() {
@@ -269,6 +272,7 @@ impl Dialect for Sqlite {
         now: Millis,
         limit: usize,
     ) -> StoreResult<RetentionStep> {
+        let _wanting = store.write_demand.want();
         retention::step(&store.writes, attempts_before, now, limit).await
     }
 
