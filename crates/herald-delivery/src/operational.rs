@@ -20,6 +20,7 @@ use herald_core::outcome::OutcomeClass;
 use herald_signature::HmacSecret;
 use herald_store::SharedDeliveryStore;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 
 use crate::attempt::signed_headers;
@@ -78,14 +79,28 @@ pub fn payload(event: &OperationalEvent) -> String {
     json!({ "type": event.event_type, "timestamp": timestamp, "data": data }).to_string()
 }
 
-/// The `webhook-id` of an event: `opevt_{seq}_{created_at in ms}`, the same at every send of the event,
-/// and never that of another event. The `seq` alone would not do: an event can be sent as soon as it is
-/// visible, and one that a crash takes back afterwards (a store whose last commits may be lost, such as
-/// PostgreSQL with `synchronous_commit = off`) leaves its `seq` to the next event recorded — which
-/// receivers, deduplicating on the id, would drop. That next event is recorded after the restart, so at
-/// another millisecond.
+/// The `webhook-id` of an event: `opevt_{seq}_{digest}`, the digest (16 hex digits) of what the event
+/// says — its type, application, data and time. Every send of the event carries the same id; another
+/// event never does, even one that takes the `seq` of an event a crash took back after it was sent (a
+/// database whose last commits may be lost, such as PostgreSQL with `synchronous_commit = off`), which
+/// receivers, deduplicating on the id, would otherwise drop. Its time alone would not tell them apart: an
+/// attempt's event carries the attempt's end, which may be from before the crash. Only an event that says
+/// exactly what the lost one said gets its id again — the receiver has that one already.
 pub fn webhook_id(event: &OperationalEvent) -> String {
-    format!("opevt_{}_{}", event.seq, event.created_at.as_unix_ms())
+    let mut digest = Sha256::new();
+    for part in [
+        event.event_type.as_bytes(),
+        event.app_id.as_bytes(),
+        event.data.as_bytes(),
+    ] {
+        // Each part with its length, so that no two events' parts run together into the same bytes.
+        digest.update((part.len() as u64).to_be_bytes());
+        digest.update(part);
+    }
+    digest.update(event.created_at.as_unix_ms().to_be_bytes());
+    let digest = digest.finalize();
+    let short: String = digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect();
+    format!("opevt_{}_{short}", event.seq)
 }
 
 /// Send one event until the receiver takes it (or refuses it for good), then mark it sent.
@@ -141,23 +156,31 @@ mod tests {
     use herald_core::clock::Millis;
     use herald_core::id::AppId;
 
-    fn event(seq: i64, created_ms: i64) -> OperationalEvent {
+    fn event(seq: i64, created_ms: i64, data: &str) -> OperationalEvent {
         OperationalEvent {
             seq,
-            event_type: "endpoint.disabled".to_owned(),
-            app_id: AppId::new(),
-            data: "{}".to_owned(),
+            event_type: "message.attempt.failing".to_owned(),
+            app_id: AppId::parse("app_2bTGkCsR1a4fBNhgvuXyZ0").expect("an application id"),
+            data: data.to_owned(),
             created_at: Millis::from_unix_ms(created_ms),
         }
     }
 
     #[test]
-    fn an_event_keeps_its_id_and_a_reused_seq_gets_another() {
-        let sent = event(42, 1_767_225_600_000);
-        assert_eq!(webhook_id(&sent), webhook_id(&sent.clone()));
-        assert_eq!(webhook_id(&sent), "opevt_42_1767225600000");
-        // The event a crash took back left seq 42 to one recorded after the restart.
-        let after_restart = event(42, 1_767_225_607_250);
-        assert_ne!(webhook_id(&sent), webhook_id(&after_restart));
+    fn an_event_keeps_its_id_and_another_with_its_seq_gets_another() {
+        let sent = event(42, 1_767_225_600_000, r#"{"endpointId":"ep_1","attempts":1}"#);
+        let id = webhook_id(&sent);
+        assert_eq!(id, webhook_id(&sent.clone()), "every send carries the same id");
+        assert!(
+            id.starts_with("opevt_42_") && id.len() == "opevt_42_".len() + 16,
+            "{id}"
+        );
+        // A crash took the sent event back; seq 42 went to the next event recorded: an attempt that
+        // ended at the same millisecond, on another endpoint ...
+        let same_time = event(42, 1_767_225_600_000, r#"{"endpointId":"ep_2","attempts":1}"#);
+        assert_ne!(id, webhook_id(&same_time));
+        // ... or the same report, later.
+        let later = event(42, 1_767_225_607_250, r#"{"endpointId":"ep_1","attempts":1}"#);
+        assert_ne!(id, webhook_id(&later));
     }
 }

@@ -25,7 +25,10 @@ use herald_sql::custody::WriteHealth;
 pub struct SqlStore<D: Dialect> {
     /// Where reads go (SQLite: a read-only pool beside the one writer).
     pub(crate) reads: D::Pool,
-    /// Where writes go (SQLite: its one writer connection).
+    /// Where writes go (SQLite: its one writer connection). Take it through [`writes`](Self::writes)
+    /// or [`begin`](Self::begin); a write that acquires it itself must hold a
+    /// [`write_demand`](Self::write_demand) claim while it waits, or it waits behind a busy ingest
+    /// writer for up to 32 batches.
     pub(crate) writes: D::Pool,
     /// Who wants a write connection besides the group-commit writer: SQLite's writer keeps the one
     /// write connection while it is busy and gives it back when another write wants it (see

@@ -1284,10 +1284,18 @@ mod tests {
         }
     }
 
-    /// A writer on a one-connection pool, never out of work; its batches' count.
-    async fn busy_writer(demand: &Arc<WriteDemand>) -> (sqlx::SqlitePool, Arc<AtomicUsize>) {
+    /// A writer on a one-connection pool, never out of work; its batches' count, and how many times the
+    /// pool took its connection back.
+    async fn busy_writer(demand: &Arc<WriteDemand>) -> (sqlx::SqlitePool, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        use futures::FutureExt;
+        let releases = Arc::new(AtomicUsize::new(0));
+        let counted = releases.clone();
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(1)
+            .after_release(move |_, _| {
+                counted.fetch_add(1, Ordering::AcqRel);
+                async { Ok(true) }.boxed()
+            })
             .connect("sqlite::memory:")
             .await
             .expect("an in-memory database");
@@ -1314,7 +1322,7 @@ mod tests {
         while batches.load(Ordering::Acquire) < 10 {
             tokio::task::yield_now().await;
         }
-        (pool, batches)
+        (pool, batches, releases)
     }
 
     /// How many batches the busy writer writes while another write waits for the connection.
@@ -1333,7 +1341,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_busy_writer_gives_the_one_write_connection_back_as_soon_as_another_write_wants_it() {
         let demand = Arc::new(WriteDemand::default());
-        let (pool, batches) = busy_writer(&demand).await;
+        let (pool, batches, _) = busy_writer(&demand).await;
         // Three times over: without the demand, the writer would keep it for up to
         // HELD_BATCHES_AT_MOST batches each time.
         for _ in 0..3 {
@@ -1347,10 +1355,27 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_busy_writer_gives_the_one_write_connection_back_after_a_bounded_run_even_unasked() {
         let demand = Arc::new(WriteDemand::default());
-        let (pool, batches) = busy_writer(&demand).await;
+        let (pool, batches, _) = busy_writer(&demand).await;
         let during = batches_while_waiting(&pool, &batches).await;
         let bound = HELD_BATCHES_AT_MOST as usize + 1;
         assert!(during <= bound, "{during} batches written while another write waited");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_writer_nobody_else_waits_for_keeps_the_connection_from_batch_to_batch() {
+        let demand = Arc::new(WriteDemand::default());
+        let (_pool, batches, releases) = busy_writer(&demand).await;
+        let (batches_before, releases_before) = (batches.load(Ordering::Acquire), releases.load(Ordering::Acquire));
+        while batches.load(Ordering::Acquire) < batches_before + 3 * HELD_BATCHES_AT_MOST as usize {
+            tokio::task::yield_now().await;
+        }
+        let written = batches.load(Ordering::Acquire) - batches_before;
+        let released = releases.load(Ordering::Acquire) - releases_before;
+        // Given back once per HELD_BATCHES_AT_MOST batches, not once per batch.
+        assert!(
+            released <= written / HELD_BATCHES_AT_MOST as usize + 1,
+            "released {released} times in {written} batches"
+        );
     }
 
     #[test]

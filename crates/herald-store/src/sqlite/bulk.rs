@@ -449,3 +449,19 @@ pub(crate) async fn write_attempts(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_gives_the_write_connection_back_while_another_write_wants_it() {
+        let demand = Arc::new(WriteDemand::default());
+        let writer = SqliteBatches::new(demand.clone());
+        assert!(!writer.hands_back(1), "nobody else wants it");
+        let wanting = demand.want();
+        assert!(writer.hands_back(1));
+        drop(wanting);
+        assert!(!writer.hands_back(1));
+    }
+}

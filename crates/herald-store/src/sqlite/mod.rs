@@ -123,9 +123,9 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
 /// mode is what makes that safe: a power cut may then take back the last commits, never corrupt the
 /// file. An operational event is different: its sender may post it as soon as it is visible, and the
 /// operator must not be told of a change a power cut then takes back — so a batch that may record one
-/// ([`crate::events::may_record_events`]) waits for the disk. The setting is allowed only outside a transaction, so it comes before `BEGIN` in the same call,
-/// and the write pool puts `FULL` back when the connection is released (`herald_sql::custody`), so no
-/// other write ever commits with it.
+/// ([`crate::events::may_record_events`]) waits for the disk. The setting is allowed only outside a
+/// transaction, so it comes before `BEGIN` in the same call, and the write pool puts `FULL` back when
+/// the connection is released (`herald_sql::custody`), so no other write ever commits with it.
 fn results_begin(wal: bool, records: &[AttemptRecord]) -> &'static str {
     if wal && !crate::events::may_record_events(records) {
         "PRAGMA synchronous = NORMAL; BEGIN"
