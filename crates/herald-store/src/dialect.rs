@@ -28,7 +28,7 @@ pub struct SqlStore<D: Dialect> {
     /// Where writes go (SQLite: its one writer connection). Take it through [`writes`](Self::writes)
     /// or [`begin`](Self::begin); a write that acquires it itself must hold a
     /// [`write_demand`](Self::write_demand) claim while it waits, or it waits behind a busy ingest
-    /// writer for up to 32 batches.
+    /// writer for a whole run of its batches (see [`WriteDemand::hands_back`]).
     pub(crate) writes: D::Pool,
     /// Who wants a write connection besides the group-commit writer: SQLite's writer keeps the one
     /// write connection while it is busy and gives it back when another write wants it (see

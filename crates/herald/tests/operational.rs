@@ -21,12 +21,25 @@ fn taken(ops: &Receiver) -> Vec<Value> {
         verifier
             .verify(&request.body, &request.headers)
             .expect("operational webhook signature verifies");
-        assert!(request.header("webhook-id").starts_with("opevt_"));
+        let id = request.header("webhook-id");
+        assert!(is_operational_event_id(id), "an operational event's id: {id}");
         if (200..300).contains(&request.status) && seen.insert(request.header("webhook-id").to_owned()) {
             out.push(serde_json::from_slice(&request.body).expect("JSON body"));
         }
     }
     out
+}
+
+/// Whether `id` is an operational event's `webhook-id`: `opevt_{seq}_{digest}`, 16 hex digits of the
+/// event's digest (docs/operations.md), so that a `seq` reused after a crash never repeats an id.
+fn is_operational_event_id(id: &str) -> bool {
+    let Some((seq, digest)) = id.strip_prefix("opevt_").and_then(|rest| rest.split_once('_')) else {
+        return false;
+    };
+    !seq.is_empty()
+        && seq.bytes().all(|b| b.is_ascii_digit())
+        && digest.len() == 16
+        && digest.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// Which event data an expected event must have.
