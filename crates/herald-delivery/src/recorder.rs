@@ -19,9 +19,9 @@ const LINGER: Duration = Duration::from_millis(5);
 pub(crate) async fn run(store: SharedDeliveryStore, mut results: mpsc::Receiver<AttemptRecord>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while results.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        // Results are off every latency path, ingest commits are not, and both share the one write
-        // connection. Gathering results for a moment turns many small commits into one and leaves the
-        // connection free for ingest.
+        // Results are off every latency path, ingest commits are not, and both take turns on the
+        // database (on SQLite the group-commit writer writes both, results in its next ingest batch's
+        // transaction). Gathering results for a moment turns many small writes into one.
         if batch.len() < MAX_BATCH {
             tokio::time::sleep(LINGER).await;
             while batch.len() < MAX_BATCH {

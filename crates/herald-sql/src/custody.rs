@@ -358,7 +358,8 @@ pub fn sqlite_writer_pool(acquire_timeout: Duration) -> SqlitePoolOptions {
 /// no lock.
 ///
 /// The same call puts back `synchronous = FULL` (every commit fsynced), which a write may have lowered
-/// for its own transaction — the sender's attempt results do (herald-store's `sqlite::write_results`):
+/// for its own transaction — the sender's attempt results written alone do (herald-store's
+/// `sqlite::results_begin`):
 /// every write that takes the connection next finds it fully durable again, at no round trip of its own.
 async fn in_clean_state(conn: &mut SqliteConnection) -> bool {
     if conn.is_in_transaction() {

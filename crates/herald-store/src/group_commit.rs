@@ -26,6 +26,11 @@
 //! back at its deadline as before — and is tried again in a batch after [`DEFER_PAUSE`], until its
 //! application is free (then written) or gone (then answered not found). The jobs behind a deferred job
 //! in its [`Fence`] wait with it, so they still commit in order (see [`Deferred`]).
+//!
+//! On a store with one write connection (SQLite) the writer also writes the sender's attempt results,
+//! in the transaction of its next batch when one is queued (see [`results`]).
+
+mod results;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,8 +46,10 @@ use tokio::time::Instant;
 use herald_core::model::{AttemptTrigger, Message};
 
 use crate::split::{Carried, Expansion, Split};
-use crate::{Change, CreatedDelivery, Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
+use crate::{AttemptRecord, Change, CreatedDelivery, Ingested, NewMessage, PendingDelivery, StoreError, StoreResult};
 use herald_sql::custody::WriteHealth;
+pub(crate) use results::ResultsJob;
+use results::ResultsLane;
 
 /// The most messages committed in one transaction.
 pub(crate) const MAX_BATCH: usize = 512;
@@ -343,59 +350,60 @@ impl Deferred {
 
 /// Gather the next batch into `batch`: the deferred jobs once their pause is over, then whatever is
 /// queued, at most [`MAX_BATCH`] (a received job of a fence with deferred jobs waits behind them, see
-/// [`Deferred`]); with neither, wait for a job or for the deferred jobs' pause — or until `wake` (the
-/// writer has work of its own then, see [`Carried`]), and return with `batch` empty. `false` once every
-/// sender is gone and no deferred job is left.
+/// [`Deferred`]), and the attempt results queued on `results`; with none of these, wait for a job, for
+/// results or for the deferred jobs' pause — or until `wake` (the writer has work of its own then, see
+/// [`Carried`]), and return with `batch` empty. `false` once every sender is gone and no deferred job is
+/// left.
 async fn next_batch(
     jobs: &mut mpsc::Receiver<IngestJob>,
+    results: &mut ResultsLane,
     deferred: &mut Deferred,
     wake: Option<Instant>,
     batch: &mut Vec<IngestJob>,
 ) -> bool {
     loop {
         deferred.take_due(batch);
+        results.take_queued();
         let from = batch.len();
         let woken = wake.is_some_and(|at| at <= Instant::now());
-        if from == 0 && woken && jobs.is_empty() {
+        if from == 0 && (woken || results.has_work()) && jobs.is_empty() {
             return true;
         }
         let due = match (deferred.due, wake) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if from > 0 {
+        if from > 0 || results.has_work() {
             let room = MAX_BATCH - from;
             if room > 0 && !jobs.is_empty() {
                 // Returns at once: jobs are waiting.
                 jobs.recv_many(batch, room).await;
             }
         } else {
-            match due {
-                None => {
-                    if jobs.recv_many(batch, MAX_BATCH).await == 0 {
-                        return false;
+            let pause = async {
+                match due {
+                    Some(due) => tokio::time::sleep_until(due).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                received = jobs.recv_many(batch, MAX_BATCH) => {
+                    if received == 0 {
+                        // Every sender is gone (the node is stopping): the deferred jobs are still
+                        // tried; the writer's own work (`wake`) is left for the next start (see
+                        // `crate::split`).
+                        let Some(deferred_due) = deferred.due else {
+                            return false;
+                        };
+                        tokio::time::sleep_until(deferred_due).await;
                     }
                 }
-                Some(due) => {
-                    tokio::select! {
-                        received = jobs.recv_many(batch, MAX_BATCH) => {
-                            if received == 0 {
-                                // Every sender is gone (the node is stopping): the deferred jobs are
-                                // still tried; the writer's own work (`wake`) is left for the next
-                                // start (see `crate::split`).
-                                let Some(deferred_due) = deferred.due else {
-                                    return false;
-                                };
-                                tokio::time::sleep_until(deferred_due).await;
-                            }
-                        }
-                        () = tokio::time::sleep_until(due) => {}
-                    }
-                }
+                () = pause => {}
+                () = results.arrival() => {}
             }
         }
         deferred.park(batch, from);
-        if !batch.is_empty() {
+        if !batch.is_empty() || results.has_work() {
             return true;
         }
     }
@@ -414,7 +422,7 @@ const HELD_BATCHES_AT_MOST: u32 = 32;
 /// Every write of the store says so for as long as it waits for the connection (and, for a statement
 /// of its own, while it runs): [`SqlStore::writes`](crate::dialect::SqlStore::writes) and
 /// [`SqlStore::begin`](crate::dialect::SqlStore::begin) do, and so do the few that take the pool
-/// themselves (attempt results, retention).
+/// themselves (retention; attempt results need not: the writer writes them itself, see [`results`]).
 #[derive(Debug, Default)]
 pub(crate) struct WriteDemand(AtomicUsize);
 
@@ -489,6 +497,32 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
         Box::pin(write_in_transaction(self, conn, batch))
     }
 
+    /// Write attempt results in a transaction of their own and commit it (see [`results`]); an error
+    /// leaves nothing of them written. Only called on a writer whose store queues its results to it.
+    fn write_results<'c>(
+        &'c self,
+        conn: &'c mut <Self::Db as Database>::Connection,
+        records: &'c [AttemptRecord],
+    ) -> BoxFuture<'c, StoreResult<()>> {
+        let _ = (conn, records);
+        unsupported("this store writes its attempt results itself")
+    }
+
+    /// Write the jobs and attempt results in one transaction and commit it: the fast path of both at
+    /// once (see [`results`]). On an error that is no [fault](StoreError::fault) nothing of either is
+    /// written and the connection is outside any transaction, as after
+    /// [`write_committed`](Self::write_committed). Only called on a writer whose store queues its
+    /// results to it.
+    fn write_committed_with_results<'c>(
+        &'c self,
+        conn: &'c mut <Self::Db as Database>::Connection,
+        batch: &'c [IngestJob],
+        records: &'c [AttemptRecord],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        let _ = (conn, batch, records);
+        unsupported("this store writes its attempt results itself")
+    }
+
     /// Insert the delivery rows of `carried` split messages, inside a transaction the writer opened with
     /// [`BEGIN`](Self::BEGIN) (see [`crate::split`]). Only called on a writer that [splits](Self::SPLITS).
     fn expand<'c>(
@@ -497,7 +531,7 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
         carried: &'c [Split],
     ) -> BoxFuture<'c, StoreResult<Expansion>> {
         let _ = (conn, carried);
-        Box::pin(async { Err(StoreError::Batch("this store never splits a fan-out".to_owned())) })
+        unsupported("this store never splits a fan-out")
     }
 
     /// The pending fan-outs nobody carries (not among `carried`): left by a writer that stopped before
@@ -511,6 +545,12 @@ pub(crate) trait BatchWriter: Send + Sync + 'static {
         let _ = (conn, carried);
         Box::pin(async { Ok(Vec::new()) })
     }
+}
+
+/// What a [`BatchWriter`] method answers on a writer it is never called on: a fault, so that nothing is
+/// acknowledged should it be called after all.
+fn unsupported<'c, T: Send + 'c>(why: &'static str) -> BoxFuture<'c, StoreResult<T>> {
+    Box::pin(async move { Err(StoreError::Batch(why.to_owned())) })
 }
 
 /// [`BatchWriter::write_committed`]'s default: `writer`'s [`BEGIN`](BatchWriter::BEGIN),
@@ -558,17 +598,32 @@ where
     }
 }
 
+/// What the writer is handed: ingest jobs and, on a store with one write connection, its attempt results
+/// (see [`results`]).
+pub(crate) struct Inbox {
+    /// The ingest jobs.
+    pub(crate) ingest: mpsc::Receiver<IngestJob>,
+    /// The attempt results, on a store that queues them to its writer (SQLite); `None` on one whose
+    /// results take a connection of their own (PostgreSQL).
+    pub(crate) results: Option<mpsc::Receiver<ResultsJob>>,
+}
+
 /// Run the writer until every sender is gone, reporting each commit's outcome to `health`; `deadline`
 /// bounds each batch's transaction (see [`write_batch`]).
 pub(crate) async fn run<W: BatchWriter>(
     pool: Pool<W::Db>,
     writer: W,
-    mut jobs: mpsc::Receiver<IngestJob>,
+    inbox: Inbox,
     feed: mpsc::UnboundedSender<Change>,
     health: Arc<WriteHealth>,
     deadline: Option<Duration>,
     stream: crate::polling::StreamSignals,
 ) {
+    let Inbox {
+        ingest: mut jobs,
+        results,
+    } = inbox;
+    let mut results = ResultsLane::new(results);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut deferred = Deferred::default();
     // The connection kept from the last batch, while batches follow each other: sqlx pings a pooled
@@ -584,7 +639,7 @@ pub(crate) async fn run<W: BatchWriter>(
         if W::SPLITS {
             expand_carried(&pool, &mut held, &writer, &mut carried, &feed, &health, deadline).await;
         }
-        if jobs.is_empty() && deferred.jobs.is_empty() && carried.is_empty() {
+        if jobs.is_empty() && deferred.jobs.is_empty() && carried.is_empty() && results.is_idle() {
             // Idle for now: the connection goes back to the pool before the wait, so that the pool's
             // checks see it (a ping at the next acquire: a server restarted meanwhile costs no request a
             // 503) and it counts among the pool's connections again.
@@ -595,15 +650,23 @@ pub(crate) async fn run<W: BatchWriter>(
         if held.is_none() {
             held_batches = 0;
         }
-        if !next_batch(&mut jobs, &mut deferred, carried.wake(), &mut batch).await {
+        if !next_batch(&mut jobs, &mut results, &mut deferred, carried.wake(), &mut batch).await {
             break;
         }
         take(&mut batch);
+        let taken = results.has_work().then(|| results.drain());
         if batch.is_empty() {
+            if let Some(taken) = taken {
+                write_results_alone(&pool, &mut held, &writer, taken, &health, deadline).await;
+                held_batches = held_batches.saturating_add(1);
+            }
             continue;
         }
         let started = std::time::Instant::now();
-        let written = write_batch(&pool, &mut held, &writer, &Batch(&batch), deadline).await;
+        let written = match taken {
+            None => write_batch(&pool, &mut held, &writer, &Batch(&batch), deadline).await,
+            Some(taken) => write_with_results(&pool, &mut held, &writer, &batch, taken, &health, deadline).await,
+        };
         held_batches = held_batches.saturating_add(1);
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
         match written {
@@ -680,6 +743,57 @@ pub(crate) async fn run<W: BatchWriter>(
             }
         }
         crate::metrics::ingest_deferred(deferred.jobs.len());
+    }
+}
+
+/// Attempt results alone, in a transaction of their own on the writer's connection (see [`results`]).
+async fn write_results_alone<W: BatchWriter>(
+    pool: &Pool<W::Db>,
+    held: &mut Option<PoolConnection<W::Db>>,
+    writer: &W,
+    taken: results::Taken,
+    health: &WriteHealth,
+    deadline: Option<Duration>,
+) {
+    let written = write_batch(pool, held, writer, &ResultsAlone(&taken.records), deadline).await;
+    match &written {
+        Ok(()) => health.succeeded(),
+        Err(error) => {
+            tracing::warn!(%error, records = taken.records.len(), "writing attempt results failed");
+            if let Some(fault) = error.fault() {
+                health.failed(fault, error.to_string());
+            }
+        }
+    }
+    taken.answer(written.as_ref().map(|_| ()));
+}
+
+/// A batch and attempt results in one transaction; should that fail on an error of one message or one
+/// record, the batch and the results apart (see [`results`]). Answers the results; returns the batch's
+/// outcome.
+async fn write_with_results<W: BatchWriter>(
+    pool: &Pool<W::Db>,
+    held: &mut Option<PoolConnection<W::Db>>,
+    writer: &W,
+    batch: &[IngestJob],
+    taken: results::Taken,
+    health: &WriteHealth,
+    deadline: Option<Duration>,
+) -> StoreResult<Outcomes> {
+    match write_batch(pool, held, writer, &Together(batch, &taken.records), deadline).await {
+        Ok(Some(outcomes)) => {
+            taken.answer(Ok(()));
+            Ok(outcomes)
+        }
+        Ok(None) => {
+            let written = write_batch(pool, held, writer, &Batch(batch), deadline).await;
+            write_results_alone(pool, held, writer, taken, health, deadline).await;
+            written
+        }
+        Err(error) => {
+            taken.answer(Err(&error));
+            Err(error)
+        }
     }
 }
 
@@ -760,8 +874,9 @@ async fn expand_carried<W: BatchWriter>(
     crate::metrics::fan_out_pending(carried.len());
 }
 
-/// What the writer does in one transaction of its own: write a batch ([`Batch`]), expand split
-/// fan-outs ([`Expand`]) or look for those nobody carries ([`Sweep`]).
+/// What the writer does in one transaction of its own: write a batch ([`Batch`]), a batch and attempt
+/// results ([`Together`]) or results alone ([`ResultsAlone`]), expand split fan-outs ([`Expand`]) or look
+/// for those nobody carries ([`Sweep`]).
 trait Transaction<W: BatchWriter> {
     type Output;
 
@@ -785,6 +900,47 @@ impl<W: BatchWriter> Transaction<W> for Batch<'_> {
         writer: &'c W,
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
         Box::pin(write_on(conn, writer, self.0))
+    }
+}
+
+/// A batch of jobs and attempt results, in one transaction (see [`results`]): `None` when it failed on
+/// an error of one message or one record, nothing of it written and the connection outside any
+/// transaction, so that both are written again apart.
+struct Together<'a>(&'a [IngestJob], &'a [AttemptRecord]);
+
+impl<W: BatchWriter> Transaction<W> for Together<'_> {
+    type Output = Option<Outcomes>;
+
+    fn run<'c>(
+        &'c self,
+        conn: &'c mut <W::Db as Database>::Connection,
+        writer: &'c W,
+    ) -> BoxFuture<'c, StoreResult<Option<Outcomes>>> {
+        Box::pin(async move {
+            match writer.write_committed_with_results(conn, self.0, self.1).await {
+                Ok(outcomes) => Ok(Some(outcomes)),
+                Err(error) if error.fault().is_some() => Err(error),
+                Err(error) => {
+                    tracing::warn!(%error, messages = self.0.len(), records = self.1.len(), "writing a batch and attempt results together failed; writing them apart");
+                    Ok(None)
+                }
+            }
+        })
+    }
+}
+
+/// Attempt results alone (see [`BatchWriter::write_results`]).
+struct ResultsAlone<'a>(&'a [AttemptRecord]);
+
+impl<W: BatchWriter> Transaction<W> for ResultsAlone<'_> {
+    type Output = ();
+
+    fn run<'c>(
+        &'c self,
+        conn: &'c mut <W::Db as Database>::Connection,
+        writer: &'c W,
+    ) -> BoxFuture<'c, StoreResult<()>> {
+        writer.write_results(conn, self.0)
     }
 }
 
@@ -1181,7 +1337,7 @@ mod tests {
         let (queued, _w2) = job(Some((5, &Arc::new(Fence::default()))));
         sender.send(queued).await.expect("queued");
         let mut batch = Vec::new();
-        assert!(next_batch(&mut jobs, &mut deferred, None, &mut batch).await);
+        assert!(next_batch(&mut jobs, &mut ResultsLane::new(None), &mut deferred, None, &mut batch).await);
         assert_eq!(
             outboxes(&batch),
             vec![Some(5)],
@@ -1189,12 +1345,15 @@ mod tests {
         );
         batch.clear();
         let started = Instant::now();
-        assert!(next_batch(&mut jobs, &mut deferred, None, &mut batch).await);
+        assert!(next_batch(&mut jobs, &mut ResultsLane::new(None), &mut deferred, None, &mut batch).await);
         assert_eq!(outboxes(&batch), vec![None], "the deferred job, after the pause");
         assert!(started.elapsed() < Duration::from_secs(1));
         batch.clear();
         drop(sender);
-        assert!(!next_batch(&mut jobs, &mut deferred, None, &mut batch).await, "done");
+        assert!(
+            !next_batch(&mut jobs, &mut ResultsLane::new(None), &mut deferred, None, &mut batch).await,
+            "done"
+        );
     }
 
     /// A writer whose whole batches fail on a message's error (so the writer goes message by message),
@@ -1308,7 +1467,11 @@ mod tests {
         let (feed, _) = mpsc::unbounded_channel();
         let health = Arc::new(WriteHealth::default());
         let stream = crate::polling::StreamSignals::new();
-        tokio::spawn(run(pool.clone(), writer, jobs, feed, health, None, stream));
+        let inbox = Inbox {
+            ingest: jobs,
+            results: None,
+        };
+        tokio::spawn(run(pool.clone(), writer, inbox, feed, health, None, stream));
         // The queue stays full: the writer never runs out of work.
         tokio::spawn(async move {
             loop {
@@ -1389,6 +1552,161 @@ mod tests {
         }
         assert!(!demand.hands_back(1), "the claims were dropped");
         assert!(demand.hands_back(HELD_BATCHES_AT_MOST));
+    }
+
+    /// A writer whose store queues its results to it, noting each transaction it is asked for; its
+    /// first batch waits for `gate`, and its batches written together with results fail on a record's
+    /// error while `together_fails` is set.
+    struct Lanes {
+        /// Starts with no permit.
+        gate: tokio::sync::Semaphore,
+        first_taken: AtomicBool,
+        together_fails: AtomicBool,
+        done: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Lanes {
+        fn new(together_fails: bool) -> Arc<Self> {
+            Arc::new(Self {
+                gate: tokio::sync::Semaphore::new(0),
+                first_taken: AtomicBool::new(false),
+                together_fails: AtomicBool::new(together_fails),
+                done: std::sync::Mutex::default(),
+            })
+        }
+
+        fn note(&self, what: String) {
+            self.done.lock().expect("not poisoned").push(what);
+        }
+
+        fn done(&self) -> Vec<String> {
+            self.done.lock().expect("not poisoned").clone()
+        }
+    }
+
+    impl BatchWriter for Arc<Lanes> {
+        type Db = sqlx::Sqlite;
+        const BEGIN: &'static str = "BEGIN";
+
+        fn write<'c>(
+            &'c self,
+            _conn: &'c mut sqlx::SqliteConnection,
+            batch: &'c [IngestJob],
+        ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+            Box::pin(async move {
+                if !self.first_taken.swap(true, Ordering::AcqRel) {
+                    let _open = self.gate.acquire().await;
+                }
+                self.note(format!("batch of {}", batch.len()));
+                Ok(batch
+                    .iter()
+                    .map(|_| Outcome::Settled(Err(StoreError::NotFound)))
+                    .collect())
+            })
+        }
+
+        fn write_results<'c>(
+            &'c self,
+            _conn: &'c mut sqlx::SqliteConnection,
+            records: &'c [AttemptRecord],
+        ) -> BoxFuture<'c, StoreResult<()>> {
+            self.note(format!("{} results alone", records.len()));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn write_committed_with_results<'c>(
+            &'c self,
+            _conn: &'c mut sqlx::SqliteConnection,
+            batch: &'c [IngestJob],
+            records: &'c [AttemptRecord],
+        ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+            Box::pin(async move {
+                if self.together_fails.load(Ordering::Acquire) {
+                    return Err(StoreError::Conflict("a record of the results"));
+                }
+                self.note(format!("batch of {} with {} results", batch.len(), records.len()));
+                Ok(batch
+                    .iter()
+                    .map(|_| Outcome::Settled(Err(StoreError::NotFound)))
+                    .collect())
+            })
+        }
+    }
+
+    /// A running writer with a results lane; its ingest queue and its results lane.
+    async fn writer_with_lanes(lanes: &Arc<Lanes>) -> (mpsc::Sender<IngestJob>, mpsc::Sender<ResultsJob>) {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("an in-memory database");
+        let (ingest, jobs) = mpsc::channel(64);
+        let (results, queue) = mpsc::channel(64);
+        let (feed, _) = mpsc::unbounded_channel();
+        let inbox = Inbox {
+            ingest: jobs,
+            results: Some(queue),
+        };
+        let health = Arc::new(WriteHealth::default());
+        let stream = crate::polling::StreamSignals::new();
+        tokio::spawn(run(pool, lanes.clone(), inbox, feed, health, None, stream));
+        (ingest, results)
+    }
+
+    /// Queue a message and a batch of `n` results while the writer is busy with its first batch; answer
+    /// once both are answered.
+    async fn message_and_results_queued_together(
+        lanes: &Arc<Lanes>,
+        ingest: &mpsc::Sender<IngestJob>,
+        results: &mpsc::Sender<ResultsJob>,
+        n: usize,
+    ) -> (StoreResult<Ingested>, StoreResult<()>) {
+        let (first, first_waiting) = Waiting::queue(new_message(), None);
+        ingest.send(first).await.expect("the writer runs");
+        while !lanes.first_taken.load(Ordering::Acquire) {
+            tokio::task::yield_now().await;
+        }
+        let records: Vec<AttemptRecord> = (0..n)
+            .map(|_| crate::events::tests::record(1, true, AttemptTrigger::Scheduled))
+            .collect();
+        let (reply, answer) = oneshot::channel();
+        results
+            .send(ResultsJob { records, reply })
+            .await
+            .expect("the writer runs");
+        let (second, second_waiting) = Waiting::queue(new_message(), None);
+        ingest.send(second).await.expect("the writer runs");
+        lanes.gate.add_permits(1);
+        let _ = first_waiting.answer(None).await;
+        let ingested = second_waiting.answer(None).await;
+        let recorded = answer.await.expect("the writer answers");
+        (ingested, recorded)
+    }
+
+    #[tokio::test]
+    async fn results_queued_with_a_batch_are_written_in_its_transaction_and_alone_otherwise() {
+        let lanes = Lanes::new(false);
+        let (ingest, results) = writer_with_lanes(&lanes).await;
+        let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 3).await;
+        assert!(matches!(ingested, Err(StoreError::NotFound)), "{ingested:?}");
+        recorded.expect("the results are committed");
+        // Nothing else queued: results go alone.
+        let alone = crate::events::tests::record(1, true, AttemptTrigger::Scheduled);
+        ResultsJob::send(&results, &[alone]).await.expect("committed");
+        assert_eq!(
+            lanes.done(),
+            ["batch of 1", "batch of 1 with 3 results", "1 results alone"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_and_results_that_fail_together_on_a_records_error_are_written_apart() {
+        let lanes = Lanes::new(true);
+        let (ingest, results) = writer_with_lanes(&lanes).await;
+        let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 2).await;
+        assert!(matches!(ingested, Err(StoreError::NotFound)), "{ingested:?}");
+        recorded.expect("the results are committed");
+        assert_eq!(lanes.done(), ["batch of 1", "batch of 1", "2 results alone"]);
     }
 
     #[test]

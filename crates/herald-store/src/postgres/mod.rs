@@ -119,7 +119,11 @@ impl SqlStore<Postgres> {
         tokio::spawn(group_commit::run(
             pool.clone(),
             writer,
-            jobs,
+            // Each attempt-result batch takes a connection of the pool's own (`record_attempts`).
+            group_commit::Inbox {
+                ingest: jobs,
+                results: None,
+            },
             feed_tx.clone(),
             health.clone(),
             Some(bound.limit()),

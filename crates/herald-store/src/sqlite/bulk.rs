@@ -37,14 +37,18 @@ pub(crate) struct SqliteBatches {
     subscribers: subscribers::Cache,
     /// Who else wants the one write connection, which the writer keeps while it is busy.
     demand: Arc<WriteDemand>,
+    /// Whether the file is in WAL mode (see [`super::results_begin`]).
+    wal: bool,
 }
 
 impl SqliteBatches {
-    /// A writer that gives the write connection back whenever `demand` says another write wants it.
-    pub(crate) fn new(demand: Arc<WriteDemand>) -> Self {
+    /// A writer that gives the write connection back whenever `demand` says another write wants it, on
+    /// a file in WAL mode or not (`wal`).
+    pub(crate) fn new(demand: Arc<WriteDemand>, wal: bool) -> Self {
         Self {
             subscribers: subscribers::Cache::default(),
             demand,
+            wal,
         }
     }
 }
@@ -52,7 +56,11 @@ impl SqliteBatches {
 impl BatchWriter for SqliteBatches {
     type Db = Sqlite;
 
-    const BEGIN: &'static str = "BEGIN";
+    // Every ingest transaction says it waits for the disk itself: the writer keeps its connection from
+    // one transaction to the next, and a transaction of attempt results alone before it may have
+    // lowered the setting for its own commit (see `super::results_begin`). Setting it costs no call of
+    // its own: it rides on the transaction's first.
+    const BEGIN: &'static str = "PRAGMA synchronous = FULL; BEGIN";
 
     // The writer's connection is the one every write of the store goes through (see `WriteDemand`).
     fn hands_back(&self, held: u32) -> bool {
@@ -77,31 +85,65 @@ impl BatchWriter for SqliteBatches {
             group_commit::close_own_transaction(written, || roll_back(conn)).await
         })
     }
+
+    fn write_results<'c>(
+        &'c self,
+        conn: &'c mut SqliteConnection,
+        records: &'c [AttemptRecord],
+    ) -> BoxFuture<'c, StoreResult<()>> {
+        Box::pin(super::write_results(
+            conn,
+            super::results_begin(self.wal, records),
+            records,
+        ))
+    }
+
+    // The batch opens the transaction and the results commit it: one commit, the batch's (`BEGIN` waits
+    // for the disk, as the batch must).
+    fn write_committed_with_results<'c>(
+        &'c self,
+        conn: &'c mut SqliteConnection,
+        batch: &'c [IngestJob],
+        records: &'c [AttemptRecord],
+    ) -> BoxFuture<'c, StoreResult<Outcomes>> {
+        Box::pin(async move {
+            let written = match write(conn, batch, &self.subscribers, Frame::Opens(Self::BEGIN)).await {
+                Ok(outcomes) => write_attempts(conn, records, Frame::Closes).await.map(|()| outcomes),
+                Err(error) => Err(error),
+            };
+            group_commit::close_own_transaction(written, || roll_back(conn)).await
+        })
+    }
 }
 
 /// Whose transaction a batch's statements run in: one the batch's own calls open (with the text given,
 /// riding on its first call) and commit (riding on its last) — the fast path, two round trips to
 /// SQLite's thread fewer than a transaction of sqlx's, which takes a call for each — or the caller's (a
-/// savepoint of the careful path, see [`crate::group_commit`]).
+/// savepoint of the careful path, see [`crate::group_commit`]); or, for an ingest batch and attempt
+/// results written together, one the batch opens and the results commit.
 #[derive(Clone, Copy)]
 pub(crate) enum Frame {
     /// The batch opens its transaction with this text and commits it.
     Own(&'static str),
+    /// The batch opens a transaction with this text, which a later write of the same caller commits.
+    Opens(&'static str),
+    /// The batch commits the transaction an earlier write of the same caller opened.
+    Closes,
     /// The batch writes inside the caller's transaction.
     Callers,
 }
 
 impl Frame {
-    /// Whether the batch opens and commits its transaction itself.
-    fn owns(self) -> bool {
-        matches!(self, Frame::Own(_))
+    /// Whether the batch commits its transaction.
+    fn commits(self) -> bool {
+        matches!(self, Frame::Own(_) | Frame::Closes)
     }
 
     /// What the batch's first call starts with.
     fn begin(self) -> String {
         match self {
-            Frame::Own(begin) => format!("{begin};\n"),
-            Frame::Callers => String::new(),
+            Frame::Own(begin) | Frame::Opens(begin) => format!("{begin};\n"),
+            Frame::Closes | Frame::Callers => String::new(),
         }
     }
 }
@@ -228,7 +270,7 @@ async fn insert_rows(
     let tags = plan::tag_rows(messages);
     let (with_messages, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
     let later: Vec<_> = later.chunks(DELIVERIES_PER_CALL).collect();
-    let commits_first = frame.owns() && later.is_empty();
+    let commits_first = frame.commits() && later.is_empty();
     let mut by_job = HashMap::new();
     let mut sql = String::new();
     statements(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, "", messages.len());
@@ -268,7 +310,7 @@ async fn insert_rows(
     let done = run_call(conn, bind_deliveries(query, with_messages), commits_first).await?;
     note_seqs(&done, messages.len() + tags.len(), with_messages, &mut by_job)?;
     for (i, chunk) in later.iter().enumerate() {
-        let commits = frame.owns() && i + 1 == later.len();
+        let commits = frame.commits() && i + 1 == later.len();
         let mut sql = String::new();
         statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", chunk.len());
         if commits {
@@ -394,7 +436,7 @@ pub(crate) async fn write_attempts(
     frame: Frame,
 ) -> StoreResult<()> {
     let latest = plan::latest_per_delivery(records);
-    let commits_at_once = frame.owns() && !crate::events::may_record_events(records);
+    let commits_at_once = frame.commits() && !crate::events::may_record_events(records);
     let mut sql = frame.begin();
     statements(&mut sql, ATTEMPT_INSERT, ATTEMPT_ROW, "", records.len());
     statements(
@@ -444,7 +486,7 @@ pub(crate) async fn write_attempts(
         return Ok(());
     }
     super::events::record_attempt_events(conn, records).await?;
-    if frame.owns() {
+    if frame.commits() {
         conn.execute(COMMIT).await?;
     }
     Ok(())
@@ -454,10 +496,40 @@ pub(crate) async fn write_attempts(
 mod tests {
     use super::*;
 
+    /// The writer keeps its connection from a transaction of attempt results alone, which commits
+    /// without waiting for the disk, to its next ingest batch, which must wait.
+    #[tokio::test]
+    async fn an_ingest_transaction_waits_for_the_disk_whatever_the_results_before_it_set() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("sync.db").display());
+        let options = url.parse::<sqlx::sqlite::SqliteConnectOptions>().expect("a SQLite URL");
+        let mut conn = SqliteConnection::connect_with(&options.create_if_missing(true))
+            .await
+            .expect("a connection");
+        let results = super::super::results_begin(true, &[]);
+        sqlx::raw_sql(AssertSqlSafe(format!("{results}; COMMIT")))
+            .execute(&mut conn)
+            .await
+            .expect("a results transaction");
+        assert_eq!(synchronous(&mut conn).await, 1, "NORMAL for the results");
+        sqlx::raw_sql(AssertSqlSafe(format!("{}; COMMIT", SqliteBatches::BEGIN)))
+            .execute(&mut conn)
+            .await
+            .expect("an ingest transaction");
+        assert_eq!(synchronous(&mut conn).await, 2, "FULL for ingest");
+    }
+
+    /// The connection's `synchronous` setting (1 NORMAL, 2 FULL).
+    async fn synchronous(conn: &mut SqliteConnection) -> i64 {
+        let row = sqlx::raw_sql("PRAGMA synchronous").fetch_one(conn).await.expect("read");
+        row.get::<i64, _>(0)
+    }
+
     #[test]
     fn the_writer_gives_the_write_connection_back_while_another_write_wants_it() {
         let demand = Arc::new(WriteDemand::default());
-        let writer = SqliteBatches::new(demand.clone());
+        let writer = SqliteBatches::new(demand.clone(), true);
         assert!(!writer.hands_back(1), "nobody else wants it");
         let wanting = demand.want();
         assert!(writer.hands_back(1));

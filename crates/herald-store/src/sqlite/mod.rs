@@ -1,9 +1,11 @@
 //! The SQLite dialect: one file, WAL mode, `synchronous=FULL` (every commit is fsynced, so an acknowledged
 //! message survives `kill -9` and a power cut; batches of first-try successes among the attempt results
-//! alone commit without waiting for the disk, see `results_begin`), one writer connection and a pool of
-//! readers. The store's statements are `crate::portable`'s; this module runs them on sqlx's SQLite
-//! driver and holds what SQLite does its own way: lists bound as JSON arrays (read with `json_each`),
-//! multi-row inserts in chunks (`bulk`), expiry on its one writer, row-by-row retention (`retention`).
+//! written alone commit without waiting for the disk, see `results_begin`), one writer connection and a
+//! pool of readers. Attempt results go to the group-commit writer, which writes them in its next ingest
+//! batch's transaction (`group_commit::results`). The store's statements are `crate::portable`'s; this
+//! module runs them on sqlx's SQLite driver and holds what SQLite does its own way: lists bound as JSON
+//! arrays (read with `json_each`), multi-row inserts in chunks (`bulk`), expiry on its one writer,
+//! row-by-row retention (`retention`).
 
 mod bulk;
 mod chunk;
@@ -34,6 +36,10 @@ use herald_sql::custody::{self, WriteHealth};
 /// How many ingest requests may wait for the writer before callers queue on the channel itself.
 const INGEST_QUEUE: usize = 1_024;
 
+/// How many batches of attempt results may wait for the writer (the sender's result writer hands over
+/// one at a time and waits for it, so one is the most that waits in practice).
+const RESULTS_QUEUE: usize = 16;
+
 /// How long a write waits for the write connection (held by another write) before it fails with 503:
 /// the busy timeout's bound, so a write never waits on a wedged writer forever.
 const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,8 +47,9 @@ const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The SQLite dialect (see [`SqliteStore`]).
 #[derive(Debug)]
 pub struct Sqlite {
-    /// Whether the file is in WAL mode (see [`results_begin`]).
-    wal: bool,
+    /// Where attempt results go: to the group-commit writer, which writes them on the one write
+    /// connection it keeps (see `group_commit::results`).
+    results: mpsc::Sender<group_commit::ResultsJob>,
 }
 
 /// The SQLite implementation of [`crate::Store`].
@@ -60,14 +67,18 @@ impl SqlStore<Sqlite> {
             .connect_with(base.read_only(true))
             .await?;
         let (ingest, jobs) = mpsc::channel(INGEST_QUEUE);
+        let (results, results_queue) = mpsc::channel(RESULTS_QUEUE);
         let (feed_tx, feed_rx) = mpsc::unbounded_channel();
         let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());
         let write_demand = Arc::new(group_commit::WriteDemand::default());
         tokio::spawn(group_commit::run(
             writes.clone(),
-            bulk::SqliteBatches::new(write_demand.clone()),
-            jobs,
+            bulk::SqliteBatches::new(write_demand.clone(), mode.eq_ignore_ascii_case("wal")),
+            group_commit::Inbox {
+                ingest: jobs,
+                results: Some(results_queue),
+            },
             feed_tx.clone(),
             health.clone(),
             // SQLite's work cannot be cancelled half-way (it runs on its own thread); a local file's
@@ -86,9 +97,7 @@ impl SqlStore<Sqlite> {
             stream,
             cipher,
             health,
-            dialect: Sqlite {
-                wal: mode.eq_ignore_ascii_case("wal"),
-            },
+            dialect: Sqlite { results },
         })
     }
 }
@@ -116,15 +125,18 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
 /// What opens a transaction of these attempt results: `synchronous = NORMAL` first when the file is in
 /// WAL mode (`wal`) and the batch records no operational event, plain `BEGIN` otherwise.
 ///
-/// A result needs no custody: one lost in a power cut leaves its delivery pending, and it is sent again
-/// after the restart the power cut forces anyway (at-least-once, the same `webhook-id`). So such a batch
-/// commits without waiting for an fsync — the next commit that does (every ingest batch, every API write)
-/// carries it to the disk — and the one write connection is free for the next ingest batch sooner. WAL
+/// Only results the group-commit writer writes alone, with no ingest batch to ride on, get a transaction
+/// of their own (see `group_commit::results`). A result needs no custody: one lost in a power cut leaves
+/// its delivery pending, and it is sent again after the restart the power cut forces anyway
+/// (at-least-once, the same `webhook-id`). So such a batch commits without waiting for an fsync — the
+/// next commit that does (every ingest batch, every API write) carries it to the disk — and the one write
+/// connection is free for the next ingest batch sooner. WAL
 /// mode is what makes that safe: a power cut may then take back the last commits, never corrupt the
 /// file. An operational event is different: its sender may post it as soon as it is visible, and the
 /// operator must not be told of a change a power cut then takes back — so a batch that may record one
 /// ([`crate::events::may_record_events`]) waits for the disk. The setting is allowed only outside a
-/// transaction, so it comes before `BEGIN` in the same call, and the write pool puts `FULL` back when
+/// transaction, so it comes before `BEGIN` in the same call; the writer's next ingest transaction sets
+/// `FULL` again in its first call (`bulk::SqliteBatches::BEGIN`), and the write pool puts `FULL` back when
 /// the connection is released (`herald_sql::custody`), so no other write ever commits with it.
 fn results_begin(wal: bool, records: &[AttemptRecord]) -> &'static str {
     if wal && !crate::events::may_record_events(records) {
@@ -209,16 +221,7 @@ impl Dialect for Sqlite {
     }
 
     async fn record_attempts<'a>(store: &'a SqliteStore, records: &'a [AttemptRecord]) -> StoreResult<()> {
-        let wanting = store.write_demand.want();
-        let mut conn = store.writes.acquire().await?;
-        drop(wanting);
-        let begin = results_begin(store.dialect.wal, records);
-        let written = write_results(&mut conn, begin, records).await;
-        if written.is_err() {
-            // Whatever state the failed transaction left, this connection is not reused.
-            conn.close_on_drop();
-        }
-        written
+        group_commit::ResultsJob::send(&store.dialect.results, records).await
     }
 
     async fn expire_deliveries<'a>(store: &'a SqliteStore, seqs: &'a [i64], now: Millis) -> StoreResult<()> {
@@ -283,7 +286,8 @@ impl Dialect for Sqlite {
     }
 }
 
-/// Append attempts and move their deliveries on: all in one go (in a transaction of the batch's
+/// Append attempts and move their deliveries on (the group-commit writer's results written alone, see
+/// `group_commit::results`): all in one go (in a transaction of the batch's
 /// [own](bulk::Frame::Own), most often a single call), or — if that fails on an error of one record —
 /// one savepoint per record, so a record that cannot be written is logged and skipped instead of
 /// wedging every result behind it. A storage fault fails the whole call (SQLite may have rolled the

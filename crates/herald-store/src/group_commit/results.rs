@@ -1,0 +1,121 @@
+//! The writer's second lane: attempt results, when the store has one write connection (SQLite's).
+//!
+//! On such a store every write takes turns on the one connection, and the sender's attempt results are
+//! the largest share of writes besides ingest: under ingest and delivery together, handing the
+//! connection from the group-commit writer to the result writer and back (a release, a ping and an
+//! acquire each way, wake-ups between tasks and SQLite's thread) and a commit of their own cost about a
+//! fifth of the node's throughput (docs/performance.md, "results-ride-along"). So the store queues its
+//! results here instead ([`ResultsJob`]), and the group-commit writer writes them in the transaction of
+//! its next ingest batch ([`super::BatchWriter::write_committed_with_results`]): one commit, one fsync, no
+//! hand-over. Results that find no ingest batch waiting are written in a transaction of their own on
+//! the writer's connection ([`super::BatchWriter::write_results`]).
+//!
+//! Either kind of work fails alone: should the shared transaction fail on an error of one message or
+//! one record (no storage fault), it is rolled back and both are written again apart — the batch on
+//! its own careful path, the results on theirs — so a bad result never fails a producer's request, nor
+//! a bad message a result. A storage fault fails both (nothing of either committed); the result writer
+//! tries its results again, as it does after any failure.
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{AttemptRecord, StoreError, StoreResult};
+
+/// Attempt results queued to the group-commit writer, and where their outcome goes.
+pub(crate) struct ResultsJob {
+    /// The results, in the order the sender finished them.
+    pub(crate) records: Vec<AttemptRecord>,
+    /// Told once they are committed, or why not.
+    pub(crate) reply: oneshot::Sender<StoreResult<()>>,
+}
+
+impl ResultsJob {
+    /// Queue `records` on `lane` and wait until the writer has committed them (or failed to).
+    pub(crate) async fn send(lane: &mpsc::Sender<ResultsJob>, records: &[AttemptRecord]) -> StoreResult<()> {
+        let (reply, answer) = oneshot::channel();
+        let job = ResultsJob {
+            records: records.to_vec(),
+            reply,
+        };
+        lane.send(job).await.map_err(|_| StoreError::Closed)?;
+        answer.await.unwrap_or(Err(StoreError::Closed))
+    }
+}
+
+/// The results the writer has been handed: its queue (none on a store whose results take the pool
+/// themselves), and those taken for its next transaction.
+pub(super) struct ResultsLane {
+    queue: Option<mpsc::Receiver<ResultsJob>>,
+    taken: Vec<ResultsJob>,
+}
+
+impl ResultsLane {
+    /// A lane reading `queue`; `None` for a store whose results are not written by its writer.
+    pub(super) fn new(queue: Option<mpsc::Receiver<ResultsJob>>) -> Self {
+        Self {
+            queue,
+            taken: Vec::new(),
+        }
+    }
+
+    /// Whether no results are taken nor queued.
+    pub(super) fn is_idle(&self) -> bool {
+        self.taken.is_empty() && self.queue.as_ref().is_none_or(|queue| queue.is_empty())
+    }
+
+    /// Whether results are taken and wait for the writer's next transaction.
+    pub(super) fn has_work(&self) -> bool {
+        !self.taken.is_empty()
+    }
+
+    /// Take whatever is queued, without waiting.
+    pub(super) fn take_queued(&mut self) {
+        if let Some(queue) = &mut self.queue {
+            while let Ok(job) = queue.try_recv() {
+                self.taken.push(job);
+            }
+        }
+    }
+
+    /// Wait until results are queued, and take them; never returns on a lane without a queue, nor once
+    /// every sender is gone (the store is closing: its ingest queue closes with it).
+    pub(super) async fn arrival(&mut self) {
+        match &mut self.queue {
+            Some(queue) => match queue.recv().await {
+                Some(job) => self.taken.push(job),
+                None => {
+                    self.queue = None;
+                    std::future::pending::<()>().await;
+                }
+            },
+            None => std::future::pending::<()>().await,
+        }
+    }
+
+    /// The taken results, all in one list, and their replies: what the writer's next transaction writes.
+    pub(super) fn drain(&mut self) -> Taken {
+        let mut records = Vec::new();
+        let mut replies = Vec::with_capacity(self.taken.len());
+        for job in self.taken.drain(..) {
+            records.extend(job.records);
+            replies.push(job.reply);
+        }
+        Taken { records, replies }
+    }
+}
+
+/// Results taken for one transaction.
+pub(super) struct Taken {
+    /// Every job's records, in the order they were queued.
+    pub(super) records: Vec<AttemptRecord>,
+    replies: Vec<oneshot::Sender<StoreResult<()>>>,
+}
+
+impl Taken {
+    /// Tell every job how its results fared.
+    pub(super) fn answer(self, outcome: Result<(), &StoreError>) {
+        for reply in self.replies {
+            // A sender that went away (the node is stopping) needs no answer.
+            let _ = reply.send(outcome.map_err(StoreError::shared_by_batch));
+        }
+    }
+}
