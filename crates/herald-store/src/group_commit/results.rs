@@ -1,14 +1,14 @@
 //! The writer's second lane: attempt results, when the store has one write connection (SQLite's).
 //!
 //! On such a store every write takes turns on the one connection, and the sender's attempt results are
-//! the largest share of writes besides ingest: under ingest and delivery together, handing the
-//! connection from the group-commit writer to the result writer and back (a release, a ping and an
-//! acquire each way, wake-ups between tasks and SQLite's thread) and a commit of their own cost about a
-//! fifth of the node's throughput (docs/performance.md, "results-ride-along"). So the store queues its
+//! the largest share of writes besides ingest. Written by a writer of their own, each batch of them took
+//! the connection from the group-commit writer and gave it back (a release, a ping and an acquire each
+//! way, wake-ups between tasks and SQLite's thread) and committed on its own. So the store queues its
 //! results here instead ([`ResultsJob`]), and the group-commit writer writes them in the transaction of
-//! its next ingest batch ([`super::BatchWriter::write_committed_with_results`]): one commit, one fsync, no
-//! hand-over. Results that find no ingest batch waiting are written in a transaction of their own on
-//! the writer's connection ([`super::BatchWriter::write_results`]).
+//! its next ingest batch ([`super::BatchWriter::write_committed_with_results`]): one commit, one fsync,
+//! no hand-over. Results that find no ingest batch waiting are written in a transaction of their own on
+//! the writer's connection ([`super::BatchWriter::write_results`]). (What it gained, and what the
+//! results still cost: docs/performance.md, "results-ride-along".)
 //!
 //! Either kind of work fails alone: should the shared transaction fail on an error of one message or
 //! one record (no storage fault), it is rolled back and both are written again apart — the batch on
