@@ -765,7 +765,7 @@ async fn write_results_alone<W: BatchWriter>(
             }
         }
     }
-    taken.answer(written.as_ref().map(|_| ()));
+    taken.answer(written);
 }
 
 /// A batch and attempt results in one transaction; should that fail on an error of one message or one
@@ -791,7 +791,7 @@ async fn write_with_results<W: BatchWriter>(
             written
         }
         Err(error) => {
-            taken.answer(Err(&error));
+            taken.answer(Err(StoreError::shared_by_batch(&error)));
             Err(error)
         }
     }
@@ -1562,6 +1562,8 @@ mod tests {
         gate: tokio::sync::Semaphore,
         first_taken: AtomicBool,
         together_fails: AtomicBool,
+        /// Whether batches written together with results fail on a storage fault instead.
+        together_faults: AtomicBool,
         done: std::sync::Mutex<Vec<String>>,
     }
 
@@ -1571,6 +1573,7 @@ mod tests {
                 gate: tokio::sync::Semaphore::new(0),
                 first_taken: AtomicBool::new(false),
                 together_fails: AtomicBool::new(together_fails),
+                together_faults: AtomicBool::new(false),
                 done: std::sync::Mutex::default(),
             })
         }
@@ -1623,6 +1626,9 @@ mod tests {
             Box::pin(async move {
                 if self.together_fails.load(Ordering::Acquire) {
                     return Err(StoreError::Conflict("a record of the results"));
+                }
+                if self.together_faults.load(Ordering::Acquire) {
+                    return Err(StoreError::StorageFull("the disk is full".to_owned()));
                 }
                 self.note(format!("batch of {} with {} results", batch.len(), records.len()));
                 Ok(batch
@@ -1707,6 +1713,17 @@ mod tests {
         assert!(matches!(ingested, Err(StoreError::NotFound)), "{ingested:?}");
         recorded.expect("the results are committed");
         assert_eq!(lanes.done(), ["batch of 1", "batch of 1", "2 results alone"]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_and_results_failing_together_on_a_storage_fault_both_fail_and_nothing_is_written_apart() {
+        let lanes = Lanes::new(false);
+        lanes.together_faults.store(true, Ordering::Release);
+        let (ingest, results) = writer_with_lanes(&lanes).await;
+        let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 2).await;
+        assert!(matches!(ingested, Err(StoreError::StorageFull(_))), "{ingested:?}");
+        assert!(matches!(recorded, Err(StoreError::StorageFull(_))), "{recorded:?}");
+        assert_eq!(lanes.done(), ["batch of 1"], "nothing written apart");
     }
 
     #[test]

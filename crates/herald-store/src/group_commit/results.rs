@@ -111,11 +111,17 @@ pub(super) struct Taken {
 }
 
 impl Taken {
-    /// Tell every job how its results fared.
-    pub(super) fn answer(self, outcome: Result<(), &StoreError>) {
-        for reply in self.replies {
-            // A sender that went away (the node is stopping) needs no answer.
-            let _ = reply.send(outcome.map_err(StoreError::shared_by_batch));
+    /// Tell every job how its results fared: the last one (most often the only one) gets `outcome`
+    /// itself, the others a copy ([`StoreError::shared_by_batch`]).
+    pub(super) fn answer(self, outcome: StoreResult<()>) {
+        let mut replies = self.replies.into_iter();
+        let last = replies.next_back();
+        // A sender that went away (the node is stopping) needs no answer.
+        for reply in replies {
+            let _ = reply.send(outcome.as_ref().map(|_| ()).map_err(StoreError::shared_by_batch));
+        }
+        if let Some(reply) = last {
+            let _ = reply.send(outcome);
         }
     }
 }

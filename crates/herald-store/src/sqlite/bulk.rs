@@ -13,8 +13,9 @@
 //! these calls rely on — every statement runs, its values bound in order, the last rowid is the last
 //! statement's — (`the_seqs_an_ingest_answers_are_the_rows_it_stored`,
 //! `attempts_update_deliveries_and_can_disable_the_endpoint`), so an sqlx that changed it fails them.
-//! A batch's own transaction ([`Frame::Own`]) also relies on a failing statement ending its call, so
-//! that the `COMMIT` at the end of the text never runs after a failure: pinned by
+//! A transaction the batch opens or commits itself ([`Frame::Own`], and an ingest batch's with attempt
+//! results, [`Frame::Opens`] then [`Frame::Closes`]) also relies on a failing statement ending its call,
+//! so that the `COMMIT` at the end of the text never runs after a failure: pinned by
 //! `sqlite_a_batch_failing_on_one_row_rolls_back_its_own_transaction_and_the_rest_is_stored`.
 
 use std::collections::HashMap;
@@ -60,7 +61,7 @@ impl BatchWriter for SqliteBatches {
     // one transaction to the next, and a transaction of attempt results alone before it may have
     // lowered the setting for its own commit (see `super::results_begin`). Setting it costs no call of
     // its own: it rides on the transaction's first.
-    const BEGIN: &'static str = "PRAGMA synchronous = FULL; BEGIN";
+    const BEGIN: &'static str = super::BEGIN_DURABLE;
 
     // The writer's connection is the one every write of the store goes through (see `WriteDemand`).
     fn hands_back(&self, held: u32) -> bool {
@@ -148,8 +149,8 @@ impl Frame {
     }
 }
 
-/// Roll back the transaction a batch of [`Frame::Own`] opened and did not commit: sqlx knows nothing of
-/// it, so it is closed with a statement of its own (see [`group_commit::close_own_transaction`]). It
+/// Roll back the transaction a batch of [`Frame::Own`] (or [`Frame::Opens`]) opened and nothing
+/// committed: sqlx knows nothing of it, so it is closed with a statement of its own (see [`group_commit::close_own_transaction`]). It
 /// fails when there is none: the failed call stopped before its `BEGIN`, or the batch's check of its
 /// rows failed after the call that committed ([`note_seqs`]). The write pool's release check refuses a
 /// connection left in a transaction anyway (`herald_sql::custody`).
@@ -429,7 +430,8 @@ const DELIVERY_MOVE_TAIL: &str = ") UPDATE delivery SET status = v.status, attem
 /// in one call to SQLite's thread (see [`insert_rows`] on why), a multi-row statement per chunk. Only
 /// deliveries still pending are updated. In a transaction of the batch's [own](Frame::Own), a batch that
 /// records no operational event is that one call, `BEGIN` to `COMMIT`; one that may record events
-/// commits in a call after them.
+/// commits in a call after them. [`Frame::Closes`] commits the same way a transaction an ingest batch
+/// opened.
 pub(crate) async fn write_attempts(
     conn: &mut SqliteConnection,
     records: &[AttemptRecord],
@@ -497,9 +499,12 @@ mod tests {
     use super::*;
 
     /// The writer keeps its connection from a transaction of attempt results alone, which commits
-    /// without waiting for the disk, to its next ingest batch, which must wait.
+    /// without waiting for the disk, to its next transaction: an ingest batch, or results that may record
+    /// an operational event, and both must wait.
     #[tokio::test]
-    async fn an_ingest_transaction_waits_for_the_disk_whatever_the_results_before_it_set() {
+    async fn a_transaction_that_must_wait_for_the_disk_does_whatever_the_results_before_it_set() {
+        use crate::events::tests::record;
+        use herald_core::model::AttemptTrigger;
         use sqlx::Connection;
         let dir = tempfile::tempdir().expect("a temporary directory");
         let url = format!("sqlite://{}", dir.path().join("sync.db").display());
@@ -507,17 +512,25 @@ mod tests {
         let mut conn = SqliteConnection::connect_with(&options.create_if_missing(true))
             .await
             .expect("a connection");
-        let results = super::super::results_begin(true, &[]);
-        sqlx::raw_sql(AssertSqlSafe(format!("{results}; COMMIT")))
-            .execute(&mut conn)
-            .await
-            .expect("a results transaction");
-        assert_eq!(synchronous(&mut conn).await, 1, "NORMAL for the results");
-        sqlx::raw_sql(AssertSqlSafe(format!("{}; COMMIT", SqliteBatches::BEGIN)))
-            .execute(&mut conn)
-            .await
-            .expect("an ingest transaction");
-        assert_eq!(synchronous(&mut conn).await, 2, "FULL for ingest");
+        let first_try = [record(1, true, AttemptTrigger::Scheduled)];
+        let failing = [record(1, false, AttemptTrigger::Scheduled)];
+        let durable = [
+            ("an ingest batch", SqliteBatches::BEGIN),
+            ("results with an event", super::super::results_begin(true, &failing)),
+        ];
+        for (what, begin) in durable {
+            let results = super::super::results_begin(true, &first_try);
+            sqlx::raw_sql(AssertSqlSafe(format!("{results}; COMMIT")))
+                .execute(&mut conn)
+                .await
+                .expect("a results transaction");
+            assert_eq!(synchronous(&mut conn).await, 1, "NORMAL for results alone");
+            sqlx::raw_sql(AssertSqlSafe(format!("{begin}; COMMIT")))
+                .execute(&mut conn)
+                .await
+                .expect("a transaction");
+            assert_eq!(synchronous(&mut conn).await, 2, "FULL for {what}");
+        }
     }
 
     /// The connection's `synchronous` setting (1 NORMAL, 2 FULL).

@@ -135,16 +135,22 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
 /// file. An operational event is different: its sender may post it as soon as it is visible, and the
 /// operator must not be told of a change a power cut then takes back — so a batch that may record one
 /// ([`crate::events::may_record_events`]) waits for the disk. The setting is allowed only outside a
-/// transaction, so it comes before `BEGIN` in the same call; the writer's next ingest transaction sets
-/// `FULL` again in its first call (`bulk::SqliteBatches::BEGIN`), and the write pool puts `FULL` back when
-/// the connection is released (`herald_sql::custody`), so no other write ever commits with it.
+/// transaction, so it comes before `BEGIN` in the same call; every transaction of the writer's that must
+/// wait for the disk sets `FULL` again in its first call ([`BEGIN_DURABLE`]: ingest batches, and results
+/// that may record an event), and the write pool puts `FULL` back when the connection is released
+/// (`herald_sql::custody`), so no other write ever commits with it.
 fn results_begin(wal: bool, records: &[AttemptRecord]) -> &'static str {
     if wal && !crate::events::may_record_events(records) {
         "PRAGMA synchronous = NORMAL; BEGIN"
     } else {
-        "BEGIN"
+        BEGIN_DURABLE
     }
 }
+
+/// What opens a transaction that must wait for the disk at its commit, on a connection a transaction
+/// before it may have left at `synchronous = NORMAL` (the group-commit writer keeps its connection from
+/// one transaction to the next, see [`results_begin`]): the setting rides on the `BEGIN`'s call.
+const BEGIN_DURABLE: &str = "PRAGMA synchronous = FULL; BEGIN";
 
 /// Run the migrations of the database at `url` (creating it if needed) and nothing else: no key is
 /// needed (secrets stored in plain text are encrypted by the next [`SqliteStore::open`]).
@@ -337,7 +343,7 @@ mod tests {
             record(1, false, AttemptTrigger::Scheduled),
         ];
         assert_eq!(results_begin(true, &first_try), WITHOUT_FSYNC);
-        assert_eq!(results_begin(true, &with_a_failure), "BEGIN");
-        assert_eq!(results_begin(false, &first_try), "BEGIN");
+        assert_eq!(results_begin(true, &with_a_failure), BEGIN_DURABLE);
+        assert_eq!(results_begin(false, &first_try), BEGIN_DURABLE);
     }
 }
