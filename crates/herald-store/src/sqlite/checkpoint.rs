@@ -72,12 +72,6 @@ async fn run(mut conn: SqliteConnection, every: Duration, mut stopped: oneshot::
     let _ = conn.close().await;
 }
 
-/// A statement that writes about 500 pages (2 MB) of filler, for tests that watch the log being copied.
-#[cfg(test)]
-pub(super) const FILL_500_PAGES: &str = "CREATE TABLE filler (b BLOB); \
-     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) \
-     INSERT INTO filler SELECT randomblob(4000) FROM n;";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,10 +93,14 @@ mod tests {
         let mut writer = SqliteConnection::connect_with(&options.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .expect("the writer");
-        sqlx::raw_sql(FILL_500_PAGES)
-            .execute(&mut writer)
-            .await
-            .expect("committed");
+        sqlx::raw_sql(
+            "CREATE TABLE filler (b BLOB); \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) \
+             INSERT INTO filler SELECT randomblob(4000) FROM n;",
+        )
+        .execute(&mut writer)
+        .await
+        .expect("committed");
         let before = file_size(&path);
         assert!(
             before < 100_000,

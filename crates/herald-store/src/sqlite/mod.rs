@@ -369,10 +369,14 @@ mod tests {
             .expect("read");
         assert_eq!(backstop, i64::from(checkpoint::WRITER_BACKSTOP_PAGES));
         let before = std::fs::metadata(&path).expect("the database file").len();
-        sqlx::raw_sql(checkpoint::FILL_500_PAGES)
-            .execute(&store.writes)
-            .await
-            .expect("committed");
+        sqlx::raw_sql(
+            "CREATE TABLE filler (b BLOB); \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) \
+             INSERT INTO filler SELECT randomblob(4000) FROM n;",
+        )
+        .execute(&store.writes)
+        .await
+        .expect("committed");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::fs::metadata(&path).expect("the database file").len() < before + 2_000_000 {
             assert!(std::time::Instant::now() < deadline, "nothing checkpointed");
