@@ -5,10 +5,9 @@
 //! batch's transaction (`group_commit::results`). The store's statements are `crate::portable`'s; this
 //! module runs them on sqlx's SQLite driver and holds what SQLite does its own way: lists bound as JSON
 //! arrays (read with `json_each`), multi-row inserts in chunks (`bulk`), expiry on its one writer,
-//! row-by-row retention (`retention`), the log's checkpoints beside the writer (`checkpoint`).
+//! row-by-row retention (`retention`).
 
 mod bulk;
-mod checkpoint;
 mod chunk;
 mod events;
 mod retention;
@@ -51,8 +50,6 @@ pub struct Sqlite {
     /// Where attempt results go: to the group-commit writer, which writes them on the one write
     /// connection it keeps (see `group_commit::results`).
     results: mpsc::Sender<group_commit::ResultsJob>,
-    /// The write-ahead log's checkpoints, off the writer's commits (in WAL mode; see [`checkpoint`]).
-    _checkpointer: Option<checkpoint::Checkpointer>,
 }
 
 /// The SQLite implementation of [`crate::Store`].
@@ -65,11 +62,6 @@ impl SqlStore<Sqlite> {
         let (base, writes) = migrated(url).await?;
         secrets::prepare::<Sqlite>(&writes, &cipher).await?;
         let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&writes).await?;
-        let wal = mode.eq_ignore_ascii_case("wal");
-        let checkpointer = match wal {
-            true => Some(checkpoint::start(&base, checkpoint::EVERY).await?),
-            false => None,
-        };
         let reads = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(base.read_only(true))
@@ -82,7 +74,7 @@ impl SqlStore<Sqlite> {
         let write_demand = Arc::new(group_commit::WriteDemand::default());
         tokio::spawn(group_commit::run(
             writes.clone(),
-            bulk::SqliteBatches::new(write_demand.clone(), wal),
+            bulk::SqliteBatches::new(write_demand.clone(), mode.eq_ignore_ascii_case("wal")),
             group_commit::Inbox {
                 ingest: jobs,
                 results: Some(results_queue),
@@ -105,10 +97,7 @@ impl SqlStore<Sqlite> {
             stream,
             cipher,
             health,
-            dialect: Sqlite {
-                results,
-                _checkpointer: checkpointer,
-            },
+            dialect: Sqlite { results },
         })
     }
 }
@@ -126,16 +115,8 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
     // first; past 64 KiB that journal spills to a temporary file, and a batch's inserts cross that (the
     // profile of `ingest --paused` had 6 % of the node's CPU in those copies, half of it `pwrite`s). The
     // journal only undoes one statement; durability is the WAL's and is unchanged.
-    //
-    // Its commits checkpoint the log only past a backstop: a checkpointer of the store's own does it
-    // beside them (`checkpoint`).
     let write = custody::sqlite_writer_pool(WRITE_ACQUIRE_TIMEOUT)
-        .connect_with(
-            base.clone()
-                .create_if_missing(true)
-                .pragma("temp_store", "memory")
-                .pragma("wal_autocheckpoint", checkpoint::WRITER_BACKSTOP_PAGES.to_string()),
-        )
+        .connect_with(base.clone().create_if_missing(true).pragma("temp_store", "memory"))
         .await?;
     sqlx::migrate!("./migrations/sqlite").run(&write).await?;
     Ok((base, write))
@@ -352,37 +333,6 @@ mod tests {
     use super::*;
     use crate::events::tests::record;
     use herald_core::model::AttemptTrigger;
-
-    /// The store's writer checkpoints only past its backstop, and the store's checkpointer copies what it
-    /// commits into the database file meanwhile (without it, the file would not grow: the pages would
-    /// stay in the log).
-    #[tokio::test]
-    async fn the_store_checkpoints_its_log_beside_the_writer() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("store.db");
-        let store = SqliteStore::open(&format!("sqlite://{}", path.display()), crate::testdb::test_cipher())
-            .await
-            .expect("opened");
-        let backstop: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
-            .fetch_one(&store.writes)
-            .await
-            .expect("read");
-        assert_eq!(backstop, i64::from(checkpoint::WRITER_BACKSTOP_PAGES));
-        let before = std::fs::metadata(&path).expect("the database file").len();
-        sqlx::raw_sql(
-            "CREATE TABLE filler (b BLOB); \
-             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) \
-             INSERT INTO filler SELECT randomblob(4000) FROM n;",
-        )
-        .execute(&store.writes)
-        .await
-        .expect("committed");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::fs::metadata(&path).expect("the database file").len() < before + 2_000_000 {
-            assert!(std::time::Instant::now() < deadline, "nothing checkpointed");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
 
     #[test]
     fn only_results_that_record_no_event_skip_the_fsync_and_only_in_wal_mode() {
