@@ -123,7 +123,7 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
 }
 
 /// What opens a transaction of these attempt results: `synchronous = NORMAL` first when the file is in
-/// WAL mode (`wal`) and the batch records no operational event, plain `BEGIN` otherwise.
+/// WAL mode (`wal`) and the batch records no operational event, [`BEGIN_DURABLE`] otherwise.
 ///
 /// Only results the group-commit writer writes alone, with no ingest batch to ride on, get a transaction
 /// of their own (see `group_commit::results`). A result needs no custody: one lost in a power cut leaves
