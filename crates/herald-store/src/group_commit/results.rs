@@ -96,7 +96,12 @@ impl ResultsLane {
         let mut records = Vec::new();
         let mut replies = Vec::with_capacity(self.taken.len());
         for job in self.taken.drain(..) {
-            records.extend(job.records);
+            // Most often one job: its list is taken as it is, not copied.
+            if records.is_empty() {
+                records = job.records;
+            } else {
+                records.extend(job.records);
+            }
             replies.push(job.reply);
         }
         Taken { records, replies }

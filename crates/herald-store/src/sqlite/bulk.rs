@@ -150,10 +150,11 @@ impl Frame {
 }
 
 /// Roll back the transaction a batch of [`Frame::Own`] (or [`Frame::Opens`]) opened and nothing
-/// committed: sqlx knows nothing of it, so it is closed with a statement of its own (see [`group_commit::close_own_transaction`]). It
-/// fails when there is none: the failed call stopped before its `BEGIN`, or the batch's check of its
-/// rows failed after the call that committed ([`note_seqs`]). The write pool's release check refuses a
-/// connection left in a transaction anyway (`herald_sql::custody`).
+/// committed: sqlx knows nothing of it, so it is closed with a statement of its own (see
+/// [`group_commit::close_own_transaction`]). It fails when there is none: the failed call stopped before
+/// its `BEGIN`, or the batch's check of its rows failed after the call that committed ([`note_seqs`]).
+/// The write pool's release check refuses a connection left in a transaction anyway
+/// (`herald_sql::custody`).
 pub(crate) async fn roll_back(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
     conn.execute("ROLLBACK").await?;
     Ok(())
