@@ -663,9 +663,12 @@ pub(crate) async fn run<W: BatchWriter>(
             continue;
         }
         let started = std::time::Instant::now();
-        let written = match taken {
-            None => write_batch(&pool, &mut held, &writer, &Batch(&batch), deadline).await,
-            Some(taken) => write_with_results(&pool, &mut held, &writer, &batch, taken, &health, deadline).await,
+        let (written, apart) = match taken {
+            None => (
+                write_batch(&pool, &mut held, &writer, &Batch(&batch), deadline).await,
+                None,
+            ),
+            Some(taken) => write_with_results(&pool, &mut held, &writer, &batch, taken, deadline).await,
         };
         held_batches = held_batches.saturating_add(1);
         crate::metrics::ingest_batch(batch.len(), started.elapsed(), written.is_ok());
@@ -743,6 +746,14 @@ pub(crate) async fn run<W: BatchWriter>(
             }
         }
         crate::metrics::ingest_deferred(deferred.jobs.len());
+        // Results that failed together with the batch on an error of theirs or of one message: written
+        // now, after the batch's requests are answered and its outcome reported, so that what health
+        // reports last is the latest write's (a fault of the results is not hidden by the batch's
+        // success before it).
+        if let Some(taken) = apart {
+            write_results_alone(&pool, &mut held, &writer, taken, &health, deadline).await;
+            held_batches = held_batches.saturating_add(1);
+        }
     }
 }
 
@@ -769,30 +780,29 @@ async fn write_results_alone<W: BatchWriter>(
 }
 
 /// A batch and attempt results in one transaction; should that fail on an error of one message or one
-/// record, the batch and the results apart (see [`results`]). Answers the results; returns the batch's
-/// outcome.
+/// record, the batch alone (see [`results`]). Answers the results when they were written with the batch
+/// or failed with it on a fault; returns the batch's outcome and, when they must be written apart, the
+/// results — which the caller writes after it has dealt with the batch.
 async fn write_with_results<W: BatchWriter>(
     pool: &Pool<W::Db>,
     held: &mut Option<PoolConnection<W::Db>>,
     writer: &W,
     batch: &[IngestJob],
     taken: results::Taken,
-    health: &WriteHealth,
     deadline: Option<Duration>,
-) -> StoreResult<Outcomes> {
+) -> (StoreResult<Outcomes>, Option<results::Taken>) {
     match write_batch(pool, held, writer, &Together(batch, &taken.records), deadline).await {
         Ok(Some(outcomes)) => {
             taken.answer(Ok(()));
-            Ok(outcomes)
+            (Ok(outcomes), None)
         }
-        Ok(None) => {
-            let written = write_batch(pool, held, writer, &Batch(batch), deadline).await;
-            write_results_alone(pool, held, writer, taken, health, deadline).await;
-            written
-        }
+        Ok(None) => (
+            write_batch(pool, held, writer, &Batch(batch), deadline).await,
+            Some(taken),
+        ),
         Err(error) => {
             taken.answer(Err(StoreError::shared_by_batch(&error)));
-            Err(error)
+            (Err(error), None)
         }
     }
 }
@@ -1564,6 +1574,8 @@ mod tests {
         together_fails: AtomicBool,
         /// Whether batches written together with results fail on a storage fault instead.
         together_faults: AtomicBool,
+        /// Whether results written alone fail on a storage fault.
+        alone_faults: AtomicBool,
         done: std::sync::Mutex<Vec<String>>,
     }
 
@@ -1574,6 +1586,7 @@ mod tests {
                 first_taken: AtomicBool::new(false),
                 together_fails: AtomicBool::new(together_fails),
                 together_faults: AtomicBool::new(false),
+                alone_faults: AtomicBool::new(false),
                 done: std::sync::Mutex::default(),
             })
         }
@@ -1614,7 +1627,13 @@ mod tests {
             records: &'c [AttemptRecord],
         ) -> BoxFuture<'c, StoreResult<()>> {
             self.note(format!("{} results alone", records.len()));
-            Box::pin(async { Ok(()) })
+            let faults = self.alone_faults.load(Ordering::Acquire);
+            Box::pin(async move {
+                match faults {
+                    true => Err(StoreError::StorageFull("the disk is full".to_owned())),
+                    false => Ok(()),
+                }
+            })
         }
 
         fn write_committed_with_results<'c>(
@@ -1639,8 +1658,11 @@ mod tests {
         }
     }
 
-    /// A running writer with a results lane; its ingest queue and its results lane.
-    async fn writer_with_lanes(lanes: &Arc<Lanes>) -> (mpsc::Sender<IngestJob>, mpsc::Sender<ResultsJob>) {
+    /// A running writer with a results lane; its ingest queue, its results lane and the health it reports
+    /// to.
+    async fn writer_with_lanes(
+        lanes: &Arc<Lanes>,
+    ) -> (mpsc::Sender<IngestJob>, mpsc::Sender<ResultsJob>, Arc<WriteHealth>) {
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(1)
             .connect("sqlite::memory:")
@@ -1655,8 +1677,8 @@ mod tests {
         };
         let health = Arc::new(WriteHealth::default());
         let stream = crate::polling::StreamSignals::new();
-        tokio::spawn(run(pool, lanes.clone(), inbox, feed, health, None, stream));
-        (ingest, results)
+        tokio::spawn(run(pool, lanes.clone(), inbox, feed, health.clone(), None, stream));
+        (ingest, results, health)
     }
 
     /// Queue a message and a batch of `n` results while the writer is busy with its first batch; answer
@@ -1692,7 +1714,7 @@ mod tests {
     #[tokio::test]
     async fn results_queued_with_a_batch_are_written_in_its_transaction_and_alone_otherwise() {
         let lanes = Lanes::new(false);
-        let (ingest, results) = writer_with_lanes(&lanes).await;
+        let (ingest, results, _) = writer_with_lanes(&lanes).await;
         let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 3).await;
         assert!(matches!(ingested, Err(StoreError::NotFound)), "{ingested:?}");
         recorded.expect("the results are committed");
@@ -1708,18 +1730,36 @@ mod tests {
     #[tokio::test]
     async fn a_batch_and_results_that_fail_together_on_a_records_error_are_written_apart() {
         let lanes = Lanes::new(true);
-        let (ingest, results) = writer_with_lanes(&lanes).await;
+        let (ingest, results, _) = writer_with_lanes(&lanes).await;
         let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 2).await;
         assert!(matches!(ingested, Err(StoreError::NotFound)), "{ingested:?}");
         recorded.expect("the results are committed");
         assert_eq!(lanes.done(), ["batch of 1", "batch of 1", "2 results alone"]);
     }
 
+    /// Written apart, the results come after their batch has been answered and its success reported:
+    /// a fault of theirs is what health reports last (it was hidden by the batch's success before).
+    #[tokio::test]
+    async fn results_written_apart_after_their_batch_leave_their_fault_reported() {
+        let lanes = Lanes::new(true);
+        lanes.alone_faults.store(true, Ordering::Release);
+        let (ingest, results, health) = writer_with_lanes(&lanes).await;
+        let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 2).await;
+        assert!(matches!(ingested, Err(StoreError::NotFound)), "{ingested:?}");
+        assert!(matches!(recorded, Err(StoreError::StorageFull(_))), "{recorded:?}");
+        assert_eq!(lanes.done(), ["batch of 1", "batch of 1", "2 results alone"]);
+        let failure = health.failure();
+        assert!(
+            matches!(failure, Some((herald_sql::custody::Fault::Full, _))),
+            "{failure:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_batch_and_results_failing_together_on_a_storage_fault_both_fail_and_nothing_is_written_apart() {
         let lanes = Lanes::new(false);
         lanes.together_faults.store(true, Ordering::Release);
-        let (ingest, results) = writer_with_lanes(&lanes).await;
+        let (ingest, results, _) = writer_with_lanes(&lanes).await;
         let (ingested, recorded) = message_and_results_queued_together(&lanes, &ingest, &results, 2).await;
         assert!(matches!(ingested, Err(StoreError::StorageFull(_))), "{ingested:?}");
         assert!(matches!(recorded, Err(StoreError::StorageFull(_))), "{recorded:?}");
