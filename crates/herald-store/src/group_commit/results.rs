@@ -12,10 +12,11 @@
 //!
 //! Either kind of work fails alone: should the shared transaction fail on an error of one message or
 //! one record (no storage fault), it is rolled back and both are written again apart — the batch on
-//! its own careful path, the results on theirs once the batch's requests are answered and its outcome
-//! reported to health (so a fault of the results is what health reports last) — so a bad result never
-//! fails a producer's request, nor a bad message a result. A storage fault fails both (nothing of either committed); the result writer
-//! tries its results again, as it does after any failure.
+//! its own careful path, then the results on theirs, once the batch has been dealt with (its replies
+//! sent, its outcome recorded), so that a fault of the results is what health reports last — so a bad
+//! result never fails a producer's request, nor a bad message a result. A storage fault fails both
+//! (nothing of either committed); the result writer tries its results again, as it does after any
+//! failure.
 
 use tokio::sync::{mpsc, oneshot};
 
