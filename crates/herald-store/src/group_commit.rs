@@ -747,8 +747,8 @@ pub(crate) async fn run<W: BatchWriter>(
         }
         crate::metrics::ingest_deferred(deferred.jobs.len());
         // Results that failed together with the batch on an error of theirs or of one message: written
-        // now, after the batch's requests are answered and its outcome reported, so that what health
-        // reports last is the latest write's (a fault of the results is not hidden by the batch's
+        // now, once the batch has been dealt with (its replies sent, its outcome recorded), so that what
+        // health reports last is the latest write's (a fault of the results is not hidden by the batch's
         // success before it).
         if let Some(taken) = apart {
             write_results_alone(&pool, &mut held, &writer, taken, &health, deadline).await;
