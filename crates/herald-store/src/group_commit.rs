@@ -1737,8 +1737,9 @@ mod tests {
         assert_eq!(lanes.done(), ["batch of 1", "batch of 1", "2 results alone"]);
     }
 
-    /// Written apart, the results come after their batch has been answered and its success reported:
-    /// a fault of theirs is what health reports last (it was hidden by the batch's success before).
+    /// Written apart, the results come once their batch has been dealt with (its replies sent, its
+    /// outcome recorded): a fault of theirs is what health reports last (it was hidden by the batch's
+    /// success before).
     #[tokio::test]
     async fn results_written_apart_after_their_batch_leave_their_fault_reported() {
         let lanes = Lanes::new(true);

@@ -131,9 +131,10 @@ async fn migrated(url: &str) -> StoreResult<(SqliteConnectOptions, SqlitePool)> 
 /// (at-least-once, the same `webhook-id`). So such a batch commits without waiting for an fsync — the
 /// next commit that does (every ingest batch, every API write) carries it to the disk — and the one write
 /// connection is free for the next ingest batch sooner. WAL mode is what makes that safe: a power cut
-/// may then take back the last commits, never corrupt the file. An operational event is different: its sender may post it as soon as it is visible, and the
-/// operator must not be told of a change a power cut then takes back — so a batch that may record one
-/// ([`crate::events::may_record_events`]) waits for the disk. The setting is allowed only outside a
+/// may then take back the last commits, never corrupt the file. An operational event is different: its
+/// sender may post it as soon as it is visible, and the operator must not be told of a change a power
+/// cut then takes back — so a batch that may record one ([`crate::events::may_record_events`]) waits for
+/// the disk. The setting is allowed only outside a
 /// transaction, so it comes before `BEGIN` in the same call; every transaction of the writer's that must
 /// wait for the disk sets `FULL` again in its first call ([`BEGIN_DURABLE`]: ingest batches, and results
 /// that may record an event), and the write pool puts `FULL` back when the connection is released
