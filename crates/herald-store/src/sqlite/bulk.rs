@@ -6,7 +6,10 @@
 //! `idempotency-key`, which endpoints each new message fans out to) with one query each, and then
 //! written in as few calls as its size allows: the multi-row `INSERT`s of every table in one statement
 //! text (see [`insert_rows`]). Anything the plan did not foresee fails a statement; the writer then rolls
-//! back and replays the batch on the careful path, so a surprise costs speed, never custody.
+//! back and replays the batch on the careful path, so a surprise costs speed, never custody. The apps'
+//! read is skipped when the writer remembers every app of the batch ([`KnownApps`], checked by the
+//! inserts themselves), so that a batch of new messages is one call to SQLite's thread, `BEGIN` to
+//! `COMMIT`.
 //!
 //! Several statements in one text with bound values is a feature of sqlx's SQLite driver alone, which
 //! sqlx has marked deprecated for its `*_many` calls (launchbadge/sqlx#3108). The store tests pin what
@@ -27,6 +30,7 @@ use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{AssertSqlSafe, Executor, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, marks, statements};
+use super::known_apps::{KnownApp, KnownApps};
 use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes, WriteDemand};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
@@ -36,6 +40,8 @@ use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
 /// [`subscribers`]).
 pub(crate) struct SqliteBatches {
     subscribers: subscribers::Cache,
+    /// Each application's row as last read, which a batch may skip reading (see [`KnownApps`]).
+    known: KnownApps,
     /// Who else wants the one write connection, which the writer keeps while it is busy.
     demand: Arc<WriteDemand>,
     /// Whether the file is in WAL mode (see [`super::results_begin`]).
@@ -48,6 +54,7 @@ impl SqliteBatches {
     pub(crate) fn new(demand: Arc<WriteDemand>, wal: bool) -> Self {
         Self {
             subscribers: subscribers::Cache::default(),
+            known: KnownApps::default(),
             demand,
             wal,
         }
@@ -73,7 +80,9 @@ impl BatchWriter for SqliteBatches {
         conn: &'c mut SqliteConnection,
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch, &self.subscribers, Frame::Callers))
+        // A message of the careful path fails alone on an error of its write, so it never trusts
+        // remembered app rows, whose check fails the statement too: it reads them.
+        Box::pin(write(conn, batch, self, Frame::Callers, None))
     }
 
     fn write_committed<'c>(
@@ -81,10 +90,7 @@ impl BatchWriter for SqliteBatches {
         conn: &'c mut SqliteConnection,
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(async move {
-            let written = write(conn, batch, &self.subscribers, Frame::Own(Self::BEGIN)).await;
-            group_commit::close_own_transaction(written, || roll_back(conn)).await
-        })
+        Box::pin(self.write_own(conn, batch, None))
     }
 
     fn write_results<'c>(
@@ -107,14 +113,92 @@ impl BatchWriter for SqliteBatches {
         batch: &'c [IngestJob],
         records: &'c [AttemptRecord],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(async move {
-            let written = match write(conn, batch, &self.subscribers, Frame::Opens(Self::BEGIN)).await {
-                Ok(outcomes) => write_attempts(conn, records, Frame::Closes).await.map(|()| outcomes),
-                Err(error) => Err(error),
-            };
-            group_commit::close_own_transaction(written, || roll_back(conn)).await
+        Box::pin(self.write_own(conn, batch, Some(records)))
+    }
+}
+
+impl SqliteBatches {
+    /// A batch in a transaction of its own, which it commits — or, with `records`, which their write
+    /// commits (see [`BatchWriter::write_committed_with_results`]).
+    ///
+    /// When the writer remembers the rows of every app of the batch and holds their subscribers at the
+    /// remembered versions, the batch skips reading them and checks them in its inserts instead (see
+    /// [`KnownApps`]): its first call is then its inserts, one call to SQLite's thread fewer. If that
+    /// fails on anything but a storage fault — a remembered row that moved, or an error of a message,
+    /// which the batch cannot tell apart — it is rolled back, the rows forgotten, and the batch written
+    /// again with its apps read.
+    async fn write_own(
+        &self,
+        conn: &mut SqliteConnection,
+        batch: &[IngestJob],
+        records: Option<&[AttemptRecord]>,
+    ) -> StoreResult<Outcomes> {
+        let frame = match records {
+            Some(_) => Frame::Opens(Self::BEGIN),
+            None => Frame::Own(Self::BEGIN),
+        };
+        if let Some(recalled) = self.recall(batch) {
+            let written = self.write_then(conn, batch, frame, Some(recalled), records).await;
+            match group_commit::close_own_transaction(written, || roll_back(conn)).await {
+                Err(error) if error.fault().is_none() => {
+                    tracing::debug!(%error, "a batch trusting remembered app rows failed; reading them");
+                    self.known.forget();
+                }
+                other => return other,
+            }
+        }
+        let written = self.write_then(conn, batch, frame, None, records).await;
+        group_commit::close_own_transaction(written, || roll_back(conn)).await
+    }
+
+    /// The batch (see [`write`]), then `records` committing the transaction when given.
+    async fn write_then(
+        &self,
+        conn: &mut SqliteConnection,
+        batch: &[IngestJob],
+        frame: Frame,
+        recalled: Option<Recalled>,
+        records: Option<&[AttemptRecord]>,
+    ) -> StoreResult<Outcomes> {
+        let outcomes = write(conn, batch, self, frame, recalled).await?;
+        if let Some(records) = records {
+            write_attempts(conn, records, Frame::Closes).await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// What the writer remembers of the batch's apps, if it is all the batch needs of them: every app's
+    /// row, and its subscribers at the remembered `endpoints_version`.
+    fn recall(&self, batch: &[IngestJob]) -> Option<Recalled> {
+        let app_ids = plan::app_ids(batch);
+        let rows = self.known.all_of(&app_ids)?;
+        let versions: Vec<(&str, i64)> = rows
+            .iter()
+            .map(|(id, row)| (id.as_str(), row.endpoints_version))
+            .collect();
+        let (subscribers, stale) = self.subscribers.lookup(&versions);
+        if !stale.is_empty() {
+            return None;
+        }
+        let apps = rows
+            .iter()
+            .map(|(id, row)| (id.clone(), plan::retention_ms(row.retention_days)))
+            .collect();
+        Some(Recalled {
+            apps,
+            subscribers,
+            rows,
         })
     }
+}
+
+/// What a batch that skips reading its apps takes from the writer's memory instead (see
+/// [`SqliteBatches::recall`]).
+struct Recalled {
+    apps: Apps,
+    subscribers: subscribers::ByApp,
+    /// The rows its inserts check (see [`KnownApps`]).
+    rows: HashMap<String, KnownApp>,
 }
 
 /// Whose transaction a batch's statements run in: one the batch's own calls open (with the text given,
@@ -147,6 +231,19 @@ impl Frame {
             Frame::Closes | Frame::Callers => String::new(),
         }
     }
+
+    /// How many statements [`Frame::begin`] holds: the results a call that starts with it reports first.
+    fn begin_statements(self) -> usize {
+        self.begin().matches(';').count()
+    }
+
+    /// The frame of the batch's calls after one that started with [`Frame::begin`].
+    fn opened(self) -> Frame {
+        match self {
+            Frame::Own(_) | Frame::Closes => Frame::Closes,
+            Frame::Opens(_) | Frame::Callers => Frame::Callers,
+        }
+    }
 }
 
 /// Roll back the transaction a batch of [`Frame::Own`] (or [`Frame::Opens`]) opened and nothing
@@ -160,30 +257,48 @@ pub(crate) async fn roll_back(conn: &mut SqliteConnection) -> Result<(), sqlx::E
     Ok(())
 }
 
+/// The batch's rows: with its apps and their subscribers read (and remembered) in its first call, or,
+/// `recalled`, as the writer remembers them, checked by its inserts instead (see [`KnownApps`]).
 async fn write(
     conn: &mut SqliteConnection,
     batch: &[IngestJob],
-    cache: &subscribers::Cache,
+    writer: &SqliteBatches,
     frame: Frame,
+    recalled: Option<Recalled>,
 ) -> StoreResult<Outcomes> {
-    let app_ids = plan::app_ids(batch);
-    let (apps, versions) = existing_apps(conn, &app_ids, frame).await?;
-    let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
-    let earlier = earlier_messages(conn, batch).await?;
+    let (apps, subscribers, checked, frame) = match recalled {
+        Some(Recalled {
+            apps,
+            subscribers,
+            rows,
+        }) => (apps, subscribers, Some(rows), frame),
+        None => {
+            let app_ids = plan::app_ids(batch);
+            let (apps, versions) = existing_apps(conn, &app_ids, frame, &writer.known).await?;
+            let subscribers = writer
+                .subscribers
+                .resolve(&versions, |stale| read_subscribers(conn, stale))
+                .await?;
+            (apps, subscribers, None, frame.opened())
+        }
+    };
+    let (earlier, frame) = earlier_messages(conn, batch, frame).await?;
     // No row locks (one writer): nothing is ever held back.
     let plan = plan::plan(batch, &apps, &[], earlier);
     let fan_out = plan.fan_out(&subscribers);
-    let deliveries = insert_rows(conn, &plan.messages, &fan_out, frame).await?;
+    let deliveries = insert_rows(conn, &plan.messages, &fan_out, frame, checked.as_ref()).await?;
     drop(fan_out);
     Ok(plan.finish(deliveries, HashMap::new()))
 }
 
-/// The apps that exist, with their default payload retention, and each one's `endpoints_version`: the
-/// batch's first call, which opens a transaction of the batch's [own](Frame::Own).
+/// The apps that exist, with their default payload retention, and each one's `endpoints_version`, which
+/// `known` remembers: the batch's first call then, which opens a transaction of the batch's
+/// [own](Frame::Own).
 async fn existing_apps(
     conn: &mut SqliteConnection,
     app_ids: &[&str],
     frame: Frame,
+    known: &KnownApps,
 ) -> StoreResult<(Apps, Vec<(String, i64)>)> {
     let sql = format!(
         "{}SELECT id, payload_retention_period, endpoints_version FROM application WHERE id IN ({})",
@@ -194,7 +309,9 @@ async fn existing_apps(
     for id in app_ids {
         query = query.bind(*id);
     }
-    Ok(subscribers::existing_apps(query.fetch_all(&mut *conn).await?))
+    let found = query.fetch_all(&mut *conn).await?;
+    known.remember(&found);
+    Ok(subscribers::existing_apps(found))
 }
 
 /// The subscribers of the apps `stale`, whose lists the cache does not hold at their current version.
@@ -212,16 +329,25 @@ async fn read_subscribers(conn: &mut SqliteConnection, stale: Vec<&str>) -> Stor
     found.iter().map(Subscriber::from_row).collect()
 }
 
-async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> StoreResult<Earlier> {
+/// The stored messages that the batch's messages with an `eventId` or `idempotency-key` repeat, and the
+/// frame the batch's next call is in: the first of these reads opens the batch's transaction when no call
+/// has yet.
+async fn earlier_messages(
+    conn: &mut SqliteConnection,
+    batch: &[IngestJob],
+    mut frame: Frame,
+) -> StoreResult<(Earlier, Frame)> {
     let mut earlier = Earlier::default();
     for chunk in plan::keyed(batch).chunks(ROWS_PER_INSERT) {
         let pairs = vec!["(?, ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
-            "WITH wanted (app_id, event_id, idem) AS (VALUES {pairs}) \
+            "{}WITH wanted (app_id, event_id, idem) AS (VALUES {pairs}) \
              SELECT {}, m.idempotency_key AS m_idempotency_key FROM message m JOIN wanted w \
              ON m.app_id = w.app_id AND (m.event_id = w.event_id OR m.idempotency_key = w.idem)",
+            frame.begin(),
             rows::MESSAGE_COLUMNS
         );
+        frame = frame.opened();
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for job in chunk {
             query = query
@@ -235,7 +361,7 @@ async fn earlier_messages(conn: &mut SqliteConnection, batch: &[IngestJob]) -> S
             earlier.remember(&message, key.as_deref());
         }
     }
-    Ok(earlier)
+    Ok((earlier, frame))
 }
 
 /// How many delivery rows one call inserts at most: a wide fan-out's rows beyond those of the first call
@@ -246,6 +372,11 @@ const DELIVERIES_PER_CALL: usize = 4 * ROWS_PER_INSERT;
 const MESSAGE_INSERT: &str = "INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, channels, \
                               payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) VALUES ";
 const MESSAGE_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+/// [`MESSAGE_ROW`] with its `app_id` checked against the app's row as remembered (see [`KnownApps`]): the
+/// id if the app's row still has the `endpoints_version` and payload retention (in days, `NULL` for
+/// none) bound after it, else `NULL`, which the column refuses.
+const MESSAGE_ROW_CHECKED: &str = "(?, (SELECT id FROM application WHERE id = ? AND endpoints_version = ? \
+                                   AND payload_retention_period IS ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const TAG_INSERT: &str = "INSERT INTO message_tag (app_id, tag, message_id) VALUES ";
 const TAG_ROW: &str = "(?, ?, ?)";
 const DELIVERY_INSERT: &str = "INSERT INTO delivery (message_id, endpoint_id, status, attempts, next_attempt_at, \
@@ -262,20 +393,29 @@ const DELIVERY_ROW: &str = "(?, ?, 0, 0, ?, ?, ?)";
 /// core, so the batch takes several times its CPU (docs/performance.md, "The SQLite writer's batch").
 /// A statement that fails stops its call there, and the writer rolls the whole batch back as before.
 ///
+/// A batch whose apps were not read (`checked`: their rows as remembered) checks them in its message
+/// rows instead (see [`KnownApps`]), and opens its transaction in its first call here.
+///
 /// Returns the deliveries' seqs, grouped by the index of the job they belong to (see [`note_seqs`]).
 async fn insert_rows(
     conn: &mut SqliteConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
     frame: Frame,
+    checked: Option<&HashMap<String, KnownApp>>,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
     let tags = plan::tag_rows(messages);
     let (with_messages, later) = fan_out.split_at(fan_out.len().min(DELIVERIES_PER_CALL));
     let later: Vec<_> = later.chunks(DELIVERIES_PER_CALL).collect();
     let commits_first = frame.commits() && later.is_empty();
     let mut by_job = HashMap::new();
-    let mut sql = String::new();
-    statements(&mut sql, MESSAGE_INSERT, MESSAGE_ROW, "", messages.len());
+    let mut sql = frame.begin();
+    let message_row = if checked.is_some() {
+        MESSAGE_ROW_CHECKED
+    } else {
+        MESSAGE_ROW
+    };
+    statements(&mut sql, MESSAGE_INSERT, message_row, "", messages.len());
     statements(&mut sql, TAG_INSERT, TAG_ROW, "", tags.len());
     statements(&mut sql, DELIVERY_INSERT, DELIVERY_ROW, "", with_messages.len());
     if commits_first {
@@ -285,16 +425,23 @@ async fn insert_rows(
         return Ok(by_job);
     }
     let rows = messages.len() + tags.len() + with_messages.len();
+    let app_marks = if checked.is_some() { 3 } else { 1 };
     debug_assert_eq!(
         marks_in(&sql),
-        12 * messages.len() + 3 * tags.len() + 5 * with_messages.len()
+        (11 + app_marks) * messages.len() + 3 * tags.len() + 5 * with_messages.len()
     );
     let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(rows));
     for row in messages {
         let m = &row.message;
+        query = query.bind(m.id.as_str()).bind(m.app_id.as_str());
+        if let Some(checked) = checked {
+            // An app missing here binds a version no row has: the check fails the statement.
+            let known = checked.get(m.app_id.as_str());
+            query = query
+                .bind(known.map(|k| k.endpoints_version))
+                .bind(known.and_then(|k| k.retention_days));
+        }
         query = query
-            .bind(m.id.as_str())
-            .bind(m.app_id.as_str())
             .bind(&m.event_id)
             .bind(row.idempotency_key)
             .bind(&m.event_type)
@@ -309,8 +456,15 @@ async fn insert_rows(
     for (app_id, tag, message_id) in &tags {
         query = query.bind(*app_id).bind(*tag).bind(*message_id);
     }
-    let done = run_call(conn, bind_deliveries(query, with_messages), commits_first).await?;
+    let done = run_call(
+        conn,
+        bind_deliveries(query, with_messages),
+        frame.begin_statements(),
+        commits_first,
+    )
+    .await?;
     note_seqs(&done, messages.len() + tags.len(), with_messages, &mut by_job)?;
+    let frame = frame.opened();
     for (i, chunk) in later.iter().enumerate() {
         let commits = frame.commits() && i + 1 == later.len();
         let mut sql = String::new();
@@ -319,7 +473,7 @@ async fn insert_rows(
             sql.push_str(COMMIT);
         }
         let query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(chunk.len()));
-        let done = run_call(conn, bind_deliveries(query, chunk), commits).await?;
+        let done = run_call(conn, bind_deliveries(query, chunk), 0, commits).await?;
         note_seqs(&done, 0, chunk, &mut by_job)?;
     }
     Ok(by_job)
@@ -328,22 +482,26 @@ async fn insert_rows(
 /// The statement that ends a call committing a transaction of the batch's [own](Frame::Own).
 const COMMIT: &str = "COMMIT;\n";
 
-/// Run one call to SQLite's thread; `commits` says it ends with [`COMMIT`], whose result is then left out
-/// of the call's: for a `COMMIT`, SQLite reports the changes of the last write before it again
-/// (`sqlite3_changes` is the connection's, not the statement's), which would make the call's rows look
-/// more than it inserted. Its last rowid stays the last `INSERT`'s.
+/// Run one call to SQLite's thread; it starts with `begun` statements that open the transaction (see
+/// [`Frame::begin`]), and `commits` says it ends with [`COMMIT`]. Their results are left out of the
+/// call's: for a statement that writes no row, SQLite reports the changes of the last write before it
+/// again (`sqlite3_changes` is the connection's, not the statement's), which would make the call's rows
+/// look more than it inserted. Its last rowid stays the last `INSERT`'s.
 async fn run_call(
     conn: &mut SqliteConnection,
     query: sqlx::query::Query<'_, Sqlite, SqliteArguments>,
+    begun: usize,
     commits: bool,
 ) -> StoreResult<SqliteQueryResult> {
-    if !commits {
+    if begun == 0 && !commits {
         return Ok(query.execute(&mut *conn).await?);
     }
     let mut results: Vec<SqliteQueryResult> = conn.execute_many(query).try_collect().await?;
-    results.pop();
+    if commits {
+        results.pop();
+    }
     let mut done = SqliteQueryResult::default();
-    done.extend(results);
+    done.extend(results.into_iter().skip(begun));
     Ok(done)
 }
 

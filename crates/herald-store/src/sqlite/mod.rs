@@ -10,6 +10,7 @@
 mod bulk;
 mod chunk;
 mod events;
+mod known_apps;
 mod retention;
 
 use herald_core::clock::Millis;

@@ -1,0 +1,110 @@
+//! The application rows SQLite's ingest writer found last, so that a batch whose apps it knows can skip
+//! reading them: one call to SQLite's thread fewer per batch (see `bulk`).
+//!
+//! A remembered row is never trusted: the batch that skips the read binds, in each of its message rows,
+//! the app's id only through a lookup of the row as remembered (its `endpoints_version` and payload
+//! retention; `bulk`'s `MESSAGE_ROW_CHECKED`). A row that moved since — an endpoint written (which bumps the
+//! version), the retention changed, the app deleted — makes the lookup find nothing, the message's
+//! `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the batch is then rolled back and
+//! written again with the rows read afresh. So a stale row costs one rolled-back call, never a message
+//! fanned out to the wrong list.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use crate::subscribers::AppRow;
+
+/// The most rows remembered; past it, the memory starts again empty (a node ingesting for more apps than
+/// this reads their rows more often, as without it). About a hundred bytes each.
+const MAX_KNOWN: usize = 100_000;
+
+/// An application's row as the writer last read it: what a batch needs of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KnownApp {
+    /// Its default payload retention in days, if it has one.
+    pub(crate) retention_days: Option<i64>,
+    /// Its `endpoints_version` (see [`crate::subscribers`]).
+    pub(crate) endpoints_version: i64,
+}
+
+/// Each application's row as the writer last read it, by id.
+#[derive(Debug, Default)]
+pub(crate) struct KnownApps {
+    rows: Mutex<HashMap<String, KnownApp>>,
+}
+
+impl KnownApps {
+    /// Remember `found`, rows just read in a batch's transaction.
+    pub(crate) fn remember(&self, found: &[AppRow]) {
+        let mut rows = self.rows.lock().unwrap_or_else(PoisonError::into_inner);
+        if rows.len().saturating_add(found.len()) > MAX_KNOWN {
+            rows.clear();
+        }
+        for (id, retention_days, endpoints_version) in found {
+            rows.insert(
+                id.clone(),
+                KnownApp {
+                    retention_days: *retention_days,
+                    endpoints_version: *endpoints_version,
+                },
+            );
+        }
+    }
+
+    /// The rows of `app_ids` if every one is remembered, else `None` (the batch reads them).
+    pub(crate) fn all_of(&self, app_ids: &[&str]) -> Option<HashMap<String, KnownApp>> {
+        let rows = self.rows.lock().unwrap_or_else(PoisonError::into_inner);
+        app_ids
+            .iter()
+            .map(|id| rows.get(*id).map(|row| ((*id).to_owned(), *row)))
+            .collect()
+    }
+
+    /// Forget every row: a batch that trusted them failed, so the next one reads its apps afresh.
+    pub(crate) fn forget(&self) {
+        self.rows.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_skips_reading_its_apps_only_when_every_one_is_remembered() {
+        let known = KnownApps::default();
+        assert_eq!(known.all_of(&["app_a"]), None);
+        known.remember(&[("app_a".into(), Some(7), 3), ("app_b".into(), None, 1)]);
+        let both = known.all_of(&["app_a", "app_b"]).expect("both remembered");
+        assert_eq!(
+            both.get("app_a"),
+            Some(&KnownApp {
+                retention_days: Some(7),
+                endpoints_version: 3
+            })
+        );
+        assert_eq!(known.all_of(&["app_a", "app_c"]), None, "one unknown app");
+        known.remember(&[("app_a".into(), Some(7), 4)]);
+        assert_eq!(
+            known.all_of(&["app_a"]).and_then(|rows| rows.get("app_a").copied()),
+            Some(KnownApp {
+                retention_days: Some(7),
+                endpoints_version: 4
+            }),
+            "the latest read wins"
+        );
+        known.forget();
+        assert_eq!(known.all_of(&["app_b"]), None);
+    }
+
+    #[test]
+    fn the_memory_starts_again_empty_past_its_bound() {
+        let known = KnownApps::default();
+        let many: Vec<AppRow> = (0..MAX_KNOWN).map(|i| (format!("app_{i}"), None, 1)).collect();
+        known.remember(&many);
+        assert!(known.all_of(&["app_0"]).is_some());
+        known.remember(&[("app_new".into(), None, 1)]);
+        assert_eq!(known.all_of(&["app_0"]), None, "the old rows are gone");
+        assert!(known.all_of(&["app_new"]).is_some());
+    }
+}
