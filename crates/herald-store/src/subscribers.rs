@@ -11,8 +11,9 @@
 //! application's endpoints and every update of one (SQLite's migration `0026_endpoints_version.sql`), or
 //! every update of what fan-out reads of one (PostgreSQL's `0028_fan_out_without_row_checks.sql`). The
 //! batch reads the counter with the query that checks the application exists, inside its own
-//! transaction, so a cached list is used only while it is exactly what the table holds — no endpoint
-//! write path can forget to invalidate it, since the database does it. On PostgreSQL the batch reads the
+//! transaction — or, on SQLite, when the writer remembers the app's row, checks the remembered counter in
+//! its inserts instead (`sqlite::known_apps`) — so a cached list is used only while it is exactly what
+//! the table holds: no endpoint write path can forget to invalidate it, since the database does it. On PostgreSQL the batch reads the
 //! counters `FOR SHARE`: an endpoint write on any node that bumps the counter waits for the batches
 //! fanning out to that application; a batch that finds the row held by such a write skips it and defers
 //! the application's messages to a later batch (see `postgres::bulk`), rather than wait with the ingest
@@ -115,8 +116,9 @@ struct CacheState {
 }
 
 impl Cache {
-    /// Split `versions` (each app of a batch and its current `endpoints_version`) into the lists the cache
-    /// holds at exactly that version, and the apps whose list must be read.
+    /// Split `versions` (each app of a batch and an `endpoints_version`: the current one, read in the
+    /// batch's transaction, or one the batch's inserts check) into the lists the cache holds at exactly
+    /// that version, and the apps whose list must be read.
     pub(crate) fn lookup<'a>(&self, versions: &[(&'a str, i64)]) -> (ByApp, Vec<&'a str>) {
         let state = self.apps.lock().unwrap_or_else(PoisonError::into_inner);
         let mut found = ByApp::with_capacity(versions.len());

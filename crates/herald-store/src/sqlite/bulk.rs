@@ -8,8 +8,8 @@
 //! text (see [`insert_rows`]). Anything the plan did not foresee fails a statement; the writer then rolls
 //! back and replays the batch on the careful path, so a surprise costs speed, never custody. The apps'
 //! read is skipped when the writer remembers every app of the batch ([`KnownApps`], checked by the
-//! inserts themselves), so that a batch of new messages is one call to SQLite's thread, `BEGIN` to
-//! `COMMIT`.
+//! inserts themselves), so that a batch of new messages (up to 1,024 deliveries, with no attempt results
+//! beside it) is one call to SQLite's thread, `BEGIN` to `COMMIT`.
 //!
 //! Several statements in one text with bound values is a feature of sqlx's SQLite driver alone, which
 //! sqlx has marked deprecated for its `*_many` calls (launchbadge/sqlx#3108). The store tests pin what
@@ -22,6 +22,7 @@
 //! `sqlite_a_batch_failing_on_one_row_rolls_back_its_own_transaction_and_the_rest_is_stored`.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -123,10 +124,10 @@ impl SqliteBatches {
     ///
     /// When the writer remembers the rows of every app of the batch and holds their subscribers at the
     /// remembered versions, the batch skips reading them and checks them in its inserts instead (see
-    /// [`KnownApps`]): its first call is then its inserts, one call to SQLite's thread fewer. If that
-    /// fails on anything but a storage fault — a remembered row that moved, or an error of a message,
-    /// which the batch cannot tell apart — it is rolled back, the rows forgotten, and the batch written
-    /// again with its apps read.
+    /// [`KnownApps`]): one call to SQLite's thread fewer. If the batch's rows then fail on anything but a
+    /// storage fault — a remembered row that moved, or an error of a message, which the batch cannot tell
+    /// apart — it is rolled back, the rows forgotten, and the batch written again with its apps read.
+    /// The results' own failures are not the remembered rows': they are answered as they are.
     async fn write_own(
         &self,
         conn: &mut SqliteConnection,
@@ -138,33 +139,38 @@ impl SqliteBatches {
             None => Frame::Own(Self::BEGIN),
         };
         if let Some(recalled) = self.recall(batch) {
-            let written = self.write_then(conn, batch, frame, Some(recalled), records).await;
-            match group_commit::close_own_transaction(written, || roll_back(conn)).await {
-                Err(error) if error.fault().is_none() => {
+            match write(conn, batch, self, frame, Some(recalled)).await {
+                Ok(outcomes) => return self.commit_with(conn, Ok(outcomes), records).await,
+                Err(error) => {
+                    // Always an error: the batch's own, rolled back, or a fault (a rollback that failed).
+                    let Err(error) =
+                        group_commit::close_own_transaction(Err::<Infallible, _>(error), || roll_back(conn)).await;
+                    if error.fault().is_some() {
+                        return Err(error);
+                    }
                     tracing::debug!(%error, "a batch trusting remembered app rows failed; reading them");
                     self.known.forget();
                 }
-                other => return other,
             }
         }
-        let written = self.write_then(conn, batch, frame, None, records).await;
-        group_commit::close_own_transaction(written, || roll_back(conn)).await
+        let written = write(conn, batch, self, frame, None).await;
+        self.commit_with(conn, written, records).await
     }
 
-    /// The batch (see [`write`]), then `records` committing the transaction when given.
-    async fn write_then(
+    /// What a batch of [`SqliteBatches::write_own`] answers once its rows are `written`: with `records`,
+    /// those written after it, committing its transaction; rolled back if anything failed (see
+    /// [`group_commit::close_own_transaction`]).
+    async fn commit_with(
         &self,
         conn: &mut SqliteConnection,
-        batch: &[IngestJob],
-        frame: Frame,
-        recalled: Option<Recalled>,
+        written: StoreResult<Outcomes>,
         records: Option<&[AttemptRecord]>,
     ) -> StoreResult<Outcomes> {
-        let outcomes = write(conn, batch, self, frame, recalled).await?;
-        if let Some(records) = records {
-            write_attempts(conn, records, Frame::Closes).await?;
-        }
-        Ok(outcomes)
+        let written = match (written, records) {
+            (Ok(outcomes), Some(records)) => write_attempts(conn, records, Frame::Closes).await.map(|()| outcomes),
+            (written, _) => written,
+        };
+        group_commit::close_own_transaction(written, || roll_back(conn)).await
     }
 
     /// What the writer remembers of the batch's apps, if it is all the batch needs of them: every app's
@@ -233,6 +239,8 @@ impl Frame {
     }
 
     /// How many statements [`Frame::begin`] holds: the results a call that starts with it reports first.
+    /// Counted by their `;`, which the texts it is given (`SqliteBatches::BEGIN`, `results_begin`) hold
+    /// only between statements.
     fn begin_statements(self) -> usize {
         self.begin().matches(';').count()
     }
@@ -394,7 +402,8 @@ const DELIVERY_ROW: &str = "(?, ?, 0, 0, ?, ?, ?)";
 /// A statement that fails stops its call there, and the writer rolls the whole batch back as before.
 ///
 /// A batch whose apps were not read (`checked`: their rows as remembered) checks them in its message
-/// rows instead (see [`KnownApps`]), and opens its transaction in its first call here.
+/// rows instead (see [`KnownApps`]), and opens its transaction in its first call here, unless the read of
+/// earlier messages did.
 ///
 /// Returns the deliveries' seqs, grouped by the index of the job they belong to (see [`note_seqs`]).
 async fn insert_rows(

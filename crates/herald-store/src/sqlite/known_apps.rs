@@ -1,13 +1,20 @@
 //! The application rows SQLite's ingest writer found last, so that a batch whose apps it knows can skip
 //! reading them: one call to SQLite's thread fewer per batch (see `bulk`).
 //!
-//! A remembered row is never trusted: the batch that skips the read binds, in each of its message rows,
-//! the app's id only through a lookup of the row as remembered (its `endpoints_version` and payload
-//! retention; `bulk`'s `MESSAGE_ROW_CHECKED`). A row that moved since — an endpoint written (which bumps the
-//! version), the retention changed, the app deleted — makes the lookup find nothing, the message's
-//! `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the batch is then rolled back and
-//! written again with the rows read afresh. So a stale row costs one rolled-back call, never a message
-//! fanned out to the wrong list.
+//! A remembered row is checked wherever the batch uses it: the batch that skips the read binds, in each
+//! of its message rows, the app's id only through a lookup of the row as remembered (its
+//! `endpoints_version` and payload retention; `bulk`'s `MESSAGE_ROW_CHECKED`). A row that moved since — an
+//! endpoint written (which bumps the version), the retention changed, the app deleted — makes the lookup
+//! find nothing, the message's `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the
+//! batch is then rolled back and written again with the rows read afresh. So a stale row costs one
+//! rolled-back call, never a message fanned out to the wrong list.
+//!
+//! An app whose messages in the batch all repeat stored ones (an `eventId` or `idempotency-key` seen
+//! before) has no message row, so its row is not checked: it needs none, since a duplicate is answered
+//! the stored message, read in the batch's transaction. That the app still exists rests on its delete
+//! taking its messages with it (`ON DELETE CASCADE`, foreign keys on): for a deleted app no earlier
+//! message is found, and the message becomes a new, checked row. An app delete that left its messages
+//! behind would have to forget the app here.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -37,17 +44,19 @@ impl KnownApps {
     /// Remember `found`, rows just read in a batch's transaction.
     pub(crate) fn remember(&self, found: &[AppRow]) {
         let mut rows = self.rows.lock().unwrap_or_else(PoisonError::into_inner);
-        if rows.len().saturating_add(found.len()) > MAX_KNOWN {
-            rows.clear();
-        }
-        for (id, retention_days, endpoints_version) in found {
-            rows.insert(
-                id.clone(),
-                KnownApp {
+        let entries = || {
+            found.iter().map(|(id, retention_days, endpoints_version)| {
+                let row = KnownApp {
                     retention_days: *retention_days,
                     endpoints_version: *endpoints_version,
-                },
-            );
+                };
+                (id.clone(), row)
+            })
+        };
+        rows.extend(entries());
+        if rows.len() > MAX_KNOWN {
+            rows.clear();
+            rows.extend(entries());
         }
     }
 
@@ -103,6 +112,11 @@ mod tests {
         let many: Vec<AppRow> = (0..MAX_KNOWN).map(|i| (format!("app_{i}"), None, 1)).collect();
         known.remember(&many);
         assert!(known.all_of(&["app_0"]).is_some());
+        known.remember(&many[..10]);
+        assert!(
+            known.all_of(&["app_0"]).is_some(),
+            "rows already held do not count twice"
+        );
         known.remember(&[("app_new".into(), None, 1)]);
         assert_eq!(known.all_of(&["app_0"]), None, "the old rows are gone");
         assert!(known.all_of(&["app_new"]).is_some());
