@@ -16,6 +16,7 @@ mod dialect;
 mod error;
 mod events;
 mod group_commit;
+mod known_apps;
 pub mod metrics;
 mod options;
 mod page;

@@ -16,7 +16,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::task::JoinHandle;
 
 use crate::fan_out::{node, run};
-use crate::leases::{app, message, wait_until};
+use crate::leases::{app, endpoint, message, wait_until};
 use crate::outbox::lock_waiters;
 
 /// Well under the store's lock timeout (5 s): a message acknowledged within it did not wait for a lock.
@@ -108,11 +108,21 @@ impl Held {
 
 /// [`Held`] on a fresh database named for the test (`None`: PostgreSQL is unreachable, the test skips).
 async fn held_app(name: &str) -> Option<Held> {
+    held_app_after(name, false).await
+}
+
+/// [`held_app`]; `remembered`: each application has a message stored before its row is held, so the
+/// writer remembers both rows, and its next batches check them in their one statement instead of reading
+/// them (`postgres::bulk`, `write_remembered`).
+async fn held_app_after(name: &str, remembered: bool) -> Option<Held> {
     let database = testdb::fresh(name).await?;
     let store = Arc::new(node(&database).await);
     let (held, other) = (app(), app());
     for each in [&held, &other] {
         store.create_app(each).await.expect("create the app");
+        if remembered {
+            created(store.ingest(message(&each.id)).await, "a first message");
+        }
     }
     let mut holder = begun(&database.url).await;
     let lock = format!("SELECT id FROM application WHERE id = '{}' FOR UPDATE", held.id);
@@ -130,10 +140,24 @@ async fn held_app(name: &str) -> Option<Held> {
 /// and is stored once the holder commits a harmless change.
 #[tokio::test]
 async fn a_held_application_row_holds_only_its_own_messages() {
-    let Some(mut t) = held_app("a_held_application_row_holds_only_its…").await else {
-        return;
-    };
+    if let Some(t) = held_app("a_held_application_row_holds_only_its…").await {
+        holds_only_its_own_messages(t).await;
+    }
+}
 
+/// As above, with both rows remembered by the writer: the batch that checks the held row instead of
+/// reading it finds it held and fails, writing nothing, rather than wait for it with the ingest lock
+/// taken (which would hold the other application's message too); the batch written again reads the rows,
+/// skipping the held one, and defers its message as before.
+#[tokio::test]
+async fn a_held_row_the_writer_remembers_holds_only_its_own_messages() {
+    if let Some(t) = held_app_after("a_held_row_the_writer_remembers…", true).await {
+        holds_only_its_own_messages(t).await;
+    }
+}
+
+/// The other application's message goes first; the held one's is stored once the holder lets go.
+async fn holds_only_its_own_messages(mut t: Held) {
     let waiting = t.the_other_app_goes_first().await;
     t.commit_after("UPDATE application SET name = name WHERE id = '{app}'")
         .await;
@@ -249,4 +273,46 @@ async fn outbox_messages(url: &str) -> Vec<String> {
         .fetch_all(&mut conn)
         .await
         .expect("the messages")
+}
+
+/// A batch that checks remembered rows in its one statement, instead of reading them after its `BEGIN`,
+/// still takes the ingest lock before it draws any delivery `seq`: a transaction that holds the lock and
+/// draws a `seq` while the batch waits for it has the lower one, and commits first — so rows commit in
+/// `seq` order, which a reader's cursor (`seq > n`) relies on never to skip one. Drawn before the lock,
+/// the batch's `seq` would be the lower one, committed last.
+#[tokio::test]
+async fn a_batch_of_remembered_rows_draws_its_seqs_after_the_ingest_lock() {
+    let Some(database) = testdb::fresh("a_batch_of_remembered_rows_draws…").await else {
+        return;
+    };
+    let store = Arc::new(node(&database).await);
+    let shop = app();
+    store.create_app(&shop).await.expect("create the app");
+    store.create_endpoint(&endpoint(&shop.id)).await.expect("an endpoint");
+    created(store.ingest(message(&shop.id)).await, "a first message");
+
+    let mut blocker = begun(&database.url).await;
+    run(&mut blocker, &format!("SELECT pg_advisory_xact_lock({INGEST_LOCK})"))
+        .await
+        .expect("the ingest lock");
+    let waiting = ingesting(&store, &shop.id);
+    wait_until("the writer waits for the ingest lock", PROMPT, async || {
+        lock_waiters(&database.url).await > 0
+    })
+    .await;
+    let drawn: i64 = sqlx::query_scalar("SELECT nextval(pg_get_serial_sequence('delivery', 'seq'))")
+        .fetch_one(&mut blocker)
+        .await
+        .expect("draw a seq");
+    run(&mut blocker, "COMMIT").await.expect("commit");
+
+    let Ok(Ingested::Created { deliveries, .. }) = promptly(waiting, "the message").await else {
+        panic!("the message was not created");
+    };
+    assert_eq!(deliveries.len(), 1, "one endpoint, one delivery");
+    assert!(
+        deliveries[0].seq > drawn,
+        "the batch drew seq {} before the lock's holder drew {drawn}",
+        deliveries[0].seq
+    );
 }

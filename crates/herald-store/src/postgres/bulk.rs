@@ -19,6 +19,12 @@
 //! ([`Outcome::Deferred`](crate::group_commit::Outcome)): not written in this batch, tried again by the
 //! writer in a later one, when the row is free — then the application exists, or is gone and the job is
 //! answered not found. The rest of the batch commits without waiting.
+//!
+//! Most batches take one round trip instead of three (`BEGIN` with the lock and the apps read; the
+//! inserts; `COMMIT`): when the writer remembers every app of the batch (see [`KnownApps`]) and the
+//! batch needs no other read (no `eventId` or `idempotency-key` to check, no outbox row to settle), its
+//! insert statement is sent alone, as a transaction of its own, and takes the lock and checks the apps'
+//! rows itself ([`write_remembered`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
@@ -33,6 +39,7 @@ use sqlx::{AssertSqlSafe, Executor, PgConnection, PgPool, Postgres, Row};
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
 use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes};
+use crate::known_apps::{KnownApp, KnownApps, Recalled};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::split::{self, Expansion, Split};
 use crate::subscribers::{self, Subscriber};
@@ -45,6 +52,9 @@ pub(crate) struct PgBatches {
     pub(crate) leases: Arc<Leases>,
     /// Each application's subscribers, cached between batches (see [`subscribers`]).
     pub(crate) subscribers: subscribers::Cache,
+    /// The application rows the writer read last: a batch whose apps are all among them is written in
+    /// one round trip (see [`write_remembered`]).
+    pub(crate) known: KnownApps,
 }
 
 impl BatchWriter for PgBatches {
@@ -55,7 +65,7 @@ impl BatchWriter for PgBatches {
     const SPLITS: bool = true;
 
     fn write<'c>(&'c self, conn: &'c mut PgConnection, batch: &'c [IngestJob]) -> BoxFuture<'c, StoreResult<Outcomes>> {
-        Box::pin(write(conn, batch, &self.leases, &self.subscribers, None))
+        Box::pin(write(conn, batch, self, None))
     }
 
     fn write_committed<'c>(
@@ -64,12 +74,22 @@ impl BatchWriter for PgBatches {
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
         Box::pin(async move {
+            if let Some(recalled) = self.recall(batch) {
+                match write_remembered(conn, batch, &self.leases, recalled).await {
+                    Err(error) if error.fault().is_none() => {
+                        // Nothing of it was written: its one statement was its transaction.
+                        tracing::debug!(%error, "a batch trusting remembered app rows failed; reading them");
+                        self.known.forget();
+                    }
+                    written => return written,
+                }
+            }
             let Some(opening) = begin_and_read_apps(&plan::app_ids(batch)) else {
                 return group_commit::write_in_transaction(self, conn, batch).await;
             };
             let written = async {
                 let found = opened_apps(sqlx::raw_sql(AssertSqlSafe(opening)).fetch_all(&mut *conn).await?)?;
-                let outcomes = write(conn, batch, &self.leases, &self.subscribers, Some(found)).await?;
+                let outcomes = write(conn, batch, self, Some(found)).await?;
                 conn.execute("COMMIT").await?;
                 StoreResult::Ok(outcomes)
             }
@@ -86,7 +106,7 @@ impl BatchWriter for PgBatches {
     }
 
     fn expand<'c>(&'c self, conn: &'c mut PgConnection, carried: &'c [Split]) -> BoxFuture<'c, StoreResult<Expansion>> {
-        Box::pin(expand(conn, carried, &self.leases, &self.subscribers))
+        Box::pin(expand(conn, carried, self))
     }
 
     fn orphans<'c>(
@@ -98,27 +118,68 @@ impl BatchWriter for PgBatches {
     }
 }
 
+impl PgBatches {
+    /// What the writer remembers of the batch's apps, if the batch can be written in one round trip
+    /// ([`write_remembered`]): only when none of its messages carries an `eventId` or an
+    /// `idempotency-key` (their duplicate check is a read of its own, under the ingest lock) and none
+    /// comes from the outbox (whose rows the batch settles in its transaction).
+    fn recall(&self, batch: &[IngestJob]) -> Option<Recalled> {
+        if batch.iter().any(|job| job.outbox.is_some()) || !plan::keyed(batch).is_empty() {
+            return None;
+        }
+        self.known.recall(batch, &self.subscribers)
+    }
+}
+
 /// Write a batch inside a transaction that holds the ingest lock; `opened` is what the apps read
 /// ([`existing_apps`]) found if the transaction's first call made it already ([`begin_and_read_apps`]).
 async fn write(
     conn: &mut PgConnection,
     batch: &[IngestJob],
-    leases: &Leases,
-    cache: &subscribers::Cache,
+    writer: &PgBatches,
     opened: Option<Vec<subscribers::AppRow>>,
 ) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let (existing, versions, locked) = existing_apps(conn, &app_ids, opened).await?;
+    let (existing, versions, locked) = existing_apps(conn, &app_ids, opened, &writer.known).await?;
     let held = group_commit::held_back(batch, |job| locked.contains(job.new.app_id.as_str()));
-    let subscribers = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
+    let subscribers = writer
+        .subscribers
+        .resolve(&versions, |stale| read_subscribers(conn, stale))
+        .await?;
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, &held, earlier);
     let (fan_out, split) = split::split_wide(&plan.messages, plan.fan_out(&subscribers));
-    let deliveries = insert_all(conn, &plan.messages, &fan_out, &split, leases).await?;
+    let deliveries = insert_all(conn, &plan.messages, &fan_out, &split, &writer.leases, None).await?;
     drop(fan_out);
     let outcomes = plan.finish(deliveries, split);
     super::outbox::settle(conn, batch, &outcomes).await?;
     Ok(outcomes)
+}
+
+/// A batch whose apps the writer remembers (see [`KnownApps`]), in one round trip: one statement, run
+/// outside any transaction block, so that it is a transaction of its own, committed (and flushed, with
+/// `synchronous_commit` on) before PostgreSQL answers — where a batch that reads its apps takes three
+/// (`BEGIN`, the lock and the apps read; the inserts; `COMMIT`). The statement takes the ingest lock and
+/// share-locks the apps' rows itself, before it draws any `seq` ([`insert_sql`]), and checks each row as
+/// remembered: a row that moved, or that another transaction holds, fails the statement, which leaves
+/// nothing written, and the caller writes the batch again with its apps read.
+async fn write_remembered(
+    conn: &mut PgConnection,
+    batch: &[IngestJob],
+    leases: &Leases,
+    recalled: Recalled,
+) -> StoreResult<Outcomes> {
+    let Recalled {
+        apps,
+        subscribers,
+        rows,
+    } = recalled;
+    // Nothing is held back: an app whose row is held fails the statement instead.
+    let plan = plan::plan(batch, &apps, &[], Earlier::default());
+    let (fan_out, split) = split::split_wide(&plan.messages, plan.fan_out(&subscribers));
+    let deliveries = insert_all(conn, &plan.messages, &fan_out, &split, leases, Some(&rows)).await?;
+    drop(fan_out);
+    Ok(plan.finish(deliveries, split))
 }
 
 /// The apps of the batch that exist, with their default payload retention and `endpoints_version`, read
@@ -135,11 +196,13 @@ async fn write(
 /// the holder commit between the two reads, its app is taken for locked (its jobs are tried again) if it
 /// still exists, and for absent (not found) if the holder deleted it — both right.
 ///
-/// `opened`: the rows the read found if it was made already, in the transaction's first call.
+/// `opened`: the rows the read found if it was made already, in the transaction's first call. The rows
+/// found are remembered in `known`.
 async fn existing_apps(
     conn: &mut PgConnection,
     app_ids: &[&str],
     opened: Option<Vec<subscribers::AppRow>>,
+    known: &KnownApps,
 ) -> StoreResult<(Apps, Vec<(String, i64)>, HashSet<String>)> {
     let found = match opened {
         Some(found) => found,
@@ -150,6 +213,7 @@ async fn existing_apps(
                 .await?
         }
     };
+    known.remember(&found);
     let mut locked = HashSet::new();
     if found.len() < app_ids.len() {
         let returned: HashSet<&str> = found.iter().map(|(id, _, _)| id.as_str()).collect();
@@ -266,26 +330,19 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
 /// the tags and of the pending fan-outs to their messages are checked at its end, when the messages are
 /// in (deliveries have none, see migration 0028). So are the `message_stream` trigger's numbers taken,
 /// once per statement, in message id order.
+///
+/// `checked`: the apps' rows as the writer remembers them, for a batch that did not read them, whose
+/// statement is its own transaction ([`write_remembered`]; see [`insert_sql`]).
 async fn insert_all(
     conn: &mut PgConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
     split: &HashMap<usize, Vec<EndpointId>>,
     leases: &Leases,
+    checked: Option<&HashMap<String, KnownApp>>,
 ) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "WITH new_message AS (INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, \
-             channels, payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) SELECT * FROM \
-             UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], \
-             $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[])), \
-             new_tag AS (INSERT INTO message_tag (app_id, tag, message_id) \
-             SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[])), \
-             new_split AS (INSERT INTO fan_out_pending (message_id, chunk, endpoint_ids) \
-             SELECT * FROM UNNEST($16::text[], $17::int[], $18::text[])), {}",
-            deliveries_sql(19, "")
-        )
-    });
+    static IN_TRANSACTION: LazyLock<String> = LazyLock::new(|| insert_sql(false));
+    static ALONE: LazyLock<String> = LazyLock::new(|| insert_sql(true));
     let mut by_job = HashMap::new();
     if messages.is_empty() {
         return Ok(by_job);
@@ -306,7 +363,8 @@ async fn insert_all(
             split_lists.push(rows::encode_list(&Some(list)));
         }
     }
-    let query = sqlx::query(AssertSqlSafe(SQL.as_str()))
+    let sql = if checked.is_some() { &ALONE } else { &IN_TRANSACTION };
+    let query = sqlx::query(AssertSqlSafe(sql.as_str()))
         .bind(m(|r| Some(r.message.id.to_string())))
         .bind(m(|r| Some(r.message.app_id.to_string())))
         .bind(m(|r| r.message.event_id.as_deref().map(|e| escape(e).into_owned())))
@@ -325,9 +383,65 @@ async fn insert_all(
         .bind(split_ids)
         .bind(split_chunks)
         .bind(split_lists);
-    let found = bind_deliveries(query, fan_out, leases).fetch_all(&mut *conn).await?;
+    let mut query = bind_deliveries(query, fan_out, leases);
+    if let Some(checked) = checked {
+        let rows: Vec<(&String, &KnownApp)> = checked.iter().collect();
+        query = query
+            .bind(rows.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|(_, row)| row.endpoints_version).collect::<Vec<_>>())
+            .bind(rows.iter().map(|(_, row)| row.retention_days).collect::<Vec<_>>());
+    }
+    let found = query.fetch_all(&mut *conn).await?;
     plan::group_deliveries(fan_out, &found, &mut by_job)?;
     Ok(by_job)
+}
+
+/// The text of [`insert_all`]'s statement: parameters `$1`–`$18` its messages, tags and pending
+/// fan-outs, `$19`–`$27` its deliveries ([`deliveries_sql`]).
+///
+/// `checked`, the statement of a batch that runs it as a transaction of its own, with its apps as the
+/// writer remembers them (`$28`–`$30`: their ids, `endpoints_version`s and payload retentions, see
+/// [`KnownApps`]) instead of read by an earlier call. It then does what that call does, in an order its
+/// own rows force, since a statement's `WITH` queries run in no order of their own: each message row's
+/// `app_id` is looked up in `checked`, which takes the ingest lock (`ingest_lock`) before it share-locks
+/// any app row (`SKIP LOCKED`, as [`existing_apps`] does) and finds a row only as remembered — else the
+/// id is `NULL` and the statement fails on the column's `NOT NULL`, as it should; and the deliveries are
+/// those of the messages `new_message` returns, so every `seq` is drawn after the lock is held (the
+/// `seq`s are drawn as the sorted rows come out, once every message is in). The `message_stream`
+/// trigger runs after them all, at the statement's end.
+fn insert_sql(checked: bool) -> String {
+    let (first, app_id, returning, deliveries_of) = if checked {
+        (
+            concat!(
+                "ingest_lock AS (SELECT ",
+                super::channels::take_ingest_lock!(),
+                "), checked AS (SELECT a.id FROM ingest_lock, application a \
+                 JOIN UNNEST($28::text[], $29::bigint[], $30::bigint[]) AS w (id, version, retention) ON a.id = w.id \
+                 WHERE a.endpoints_version = w.version AND a.payload_retention_period IS NOT DISTINCT FROM w.retention \
+                 FOR SHARE OF a SKIP LOCKED), "
+            ),
+            "(SELECT c.id FROM checked c WHERE c.id = u.app_id)",
+            " RETURNING id",
+            "WHERE v.message_id IN (SELECT id FROM new_message)",
+        )
+    } else {
+        ("", "u.app_id", "", "")
+    };
+    format!(
+        "WITH {first}new_message AS (INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, \
+         channels, payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) \
+         SELECT u.id, {app_id}, u.event_id, u.idempotency_key, u.event_type, u.channels, u.payload, \
+         u.ordering_key, u.created_at, u.payload_expires_at, u.tags, u.deliver_at FROM \
+         UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], \
+         $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[]) AS u (id, app_id, event_id, \
+         idempotency_key, event_type, channels, payload, ordering_key, created_at, payload_expires_at, tags, \
+         deliver_at){returning}), \
+         new_tag AS (INSERT INTO message_tag (app_id, tag, message_id) \
+         SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[])), \
+         new_split AS (INSERT INTO fan_out_pending (message_id, chunk, endpoint_ids) \
+         SELECT * FROM UNNEST($16::text[], $17::int[], $18::text[])), {}",
+        deliveries_sql(19, deliveries_of)
+    )
 }
 
 /// The end of a statement that inserts deliveries (after its other `WITH` queries): `inserted`, the
@@ -397,12 +511,7 @@ fn bind_deliveries<'q>(
 /// one wait (returned in [`Expansion::waiting`]); those of a deleted one are gone with it. Each message's
 /// rows go in only if this statement deleted its pending row — another writer may have expanded it
 /// first (a sweep) — and only for its endpoints that still exist.
-async fn expand(
-    conn: &mut PgConnection,
-    splits: &[Split],
-    leases: &Leases,
-    cache: &subscribers::Cache,
-) -> StoreResult<Expansion> {
+async fn expand(conn: &mut PgConnection, splits: &[Split], writer: &PgBatches) -> StoreResult<Expansion> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "WITH claimed AS (DELETE FROM fan_out_pending p USING UNNEST($1::text[], $2::int[]) AS c (id, chunk) \
@@ -416,17 +525,22 @@ async fn expand(
         .collect::<HashSet<_>>()
         .into_iter()
         .collect();
-    let (_, versions, locked) = existing_apps(conn, &app_ids, None).await?;
+    let (_, versions, locked) = existing_apps(conn, &app_ids, None, &writer.known).await?;
     let (ready, waiting): (Vec<&Split>, Vec<&Split>) =
         splits.iter().partition(|s| !locked.contains(s.message.app_id.as_str()));
-    let endpoints = cache.resolve(&versions, |stale| read_subscribers(conn, stale)).await?;
+    let endpoints = writer
+        .subscribers
+        .resolve(&versions, |stale| read_subscribers(conn, stale))
+        .await?;
     // The splits of an application that is gone are in neither: its messages went with it.
     let rows = split::expansion_rows(&ready, &endpoints);
     // One split of a message at most (see `Carried::next`), so its id names the rows it claims.
     let claimed: Vec<&str> = ready.iter().map(|s| s.message.id.as_str()).collect();
     let chunks: Vec<i32> = ready.iter().map(|s| s.chunk).collect();
     let query = sqlx::query(AssertSqlSafe(SQL.as_str())).bind(claimed).bind(chunks);
-    let found = bind_deliveries(query, &rows, leases).fetch_all(&mut *conn).await?;
+    let found = bind_deliveries(query, &rows, &writer.leases)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut by_split = HashMap::new();
     plan::group_deliveries(&rows, &found, &mut by_split)?;
     let mut deliveries = Vec::with_capacity(found.len());

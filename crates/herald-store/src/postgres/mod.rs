@@ -110,6 +110,7 @@ impl SqlStore<Postgres> {
         let writer = bulk::PgBatches {
             leases: leases.clone(),
             subscribers: subscribers::Cache::default(),
+            known: crate::known_apps::KnownApps::default(),
         };
         let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());

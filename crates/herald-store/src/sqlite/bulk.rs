@@ -31,8 +31,8 @@ use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{AssertSqlSafe, Executor, Row, Sqlite, SqliteConnection};
 
 use super::chunk::{ROWS_PER_INSERT, marks, statements};
-use super::known_apps::{KnownApp, KnownApps};
 use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes, WriteDemand};
+use crate::known_apps::{KnownApp, KnownApps, Recalled};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::subscribers::{self, Subscriber};
 use crate::{AttemptRecord, CreatedDelivery, StoreError, StoreResult, rows};
@@ -138,7 +138,7 @@ impl SqliteBatches {
             Some(_) => Frame::Opens(Self::BEGIN),
             None => Frame::Own(Self::BEGIN),
         };
-        if let Some(recalled) = self.recall(batch) {
+        if let Some(recalled) = self.known.recall(batch, &self.subscribers) {
             match write(conn, batch, self, frame, Some(recalled)).await {
                 Ok(outcomes) => return self.commit_with(conn, Ok(outcomes), records).await,
                 Err(error) => {
@@ -172,39 +172,6 @@ impl SqliteBatches {
         };
         group_commit::close_own_transaction(written, || roll_back(conn)).await
     }
-
-    /// What the writer remembers of the batch's apps, if it is all the batch needs of them: every app's
-    /// row, and its subscribers at the remembered `endpoints_version`.
-    fn recall(&self, batch: &[IngestJob]) -> Option<Recalled> {
-        let app_ids = plan::app_ids(batch);
-        let rows = self.known.all_of(&app_ids)?;
-        let versions: Vec<(&str, i64)> = rows
-            .iter()
-            .map(|(id, row)| (id.as_str(), row.endpoints_version))
-            .collect();
-        let (subscribers, stale) = self.subscribers.lookup(&versions);
-        if !stale.is_empty() {
-            return None;
-        }
-        let apps = rows
-            .iter()
-            .map(|(id, row)| (id.clone(), plan::retention_ms(row.retention_days)))
-            .collect();
-        Some(Recalled {
-            apps,
-            subscribers,
-            rows,
-        })
-    }
-}
-
-/// What a batch that skips reading its apps takes from the writer's memory instead (see
-/// [`SqliteBatches::recall`]).
-struct Recalled {
-    apps: Apps,
-    subscribers: subscribers::ByApp,
-    /// The rows its inserts check (see [`KnownApps`]).
-    rows: HashMap<String, KnownApp>,
 }
 
 /// Whose transaction a batch's statements run in: one the batch's own calls open (with the text given,

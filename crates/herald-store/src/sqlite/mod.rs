@@ -10,7 +10,6 @@
 mod bulk;
 mod chunk;
 mod events;
-mod known_apps;
 mod retention;
 
 use herald_core::clock::Millis;

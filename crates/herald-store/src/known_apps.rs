@@ -1,25 +1,31 @@
-//! The application rows SQLite's ingest writer found last, so that a batch whose apps it knows can skip
-//! reading them: one call to SQLite's thread fewer per batch (see `bulk`).
+//! The application rows an ingest writer found last, so that a batch whose apps it knows can skip
+//! reading them: SQLite's batch is then one call to SQLite's thread instead of two, PostgreSQL's one round
+//! trip instead of three (see `sqlite::bulk` and `postgres::bulk`).
 //!
-//! A remembered row is checked wherever the batch uses it: the batch that skips the read binds, in each
-//! of its message rows, the app's id only through a lookup of the row as remembered (its
-//! `endpoints_version` and payload retention; `bulk`'s `MESSAGE_ROW_CHECKED`). A row that moved since — an
-//! endpoint written (which bumps the version), the retention changed, the app deleted — makes the lookup
-//! find nothing, the message's `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the
-//! batch is then rolled back and written again with the rows read afresh. So a stale row costs one
-//! rolled-back call, never a message fanned out to the wrong list.
+//! A remembered row is never trusted, only checked, in the statement that writes the batch's messages:
+//! each message row binds its app's id only through a lookup of the app's row as remembered (its
+//! `endpoints_version` and payload retention). A row that moved since — an endpoint written (which bumps
+//! the version), the retention changed, the app deleted — makes the lookup find nothing, the message's
+//! `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the batch is then rolled back,
+//! the memory forgotten, and the batch written again with its apps read. So a stale row costs one failed
+//! statement, never a message fanned out to the wrong list. (PostgreSQL's lookup also share-locks the
+//! rows, `NOWAIT`, as the read it replaces does: an app whose row another transaction holds fails the
+//! statement too, and the batch read that skips it defers its jobs.)
 //!
 //! An app whose messages in the batch all repeat stored ones (an `eventId` or `idempotency-key` seen
 //! before) has no message row, so its row is not checked: it needs none, since a duplicate is answered
 //! the stored message, read in the batch's transaction. That the app still exists rests on its delete
 //! taking its messages with it (`ON DELETE CASCADE`, foreign keys on): for a deleted app no earlier
 //! message is found, and the message becomes a new, checked row. An app delete that left its messages
-//! behind would have to forget the app here.
+//! behind would have to forget the app here. (PostgreSQL's batches that skip the read carry no such
+//! message: a batch with an `eventId` or a key reads its apps.)
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use crate::subscribers::AppRow;
+use crate::group_commit::IngestJob;
+use crate::plan::{self, Apps};
+use crate::subscribers::{self, AppRow};
 
 /// The most rows remembered; past it, the memory starts again empty (a node ingesting for more apps than
 /// this reads their rows more often, as without it). About a hundred bytes each.
@@ -73,6 +79,41 @@ impl KnownApps {
     pub(crate) fn forget(&self) {
         self.rows.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
+
+    /// What the writer remembers of the batch's apps, if it is all the batch needs of them: every app's
+    /// row, and its subscribers at the remembered `endpoints_version` in `cache`.
+    pub(crate) fn recall(&self, batch: &[IngestJob], cache: &subscribers::Cache) -> Option<Recalled> {
+        let app_ids = plan::app_ids(batch);
+        let rows = self.all_of(&app_ids)?;
+        let versions: Vec<(&str, i64)> = rows
+            .iter()
+            .map(|(id, row)| (id.as_str(), row.endpoints_version))
+            .collect();
+        let (subscribers, stale) = cache.lookup(&versions);
+        if !stale.is_empty() {
+            return None;
+        }
+        let apps = rows
+            .iter()
+            .map(|(id, row)| (id.clone(), plan::retention_ms(row.retention_days)))
+            .collect();
+        Some(Recalled {
+            apps,
+            subscribers,
+            rows,
+        })
+    }
+}
+
+/// What a batch that skips reading its apps takes from the writer's memory instead (see
+/// [`KnownApps::recall`]).
+pub(crate) struct Recalled {
+    /// The apps, with their default payload retention (in milliseconds).
+    pub(crate) apps: Apps,
+    /// Their subscribers, at the remembered versions.
+    pub(crate) subscribers: subscribers::ByApp,
+    /// The rows the batch's message statement checks.
+    pub(crate) rows: HashMap<String, KnownApp>,
 }
 
 #[cfg(test)]
