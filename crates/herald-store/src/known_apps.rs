@@ -1,6 +1,6 @@
 //! The application rows an ingest writer found last, so that a batch whose apps it knows can skip
 //! reading them: SQLite's batch is then one call to SQLite's thread instead of two, PostgreSQL's one round
-//! trip instead of three (see `sqlite::bulk` and `postgres::bulk`).
+//! trip instead of three (see `sqlite::bulk` and `postgres::remembered`).
 //!
 //! A remembered row is never trusted, only checked, in the statement that writes the batch's messages:
 //! each message row binds its app's id only through a lookup of the app's row as remembered (its
@@ -9,16 +9,17 @@
 //! `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the batch is then rolled back,
 //! the memory forgotten, and the batch written again with its apps read. So a stale row costs one failed
 //! statement, never a message fanned out to the wrong list. (PostgreSQL's lookup also share-locks the
-//! rows, `NOWAIT`, as the read it replaces does: an app whose row another transaction holds fails the
-//! statement too, and the batch read that skips it defers its jobs.)
+//! rows, `SKIP LOCKED`, as the read it replaces does: an app whose row another transaction holds is not
+//! found either, and the batch read that skips it defers its jobs.)
 //!
-//! An app whose messages in the batch all repeat stored ones (an `eventId` or `idempotency-key` seen
-//! before) has no message row, so its row is not checked: it needs none, since a duplicate is answered
-//! the stored message, read in the batch's transaction. That the app still exists rests on its delete
-//! taking its messages with it (`ON DELETE CASCADE`, foreign keys on): for a deleted app no earlier
-//! message is found, and the message becomes a new, checked row. An app delete that left its messages
-//! behind would have to forget the app here. (PostgreSQL's batches that skip the read carry no such
-//! message: a batch with an `eventId` or a key reads its apps.)
+//! SQLite: an app whose messages in the batch all repeat stored ones (an `eventId` or `idempotency-key`
+//! seen before) has no message row, so its row is not checked: it needs none, since a duplicate is
+//! answered the stored message, read in the batch's transaction. That the app still exists rests on its
+//! delete taking its messages with it (`ON DELETE CASCADE`, foreign keys on): for a deleted app no
+//! earlier message is found, and the message becomes a new, checked row. An app delete that left its
+//! messages behind would have to forget the app here. (PostgreSQL's short batches read no stored
+//! message: one that a message repeats fails the statement on its unique index, and the batch is
+//! written again the usual way, which reads them.)
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

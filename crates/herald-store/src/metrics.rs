@@ -11,6 +11,11 @@ pub const INGEST_BATCH: &str = "herald_store_ingest_batch_size";
 pub const INGEST_COMMIT: &str = "herald_store_ingest_commit_duration_seconds";
 /// Ingest batches whose transaction failed, label `result`.
 pub const INGEST_BATCHES: &str = "herald_store_ingest_batches_total";
+/// PostgreSQL ingest batches that tried to commit in one statement, trusting the app rows the writer
+/// remembers, and were refused (nothing written; written again the usual way), label `reason`:
+/// `lock_busy` (the ingest lock was taken: another node's batch, a re-queue), `row_moved` (an app's row
+/// changed or was held), `message` (a message repeated a stored one, or the database refused it).
+pub const INGEST_SHORTCUT_REFUSED: &str = "herald_store_ingest_shortcut_refused_total";
 /// Messages waiting for a later batch because another transaction holds their application's row
 /// (PostgreSQL: an endpoint write, an application's delete), with those queued behind them in order.
 pub const INGEST_DEFERRED: &str = "herald_store_ingest_deferred";
@@ -53,6 +58,11 @@ pub(crate) fn ingest_batch(messages: usize, took: Duration, committed: bool) {
     metrics::histogram!(INGEST_COMMIT).record(took.as_secs_f64());
     let result = if committed { "committed" } else { "failed" };
     metrics::counter!(INGEST_BATCHES, "result" => result).increment(1);
+}
+
+/// A batch that tried to commit in one statement was refused (see [`INGEST_SHORTCUT_REFUSED`]).
+pub(crate) fn ingest_shortcut_refused(reason: &'static str) {
+    metrics::counter!(INGEST_SHORTCUT_REFUSED, "reason" => reason).increment(1);
 }
 
 /// `jobs` messages wait for a later batch (see [`INGEST_DEFERRED`]).

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_core::id::AppId;
+use herald_core::id::{AppId, MessageId};
 use herald_core::model::Message;
 use herald_store::postgres::{INGEST_LOCK, PgStore};
 use herald_store::{Ingested, Store, StoreError, StoreResult, testdb};
@@ -275,13 +275,13 @@ async fn outbox_messages(url: &str) -> Vec<String> {
         .expect("the messages")
 }
 
-/// A batch that checks remembered rows in its one statement, instead of reading them after its `BEGIN`,
-/// still takes the ingest lock before it draws any delivery `seq`: a transaction that holds the lock and
-/// draws a `seq` while the batch waits for it has the lower one, and commits first — so rows commit in
-/// `seq` order, which a reader's cursor (`seq > n`) relies on never to skip one. Drawn before the lock,
-/// the batch's `seq` would be the lower one, committed last.
+/// A batch that would check remembered rows in its one statement, instead of reading them after its
+/// `BEGIN`, never commits after another holder of the ingest lock with lower delivery `seq`s or message
+/// ids: the holder here (standing for another node's batch) draws a `seq` and a message id while the
+/// batch waits, and commits first — the batch's must be higher, as a reader's cursor (`seq > n`) and a
+/// listing paged by id rely on. Drawn before the lock was held, the batch's would be the lower ones.
 #[tokio::test]
-async fn a_batch_of_remembered_rows_draws_its_seqs_after_the_ingest_lock() {
+async fn a_batch_of_remembered_rows_draws_its_seqs_and_ids_after_the_ingest_lock() {
     let Some(database) = testdb::fresh("a_batch_of_remembered_rows_draws…").await else {
         return;
     };
@@ -304,9 +304,16 @@ async fn a_batch_of_remembered_rows_draws_its_seqs_after_the_ingest_lock() {
         .fetch_one(&mut blocker)
         .await
         .expect("draw a seq");
+    let earlier = MessageId::new();
+    sqlx::query("INSERT INTO message (id, app_id, event_type, payload, created_at) VALUES ($1, $2, 'a.b', '{}', 0)")
+        .bind(earlier.as_str())
+        .bind(shop.id.as_str())
+        .execute(&mut blocker)
+        .await
+        .expect("another node's message");
     run(&mut blocker, "COMMIT").await.expect("commit");
 
-    let Ok(Ingested::Created { deliveries, .. }) = promptly(waiting, "the message").await else {
+    let Ok(Ingested::Created { message, deliveries }) = promptly(waiting, "the message").await else {
         panic!("the message was not created");
     };
     assert_eq!(deliveries.len(), 1, "one endpoint, one delivery");
@@ -314,5 +321,10 @@ async fn a_batch_of_remembered_rows_draws_its_seqs_after_the_ingest_lock() {
         deliveries[0].seq > drawn,
         "the batch drew seq {} before the lock's holder drew {drawn}",
         deliveries[0].seq
+    );
+    assert!(
+        message.id.as_str() > earlier.as_str(),
+        "the batch drew id {} before the lock's holder drew {earlier}",
+        message.id
     );
 }

@@ -122,6 +122,62 @@ async fn a_message_to_a_held_application_waits_visibly_and_goes_once_the_row_is_
     assert_eq!(deferred().await, Some(0.0), "nothing waits once the row is free");
 }
 
+/// Once the node remembers an application's row, its messages commit in one statement; those that
+/// statement refuses — one repeating a stored `eventId`, one after an endpoint was added (the row moved) —
+/// are written again the usual way and answered as ever (the duplicate with the stored message, the
+/// next message fanned out to both endpoints), and the node counts why
+/// (`herald_store_ingest_shortcut_refused_total`, docs/observability.md).
+#[tokio::test]
+async fn refused_one_statement_batches_are_written_the_usual_way_and_counted() {
+    let Some(herald) = Herald::start_pg("refused_one_statement_batches_are_written_the_usual_way", &[]).await else {
+        return;
+    };
+    let first = Receiver::start(Reply::status(204)).await;
+    let second = Receiver::start(Reply::status(204)).await;
+    let app = herald.app("shop").await;
+    herald.endpoint(&app, json!({ "url": first.url() })).await;
+    let refused = async |reason: &str| {
+        let (status, metrics) = crate::metrics::scrape(herald.addr, Some(common::TOKEN)).await;
+        assert_eq!(status, 200);
+        crate::metrics::sample(
+            &metrics,
+            "herald_store_ingest_shortcut_refused_total",
+            &[("reason", reason)],
+        )
+    };
+    let body = |event_id: &str| json!({ "eventType": "invoice.paid", "eventId": event_id, "payload": {} });
+
+    // The first message reads the application's row; the second trusts it.
+    assert_eq!(send(&herald, &app, body("evt-1")).await.0, 202);
+    let (status, original) = send(&herald, &app, body("evt-2")).await;
+    assert_eq!(status, 202, "{original}");
+    let (status, again) = send(&herald, &app, body("evt-2")).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["id"], original["id"], "the stored message answers the repeat");
+    assert_eq!(refused("message").await, Some(1.0), "the repeat refused the statement");
+
+    herald.endpoint(&app, json!({ "url": second.url() })).await;
+    let (status, after) = send(&herald, &app, body("evt-3")).await;
+    assert_eq!(status, 202, "{after}");
+    assert_eq!(
+        refused("row_moved").await,
+        Some(1.0),
+        "the endpoint write moved the row"
+    );
+    let id_of = |received: Vec<common::Received>| -> Vec<String> {
+        received.iter().map(|r| r.header("webhook-id").to_owned()).collect()
+    };
+    let after_id = after["id"].as_str().expect("id").to_owned();
+    assert_eq!(id_of(second.wait_for(1, WAIT).await), std::slice::from_ref(&after_id));
+    let got = id_of(first.wait_for(3, WAIT).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(first.received().len(), 3, "three messages, the repeat not sent twice");
+    assert!(
+        got.contains(&after_id),
+        "the message after the endpoint write reaches both endpoints"
+    );
+}
+
 #[tokio::test]
 async fn delivers_signed_retries_and_deduplicates_on_postgres() {
     let Some(herald) = Herald::start_pg("delivers_signed_retries_and_deduplicates_on_postgres", &[]).await else {

@@ -20,11 +20,10 @@
 //! writer in a later one, when the row is free — then the application exists, or is gone and the job is
 //! answered not found. The rest of the batch commits without waiting.
 //!
-//! Most batches take one round trip instead of three (`BEGIN` with the lock and the apps read; the
-//! inserts; `COMMIT`): when the writer remembers every app of the batch (see [`KnownApps`]) and the
-//! batch needs no other read (no `eventId` or `idempotency-key` to check, no outbox row to settle), its
-//! insert statement is sent alone, as a transaction of its own, and takes the lock and checks the apps'
-//! rows itself ([`write_remembered`]).
+//! A batch whose apps the writer remembers (see [`KnownApps`]) and that needs no other read takes one
+//! round trip instead of three (`BEGIN` with the lock and the apps read; the inserts; `COMMIT`): its
+//! insert statement alone, a transaction of its own, which takes the lock and checks the apps' rows
+//! itself (see [`super::remembered`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
@@ -38,8 +37,9 @@ use sqlx::{AssertSqlSafe, Executor, PgConnection, PgPool, Postgres, Row};
 
 use super::channels::WORK_CHANNEL;
 use super::lease::Leases;
+use super::remembered::Remembered;
 use crate::group_commit::{self, BatchWriter, IngestJob, Outcomes};
-use crate::known_apps::{KnownApp, KnownApps, Recalled};
+use crate::known_apps::{KnownApp, KnownApps};
 use crate::plan::{self, Apps, Earlier, FanOut, NewRow};
 use crate::split::{self, Expansion, Split};
 use crate::subscribers::{self, Subscriber};
@@ -52,9 +52,9 @@ pub(crate) struct PgBatches {
     pub(crate) leases: Arc<Leases>,
     /// Each application's subscribers, cached between batches (see [`subscribers`]).
     pub(crate) subscribers: subscribers::Cache,
-    /// The application rows the writer read last: a batch whose apps are all among them is written in
-    /// one round trip (see [`write_remembered`]).
-    pub(crate) known: KnownApps,
+    /// The application rows the writer read last, with which most batches are written in one round trip
+    /// (see [`super::remembered`]).
+    pub(crate) remembered: Remembered,
 }
 
 impl BatchWriter for PgBatches {
@@ -74,15 +74,12 @@ impl BatchWriter for PgBatches {
         batch: &'c [IngestJob],
     ) -> BoxFuture<'c, StoreResult<Outcomes>> {
         Box::pin(async move {
-            if let Some(recalled) = self.recall(batch) {
-                match write_remembered(conn, batch, &self.leases, recalled).await {
-                    Err(error) if error.fault().is_none() => {
-                        // Nothing of it was written: its one statement was its transaction.
-                        tracing::debug!(%error, "a batch trusting remembered app rows failed; reading them");
-                        self.known.forget();
-                    }
-                    written => return written,
-                }
+            if let Some(answered) = self
+                .remembered
+                .write(conn, batch, &self.leases, &self.subscribers)
+                .await
+            {
+                return answered;
             }
             let Some(opening) = begin_and_read_apps(&plan::app_ids(batch)) else {
                 return group_commit::write_in_transaction(self, conn, batch).await;
@@ -118,19 +115,6 @@ impl BatchWriter for PgBatches {
     }
 }
 
-impl PgBatches {
-    /// What the writer remembers of the batch's apps, if the batch can be written in one round trip
-    /// ([`write_remembered`]): only when none of its messages carries an `eventId` or an
-    /// `idempotency-key` (their duplicate check is a read of its own, under the ingest lock) and none
-    /// comes from the outbox (whose rows the batch settles in its transaction).
-    fn recall(&self, batch: &[IngestJob]) -> Option<Recalled> {
-        if batch.iter().any(|job| job.outbox.is_some()) || !plan::keyed(batch).is_empty() {
-            return None;
-        }
-        self.known.recall(batch, &self.subscribers)
-    }
-}
-
 /// Write a batch inside a transaction that holds the ingest lock; `opened` is what the apps read
 /// ([`existing_apps`]) found if the transaction's first call made it already ([`begin_and_read_apps`]).
 async fn write(
@@ -140,7 +124,7 @@ async fn write(
     opened: Option<Vec<subscribers::AppRow>>,
 ) -> StoreResult<Outcomes> {
     let app_ids = plan::app_ids(batch);
-    let (existing, versions, locked) = existing_apps(conn, &app_ids, opened, &writer.known).await?;
+    let (existing, versions, locked) = existing_apps(conn, &app_ids, opened, writer.remembered.known()).await?;
     let held = group_commit::held_back(batch, |job| locked.contains(job.new.app_id.as_str()));
     let subscribers = writer
         .subscribers
@@ -149,37 +133,12 @@ async fn write(
     let earlier = earlier_messages(conn, batch).await?;
     let plan = plan::plan(batch, &existing, &held, earlier);
     let (fan_out, split) = split::split_wide(&plan.messages, plan.fan_out(&subscribers));
-    let deliveries = insert_all(conn, &plan.messages, &fan_out, &split, &writer.leases, None).await?;
+    let returned = insert_all(conn, &plan.messages, &fan_out, &split, &writer.leases, None).await?;
+    let deliveries = created_by_job(&fan_out, &returned)?;
     drop(fan_out);
     let outcomes = plan.finish(deliveries, split);
     super::outbox::settle(conn, batch, &outcomes).await?;
     Ok(outcomes)
-}
-
-/// A batch whose apps the writer remembers (see [`KnownApps`]), in one round trip: one statement, run
-/// outside any transaction block, so that it is a transaction of its own, committed (and flushed, with
-/// `synchronous_commit` on) before PostgreSQL answers — where a batch that reads its apps takes three
-/// (`BEGIN`, the lock and the apps read; the inserts; `COMMIT`). The statement takes the ingest lock and
-/// share-locks the apps' rows itself, before it draws any `seq` ([`insert_sql`]), and checks each row as
-/// remembered: a row that moved, or that another transaction holds, fails the statement, which leaves
-/// nothing written, and the caller writes the batch again with its apps read.
-async fn write_remembered(
-    conn: &mut PgConnection,
-    batch: &[IngestJob],
-    leases: &Leases,
-    recalled: Recalled,
-) -> StoreResult<Outcomes> {
-    let Recalled {
-        apps,
-        subscribers,
-        rows,
-    } = recalled;
-    // Nothing is held back: an app whose row is held fails the statement instead.
-    let plan = plan::plan(batch, &apps, &[], Earlier::default());
-    let (fan_out, split) = split::split_wide(&plan.messages, plan.fan_out(&subscribers));
-    let deliveries = insert_all(conn, &plan.messages, &fan_out, &split, leases, Some(&rows)).await?;
-    drop(fan_out);
-    Ok(plan.finish(deliveries, split))
 }
 
 /// The apps of the batch that exist, with their default payload retention and `endpoints_version`, read
@@ -323,8 +282,8 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
 /// Insert the batch's messages, their tags, the endpoint lists of the messages whose fan-out is `split`
 /// (by job index, see [`crate::split`]) and the other deliveries in one statement (one round trip
 /// whatever the batch holds), and, when some of the deliveries are for partitions this node does not
-/// own, notify the other nodes (see [`deliveries_sql`]); the deliveries' seqs, grouped by the index of the job
-/// they belong to.
+/// own, notify the other nodes (see [`deliveries_sql`]); the rows of the deliveries created (see
+/// [`created_by_job`]).
 ///
 /// Each insert is a data-modifying `WITH` query, all run once by the one statement; the foreign keys of
 /// the tags and of the pending fan-outs to their messages are checked at its end, when the messages are
@@ -332,20 +291,19 @@ async fn earlier_messages(conn: &mut PgConnection, batch: &[IngestJob]) -> Store
 /// once per statement, in message id order.
 ///
 /// `checked`: the apps' rows as the writer remembers them, for a batch that did not read them, whose
-/// statement is its own transaction ([`write_remembered`]; see [`insert_sql`]).
-async fn insert_all(
+/// statement is its own transaction (see [`insert_sql`]).
+pub(super) async fn insert_all(
     conn: &mut PgConnection,
     messages: &[NewRow<'_>],
     fan_out: &[FanOut<'_>],
     split: &HashMap<usize, Vec<EndpointId>>,
     leases: &Leases,
     checked: Option<&HashMap<String, KnownApp>>,
-) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
+) -> StoreResult<Vec<PgRow>> {
     static IN_TRANSACTION: LazyLock<String> = LazyLock::new(|| insert_sql(false));
     static ALONE: LazyLock<String> = LazyLock::new(|| insert_sql(true));
-    let mut by_job = HashMap::new();
     if messages.is_empty() {
-        return Ok(by_job);
+        return Ok(Vec::new());
     }
     let m = |f: fn(&NewRow<'_>) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
     let payloads: Vec<&[u8]> = messages.iter().map(|r| &*r.message.payload).collect();
@@ -391,8 +349,16 @@ async fn insert_all(
             .bind(rows.iter().map(|(_, row)| row.endpoints_version).collect::<Vec<_>>())
             .bind(rows.iter().map(|(_, row)| row.retention_days).collect::<Vec<_>>());
     }
-    let found = query.fetch_all(&mut *conn).await?;
-    plan::group_deliveries(fan_out, &found, &mut by_job)?;
+    Ok(query.fetch_all(&mut *conn).await?)
+}
+
+/// The deliveries [`insert_all`] `returned`, grouped by the index of the job they belong to.
+pub(super) fn created_by_job(
+    fan_out: &[FanOut<'_>],
+    returned: &[PgRow],
+) -> StoreResult<HashMap<usize, Vec<CreatedDelivery>>> {
+    let mut by_job = HashMap::new();
+    plan::group_deliveries(fan_out, returned, &mut by_job)?;
     Ok(by_job)
 }
 
@@ -401,37 +367,45 @@ async fn insert_all(
 ///
 /// `checked`, the statement of a batch that runs it as a transaction of its own, with its apps as the
 /// writer remembers them (`$28`–`$30`: their ids, `endpoints_version`s and payload retentions, see
-/// [`KnownApps`]) instead of read by an earlier call. It then does what that call does, in an order its
-/// own rows force, since a statement's `WITH` queries run in no order of their own: each message row's
-/// `app_id` is looked up in `checked`, which takes the ingest lock (`ingest_lock`) before it share-locks
-/// any app row (`SKIP LOCKED`, as [`existing_apps`] does) and finds a row only as remembered — else the
-/// id is `NULL` and the statement fails on the column's `NOT NULL`, as it should; and the deliveries are
-/// those of the messages `new_message` returns, so every `seq` is drawn after the lock is held (the
-/// `seq`s are drawn as the sorted rows come out, once every message is in). The `message_stream`
-/// trigger runs after them all, at the statement's end.
+/// [`KnownApps`]) instead of read by an earlier call (see [`super::remembered`]). It then does that
+/// call's work itself, in an order its own rows force, since a statement's `WITH` queries run in no
+/// order of their own:
+///
+/// - `ingest_lock` takes the ingest lock if it is free at once (`pg_try_advisory_xact_lock`, never a
+///   wait: the batch's ids were drawn before the statement, so a batch that waited behind another
+///   node's could commit after it with lower ids). Otherwise every message's `id` is `NULL`, and the
+///   statement fails on that column's `NOT NULL`.
+/// - `checked` share-locks the app rows (`SKIP LOCKED`, as [`existing_apps`] does) and keeps each only as
+///   remembered; each message row's `app_id` is looked up there, so a row that moved, or that another
+///   transaction holds, leaves it `NULL`, and the statement fails on that column's `NOT NULL`.
+/// - The deliveries are those of the messages `new_message` returns, so every `seq` is drawn after the
+///   lock is held. The `message_stream` trigger runs at the statement's end.
 fn insert_sql(checked: bool) -> String {
-    let (first, app_id, returning, deliveries_of) = if checked {
+    let (first, id, app_id, from, returning, deliveries_of) = if checked {
         (
             concat!(
-                "ingest_lock AS (SELECT ",
-                super::channels::take_ingest_lock!(),
-                "), checked AS (SELECT a.id FROM ingest_lock, application a \
+                "ingest_lock AS (SELECT pg_try_advisory_xact_lock(",
+                super::channels::ingest_lock_key!(),
+                ") AS taken), \
+                 checked AS (SELECT a.id FROM application a \
                  JOIN UNNEST($28::text[], $29::bigint[], $30::bigint[]) AS w (id, version, retention) ON a.id = w.id \
                  WHERE a.endpoints_version = w.version AND a.payload_retention_period IS NOT DISTINCT FROM w.retention \
                  FOR SHARE OF a SKIP LOCKED), "
             ),
+            "CASE WHEN l.taken THEN u.id END",
             "(SELECT c.id FROM checked c WHERE c.id = u.app_id)",
+            "ingest_lock l, ",
             " RETURNING id",
             "WHERE v.message_id IN (SELECT id FROM new_message)",
         )
     } else {
-        ("", "u.app_id", "", "")
+        ("", "u.id", "u.app_id", "", "", "")
     };
     format!(
         "WITH {first}new_message AS (INSERT INTO message (id, app_id, event_id, idempotency_key, event_type, \
          channels, payload, ordering_key, created_at, payload_expires_at, tags, deliver_at) \
-         SELECT u.id, {app_id}, u.event_id, u.idempotency_key, u.event_type, u.channels, u.payload, \
-         u.ordering_key, u.created_at, u.payload_expires_at, u.tags, u.deliver_at FROM \
+         SELECT {id}, {app_id}, u.event_id, u.idempotency_key, u.event_type, u.channels, u.payload, \
+         u.ordering_key, u.created_at, u.payload_expires_at, u.tags, u.deliver_at FROM {from}\
          UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], \
          $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[]) AS u (id, app_id, event_id, \
          idempotency_key, event_type, channels, payload, ordering_key, created_at, payload_expires_at, tags, \
@@ -525,7 +499,7 @@ async fn expand(conn: &mut PgConnection, splits: &[Split], writer: &PgBatches) -
         .collect::<HashSet<_>>()
         .into_iter()
         .collect();
-    let (_, versions, locked) = existing_apps(conn, &app_ids, None, &writer.known).await?;
+    let (_, versions, locked) = existing_apps(conn, &app_ids, None, writer.remembered.known()).await?;
     let (ready, waiting): (Vec<&Split>, Vec<&Split>) =
         splits.iter().partition(|s| !locked.contains(s.message.app_id.as_str()));
     let endpoints = writer

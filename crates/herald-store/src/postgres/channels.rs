@@ -9,19 +9,18 @@ use crate::StoreResult;
 /// hold the writer at its `BEGIN` (re-exported as `herald_store::postgres::INGEST_LOCK`).
 pub const INGEST_LOCK: i64 = 0x6865_7261_6c64;
 
-/// The call that takes [`INGEST_LOCK`] as [`order_lock`] does, with the key written out, for statements
-/// that take it in their own text (a simple query takes no parameters, and a prepared statement's text
-/// is fixed); a test checks the key.
-macro_rules! take_ingest_lock {
+/// [`INGEST_LOCK`] written out, for statements that take it in their own text (a simple query takes no
+/// parameters, and a prepared statement's text is fixed); a test checks it.
+macro_rules! ingest_lock_key {
     () => {
-        "pg_advisory_xact_lock(114784919972964)"
+        "114784919972964"
     };
 }
-pub(crate) use take_ingest_lock;
+pub(crate) use ingest_lock_key;
 
 /// `BEGIN`, then [`INGEST_LOCK`] taken as [`order_lock`] takes it, sent as one simple query: one round
 /// trip for both (the ingest writer's batches; see `crate::group_commit::BatchWriter::BEGIN`).
-pub(crate) const BEGIN_IN_ORDER: &str = concat!("BEGIN; SELECT ", take_ingest_lock!());
+pub(crate) const BEGIN_IN_ORDER: &str = concat!("BEGIN; SELECT pg_advisory_xact_lock(", ingest_lock_key!(), ")");
 
 /// Take [`INGEST_LOCK`] until the transaction on `conn` commits: transactions that draw delivery `seq`s
 /// (ingest, re-queueing) then commit in the order they drew them, across nodes, so an owner's cursor

@@ -20,6 +20,7 @@ mod events;
 mod lease;
 mod outbox;
 mod outbox_pace;
+mod remembered;
 mod retention;
 mod stream_watcher;
 
@@ -110,7 +111,7 @@ impl SqlStore<Postgres> {
         let writer = bulk::PgBatches {
             leases: leases.clone(),
             subscribers: subscribers::Cache::default(),
-            known: crate::known_apps::KnownApps::default(),
+            remembered: remembered::Remembered::default(),
         };
         let stream = crate::polling::StreamSignals::new();
         let health = Arc::new(WriteHealth::default());
