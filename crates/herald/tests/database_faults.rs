@@ -221,16 +221,17 @@ impl Cuts {
     async fn cut_one_batch(&mut self, herald: &Herald, proxy: &TcpProxy, app: &str, cut: CommitCut, at_once: usize) {
         let path = format!("/app/{app}/msg");
         let message = |event: &str| json!({"eventType": "db.commit", "eventId": event, "payload": {"event": event}});
-        // The cut takes the next COMMIT of any of the node's connections: usually an ingest batch's,
-        // now and then a lease round's or the result writer's. Publish until an ingest batch is cut.
+        // The cut takes the commit point of the batch that writes the first message's payload: its
+        // `COMMIT`, or, for a batch that is one statement outside a transaction block (PostgreSQL's
+        // batches of apps the writer remembers), that statement.
         let mut tries = 0;
         let refused = loop {
             tries += 1;
             assert!(tries <= 50, "{cut:?}: no ingest commit was cut in 50 tries");
-            proxy.cut_at_next_commit(cut);
             let events: Vec<String> = (self.published..self.published + at_once)
                 .map(|i| format!("evt-{i}"))
                 .collect();
+            proxy.cut_commit_after(format!("\"{}\"", events[0]).as_bytes(), cut);
             self.published += at_once;
             let answers = futures::future::join_all(
                 events

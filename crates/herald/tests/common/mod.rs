@@ -878,6 +878,19 @@ impl CommitCut {
 /// The simple-protocol message sqlx sends to commit a transaction: `Q`, its length (4 + 7), `COMMIT\0`.
 const COMMIT_MESSAGE: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 
+/// The start of PostgreSQL's `ReadyForQuery`: `Z`, its length (4 + 1); then the session's transaction
+/// status, `I` outside a transaction block, `T` in one, `E` in a failed one. The last message of every
+/// answer: a statement outside a transaction block has committed when it is sent.
+const READY_FOR_QUERY: &[u8] = b"Z\0\0\0\x05";
+
+/// The transaction status of the last `ReadyForQuery` in `chunk`, if it holds one.
+fn ready_status(chunk: &[u8]) -> Option<u8> {
+    let at = chunk
+        .windows(READY_FOR_QUERY.len())
+        .rposition(|w| w == READY_FOR_QUERY)?;
+    chunk.get(at + READY_FOR_QUERY.len()).copied()
+}
+
 /// The proxy's commit cut, shared by its connections: armed for one cut at a time, at the next chunk a
 /// client sends that holds the bytes it waits for (a `COMMIT`, or a value only one request sends).
 #[derive(Default)]
@@ -897,6 +910,8 @@ struct Fate {
     silent: std::sync::atomic::AtomicBool,
     /// The cut its next `COMMIT` gets (see [`TcpProxy::cut_commit_after`]).
     at_commit: Mutex<Option<CommitCut>>,
+    /// Whether the session is in a transaction block, by the server's last `ReadyForQuery`.
+    in_block: std::sync::atomic::AtomicBool,
 }
 
 /// A TCP proxy on loopback in front of another address, that a test can cut and restore (refused
@@ -1007,7 +1022,10 @@ impl TcpProxy {
     }
 
     /// Cut, at `cut`, the `COMMIT` of the transaction in which the next chunk holding `bytes` is sent:
-    /// a particular transaction's commit point, whatever else commits meanwhile; once.
+    /// a particular transaction's commit point, whatever else commits meanwhile; once. A chunk sent
+    /// outside a transaction block (by the server's last `ReadyForQuery`) is a statement that is its own
+    /// transaction, committed at the end of the chunk: the chunk is then the commit point, cut as
+    /// [`TcpProxy::cut_at_next`] cuts.
     pub(crate) fn cut_commit_after(&self, bytes: &[u8], cut: CommitCut) {
         *self.cuts.armed.lock().unwrap() = Some((bytes.to_vec(), cut, true));
     }
@@ -1074,10 +1092,11 @@ impl Pump {
                     };
                     let mut at_commit = self.fate.at_commit.lock().unwrap();
                     let armed = match hit {
-                        Some((cut, true)) => {
+                        Some((cut, true)) if self.fate.in_block.load(Ordering::SeqCst) => {
                             *at_commit = Some(cut);
                             None
                         }
+                        Some((cut, true)) => Some(cut),
                         Some((cut, false)) => Some(cut),
                         None => None,
                     };
@@ -1099,8 +1118,19 @@ impl Pump {
                         }
                     }
                 }
-                Side::Server if self.fate.drop_reply.load(Ordering::SeqCst) => return,
-                _ => {}
+                Side::Server => {
+                    let status = ready_status(&buffer[..n]);
+                    if let Some(status) = status {
+                        self.fate.in_block.store(status != b'I', Ordering::SeqCst);
+                    }
+                    // The whole answer is dropped, to its `ReadyForQuery`: by then the commit is done.
+                    if self.fate.drop_reply.load(Ordering::SeqCst) {
+                        if status.is_some() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
             }
             if to.write_all(&buffer[..n]).await.is_err() {
                 return;
