@@ -6,8 +6,10 @@
 //! each message row binds its app's id only through a lookup of the app's row as remembered (its
 //! `endpoints_version` and payload retention). A row that moved since — an endpoint written (which bumps
 //! the version), the retention changed, the app deleted — makes the lookup find nothing, the message's
-//! `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the batch is then rolled back,
-//! the memory forgotten, and the batch written again with its apps read. So a stale row costs one failed
+//! `app_id` `NULL`, and the statement fail on its `NOT NULL` constraint; the batch is then rolled back
+//! (PostgreSQL: its one statement fails whole), the memory forgotten, and the batch written again with
+//! its apps read. (A PostgreSQL statement refused first for something else — the ingest lock taken, a
+//! repeated `eventId` — keeps the memory; a moved row then refuses a later one.) So a stale row costs one failed
 //! statement, never a message fanned out to the wrong list. (PostgreSQL's lookup also share-locks the
 //! rows, `SKIP LOCKED`, as the read it replaces does: an app whose row another transaction holds is not
 //! found either, and the batch read that skips it defers its jobs.)

@@ -102,8 +102,9 @@ pub(crate) struct Plan<'a> {
     pub(crate) messages: Vec<NewRow<'a>>,
 }
 
-/// Decide every job of a batch. Ids and creation times are assigned here, inside the transaction that
-/// commits them, so ids follow commit order. `held` says, by index, which jobs the batch holds back
+/// Decide every job of a batch. Ids and creation times are assigned here, for the transaction that
+/// commits them (inside it, or, for PostgreSQL's batches of one statement, just before it: see
+/// `postgres::remembered`), so ids follow commit order. `held` says, by index, which jobs the batch holds back
 /// unwritten ([`Outcome::Deferred`]; PostgreSQL, see [`crate::group_commit::held_back`]); a job past
 /// its end is not held (SQLite passes none).
 pub(crate) fn plan<'a>(batch: &'a [IngestJob], apps: &Apps, held: &[bool], mut earlier: Earlier) -> Plan<'a> {

@@ -18,8 +18,9 @@ pub struct Remembered {
     pub request_digest: Option<String>,
 }
 
-/// A message to ingest. The store assigns its id and creation time when it commits it, so ids follow
-/// commit order (a reader paging by id never skips a message that committed late), and it fans the
+/// A message to ingest. The store assigns its id and creation time in the batch that commits it, so ids
+/// follow commit order (a reader paging by id never skips a message that committed late) — across
+/// PostgreSQL nodes as far as their clocks agree (see `postgres::remembered`) — and it fans the
 /// message out to the app's enabled, subscribed endpoints *inside the same transaction*, so the fan-out
 /// always matches the endpoints as committed.
 #[derive(Debug, Clone)]

@@ -113,7 +113,7 @@ async fn held_app(name: &str) -> Option<Held> {
 
 /// [`held_app`]; `remembered`: each application has a message stored before its row is held, so the
 /// writer remembers both rows, and its next batches check them in their one statement instead of reading
-/// them (`postgres::bulk`, `write_remembered`).
+/// them (`postgres::remembered`).
 async fn held_app_after(name: &str, remembered: bool) -> Option<Held> {
     let database = testdb::fresh(name).await?;
     let store = Arc::new(node(&database).await);

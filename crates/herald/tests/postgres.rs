@@ -157,7 +157,8 @@ async fn refused_one_statement_batches_are_written_the_usual_way_and_counted() {
     assert_eq!(refused("message").await, Some(1.0), "the repeat refused the statement");
 
     herald.endpoint(&app, json!({ "url": second.url() })).await;
-    let (status, after) = send(&herald, &app, body("evt-3")).await;
+    // No `eventId`: after a repeat, batches with one go the usual way for a second.
+    let (status, after) = send(&herald, &app, json!({ "eventType": "invoice.paid", "payload": {} })).await;
     assert_eq!(status, 202, "{after}");
     assert_eq!(
         refused("row_moved").await,

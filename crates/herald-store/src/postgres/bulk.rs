@@ -22,7 +22,7 @@
 //!
 //! A batch whose apps the writer remembers (see [`KnownApps`]) and that needs no other read takes one
 //! round trip instead of three (`BEGIN` with the lock and the apps read; the inserts; `COMMIT`): its
-//! insert statement alone, a transaction of its own, which takes the lock and checks the apps' rows
+//! insert statement alone, a transaction of its own, which tries the lock and checks the apps' rows
 //! itself (see [`super::remembered`]).
 
 use std::collections::{HashMap, HashSet};
@@ -52,8 +52,8 @@ pub(crate) struct PgBatches {
     pub(crate) leases: Arc<Leases>,
     /// Each application's subscribers, cached between batches (see [`subscribers`]).
     pub(crate) subscribers: subscribers::Cache,
-    /// The application rows the writer read last, with which most batches are written in one round trip
-    /// (see [`super::remembered`]).
+    /// The application rows the writer read last, with which a batch of apps it remembers is written in
+    /// one round trip (see [`super::remembered`]).
     pub(crate) remembered: Remembered,
 }
 

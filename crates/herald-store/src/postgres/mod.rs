@@ -6,7 +6,9 @@
 //!   transaction, committed (and so durable, with PostgreSQL's default `synchronous_commit`) before any
 //!   of its requests is answered.
 //! - Order: ingest transactions hold one advisory lock from their first insert to their commit, so
-//!   delivery `seq`s and message ids follow commit order across nodes (see `bulk`).
+//!   delivery `seq`s and message-stream positions follow commit order across nodes, and message ids do
+//!   up to the nodes' clock skew (and, for a batch of one statement, the moment between drawing its ids
+//!   and taking the lock; see `remembered`).
 //! - Scale-out: delivery work is split into [`crate::PARTITIONS`] partitions owned through leases
 //!   (`lease`); every write an owner makes is fenced on its lease's epoch.
 //! - History: attempts are partitioned by day and old days are dropped whole (`retention`).

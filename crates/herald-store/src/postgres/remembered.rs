@@ -8,7 +8,7 @@
 //! transaction), the insert statement is sent alone, outside any transaction block: PostgreSQL runs it as
 //! a transaction of its own and commits it — flushed, with `synchronous_commit` on — before it answers
 //! (sqlx reads the answer to its end, `ReadyForQuery`). The statement does the first call's work itself
-//! (`bulk::insert_sql`): it takes the ingest lock, share-locks the app rows and checks each as
+//! (`bulk::insert_sql`): it tries the ingest lock, share-locks the app rows and checks each as
 //! remembered; a message with an `eventId` or an `idempotency-key` that repeats a stored one fails it on
 //! the unique index. Should it fail on anything but a storage fault, nothing of it was written, and the
 //! batch is written again the three-round-trip way ([`Attempt::Refused`]); once it has committed, any
@@ -20,12 +20,23 @@
 //! kept (`crate::group_commit`, `OnBatch`).
 //!
 //! Why the lock is only *tried*: the batch's message ids and creation times are drawn before the
-//! statement, and ids follow commit order across nodes only if they are drawn under the lock — a batch
-//! that waited in its statement behind another node's could commit after it with lower ids. So the
-//! statement takes the lock only if it is free at once, and otherwise fails; the batch is then written
-//! the usual way, which waits for the lock before it draws its ids, and the writer does not try the
-//! short way again for [`PAUSE_AFTER_BUSY_LOCK`], so that nodes contending for the lock do not pay a
-//! refused statement per batch.
+//! statement, and ids follow commit order across nodes only as far as they are drawn under the lock — a
+//! batch that waited in its statement behind another node's could commit after it with ids drawn a
+//! whole batch earlier. So the statement takes the lock only if it is free at once, and otherwise fails;
+//! the batch is then written the usual way, which waits for the lock before it draws its ids, and the
+//! writer does not try the short way again for [`PAUSE_AFTER_BUSY_LOCK`], so that nodes contending for
+//! the lock do not pay a refused statement per batch. What is left is the time between drawing the ids
+//! and the statement taking the lock (encoding and sending the batch: well under a millisecond for
+//! batches of small messages): another node's batch that takes and releases the lock within it commits
+//! first, perhaps with later ids. Ids of different nodes are ordered by their clocks anyway (UUIDv7,
+//! milliseconds), so across nodes they follow commit order up to the nodes' clock skew on either way,
+//! and up to that skew plus this window here; on one node, whose writer draws a batch's ids only after
+//! the batch before it committed, exactly. The order every reader relies on — delivery `seq`s and the
+//! message stream's positions — is drawn under the lock on both ways.
+//!
+//! A batch refused for a message that repeats a stored one did its inserts before the unique index
+//! refused it, under the lock; so after such a refusal, batches with an `eventId` or a key go the usual
+//! way for [`PAUSE_AFTER_REPEAT`] (producers that retry tend to retry many at once).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -44,12 +55,41 @@ use crate::{StoreError, StoreResult, split};
 /// How long the writer writes every batch the usual way after a statement found the ingest lock taken.
 const PAUSE_AFTER_BUSY_LOCK: Duration = Duration::from_secs(1);
 
+/// How long the writer writes batches with an `eventId` or an `idempotency-key` the usual way after a
+/// statement was refused for a message (most often one repeating a stored one).
+const PAUSE_AFTER_REPEAT: Duration = Duration::from_secs(1);
+
 /// The writer's memory of app rows, and whether it may use it now.
 #[derive(Debug, Default)]
 pub(crate) struct Remembered {
     known: KnownApps,
     /// Until when batches go the usual way: a statement found the ingest lock taken.
-    paused_until: Mutex<Option<Instant>>,
+    paused: Pause,
+    /// Until when batches with an `eventId` or a key go the usual way: a statement was refused for a
+    /// message.
+    keyed_paused: Pause,
+}
+
+/// Until when a kind of batch goes the usual way.
+#[derive(Debug, Default)]
+struct Pause(Mutex<Option<Instant>>);
+
+impl Pause {
+    fn start(&self, length: Duration) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + length);
+    }
+
+    fn is_on(&self) -> bool {
+        let mut until = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match *until {
+            Some(end) if Instant::now() < end => true,
+            Some(_) => {
+                *until = None;
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 /// What became of a batch written the short way.
@@ -64,7 +104,8 @@ enum Attempt {
 /// `bulk::insert_sql`).
 #[derive(Debug, PartialEq, Eq)]
 enum Refusal {
-    /// `message.id`: the ingest lock was taken (or the statement was not its own transaction).
+    /// `message.id`: the ingest lock was taken. (Checked first: `message.id` is the table's first
+    /// column, and PostgreSQL checks `NOT NULL` in column order.)
     LockBusy,
     /// `message.app_id`: a remembered row moved, or another transaction holds it.
     RowMoved,
@@ -110,12 +151,9 @@ impl Remembered {
                 let refusal = Refusal::of(&error);
                 tracing::debug!(%error, ?refusal, "a batch trusting remembered app rows was refused; writing it the usual way");
                 match refusal {
-                    Refusal::LockBusy => {
-                        *self.paused_until.lock().unwrap_or_else(PoisonError::into_inner) =
-                            Some(Instant::now() + PAUSE_AFTER_BUSY_LOCK);
-                    }
+                    Refusal::LockBusy => self.paused.start(PAUSE_AFTER_BUSY_LOCK),
                     Refusal::RowMoved => self.known.forget(),
-                    Refusal::Message => {}
+                    Refusal::Message => self.keyed_paused.start(PAUSE_AFTER_REPEAT),
                 }
                 crate::metrics::ingest_shortcut_refused(refusal.label());
                 None
@@ -125,16 +163,11 @@ impl Remembered {
 
     /// What the writer remembers of the batch's apps, if the batch can go the short way now.
     fn recall(&self, batch: &[IngestJob], cache: &subscribers::Cache) -> Option<Recalled> {
-        if batch.iter().any(|job| job.outbox.is_some()) {
+        if batch.iter().any(|job| job.outbox.is_some()) || self.paused.is_on() {
             return None;
         }
-        {
-            let mut paused = self.paused_until.lock().unwrap_or_else(PoisonError::into_inner);
-            match *paused {
-                Some(until) if Instant::now() < until => return None,
-                Some(_) => *paused = None,
-                None => {}
-            }
+        if !plan::keyed(batch).is_empty() && self.keyed_paused.is_on() {
+            return None;
         }
         self.known.recall(batch, cache)
     }
@@ -190,5 +223,16 @@ mod tests {
             Refusal::of(&StoreError::Database(sqlx::Error::RowNotFound)),
             Refusal::Message
         );
+    }
+
+    #[test]
+    fn a_pause_lasts_its_length_then_ends_by_itself() {
+        let pause = Pause::default();
+        assert!(!pause.is_on(), "none yet");
+        pause.start(Duration::from_secs(3600));
+        assert!(pause.is_on());
+        pause.start(Duration::ZERO);
+        assert!(!pause.is_on(), "over");
+        assert!(!pause.is_on(), "and stays over");
     }
 }

@@ -1063,6 +1063,9 @@ impl Pump {
         use std::sync::atomic::Ordering;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut buffer = vec![0u8; 16 * 1024];
+        // The server's last bytes of the chunk before: a `ReadyForQuery` split between two reads is
+        // still seen.
+        let mut carried: Vec<u8> = Vec::new();
         loop {
             let n = match from.read(&mut buffer).await {
                 Ok(n) if n > 0 => n,
@@ -1119,11 +1122,16 @@ impl Pump {
                     }
                 }
                 Side::Server => {
-                    let status = ready_status(&buffer[..n]);
+                    carried.extend_from_slice(&buffer[..n]);
+                    let status = ready_status(&carried);
+                    carried.drain(..carried.len().saturating_sub(READY_FOR_QUERY.len()));
                     if let Some(status) = status {
                         self.fate.in_block.store(status != b'I', Ordering::SeqCst);
                     }
-                    // The whole answer is dropped, to its `ReadyForQuery`: by then the commit is done.
+                    // The whole answer is dropped, to its `ReadyForQuery`: by then the commit is done. (To
+                    // the first one: a chunk that carried a statement behind another's `Sync`, as sqlx
+                    // sends a `Close` of a statement it dropped from its cache, would end the drop early;
+                    // the writer's few statements stay in its connection's cache.)
                     if self.fate.drop_reply.load(Ordering::SeqCst) {
                         if status.is_some() {
                             return;
