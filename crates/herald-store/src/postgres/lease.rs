@@ -101,6 +101,12 @@ impl Leases {
             .unwrap_or(false)
     }
 
+    /// Whether this node holds the lease of every partition: it is the cluster's only node (or the only
+    /// one that has joined so far).
+    pub(crate) fn owns_every_partition(&self) -> bool {
+        self.counts().0 >= crate::PARTITIONS as usize
+    }
+
     fn counts(&self) -> (usize, usize) {
         self.held
             .read()

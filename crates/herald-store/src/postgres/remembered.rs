@@ -34,6 +34,12 @@
 //! the batch before it committed, exactly. The order every reader relies on — delivery `seq`s and the
 //! message stream's positions — is drawn under the lock on both ways.
 //!
+//! Only a node that holds every partition's lease — alone in its cluster — goes the short way. Nodes that
+//! share the partitions contend for the ingest lock, and measured with two nodes the short way was
+//! slower than the usual one (docs/performance.md, "PostgreSQL batches in one round trip"); it also
+//! keeps message ids in commit order across nodes as the usual way does, but for a node that joins
+//! while another still holds every lease.
+//!
 //! A batch refused for a message that repeats a stored one did its inserts before the unique index
 //! refused it, under the lock; so after such a refusal, batches with an `eventId` or a key go the usual
 //! way for [`PAUSE_AFTER_REPEAT`] (producers that retry tend to retry many at once).
@@ -144,6 +150,10 @@ impl Remembered {
         leases: &Leases,
         cache: &subscribers::Cache,
     ) -> Option<StoreResult<Outcomes>> {
+        // A node that shares the partitions has others beside it, which contend for the ingest lock.
+        if !leases.owns_every_partition() {
+            return None;
+        }
         let recalled = self.recall(batch, cache)?;
         match write(conn, batch, leases, recalled).await {
             Attempt::Answered(answered) => Some(answered),
