@@ -20,8 +20,8 @@
 //! writer in a later one, when the row is free — then the application exists, or is gone and the job is
 //! answered not found. The rest of the batch commits without waiting.
 //!
-//! A batch whose apps the writer remembers (see [`KnownApps`]) and that needs no other read takes one
-//! round trip instead of three (`BEGIN` with the lock and the apps read; the inserts; `COMMIT`): its
+//! On a node alone in its cluster (holding every partition), a batch whose apps the writer remembers
+//! (see [`KnownApps`]) and that needs no other read takes one round trip instead of three (`BEGIN` with the lock and the apps read; the inserts; `COMMIT`): its
 //! insert statement alone, a transaction of its own, which tries the lock and checks the apps' rows
 //! itself (see [`super::remembered`]).
 
