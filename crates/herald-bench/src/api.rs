@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use herald_core::id::Kind;
 
+use crate::poster::Poster;
 use crate::server_id::{AppId, EndpointId, MessageId, ServerId, SinkId};
 use indicatif::ProgressBar;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
@@ -21,6 +22,8 @@ const SETUP_CONCURRENCY: usize = 16;
 #[derive(Clone)]
 pub struct Api {
     client: reqwest::Client,
+    /// Messages' own lighter way to a plain-HTTP server (see [`Poster`]); `None` for any other.
+    poster: Option<Arc<Poster>>,
     /// `http://host:port`, as given.
     server: Arc<str>,
     /// `http://host:port/api/v1`.
@@ -108,10 +111,12 @@ impl Api {
             .context("building the HTTP client")?;
         let auth =
             HeaderValue::from_str(&format!("Bearer {token}")).context("the token is not a valid header value")?;
+        let base = format!("{}/api/v1", server_url.trim_end_matches('/'));
         Ok(Self {
             client,
+            poster: Poster::for_base(&base, auth.clone(), connections)?.map(Arc::new),
             server: Arc::from(server_url),
-            base: Arc::from(format!("{}/api/v1", server_url.trim_end_matches('/'))),
+            base: Arc::from(base),
             auth,
         })
     }
@@ -180,6 +185,9 @@ impl Api {
     /// Post one message body to `path` (from [`Api::message_path`]) on this node; `Ok` when the server
     /// accepted it.
     pub async fn post_message(&self, path: &str, body: String) -> anyhow::Result<()> {
+        if let Some(poster) = &self.poster {
+            return poster.post(path, body).await;
+        }
         let response = self
             .client
             .post(format!("{}{path}", self.base))
@@ -272,7 +280,8 @@ impl Api {
 }
 
 /// The start of a response body, for error messages.
-fn snippet(body: &[u8]) -> String {
+/// The start of an answer's body, for an error message.
+pub(crate) fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     text.chars().take(300).collect()
 }

@@ -16,6 +16,7 @@ pub mod api;
 pub mod cpu;
 pub mod env;
 pub mod load;
+pub mod poster;
 pub mod progress;
 pub mod receiver;
 pub mod report;
