@@ -15,10 +15,14 @@ use indicatif::ProgressBar;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::{Deserialize, Serialize};
 
+/// How long one request may take, from connecting to the end of its answer.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Endpoints created at once when setting up many.
 const SETUP_CONCURRENCY: usize = 16;
 
-/// The API of one server, with one pooled keep-alive HTTP client.
+/// The API of one server: a pooled keep-alive HTTP client for everything, and for messages to a
+/// plain-HTTP server a lighter [`Poster`].
 #[derive(Clone)]
 pub struct Api {
     client: reqwest::Client,
@@ -106,7 +110,7 @@ impl Api {
             .tcp_nodelay(true)
             .pool_max_idle_per_host(connections)
             .pool_idle_timeout(Duration::from_secs(90))
-            .timeout(Duration::from_secs(60))
+            .timeout(REQUEST_TIMEOUT)
             .build()
             .context("building the HTTP client")?;
         let auth =
@@ -280,7 +284,6 @@ impl Api {
 }
 
 /// The start of a response body, for error messages.
-/// The start of an answer's body, for an error message.
 pub(crate) fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     text.chars().take(300).collect()
