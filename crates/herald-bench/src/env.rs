@@ -8,6 +8,7 @@ use herald_server::{Config, Node};
 use serde::Serialize;
 
 use crate::api::Api;
+use crate::calibration::Calibration;
 use crate::load::LoadGen;
 use crate::progress::Progress;
 
@@ -122,6 +123,8 @@ pub struct Machine {
     pub memory_gib: f64,
     /// Whether this is a release build of the harness (and of the in-process node).
     pub release_build: bool,
+    /// Its speed at signing and at synced writes, measured before the scenario (see [`Calibration`]).
+    pub calibration: Calibration,
 }
 
 impl Machine {
@@ -144,6 +147,7 @@ impl Machine {
             cores: std::thread::available_parallelism().map_or(1, usize::from),
             memory_gib: (memory_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
             release_build: !cfg!(debug_assertions),
+            calibration: Calibration::measure(),
         }
     }
 }

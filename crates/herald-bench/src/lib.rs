@@ -13,6 +13,7 @@
 //! harness's runtime, so that [`cpu`] can tell how the CPU was split between Herald and the harness.
 
 pub mod api;
+pub mod calibration;
 pub mod cpu;
 pub mod env;
 pub mod load;

@@ -76,6 +76,7 @@ impl Table {
                 }
             ),
         );
+        self.row("calibration", setup.machine.calibration.describe());
         for setting in &setup.settings {
             self.row("setting", setting);
         }
