@@ -4,8 +4,13 @@
 //! Threads are told apart by name: the node's runtime threads are named `herald-node` and SQLite's
 //! connection threads `sqlx-sqlite-worker-N`; every other thread of the process belongs to the harness.
 //! Time of threads that exited during the phase is counted as `other`.
+//!
+//! A `--target` server on this machine's loopback is found by the port it listens on (see
+//! [`watch_local_nodes`]), and its process's CPU is reported as the node's: on a shared two-core machine
+//! the split between node and load generator is half of what a figure means.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -16,6 +21,74 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// Thread-name prefixes of the in-process node (names are truncated to 15 bytes by the kernel).
 const HERALD_THREADS: [&str; 2] = ["herald-node", "sqlx-sqlite-wor"];
 
+/// Processes of `--target` nodes running on this machine, whose CPU counts as the node's.
+static LOCAL_NODES: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Count the CPU of the processes listening on the loopback ports of `urls` (the `--target` nodes) as
+/// the node's from now on, if every one of them is found on this machine; returns the process ids found.
+/// A URL whose host is not a loopback address, or whose listener is not found (another user's process,
+/// or no `/proc`), is not found; then none is counted, since a part of a cluster's CPU would read as all
+/// of it.
+pub fn watch_local_nodes(urls: &[String]) -> Vec<u32> {
+    let listening = listening_sockets();
+    let pids: Vec<u32> = urls
+        .iter()
+        .filter_map(|url| loopback_port(url))
+        .filter_map(|port| listening.get(&port).and_then(|inode| process_holding(*inode)))
+        .collect();
+    let mut watched = LOCAL_NODES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    watched.clear();
+    if pids.len() == urls.len() {
+        watched.extend(&pids);
+    }
+    pids
+}
+
+/// The port of `url` when its host is a loopback address (`127.x`, `::1`, `localhost`).
+fn loopback_port(url: &str) -> Option<u16> {
+    let url = reqwest::Url::parse(url).ok()?;
+    let loopback = match url.host()? {
+        url::Host::Domain(name) => name == "localhost",
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    loopback.then(|| url.port_or_known_default()).flatten()
+}
+
+/// The socket inode of each TCP port something listens on, from `/proc/net/tcp` and `tcp6`.
+fn listening_sockets() -> HashMap<u16, u64> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|table| table.lines().skip(1).filter_map(listener).collect::<Vec<_>>())
+        .collect()
+}
+
+/// A `/proc/net/tcp` line's port and inode when the socket listens (state `0A`).
+fn listener(line: &str) -> Option<(u16, u64)> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (_, port) = fields.get(1)?.rsplit_once(':')?;
+    if *fields.get(3)? != "0A" {
+        return None;
+    }
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let inode = fields.get(9)?.parse().ok()?;
+    Some((port, inode))
+}
+
+/// The process holding socket `inode` open, found among `/proc/*/fd`.
+fn process_holding(inode: u64) -> Option<u32> {
+    let wanted = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let holds = std::fs::read_dir(entry.path().join("fd"))
+            .ok()?
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str()));
+        holds.then_some(pid)
+    })
+}
+
 /// CPU times at one instant.
 #[derive(Debug, Clone)]
 pub struct CpuSnapshot {
@@ -23,6 +96,8 @@ pub struct CpuSnapshot {
     /// Ticks per thread id, with whether the thread is Herald's.
     threads: HashMap<u32, (bool, u64)>,
     process: u64,
+    /// Ticks of each watched local `--target` node's process (see [`watch_local_nodes`]).
+    local_nodes: HashMap<u32, u64>,
 }
 
 /// CPU used over a phase, in cores (CPU-seconds per second of wall time).
@@ -30,8 +105,9 @@ pub struct CpuSnapshot {
 pub struct CpuSplit {
     /// Wall time of the phase in seconds.
     pub seconds: f64,
-    /// Cores used by the Herald node (API, engine, store); `None` when no node runs in this process
-    /// (`--target`).
+    /// Cores used by the Herald node (API, engine, store): the in-process node's threads, or the
+    /// processes of the `--target` nodes found on this machine's loopback (see [`watch_local_nodes`]);
+    /// `None` when the server runs elsewhere.
     pub herald_cores: Option<f64>,
     /// Cores used by the harness (load generator, receivers).
     pub harness_cores: f64,
@@ -60,7 +136,21 @@ impl CpuSnapshot {
                 threads.insert(tid, (herald, t));
             }
         }
-        Some(Self { at, threads, process })
+        let local_nodes = LOCAL_NODES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                Some((*pid, ticks(&stat)?))
+            })
+            .collect();
+        Some(Self {
+            at,
+            threads,
+            process,
+            local_nodes,
+        })
     }
 
     /// CPU used from `earlier` to this snapshot.
@@ -79,10 +169,23 @@ impl CpuSnapshot {
         }
         let process = self.process.saturating_sub(earlier.process);
         let other = process.saturating_sub(herald + harness);
+        // Local `--target` nodes seen at both ends of the phase (one that stopped meanwhile is left out).
+        let local: Vec<u64> = self
+            .local_nodes
+            .iter()
+            .filter_map(|(pid, now)| Some(now.saturating_sub(*earlier.local_nodes.get(pid)?)))
+            .collect();
         let cores = |ticks: u64| ticks as f64 / TICKS_PER_SECOND / seconds;
+        let herald_cores = if node_here {
+            Some(cores(herald))
+        } else if local.is_empty() {
+            None
+        } else {
+            Some(cores(local.iter().sum()))
+        };
         CpuSplit {
             seconds,
-            herald_cores: node_here.then(|| cores(herald)),
+            herald_cores,
             harness_cores: cores(harness),
             other_cores: cores(other),
             machine_cores: std::thread::available_parallelism().map_or(1, usize::from),
@@ -172,6 +275,53 @@ fn status_kib(key: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// Held by the tests whose snapshots depend on the watched local nodes, which one of them sets.
+    static WATCHING: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_listening_socket_is_read_off_its_proc_net_tcp_line() {
+        let listening = "   1: 0100007F:1F95 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 123456 1 0000000000000000 100 0 0 10 0";
+        assert_eq!(listener(listening), Some((8085, 123456)));
+        let established = "   2: 0100007F:1F95 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 654321 1 0000000000000000 20 4 30 10 -1";
+        assert_eq!(listener(established), None);
+        assert_eq!(listener("garbage"), None);
+    }
+
+    #[test]
+    fn only_loopback_hosts_are_looked_for() {
+        assert_eq!(loopback_port("http://127.0.0.1:8040"), Some(8040));
+        assert_eq!(loopback_port("http://localhost"), Some(80));
+        assert_eq!(loopback_port("https://[::1]:9000/api"), Some(9000));
+        assert_eq!(loopback_port("http://10.0.0.7:8040"), None);
+        assert_eq!(loopback_port("http://herald.example:8040"), None);
+        assert_eq!(loopback_port("not a url"), None);
+    }
+
+    #[test]
+    fn a_node_listening_on_loopback_is_found_and_its_cpu_counted() {
+        let _watching = WATCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("address").port();
+        let url = format!("http://127.0.0.1:{port}");
+        // This process listens there: it is the node.
+        assert_eq!(watch_local_nodes(std::slice::from_ref(&url)), vec![std::process::id()]);
+        let before = CpuSnapshot::take().expect("/proc is readable");
+        let started = Instant::now();
+        let mut x = 0u64;
+        while started.elapsed().as_millis() < 300 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let split = CpuSnapshot::take().expect("/proc is readable").since(&before);
+        assert!(split.herald_cores.is_some_and(|cores| cores > 0.0), "{split:?}");
+        // One of two nodes found is not counted: a part would read as the whole cluster's CPU.
+        let elsewhere = "http://10.0.0.7:8040".to_owned();
+        assert_eq!(watch_local_nodes(&[url, elsewhere]), vec![std::process::id()]);
+        let before = CpuSnapshot::take().expect("/proc is readable");
+        let split = CpuSnapshot::take().expect("/proc is readable").since(&before);
+        assert_eq!(split.herald_cores, None);
+        drop(listener);
+    }
+
     #[test]
     fn parses_stat_lines() {
         let line = "1234 (tokio (worker) 1) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
@@ -180,6 +330,7 @@ mod tests {
 
     #[test]
     fn reads_this_process() {
+        let _watching = WATCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if std::path::Path::new("/proc/self/stat").exists() {
             let before = CpuSnapshot::take().unwrap();
             let mut x = 0u64;

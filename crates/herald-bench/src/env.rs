@@ -215,11 +215,22 @@ impl Env {
                         urls.join(", ")
                     )
                 };
+                let local = crate::cpu::watch_local_nodes(urls);
+                let pids: Vec<String> = local.iter().map(u32::to_string).collect();
+                let cpu = if local.len() == urls.len() {
+                    format!("the node's CPU: process {} on this machine", pids.join(", "))
+                } else {
+                    format!(
+                        "the node's CPU: not measured ({} of {} node(s) found listening on this machine's loopback)",
+                        local.len(),
+                        urls.len()
+                    )
+                };
                 let setup = Setup {
                     server,
                     database: "as configured on the server".to_owned(),
                     durability: "as configured on the server".to_owned(),
-                    settings: vec!["the server's own settings".to_owned()],
+                    settings: vec!["the server's own settings".to_owned(), cpu],
                     machine: Machine::detect(),
                 };
                 (url.clone(), token.clone(), None, setup, None)
