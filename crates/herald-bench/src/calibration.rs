@@ -1,37 +1,52 @@
-//! Two figures of the machine itself, taken before a scenario runs, so that reports from different
-//! machines can be set side by side.
+//! Figures of the machine itself, taken before a scenario runs, so that reports from different machines
+//! can be set side by side.
 //!
 //! Two VMs that name the same CPU model have given rates a factor of two apart on the same commit
 //! (docs/performance.md): a CPU's name says little about a shared core's speed, or a virtual disk's
-//! `fsync`. Herald's throughput rests on exactly those two — the CPU per request, and the commit that
-//! every acknowledged message waits for — so every report carries one figure of each: how long one core
-//! takes to sign 1 KiB (HMAC-SHA256, as every delivery is signed), and how long a 4 KiB write and its
-//! `fdatasync` take in the harness's temporary directory (the in-process node's store is there; a
-//! `--target` server's disk may be another).
+//! `fsync`. Two things bound most of Herald's rates — the CPU each request costs, and the commit that
+//! every acknowledged message waits for — so every report carries a figure of each: how long one core
+//! takes to read and write back a message body as JSON (as the API does with every message), beside
+//! the signing primitive alone (HMAC-SHA256, far faster on a CPU with SHA extensions, which the report
+//! says), and how long an appending 4 KiB write and its `fdatasync` take in the harness's temporary
+//! directory, named with its file system (a `tmpfs` there has no disk behind it).
 
 use std::fs::File;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
 
-/// Signatures timed, in rounds (the median round's time per signature is kept).
-const SIGNATURES_PER_ROUND: u32 = 2_000;
-const SIGNATURE_ROUNDS: usize = 5;
+use crate::stats::{LatencyStats, Spread};
+
+/// Operations timed per round; each figure is the median round's time per operation.
+const OPERATIONS_PER_ROUND: u32 = 2_000;
+const ROUNDS: usize = 5;
 /// Synced writes timed.
 const SYNCED_WRITES: usize = 100;
 /// The size of each synced write: one page of SQLite's default size.
 const WRITE_BYTES: usize = 4_096;
+/// A message body as the load generator sends one, about 256 bytes.
+const MESSAGE_BODY: &str = r#"{"eventType":"bench.event","payload":{"sent_at_us":1764979200000000,"seq":123456,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}"#;
 
-/// The machine's speed at the two things Herald's throughput rests on.
+/// The machine's speed at what bounds Herald's rates.
 #[derive(Debug, Clone, Serialize)]
 pub struct Calibration {
-    /// One core's time to sign 1 KiB with HMAC-SHA256, in ns (the median of five rounds).
+    /// One core's time to parse a ~256-byte message body as JSON and write it back, in ns.
+    pub json_message_ns: u64,
+    /// One core's time to sign 1 KiB with HMAC-SHA256, in ns.
     pub hmac_1kib_ns: u64,
-    /// A 4 KiB write and its `fdatasync` in the temporary directory, in µs: median and 99th
-    /// percentile of 100. `None` when the directory could not be written.
+    /// Whether the CPU has SHA extensions (`sha_ni` in `/proc/cpuinfo`), which make the signature several
+    /// times faster while saying nothing of the rest of a request's work.
+    pub sha_extensions: bool,
+    /// The directory the synced writes were timed in (the temporary directory).
+    pub synced_writes_in: PathBuf,
+    /// Its file system's type (`/proc/self/mountinfo`), when known.
+    pub file_system: Option<String>,
+    /// An appending 4 KiB write and its `fdatasync`, in µs: median of 100. `None` when the directory could
+    /// not be written.
     pub fsync_p50_us: Option<u64>,
-    /// See [`Calibration::fsync_p50_us`].
+    /// The same, 99th percentile.
     pub fsync_p99_us: Option<u64>,
     /// Why the synced writes were not measured, if they were not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,19 +54,25 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// Measure this machine (about 0.1 s on a fast disk, longer on a slow one).
+    /// Measure this machine (about 0.1 s with a fast disk, longer with a slow one).
     pub fn measure() -> Self {
-        let (fsync_p50_us, fsync_p99_us, fsync_error) = match synced_writes_us() {
-            Ok(mut times) => {
-                times.sort_unstable();
-                (Some(percentile(&times, 50)), Some(percentile(&times, 99)), None)
-            }
-            Err(error) => (None, None, Some(format!("the temporary directory: {error}"))),
+        let directory = std::env::temp_dir();
+        let (synced, fsync_error) = match synced_writes_us(&directory) {
+            Ok(times) => (LatencyStats::from_samples(times), None),
+            Err(error) => (None, Some(format!("{}: {error}", directory.display()))),
         };
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         Self {
-            hmac_1kib_ns: signature_ns(),
-            fsync_p50_us,
-            fsync_p99_us,
+            json_message_ns: median_ns(json_round_trip),
+            hmac_1kib_ns: median_ns(sign_1kib),
+            sha_extensions: cpuinfo
+                .lines()
+                .find(|line| line.starts_with("flags"))
+                .is_some_and(|flags| flags.split_whitespace().any(|flag| flag == "sha_ni")),
+            file_system: file_system_of(&directory),
+            synced_writes_in: directory,
+            fsync_p50_us: synced.as_ref().map(|stats| stats.p50_us),
+            fsync_p99_us: synced.as_ref().map(|stats| stats.p99_us),
             fsync_error,
         }
     }
@@ -59,45 +80,63 @@ impl Calibration {
     /// One line for a report's table.
     pub fn describe(&self) -> String {
         let fsync = match (self.fsync_p50_us, self.fsync_p99_us) {
-            (Some(p50), Some(p99)) => format!("4 KiB write + fdatasync p50 {p50} µs, p99 {p99} µs"),
+            (Some(p50), Some(p99)) => format!(
+                "appending 4 KiB write + fdatasync in {} ({}) p50 {p50} µs, p99 {p99} µs",
+                self.synced_writes_in.display(),
+                match self.file_system.as_deref() {
+                    Some("tmpfs") => "tmpfs: no disk behind it",
+                    Some(kind) => kind,
+                    None => "file system unknown",
+                }
+            ),
             _ => format!(
                 "synced writes not measured ({})",
                 self.fsync_error.as_deref().unwrap_or("no figure")
             ),
         };
         format!(
-            "HMAC-SHA256 of 1 KiB {:.2} µs; {fsync}",
-            self.hmac_1kib_ns as f64 / 1_000.0
+            "JSON of a message body read and written {:.2} µs, HMAC-SHA256 of 1 KiB {:.2} µs ({}); {fsync}",
+            self.json_message_ns as f64 / 1_000.0,
+            self.hmac_1kib_ns as f64 / 1_000.0,
+            if self.sha_extensions {
+                "SHA extensions"
+            } else {
+                "no SHA extensions"
+            },
         )
     }
 }
 
-/// The nearest-rank percentile `p` of sorted `times`.
-fn percentile(times: &[u64], p: usize) -> u64 {
-    let rank = (times.len() * p).div_ceil(100).max(1);
-    times.get(rank - 1).copied().unwrap_or(0)
+/// The median of five rounds' time per `operation`, in ns.
+fn median_ns(operation: fn()) -> u64 {
+    let rounds = (0..ROUNDS).map(|_| {
+        let started = Instant::now();
+        for _ in 0..OPERATIONS_PER_ROUND {
+            operation();
+        }
+        started.elapsed().as_nanos() as f64 / f64::from(OPERATIONS_PER_ROUND)
+    });
+    Spread::of(rounds).map_or(0, |spread| spread.median.round() as u64)
 }
 
-/// The median round's time per signature, in ns.
-fn signature_ns() -> u64 {
-    let secret = [7u8; 32];
+/// Read a message body into a JSON value and write it back.
+fn json_round_trip() {
+    let value: serde_json::Value = serde_json::from_str(std::hint::black_box(MESSAGE_BODY)).unwrap_or_default();
+    std::hint::black_box(serde_json::to_vec(&value).unwrap_or_default());
+}
+
+/// Sign 1 KiB.
+fn sign_1kib() {
     let body = [b'x'; 1_024];
-    let mut rounds: Vec<u64> = (0..SIGNATURE_ROUNDS)
-        .map(|_| {
-            let started = Instant::now();
-            for _ in 0..SIGNATURES_PER_ROUND {
-                std::hint::black_box(herald_signature::body_hmac::sign(&secret, std::hint::black_box(&body)));
-            }
-            u64::try_from(started.elapsed().as_nanos() / u128::from(SIGNATURES_PER_ROUND)).unwrap_or(u64::MAX)
-        })
-        .collect();
-    rounds.sort_unstable();
-    rounds[SIGNATURE_ROUNDS / 2]
+    std::hint::black_box(herald_signature::body_hmac::sign(
+        b"calibration",
+        std::hint::black_box(&body),
+    ));
 }
 
-/// Each synced write's time, in µs, in a file of its own in the temporary directory.
-fn synced_writes_us() -> std::io::Result<Vec<u64>> {
-    let mut file: File = tempfile::tempfile()?;
+/// Each synced write's time, in µs, appended to a file of its own in `directory`.
+fn synced_writes_us(directory: &Path) -> std::io::Result<Vec<u64>> {
+    let mut file: File = tempfile::tempfile_in(directory)?;
     let page = [0u8; WRITE_BYTES];
     (0..SYNCED_WRITES)
         .map(|_| {
@@ -109,29 +148,65 @@ fn synced_writes_us() -> std::io::Result<Vec<u64>> {
         .collect()
 }
 
+/// The type of the file system `directory` is on: that of the longest mount point holding it, from
+/// `/proc/self/mountinfo`.
+fn file_system_of(directory: &Path) -> Option<String> {
+    let directory = directory.canonicalize().ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_type(&mountinfo, &directory)
+}
+
+/// The file system type of the longest mount point of `mountinfo` (its format) that holds `path`.
+fn mount_type(mountinfo: &str, path: &Path) -> Option<String> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            // id parent major:minor root mount-point options [optional…] - type source super-options
+            let (before, after) = line.split_once(" - ")?;
+            let mount_point = before.split_whitespace().nth(4)?;
+            let kind = after.split_whitespace().next()?;
+            path.starts_with(mount_point)
+                .then(|| (mount_point.len(), kind.to_owned()))
+        })
+        .max_by_key(|(length, _)| *length)
+        .map(|(_, kind)| kind)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_percentiles() {
-        let times: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&times, 50), 50);
-        assert_eq!(percentile(&times, 99), 99);
-        assert_eq!(percentile(&[5], 99), 5);
-        assert_eq!(percentile(&[], 50), 0);
+    fn the_longest_mount_point_holding_the_path_gives_its_type() {
+        let mountinfo = "\
+22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+23 22 0:21 / /tmp rw,nosuid shared:2 - tmpfs tmpfs rw
+24 22 0:22 / /tmpx rw shared:3 - xfs /dev/vdb rw
+";
+        assert_eq!(mount_type(mountinfo, Path::new("/tmp/x")), Some("tmpfs".to_owned()));
+        assert_eq!(mount_type(mountinfo, Path::new("/tmpx/y")), Some("xfs".to_owned()));
+        assert_eq!(mount_type(mountinfo, Path::new("/var/tmp")), Some("ext4".to_owned()));
+        assert_eq!(mount_type("garbage", Path::new("/tmp")), None);
     }
 
     #[test]
-    fn a_measurement_has_both_figures_on_a_writable_temporary_directory() {
+    fn a_measurement_has_every_figure_on_a_writable_temporary_directory() {
         let calibration = Calibration::measure();
-        assert!(calibration.hmac_1kib_ns > 0);
+        assert!(calibration.json_message_ns > 0, "{calibration:?}");
+        assert!(calibration.hmac_1kib_ns > 0, "{calibration:?}");
+        assert!(calibration.file_system.is_some(), "{calibration:?}");
         let (Some(p50), Some(p99)) = (calibration.fsync_p50_us, calibration.fsync_p99_us) else {
             panic!("synced writes not measured: {calibration:?}");
         };
         assert!(p50 <= p99, "{calibration:?}");
         let line = calibration.describe();
-        assert!(line.starts_with("HMAC-SHA256 of 1 KiB "), "{line}");
+        assert!(line.starts_with("JSON of a message body read and written "), "{line}");
         assert!(line.contains(&format!("p50 {p50} µs, p99 {p99} µs")), "{line}");
+    }
+
+    #[test]
+    fn the_message_body_is_the_load_generators_size_and_valid_json() {
+        assert!((240..=280).contains(&MESSAGE_BODY.len()), "{}", MESSAGE_BODY.len());
+        assert!(serde_json::from_str::<serde_json::Value>(MESSAGE_BODY).is_ok());
     }
 }

@@ -5,9 +5,8 @@
 //! connection threads `sqlx-sqlite-worker-N`; every other thread of the process belongs to the harness.
 //! Time of threads that exited during the phase is counted as `other`.
 //!
-//! A `--target` server on this machine's loopback is found by the port it listens on (see
-//! [`watch_local_nodes`]), and its process's CPU is reported as the node's: on a shared two-core machine
-//! the split between node and load generator is half of what a figure means.
+//! With `--target`, the CPU of the nodes' processes found on this machine (see [`crate::local_node`]) is
+//! the node's, once [`watch`]ed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,78 +14,21 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::local_node::{LocalNode, stat_field};
+
 /// Kernel clock ticks per second of `/proc` CPU times (USER_HZ, 100 on every mainstream Linux).
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// Thread-name prefixes of the in-process node (names are truncated to 15 bytes by the kernel).
 const HERALD_THREADS: [&str; 2] = ["herald-node", "sqlx-sqlite-wor"];
 
-/// Processes of `--target` nodes running on this machine, whose CPU counts as the node's.
-static LOCAL_NODES: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// The `--target` nodes whose processes' CPU counts as the node's (see [`watch`]).
+static WATCHED: Mutex<Vec<LocalNode>> = Mutex::new(Vec::new());
 
-/// Count the CPU of the processes listening on the loopback ports of `urls` (the `--target` nodes) as
-/// the node's from now on, if every one of them is found on this machine; returns the process ids found.
-/// A URL whose host is not a loopback address, or whose listener is not found (another user's process,
-/// or no `/proc`), is not found; then none is counted, since a part of a cluster's CPU would read as all
-/// of it.
-pub fn watch_local_nodes(urls: &[String]) -> Vec<u32> {
-    let listening = listening_sockets();
-    let pids: Vec<u32> = urls
-        .iter()
-        .filter_map(|url| loopback_port(url))
-        .filter_map(|port| listening.get(&port).and_then(|inode| process_holding(*inode)))
-        .collect();
-    let mut watched = LOCAL_NODES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    watched.clear();
-    if pids.len() == urls.len() {
-        watched.extend(&pids);
-    }
-    pids
-}
-
-/// The port of `url` when its host is a loopback address (`127.x`, `::1`, `localhost`).
-fn loopback_port(url: &str) -> Option<u16> {
-    let url = reqwest::Url::parse(url).ok()?;
-    let loopback = match url.host()? {
-        url::Host::Domain(name) => name == "localhost",
-        url::Host::Ipv4(ip) => ip.is_loopback(),
-        url::Host::Ipv6(ip) => ip.is_loopback(),
-    };
-    loopback.then(|| url.port_or_known_default()).flatten()
-}
-
-/// The socket inode of each TCP port something listens on, from `/proc/net/tcp` and `tcp6`.
-fn listening_sockets() -> HashMap<u16, u64> {
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|path| std::fs::read_to_string(path).ok())
-        .flat_map(|table| table.lines().skip(1).filter_map(listener).collect::<Vec<_>>())
-        .collect()
-}
-
-/// A `/proc/net/tcp` line's port and inode when the socket listens (state `0A`).
-fn listener(line: &str) -> Option<(u16, u64)> {
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let (_, port) = fields.get(1)?.rsplit_once(':')?;
-    if *fields.get(3)? != "0A" {
-        return None;
-    }
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let inode = fields.get(9)?.parse().ok()?;
-    Some((port, inode))
-}
-
-/// The process holding socket `inode` open, found among `/proc/*/fd`.
-fn process_holding(inode: u64) -> Option<u32> {
-    let wanted = format!("socket:[{inode}]");
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
-        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let holds = std::fs::read_dir(entry.path().join("fd"))
-            .ok()?
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str()));
-        holds.then_some(pid)
-    })
+/// From now on, count the CPU of `nodes` — every node of the cluster measured, each found on this
+/// machine (see [`crate::local_node`]) — as the node's; an empty list stops it.
+pub fn watch(nodes: Vec<LocalNode>) {
+    *WATCHED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = nodes;
 }
 
 /// CPU times at one instant.
@@ -96,8 +38,10 @@ pub struct CpuSnapshot {
     /// Ticks per thread id, with whether the thread is Herald's.
     threads: HashMap<u32, (bool, u64)>,
     process: u64,
-    /// Ticks of each watched local `--target` node's process (see [`watch_local_nodes`]).
-    local_nodes: HashMap<u32, u64>,
+    /// The watched `--target` nodes (see [`watch`]) at this instant.
+    watched: Vec<LocalNode>,
+    /// Ticks of each watched node's process that is still running, by process id, with when it started.
+    nodes: HashMap<u32, (u64, u64)>,
 }
 
 /// CPU used over a phase, in cores (CPU-seconds per second of wall time).
@@ -106,8 +50,8 @@ pub struct CpuSplit {
     /// Wall time of the phase in seconds.
     pub seconds: f64,
     /// Cores used by the Herald node (API, engine, store): the in-process node's threads, or the
-    /// processes of the `--target` nodes found on this machine's loopback (see [`watch_local_nodes`]);
-    /// `None` when the server runs elsewhere.
+    /// processes of the `--target` nodes found on this machine (see [`watch`]); `None` when not
+    /// measured (the server runs elsewhere, or not every node was found or ran through the phase).
     pub herald_cores: Option<f64>,
     /// Cores used by the harness (load generator, receivers).
     pub harness_cores: f64,
@@ -136,20 +80,23 @@ impl CpuSnapshot {
                 threads.insert(tid, (herald, t));
             }
         }
-        let local_nodes = LOCAL_NODES
+        let watched = WATCHED
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let nodes = watched
             .iter()
-            .filter_map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                Some((*pid, ticks(&stat)?))
+            .filter_map(|node| {
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", node.pid)).ok()?;
+                Some((node.pid, (stat_field(&stat, 22)?, ticks(&stat)?)))
             })
             .collect();
         Some(Self {
             at,
             threads,
             process,
-            local_nodes,
+            watched,
+            nodes,
         })
     }
 
@@ -169,19 +116,13 @@ impl CpuSnapshot {
         }
         let process = self.process.saturating_sub(earlier.process);
         let other = process.saturating_sub(herald + harness);
-        // Local `--target` nodes seen at both ends of the phase (one that stopped meanwhile is left out).
-        let local: Vec<u64> = self
-            .local_nodes
-            .iter()
-            .filter_map(|(pid, now)| Some(now.saturating_sub(*earlier.local_nodes.get(pid)?)))
-            .collect();
         let cores = |ticks: u64| ticks as f64 / TICKS_PER_SECOND / seconds;
-        let herald_cores = if node_here {
-            Some(cores(herald))
-        } else if local.is_empty() {
-            None
+        // Watched nodes first: a harness that opened a SQLite file of its own would otherwise have its
+        // threads taken for an in-process node's.
+        let herald_cores = if earlier.watched.is_empty() {
+            node_here.then(|| cores(herald))
         } else {
-            Some(cores(local.iter().sum()))
+            watched_ticks(&earlier.watched, &earlier.nodes, &self.nodes).map(cores)
         };
         CpuSplit {
             seconds,
@@ -193,14 +134,24 @@ impl CpuSnapshot {
     }
 }
 
-/// utime + stime from a `stat` line (fields 14 and 15, counted after the parenthesised name).
+/// utime + stime from a `stat` line (fields 14 and 15).
 fn ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace();
-    // After the name: state(3) ppid(4) … utime is field 14, i.e. the 12th after the name.
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+    Some(stat_field(stat, 14)? + stat_field(stat, 15)?)
+}
+
+/// The ticks the `watched` nodes used between two snapshots' readings of them; `None` unless every one
+/// ran from the first reading to the second as the same process (one that stopped, restarted or whose
+/// id went to another process would leave a part of the cluster's CPU reading as all of it).
+fn watched_ticks(
+    watched: &[LocalNode],
+    earlier: &HashMap<u32, (u64, u64)>,
+    later: &HashMap<u32, (u64, u64)>,
+) -> Option<u64> {
+    watched.iter().try_fold(0u64, |sum, node| {
+        let (started_before, before) = earlier.get(&node.pid)?;
+        let (started_after, after) = later.get(&node.pid)?;
+        (*started_before == node.started && *started_after == node.started).then(|| sum + after.saturating_sub(*before))
+    })
 }
 
 /// Shortest phase whose CPU split means anything, given 10 ms clock ticks.
@@ -275,36 +226,47 @@ fn status_kib(key: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// Held by the tests whose snapshots depend on the watched local nodes, which one of them sets.
+    /// Held by the tests whose snapshots depend on the watched nodes, which one of them sets.
     static WATCHING: Mutex<()> = Mutex::new(());
 
-    #[test]
-    fn a_listening_socket_is_read_off_its_proc_net_tcp_line() {
-        let listening = "   1: 0100007F:1F95 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 123456 1 0000000000000000 100 0 0 10 0";
-        assert_eq!(listener(listening), Some((8085, 123456)));
-        let established = "   2: 0100007F:1F95 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 654321 1 0000000000000000 20 4 30 10 -1";
-        assert_eq!(listener(established), None);
-        assert_eq!(listener("garbage"), None);
+    /// Stops watching when dropped, so that a failed test leaves no watched node behind.
+    struct Watching;
+
+    impl Drop for Watching {
+        fn drop(&mut self) {
+            watch(Vec::new());
+        }
+    }
+
+    fn node(pid: u32, started: u64) -> LocalNode {
+        LocalNode {
+            pid,
+            command: "herald".to_owned(),
+            started,
+        }
     }
 
     #[test]
-    fn only_loopback_hosts_are_looked_for() {
-        assert_eq!(loopback_port("http://127.0.0.1:8040"), Some(8040));
-        assert_eq!(loopback_port("http://localhost"), Some(80));
-        assert_eq!(loopback_port("https://[::1]:9000/api"), Some(9000));
-        assert_eq!(loopback_port("http://10.0.0.7:8040"), None);
-        assert_eq!(loopback_port("http://herald.example:8040"), None);
-        assert_eq!(loopback_port("not a url"), None);
+    fn watched_nodes_count_only_when_each_ran_through_the_phase_as_itself() {
+        let watched = [node(10, 500), node(11, 600)];
+        let before = HashMap::from([(10, (500, 100)), (11, (600, 40))]);
+        let after = HashMap::from([(10, (500, 130)), (11, (600, 45))]);
+        assert_eq!(watched_ticks(&watched, &before, &after), Some(35));
+        // One stopped meanwhile.
+        let stopped = HashMap::from([(10, (500, 130))]);
+        assert_eq!(watched_ticks(&watched, &before, &stopped), None);
+        // One restarted (or its id went to another process).
+        let restarted = HashMap::from([(10, (500, 130)), (11, (900, 2))]);
+        assert_eq!(watched_ticks(&watched, &before, &restarted), None);
+        assert_eq!(watched_ticks(&[], &before, &after), Some(0));
     }
 
     #[test]
-    fn a_node_listening_on_loopback_is_found_and_its_cpu_counted() {
+    fn a_watched_process_cpu_is_the_nodes() {
         let _watching = WATCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let port = listener.local_addr().expect("address").port();
-        let url = format!("http://127.0.0.1:{port}");
-        // This process listens there: it is the node.
-        assert_eq!(watch_local_nodes(std::slice::from_ref(&url)), vec![std::process::id()]);
+        let _stop = Watching;
+        // This test's process stands for the node.
+        watch(vec![LocalNode::of(std::process::id()).expect("this process")]);
         let before = CpuSnapshot::take().expect("/proc is readable");
         let started = Instant::now();
         let mut x = 0u64;
@@ -312,14 +274,12 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let split = CpuSnapshot::take().expect("/proc is readable").since(&before);
-        assert!(split.herald_cores.is_some_and(|cores| cores > 0.0), "{split:?}");
-        // One of two nodes found is not counted: a part would read as the whole cluster's CPU.
-        let elsewhere = "http://10.0.0.7:8040".to_owned();
-        assert_eq!(watch_local_nodes(&[url, elsewhere]), vec![std::process::id()]);
+        assert!(split.herald_cores.is_some_and(|cores| cores > 0.1), "{split:?}");
+        // A watched process that is not running: not measured.
+        watch(vec![node(std::process::id(), 1)]);
         let before = CpuSnapshot::take().expect("/proc is readable");
         let split = CpuSnapshot::take().expect("/proc is readable").since(&before);
         assert_eq!(split.herald_cores, None);
-        drop(listener);
     }
 
     #[test]

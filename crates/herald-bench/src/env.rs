@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::api::Api;
 use crate::calibration::Calibration;
 use crate::load::LoadGen;
+use crate::local_node::{self, LocalNode};
 use crate::progress::Progress;
 
 /// Keep-alive connections the harness keeps to the server.
@@ -110,6 +111,10 @@ pub struct Setup {
     pub settings: Vec<String>,
     /// The machine the harness ran on.
     pub machine: Machine,
+    /// With `--target`, the nodes' processes on this machine whose CPU is reported as the node's (empty
+    /// when not every node was found, or in-process).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub local_nodes: Vec<LocalNode>,
 }
 
 /// The machine the harness ran on.
@@ -215,16 +220,18 @@ impl Env {
                         urls.join(", ")
                     )
                 };
-                let local = crate::cpu::watch_local_nodes(urls);
-                let pids: Vec<String> = local.iter().map(u32::to_string).collect();
-                let cpu = if local.len() == urls.len() {
-                    format!("the node's CPU: process {} on this machine", pids.join(", "))
-                } else {
-                    format!(
-                        "the node's CPU: not measured ({} of {} node(s) found listening on this machine's loopback)",
-                        local.len(),
-                        urls.len()
-                    )
+                let local_nodes = watch_local_nodes(urls);
+                let cpu = match local_nodes.as_slice() {
+                    [] => {
+                        "the node's CPU: not measured (not every node was found alone on its loopback port)".to_owned()
+                    }
+                    nodes => {
+                        let named: Vec<String> = nodes
+                            .iter()
+                            .map(|node| format!("{} ({})", node.pid, node.command))
+                            .collect();
+                        format!("the node's CPU: process {} on this machine", named.join(", "))
+                    }
                 };
                 let setup = Setup {
                     server,
@@ -232,6 +239,7 @@ impl Env {
                     durability: "as configured on the server".to_owned(),
                     settings: vec!["the server's own settings".to_owned(), cpu],
                     machine: Machine::detect(),
+                    local_nodes,
                 };
                 (url.clone(), token.clone(), None, setup, None)
             }
@@ -271,6 +279,8 @@ async fn start_node(
     endpoint_concurrency: Option<u32>,
     tweaks: &NodeTweaks,
 ) -> anyhow::Result<(String, String, Option<InProcessNode>, Setup, Option<String>)> {
+    // Before the node starts, so that its work does not move the machine's figures.
+    let machine = Machine::detect();
     let (dir, database_url) = match database_url {
         Some(url) => (None, url.to_owned()),
         None => {
@@ -351,7 +361,8 @@ async fn start_node(
                 .to_owned()
         },
         settings: settings_note,
-        machine: Machine::detect(),
+        machine,
+        local_nodes: Vec::new(),
     };
     let node = InProcessNode {
         node: Some(node),
@@ -380,6 +391,20 @@ fn summarize_schedule(schedule: &str) -> String {
         }
         _ => schedule.to_owned(),
     }
+}
+
+/// The processes of `urls`' nodes on this machine, watched for their CPU (see [`crate::cpu::watch`]),
+/// when every node is found alone on its port and no two are one process; otherwise none.
+fn watch_local_nodes(urls: &[String]) -> Vec<LocalNode> {
+    let found: Option<Vec<LocalNode>> = local_node::find(urls).into_iter().collect();
+    let nodes = found
+        .filter(|nodes| {
+            let pids: std::collections::BTreeSet<u32> = nodes.iter().map(|node| node.pid).collect();
+            pids.len() == nodes.len()
+        })
+        .unwrap_or_default();
+    crate::cpu::watch(nodes.clone());
+    nodes
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod calibration;
 pub mod cpu;
 pub mod env;
 pub mod load;
+pub mod local_node;
 pub mod poster;
 pub mod progress;
 pub mod receiver;

@@ -127,7 +127,10 @@ impl Table {
         if let Some(split) = split {
             let mut value = match split.herald_cores {
                 Some(herald) => format!("Herald {herald:.2}, harness {:.2}", split.harness_cores),
-                None => format!("harness {:.2} (the server runs elsewhere)", split.harness_cores),
+                None => format!(
+                    "harness {:.2} (the node's CPU not measured: see setup)",
+                    split.harness_cores
+                ),
             };
             if split.other_cores >= 0.01 {
                 let _ = write!(value, ", other {:.2}", split.other_cores);

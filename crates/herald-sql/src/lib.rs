@@ -7,6 +7,7 @@
 //! - [`integrity`]: the start-up check of a SQLite file, so a damaged one is refused with what to do.
 //! - [`bounded_trait!`]: a store trait and its bounded decorator, written from one list of methods.
 //! - [`text`]: PostgreSQL's `text` cannot hold NUL; free text is stored escaped.
+//! - [`proc_net`]: Linux's tables of TCP sockets and open descriptors, read.
 //! - `tcp_nodelay`: `TCP_NODELAY` on every PostgreSQL connection over TCP.
 //! - [`loopback`]: connection options, without TLS on a loopback host unless a mode is chosen.
 //! - `testdb` (feature `testdb`, tests only): a fresh PostgreSQL database per test.
@@ -15,6 +16,7 @@ mod bounded;
 pub mod custody;
 pub mod integrity;
 pub mod loopback;
+pub mod proc_net;
 pub mod tcp_nodelay;
 #[cfg(feature = "testdb")]
 pub mod testdb;

@@ -16,10 +16,12 @@
 //! server are not this process's (a proxy or NAT between them), or `/proc` or `pidfd_getfd` is not
 //! available, the connection is used as it is, and a debug line says why.
 
-use std::fs;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 
 use sqlx::PgConnection;
+
+use crate::proc_net;
 
 /// Set `TCP_NODELAY` on `conn`'s socket when it is a TCP connection (see the module's documentation).
 /// Fails only when the query for the ports fails (then the connection is not usable anyway).
@@ -76,10 +78,9 @@ fn set_on_ports(local: u16, remote: u16) -> Result<(), String> {
 
 /// A descriptor of this process's TCP socket from local port `local` to remote port `remote`.
 fn socket_copy(local: u16, remote: u16) -> Result<OwnedFd, String> {
-    let inode = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+    let inode = proc_net::tcp_tables(Path::new("/proc/self"))
         .iter()
-        .filter_map(|table| fs::read_to_string(table).ok())
-        .find_map(|table| socket_inode(&table, local, remote))
+        .find_map(|table| socket_inode(table, local, remote))
         .ok_or_else(|| format!("no socket from port {local} to port {remote} in /proc/self/net/tcp"))?;
     let descriptor = descriptor_of(inode)?;
     own_copy(descriptor).map_err(|error| format!("pidfd_getfd({descriptor}): {error}"))
@@ -87,32 +88,18 @@ fn socket_copy(local: u16, remote: u16) -> Result<OwnedFd, String> {
 
 /// The inode of the established socket from `local` to `remote` in a `/proc/net/tcp`-format `table`.
 fn socket_inode(table: &str, local: u16, remote: u16) -> Option<u64> {
-    table.lines().skip(1).find_map(|line| {
-        // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode …
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let port = |address: &str| {
-            address
-                .rsplit_once(':')
-                .and_then(|(_, hex)| u16::from_str_radix(hex, 16).ok())
-        };
-        let established = fields.get(3) == Some(&"01");
-        (established
-            && fields.get(1).and_then(|a| port(a)) == Some(local)
-            && fields.get(2).and_then(|a| port(a)) == Some(remote))
-        .then(|| fields.get(9).and_then(|inode| inode.parse().ok()))
-        .flatten()
-    })
+    proc_net::tcp_sockets(table)
+        .find(|socket| {
+            socket.state == proc_net::ESTABLISHED && socket.local_port == local && socket.remote_port == remote
+        })
+        .map(|socket| socket.inode)
 }
 
 /// The number of this process's descriptor open on socket `inode`.
 fn descriptor_of(inode: u64) -> Result<i32, String> {
-    let wanted = format!("socket:[{inode}]");
-    let entries = fs::read_dir("/proc/self/fd").map_err(|error| format!("/proc/self/fd: {error}"))?;
-    entries
-        .filter_map(Result::ok)
-        .find(|entry| fs::read_link(entry.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str()))
-        .and_then(|entry| entry.file_name().to_str().and_then(|name| name.parse().ok()))
-        .ok_or_else(|| format!("no descriptor open on {wanted}"))
+    proc_net::descriptor_holding(Path::new("/proc/self/fd"), inode)
+        .map_err(|error| format!("/proc/self/fd: {error}"))?
+        .ok_or_else(|| format!("no descriptor open on socket:[{inode}]"))
 }
 
 /// A duplicate of this process's descriptor `number`, owned (closed when dropped).

@@ -1,6 +1,7 @@
 //! `herald bench --target A --target B`: the harness spreads its load over two real `herald serve` nodes
 //! on one PostgreSQL database. Each node takes its share of the messages, the report names both, and every
-//! delivery arrives whichever node owns the endpoint. Smoke sizes and no timing assertions: figures depend
+//! delivery arrives whichever node owns the endpoint; the nodes' processes are found on this machine and
+//! their CPU reported. Smoke sizes and no timing assertions: figures depend
 //! on the machine. Skipped with a visible message when PostgreSQL is unreachable (fatal with
 //! `HERALD_REQUIRE_POSTGRES=1`).
 
@@ -77,6 +78,30 @@ async fn bench_spreads_its_load_over_two_nodes_on_one_postgres() {
         "the report names every node: {server}"
     );
     assert_spread(&report["load"], &nodes);
+    // Both nodes run on this machine: their processes are found by their ports, and their CPU is the
+    // node's in the report.
+    let local: Vec<(u64, &str)> = report["setup"]["local_nodes"]
+        .as_array()
+        .expect("setup.local_nodes with both nodes found")
+        .iter()
+        .map(|node| {
+            (
+                node["pid"].as_u64().unwrap_or(0),
+                node["command"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        local,
+        [(u64::from(first.pid()), "herald"), (u64::from(second.pid()), "herald")],
+        "{}",
+        report["setup"]
+    );
+    assert!(
+        report["cpu"]["herald_cores"].as_f64().is_some_and(|cores| cores > 0.0),
+        "the nodes' CPU: {}",
+        report["cpu"]
+    );
     let deliveries = &report["deliveries"];
     assert_eq!(deliveries["complete"], true, "{deliveries}");
     assert_eq!(deliveries["delivered"], report["load"]["accepted"], "{deliveries}");

@@ -84,6 +84,8 @@ impl Drop for InProcessInbox {
 
 /// Run `inbox`.
 pub async fn run(options: &Options, params: &InboxParams) -> anyhow::Result<InboxReport> {
+    // Before the inbox starts, so that its work does not move the machine's figures.
+    let machine = Machine::detect();
     let Target::InProcess { database_url, .. } = &options.target else {
         bail!("the inbox scenario starts its own inbox; --target is not supported");
     };
@@ -165,7 +167,8 @@ pub async fn run(options: &Options, params: &InboxParams) -> anyhow::Result<Inbo
             }
             .to_owned(),
             settings: vec!["one standard-webhooks source, one loopback handler".to_owned()],
-            machine: Machine::detect(),
+            machine,
+            local_nodes: Vec::new(),
         },
         params: params.clone(),
         load: outcome.summary,
