@@ -16,6 +16,9 @@ pub const INGEST_BATCHES: &str = "herald_store_ingest_batches_total";
 /// `lock_busy` (the ingest lock was taken: another node's batch, a re-queue), `row_moved` (an app's row
 /// changed or was held), `message` (a message repeated a stored one, or the database refused it).
 pub const INGEST_SHORTCUT_REFUSED: &str = "herald_store_ingest_shortcut_refused_total";
+/// PostgreSQL ingest batches committed as one statement outside a transaction block, trusting the app
+/// rows the writer remembers (only on a node alone in its cluster; see `postgres/remembered.rs`).
+pub const INGEST_ONE_STATEMENT: &str = "herald_store_ingest_one_statement_batches_total";
 /// Messages waiting for a later batch because another transaction holds their application's row
 /// (PostgreSQL: an endpoint write, an application's delete), with those queued behind them in order.
 pub const INGEST_DEFERRED: &str = "herald_store_ingest_deferred";
@@ -63,6 +66,11 @@ pub(crate) fn ingest_batch(messages: usize, took: Duration, committed: bool) {
 /// A batch that tried to commit in one statement was refused (see [`INGEST_SHORTCUT_REFUSED`]).
 pub(crate) fn ingest_shortcut_refused(reason: &'static str) {
     metrics::counter!(INGEST_SHORTCUT_REFUSED, "reason" => reason).increment(1);
+}
+
+/// A batch was committed in one statement (see [`INGEST_ONE_STATEMENT`]).
+pub(crate) fn ingest_one_statement() {
+    metrics::counter!(INGEST_ONE_STATEMENT).increment(1);
 }
 
 /// `jobs` messages wait for a later batch (see [`INGEST_DEFERRED`]).

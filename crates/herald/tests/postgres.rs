@@ -17,6 +17,13 @@ async fn send(herald: &Herald, app: &str, body: Value) -> (u16, Value) {
     herald.call("POST", &format!("/app/{app}/msg"), Some(body)).await
 }
 
+/// The sample of `name` with `labels` in `herald`'s `/metrics`, if it has one.
+async fn metric(herald: &Herald, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let (status, metrics) = crate::metrics::scrape(herald.addr, Some(common::TOKEN)).await;
+    assert_eq!(status, 200);
+    crate::metrics::sample(&metrics, name, labels)
+}
+
 /// A message to more endpoints than its own transaction writes deliveries for (PostgreSQL acknowledges
 /// it with the endpoint list stored and inserts the deliveries right after: crates/herald-store/src/
 /// split.rs) reaches every endpoint, once each.
@@ -137,13 +144,12 @@ async fn refused_one_statement_batches_are_written_the_usual_way_and_counted() {
     let app = herald.app("shop").await;
     herald.endpoint(&app, json!({ "url": first.url() })).await;
     let refused = async |reason: &str| {
-        let (status, metrics) = crate::metrics::scrape(herald.addr, Some(common::TOKEN)).await;
-        assert_eq!(status, 200);
-        crate::metrics::sample(
-            &metrics,
+        metric(
+            &herald,
             "herald_store_ingest_shortcut_refused_total",
             &[("reason", reason)],
         )
+        .await
     };
     let body = |event_id: &str| json!({ "eventType": "invoice.paid", "eventId": event_id, "payload": {} });
 
@@ -177,6 +183,72 @@ async fn refused_one_statement_batches_are_written_the_usual_way_and_counted() {
         got.contains(&after_id),
         "the message after the endpoint write reaches both endpoints"
     );
+}
+
+/// The one-statement batch is for a node alone in its cluster (two nodes going that way were slower,
+/// docs/performance.md): a node alone commits its batches so, and once a second node has taken a share
+/// of the partitions, neither does — every batch of either goes the usual way, in a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_node_alone_in_its_cluster_commits_batches_in_one_statement() {
+    let Some(database) = herald_store::testdb::fresh("only_a_node_alone_commits_batches_in_one_statement").await else {
+        return;
+    };
+    let database = std::sync::Arc::new(database);
+    // Short leases, so that the second node gets its share within seconds.
+    let env = [("HERALD_LEASE_TTL", "4s")];
+    let first = Herald::start_on(database.clone(), &env).await;
+    let receiver = Receiver::start(Reply::status(204)).await;
+    let app = first.app("shop").await;
+    first.endpoint(&app, json!({ "url": receiver.url() })).await;
+    let one_statement = async |node: &Herald| {
+        metric(node, "herald_store_ingest_one_statement_batches_total", &[])
+            .await
+            .unwrap_or(0.0)
+    };
+    let body = json!({ "eventType": "invoice.paid", "payload": {} });
+
+    // Alone: the first batch reads the application's row, the next ones trust it.
+    for _ in 0..3 {
+        assert_eq!(send(&first, &app, body.clone()).await.0, 202);
+    }
+    assert!(one_statement(&first).await >= 1.0, "a node alone goes the short way");
+
+    let second = Herald::start_on(database.clone(), &env).await;
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let owners: i64 = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT owner) FROM partition_lease WHERE owner IS NOT NULL AND expires_at > now()",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("leases");
+        if owners == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second node never got a share of the partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Both nodes now know they share the partitions (the first gave some up, the second holds some).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (before_first, before_second) = (one_statement(&first).await, one_statement(&second).await);
+    for node in [&first, &second, &first, &second, &first, &second] {
+        assert_eq!(send(node, &app, body.clone()).await.0, 202);
+    }
+    assert_eq!(
+        one_statement(&first).await,
+        before_first,
+        "the first node beside another"
+    );
+    assert_eq!(
+        one_statement(&second).await,
+        before_second,
+        "the second node beside another"
+    );
+    assert_eq!(receiver.wait_for(9, WAIT).await.len(), 9, "every message delivered");
 }
 
 #[tokio::test]

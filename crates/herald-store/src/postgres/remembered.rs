@@ -156,7 +156,12 @@ impl Remembered {
         }
         let recalled = self.recall(batch, cache)?;
         match write(conn, batch, leases, recalled).await {
-            Attempt::Answered(answered) => Some(answered),
+            Attempt::Answered(answered) => {
+                if answered.is_ok() {
+                    crate::metrics::ingest_one_statement();
+                }
+                Some(answered)
+            }
             Attempt::Refused(error) => {
                 let refusal = Refusal::of(&error);
                 tracing::debug!(%error, ?refusal, "a batch trusting remembered app rows was refused; writing it the usual way");
