@@ -36,8 +36,8 @@ pub struct Calibration {
     pub json_message_ns: u64,
     /// One core's time to sign 1 KiB with HMAC-SHA256, in ns.
     pub hmac_1kib_ns: u64,
-    /// Whether the CPU has SHA extensions (`sha_ni` in `/proc/cpuinfo`), which make the signature several
-    /// times faster while saying nothing of the rest of a request's work.
+    /// Whether the CPU has SHA-256 instructions (x86's SHA extensions, ARM's `sha2`), which make the
+    /// signature several times faster while saying nothing of the rest of a request's work.
     pub sha_extensions: bool,
     /// The directory the synced writes were timed in (the temporary directory).
     pub synced_writes_in: PathBuf,
@@ -61,14 +61,10 @@ impl Calibration {
             Ok(times) => (LatencyStats::from_samples(times), None),
             Err(error) => (None, Some(format!("{}: {error}", directory.display()))),
         };
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         Self {
             json_message_ns: median_ns(json_round_trip),
             hmac_1kib_ns: median_ns(sign_1kib),
-            sha_extensions: cpuinfo
-                .lines()
-                .find(|line| line.starts_with("flags"))
-                .is_some_and(|flags| flags.split_whitespace().any(|flag| flag == "sha_ni")),
+            sha_extensions: sha_extensions(),
             file_system: file_system_of(&directory),
             synced_writes_in: directory,
             fsync_p50_us: synced.as_ref().map(|stats| stats.p50_us),
@@ -125,13 +121,25 @@ fn json_round_trip() {
     std::hint::black_box(serde_json::to_vec(&value).unwrap_or_default());
 }
 
+/// What [`sign_1kib`] signs.
+static KIB: [u8; 1_024] = [b'x'; 1_024];
+
 /// Sign 1 KiB.
 fn sign_1kib() {
-    let body = [b'x'; 1_024];
     std::hint::black_box(herald_signature::body_hmac::sign(
         b"calibration",
-        std::hint::black_box(&body),
+        std::hint::black_box(&KIB),
     ));
+}
+
+/// Whether this CPU has instructions for SHA-256 (which the signing code uses when it has them).
+fn sha_extensions() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("sha");
+    #[cfg(target_arch = "aarch64")]
+    return std::arch::is_aarch64_feature_detected!("sha2");
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    return false;
 }
 
 /// Each synced write's time, in µs, appended to a file of its own in `directory`.
@@ -163,13 +171,39 @@ fn mount_type(mountinfo: &str, path: &Path) -> Option<String> {
         .filter_map(|line| {
             // id parent major:minor root mount-point options [optional…] - type source super-options
             let (before, after) = line.split_once(" - ")?;
-            let mount_point = before.split_whitespace().nth(4)?;
+            let mount_point = unescape(before.split_whitespace().nth(4)?);
             let kind = after.split_whitespace().next()?;
-            path.starts_with(mount_point)
+            path.starts_with(&mount_point)
                 .then(|| (mount_point.len(), kind.to_owned()))
         })
+        // The longest holds the path most closely; of mounts stacked on one point, the last listed is on
+        // top, and `max_by_key` keeps the last of equals.
         .max_by_key(|(length, _)| *length)
         .map(|(_, kind)| kind)
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space, and tab, newline, backslash) decoded.
+fn unescape(field: &str) -> String {
+    let mut decoded = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(at) = rest.find('\\') {
+        decoded.push_str(&rest[..at]);
+        let code = rest
+            .get(at + 1..at + 4)
+            .and_then(|digits| u8::from_str_radix(digits, 8).ok());
+        match code {
+            Some(byte) => {
+                decoded.push(char::from(byte));
+                rest = &rest[at + 4..];
+            }
+            None => {
+                decoded.push('\\');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    decoded.push_str(rest);
+    decoded
 }
 
 #[cfg(test)]
@@ -187,6 +221,12 @@ mod tests {
         assert_eq!(mount_type(mountinfo, Path::new("/tmpx/y")), Some("xfs".to_owned()));
         assert_eq!(mount_type(mountinfo, Path::new("/var/tmp")), Some("ext4".to_owned()));
         assert_eq!(mount_type("garbage", Path::new("/tmp")), None);
+        let escaped = "22 1 254:1 / / rw - ext4 /dev/vda1 rw\n25 22 0:23 / /mnt/my\\040disk rw - tmpfs tmpfs rw\n";
+        assert_eq!(
+            mount_type(escaped, Path::new("/mnt/my disk/t")),
+            Some("tmpfs".to_owned())
+        );
+        assert_eq!(unescape("a\\134b\\011c\\x"), "a\\b\tc\\x");
     }
 
     #[test]

@@ -222,9 +222,12 @@ impl Env {
                 };
                 let local_nodes = watch_local_nodes(urls);
                 let cpu = match local_nodes.as_slice() {
-                    [] => {
-                        "the node's CPU: not measured (not every node was found alone on its loopback port)".to_owned()
+                    [] if urls.iter().all(|url| !local_node::is_loopback(url)) => {
+                        "the node's CPU: not measured (the server runs elsewhere)".to_owned()
                     }
+                    [] => "the node's CPU: not measured (not every node was found as a herald process alone on its \
+                           loopback port)"
+                        .to_owned(),
                     nodes => {
                         let named: Vec<String> = nodes
                             .iter()
@@ -281,6 +284,8 @@ async fn start_node(
 ) -> anyhow::Result<(String, String, Option<InProcessNode>, Setup, Option<String>)> {
     // Before the node starts, so that its work does not move the machine's figures.
     let machine = Machine::detect();
+    // In-process: no `--target` node's CPU is the node's (a library caller may have run one before).
+    crate::cpu::watch(Vec::new());
     let (dir, database_url) = match database_url {
         Some(url) => (None, url.to_owned()),
         None => {

@@ -2,11 +2,12 @@
 //! on, so that its CPU can be read beside the harness's (see [`crate::cpu`]): on a shared two-core
 //! machine the split between node and load generator is half of what a figure means.
 //!
-//! A node is found when exactly one process holds every socket listening on its URL's port (a node
-//! listening on IPv4 and IPv6 is one process); a second holder — a supervisor that passed the socket
-//! on, a proxy on the same port, another node on another loopback address — makes it not found, as
-//! does a non-loopback host or a process of another user. The harness's own receivers are not yet
-//! listening when nodes are looked for, so the harness cannot find itself.
+//! A node is found when exactly one process this user can look into holds the sockets listening on its
+//! URL's port (a node listening on IPv4 and IPv6 is one process), and its command is Herald's
+//! (`herald…`): a second holder — a supervisor that passed the socket on, another node on another
+//! loopback address — makes it not found, and so does a tunnel or proxy alone on the port (`ssh -L`,
+//! `socat`, `docker-proxy`), whose CPU is not the node's; so does a non-loopback host. The harness's own
+//! receivers are not yet listening when nodes are looked for, so the harness cannot find itself.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -51,8 +52,7 @@ pub(crate) fn stat_field(stat: &str, n: usize) -> Option<u64> {
 /// documentation).
 pub fn find(urls: &[String]) -> Vec<Option<LocalNode>> {
     let sockets: Vec<proc_net::TcpSocket> = proc_net::tcp_tables(Path::new("/proc/self"))
-        .iter()
-        .flat_map(|table| proc_net::tcp_sockets(table).collect::<Vec<_>>())
+        .flat_map(|table| proc_net::tcp_sockets(&table).collect::<Vec<_>>())
         .filter(|socket| socket.state == proc_net::LISTEN)
         .collect();
     urls.iter()
@@ -67,9 +67,14 @@ pub fn find(urls: &[String]) -> Vec<Option<LocalNode>> {
             let [pid] = holders.into_iter().collect::<Vec<_>>()[..] else {
                 return None;
             };
-            LocalNode::of(pid)
+            LocalNode::of(pid).filter(|node| node.command.starts_with("herald"))
         })
         .collect()
+}
+
+/// Whether `url`'s host is a loopback address (`127.x`, `::1`, `localhost`).
+pub fn is_loopback(url: &str) -> bool {
+    loopback_port(url).is_some()
 }
 
 /// The port of `url` when its host is a loopback address (`127.x`, `::1`, `localhost`).
@@ -135,6 +140,7 @@ mod tests {
 
     #[test]
     fn a_listener_on_loopback_is_found_as_its_process_and_nothing_else_is() {
+        // This test binary's command is `herald_bench-…`, a name a node's could have too.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let port = listener.local_addr().expect("address").port();
         let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -43,13 +43,13 @@ pub fn tcp_sockets(table: &str) -> impl Iterator<Item = TcpSocket> + '_ {
     })
 }
 
-/// The TCP tables (IPv4 and IPv6) of the network namespace of `process` (a `/proc` entry such as
-/// `/proc/self`); a table that cannot be read is left out.
-pub fn tcp_tables(process: &Path) -> Vec<String> {
+/// The TCP tables (IPv4, then IPv6) of the network namespace of `process` (a `/proc` entry such as
+/// `/proc/self`), each read when the iterator gets to it (a search that ends in the first never reads
+/// the second); a table that cannot be read is left out.
+pub fn tcp_tables(process: &Path) -> impl Iterator<Item = String> + '_ {
     ["net/tcp", "net/tcp6"]
-        .iter()
+        .into_iter()
         .filter_map(|table| fs::read_to_string(process.join(table)).ok())
-        .collect()
 }
 
 /// The number of the descriptor in `fd_dir` (a `/proc/<pid>/fd`) open on socket `inode`, if one is;
@@ -107,8 +107,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("address").port();
         let inode = tcp_tables(Path::new("/proc/self"))
-            .iter()
-            .flat_map(|table| tcp_sockets(table).collect::<Vec<_>>())
+            .flat_map(|table| tcp_sockets(&table).collect::<Vec<_>>())
             .find(|socket| socket.state == LISTEN && socket.local_port == port)
             .expect("the listener is in the table")
             .inode;

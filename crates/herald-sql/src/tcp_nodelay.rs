@@ -79,8 +79,7 @@ fn set_on_ports(local: u16, remote: u16) -> Result<(), String> {
 /// A descriptor of this process's TCP socket from local port `local` to remote port `remote`.
 fn socket_copy(local: u16, remote: u16) -> Result<OwnedFd, String> {
     let inode = proc_net::tcp_tables(Path::new("/proc/self"))
-        .iter()
-        .find_map(|table| socket_inode(table, local, remote))
+        .find_map(|table| socket_inode(&table, local, remote))
         .ok_or_else(|| format!("no socket from port {local} to port {remote} in /proc/self/net/tcp"))?;
     let descriptor = descriptor_of(inode)?;
     own_copy(descriptor).map_err(|error| format!("pidfd_getfd({descriptor}): {error}"))

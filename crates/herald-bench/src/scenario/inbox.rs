@@ -84,11 +84,12 @@ impl Drop for InProcessInbox {
 
 /// Run `inbox`.
 pub async fn run(options: &Options, params: &InboxParams) -> anyhow::Result<InboxReport> {
-    // Before the inbox starts, so that its work does not move the machine's figures.
-    let machine = Machine::detect();
     let Target::InProcess { database_url, .. } = &options.target else {
         bail!("the inbox scenario starts its own inbox; --target is not supported");
     };
+    // Before the inbox starts, so that its work does not move the machine's figures.
+    let machine = Machine::detect();
+    crate::cpu::watch(Vec::new());
     let progress = Progress::new(options.progress);
     let handler = Receiver::any_port(options.receiver_host).await?;
     let secret = HmacSecret::from_bytes(&rand::random::<[u8; 32]>()).context("secret")?;
