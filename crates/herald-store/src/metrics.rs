@@ -9,7 +9,7 @@ use std::time::Duration;
 pub const INGEST_BATCH: &str = "herald_store_ingest_batch_size";
 /// Time to write and commit one ingest batch.
 pub const INGEST_COMMIT: &str = "herald_store_ingest_commit_duration_seconds";
-/// Ingest batches whose transaction failed, label `result`.
+/// Ingest batches, label `result` (`committed`, `failed`).
 pub const INGEST_BATCHES: &str = "herald_store_ingest_batches_total";
 /// PostgreSQL ingest batches that tried to commit in one statement, trusting the app rows the writer
 /// remembers, and were refused (nothing written; written again the usual way), label `reason`:
