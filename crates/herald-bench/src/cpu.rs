@@ -222,12 +222,14 @@ fn status_kib(key: &str) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
+/// Held by this crate's tests that take CPU snapshots, and by those that start threads a snapshot would
+/// take for an in-process node's (SQLite's connection threads), so that neither sees the other's.
+#[cfg(test)]
+pub(crate) static TEST_SNAPSHOTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Held by the tests whose snapshots depend on the watched nodes, which one of them sets.
-    static WATCHING: Mutex<()> = Mutex::new(());
 
     /// Stops watching when dropped, so that a failed test leaves no watched node behind.
     struct Watching;
@@ -263,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_watched_process_cpu_is_the_nodes() {
-        let _watching = WATCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _exclusive = TEST_SNAPSHOTS.blocking_lock();
         let _stop = Watching;
         // This test's process stands for the node.
         watch(vec![LocalNode::of(std::process::id()).expect("this process")]);
@@ -290,7 +292,7 @@ mod tests {
 
     #[test]
     fn reads_this_process() {
-        let _watching = WATCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _exclusive = TEST_SNAPSHOTS.blocking_lock();
         if std::path::Path::new("/proc/self/stat").exists() {
             let before = CpuSnapshot::take().unwrap();
             let mut x = 0u64;

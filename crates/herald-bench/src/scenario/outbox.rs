@@ -558,6 +558,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_default_sqlite_producer_database_is_in_wal_mode() {
+        // Its SQLite connection threads would read as an in-process node's in a CPU snapshot.
+        let _exclusive = crate::cpu::TEST_SNAPSHOTS.lock().await;
         let dir = tempfile::tempdir().expect("temporary directory");
         let producer = Producer::own_outbox(&default_source(dir.path()), "app", 1)
             .await
