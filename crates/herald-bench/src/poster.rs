@@ -8,6 +8,8 @@
 //! request at a time on each, the fixed headers built once. Anything else (an `https://` server) goes
 //! through the general client, as every request of the setup does.
 
+use std::sync::Mutex;
+
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -15,7 +17,6 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
-use std::sync::Mutex;
 use tokio::net::TcpStream;
 
 use crate::api::REQUEST_TIMEOUT;

@@ -21,9 +21,9 @@
 //! answered not found. The rest of the batch commits without waiting.
 //!
 //! On a node alone in its cluster (holding every partition), a batch whose apps the writer remembers
-//! (see [`KnownApps`]) and that needs no other read takes one round trip instead of three (`BEGIN` with the lock and the apps read; the inserts; `COMMIT`): its
-//! insert statement alone, a transaction of its own, which tries the lock and checks the apps' rows
-//! itself (see [`super::remembered`]).
+//! (see [`KnownApps`]) and that needs no other read takes one round trip instead of three (`BEGIN` with
+//! the lock and the apps read; the inserts; `COMMIT`): its insert statement alone, a transaction of its
+//! own, which tries the lock and checks the apps' rows itself (see [`super::remembered`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
