@@ -7,24 +7,42 @@
 
 use std::time::Duration;
 
-use herald_store::{AttemptRecord, SharedDeliveryStore};
+use herald_store::{AttemptRecord, SharedDeliveryStore, StoreResult};
 use tokio::sync::mpsc;
 
-/// The most attempts written in one transaction.
-const MAX_BATCH: usize = 1_024;
 /// How long the writer gathers results before it commits a batch that is not yet full.
 const LINGER: Duration = Duration::from_millis(5);
 
+/// Where the result writer's batches go: the store, seen as the two things the writer needs of it.
+pub(crate) trait ResultSink {
+    /// The most results one batch carries ([`herald_store::DeliveryStore::results_per_call`]).
+    fn per_batch(&self) -> usize;
+    /// Commit one batch.
+    async fn record(&self, batch: &[AttemptRecord]) -> StoreResult<()>;
+}
+
+impl ResultSink for SharedDeliveryStore {
+    fn per_batch(&self) -> usize {
+        self.results_per_call()
+    }
+
+    async fn record(&self, batch: &[AttemptRecord]) -> StoreResult<()> {
+        self.record_attempts(batch).await
+    }
+}
+
 /// Write batches until every sender is gone.
-pub(crate) async fn run(store: SharedDeliveryStore, mut results: mpsc::Receiver<AttemptRecord>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while results.recv_many(&mut batch, MAX_BATCH).await > 0 {
+pub(crate) async fn run(store: impl ResultSink, mut results: mpsc::Receiver<AttemptRecord>) {
+    // At least one, or `recv_many` would take nothing and the loop would end at once.
+    let most = store.per_batch().max(1);
+    let mut batch = Vec::with_capacity(most);
+    while results.recv_many(&mut batch, most).await > 0 {
         // Results are off every latency path, ingest commits are not, and both take turns on the
         // database (on SQLite the group-commit writer writes both, results in its next ingest batch's
         // transaction). Gathering results for a moment turns many small writes into one.
-        if batch.len() < MAX_BATCH {
+        if batch.len() < most {
             tokio::time::sleep(LINGER).await;
-            while batch.len() < MAX_BATCH {
+            while batch.len() < most {
                 match results.try_recv() {
                     Ok(record) => batch.push(record),
                     Err(_) => break,
@@ -36,7 +54,7 @@ pub(crate) async fn run(store: SharedDeliveryStore, mut results: mpsc::Receiver<
         let mut wait = Duration::from_millis(50);
         // Keep trying: dropping a batch would lose the attempt log and leave deliveries pending (which
         // would then be re-sent after a restart). A store outage stalls results, not ingest custody.
-        while let Err(error) = store.record_attempts(&batch).await {
+        while let Err(error) = store.record(&batch).await {
             tracing::error!(%error, records = batch.len(), "recording attempts failed; retrying");
             crate::metrics::results_failed();
             tokio::time::sleep(wait).await;
@@ -44,5 +62,117 @@ pub(crate) async fn run(store: SharedDeliveryStore, mut results: mpsc::Receiver<
         }
         crate::metrics::results_committed(batch.len(), oldest.unwrap_or_default(), herald_core::clock::now());
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use herald_core::clock;
+    use herald_core::id::{AppId, AttemptId, EndpointId, MessageId};
+    use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus};
+    use herald_core::outcome::OutcomeClass;
+    use herald_store::{AttemptFilter, PageRequest, SecretCipher, SharedStore};
+
+    use super::*;
+
+    /// A real store, with the size of every batch the writer hands it noted.
+    struct Noted {
+        store: SharedStore,
+        batches: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl ResultSink for Noted {
+        fn per_batch(&self) -> usize {
+            self.store.results_per_call()
+        }
+
+        async fn record(&self, batch: &[AttemptRecord]) -> StoreResult<()> {
+            self.batches.lock().expect("not poisoned").push(batch.len());
+            self.store.record_attempts(batch).await
+        }
+    }
+
+    fn result(app_id: &AppId, message_id: &MessageId, endpoint_id: &EndpointId, seq: i64) -> AttemptRecord {
+        AttemptRecord {
+            delivery_seq: seq,
+            app_id: app_id.clone(),
+            attempt: Attempt {
+                id: AttemptId::new(),
+                message_id: message_id.clone(),
+                endpoint_id: endpoint_id.clone(),
+                url: "http://127.0.0.1:9/".into(),
+                attempt_number: 1,
+                success: true,
+                outcome: OutcomeClass::Success,
+                response_status: Some(200),
+                response: String::new(),
+                duration_ms: 1,
+                trigger: AttemptTrigger::Scheduled,
+                created_at: clock::now(),
+            },
+            status: DeliveryStatus::Delivered,
+            next_attempt_at: clock::now(),
+        }
+    }
+
+    /// On SQLite, whose one writer makes ingest wait behind results, a backlog of a thousand results (a
+    /// wide fan-out's) goes in batches of the store's size, none larger, and every result is stored.
+    #[tokio::test]
+    async fn a_backlog_of_results_goes_to_sqlite_in_batches_of_the_stores_size() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+        let cipher = SecretCipher::from_base64("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=").expect("a valid key");
+        let store = herald_store::open_with(&url, cipher, &herald_store::StoreOptions::default())
+            .await
+            .expect("open the store");
+        let most = store.results_per_call();
+        assert!(most < 1_000, "SQLite takes results in small batches ({most})");
+
+        let (app_id, message_id, endpoint_id) = (AppId::new(), MessageId::new(), EndpointId::new());
+        let (sender, queue) = mpsc::channel(1_000);
+        for seq in 1..=1_000 {
+            sender
+                .send(result(&app_id, &message_id, &endpoint_id, seq))
+                .await
+                .expect("queued");
+        }
+        drop(sender);
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let noted = Noted {
+            store: store.clone(),
+            batches: batches.clone(),
+        };
+        run(noted, queue).await;
+
+        let batches = batches.lock().expect("not poisoned").clone();
+        assert_eq!(
+            batches.iter().sum::<usize>(),
+            1_000,
+            "every result written once: {batches:?}"
+        );
+        assert!(
+            batches.iter().all(|&n| n <= most),
+            "no batch beyond {most}: {batches:?}"
+        );
+        let mut stored = 0;
+        let mut page = PageRequest {
+            limit: 250,
+            after: None,
+            reverse: false,
+        };
+        loop {
+            let found = store
+                .list_attempts_by_message(&app_id, &message_id, &AttemptFilter::default(), &page)
+                .await
+                .expect("list the attempts");
+            stored += found.items.len();
+            if found.done {
+                break;
+            }
+            page.after = found.iterator;
+        }
+        assert_eq!(stored, 1_000, "the store holds every result");
     }
 }

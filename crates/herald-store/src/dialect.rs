@@ -229,6 +229,10 @@ pub(crate) trait Dialect: Sized + Send + Sync + 'static {
     /// a statement per key instead, at no round trip's cost.
     const LATERAL: bool;
 
+    /// The most attempt results one [`crate::DeliveryStore::record_attempts`] call should carry (see
+    /// [`crate::DeliveryStore::results_per_call`]).
+    const RESULTS_PER_CALL: usize;
+
     /// A condition: the JSON-array text column `column` holds the string bound at `mark`.
     fn json_array_contains(column: &str, mark: &str) -> String;
     /// A condition: `column` is one of the list ([`crate::statement::Arg::Ints`] or

@@ -140,6 +140,12 @@ unbounded {
     /// taken once; later calls return `None`.
     fn take_changes(&self) -> Option<ChangeStream>;
 
+    /// The most attempt results one [`DeliveryStore::record_attempts`] call should carry. A store whose
+    /// results share the write path with ingest (SQLite's one writer) wants small calls, so that a
+    /// message never waits long behind results; one that writes them beside ingest wants large ones,
+    /// which spare commits.
+    fn results_per_call(&self) -> usize;
+
     /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
     /// means this node does all of it.
     fn ownership(&self) -> Option<Arc<dyn Ownership>> {
@@ -149,6 +155,10 @@ unbounded {
 forwarded {
     fn take_changes(&self) -> Option<ChangeStream> {
         self.inner.take_changes()
+    }
+
+    fn results_per_call(&self) -> usize {
+        self.inner.results_per_call()
     }
 
     fn ownership(&self) -> Option<Arc<dyn Ownership>> {

@@ -272,6 +272,10 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         self.changes.lock().ok()?.take()
     }
 
+    fn results_per_call(&self) -> usize {
+        D::RESULTS_PER_CALL
+    }
+
     fn ownership(&self) -> Option<Arc<dyn Ownership>> {
         D::ownership(self)
     }

@@ -217,6 +217,10 @@ impl Dialect for Postgres {
     const KEY_SHARE: &'static str = " FOR KEY SHARE";
     const LATERAL: bool = true;
 
+    /// Many: each call takes a pooled connection of its own, beside ingest's, so a large batch makes
+    /// nobody wait and spares commits.
+    const RESULTS_PER_CALL: usize = 1_024;
+
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}::jsonb) c WHERE c = {mark})")
     }

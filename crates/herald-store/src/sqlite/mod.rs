@@ -189,6 +189,12 @@ impl Dialect for Sqlite {
     const KEY_SHARE: &'static str = "";
     const LATERAL: bool = false;
 
+    /// Few: the group-commit writer writes results on the store's one write connection, so a message
+    /// waits behind a results-only transaction, or carries the results in its own (see
+    /// `group_commit::results`). With 1,024, a fan-out to 1,000 endpoints made the next message wait for
+    /// its thousand results (docs/performance.md, "results-in-smaller-batches").
+    const RESULTS_PER_CALL: usize = 128;
+
     fn json_array_contains(column: &str, mark: &str) -> String {
         format!("EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = {mark})")
     }
