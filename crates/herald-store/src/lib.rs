@@ -143,7 +143,7 @@ unbounded {
     /// The most attempt results one [`DeliveryStore::record_attempts`] call should carry. A store whose
     /// results share the write path with ingest (SQLite's one writer) wants small calls, so that a
     /// message never waits long behind results; one that writes them beside ingest wants large ones,
-    /// which spare commits.
+    /// which spare commits. At least 1.
     fn results_per_call(&self) -> usize;
 
     /// Which delivery work this node may do, when several nodes share the store; `None` (the default)
