@@ -73,7 +73,8 @@ mod tests {
     use herald_core::id::{AppId, AttemptId, EndpointId, MessageId};
     use herald_core::model::{Attempt, AttemptTrigger, DeliveryStatus};
     use herald_core::outcome::OutcomeClass;
-    use herald_store::{AttemptFilter, PageRequest, SecretCipher, SharedStore};
+    use herald_store::testdb::test_cipher;
+    use herald_store::{AttemptFilter, PageRequest, SharedStore};
 
     use super::*;
 
@@ -118,22 +119,16 @@ mod tests {
         }
     }
 
-    /// On SQLite, whose one writer makes ingest wait behind results, a backlog of a thousand results (a
-    /// wide fan-out's) goes in batches of the store's size, none larger, and every result is stored.
-    #[tokio::test]
-    async fn a_backlog_of_results_goes_to_sqlite_in_batches_of_the_stores_size() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("herald.db").display());
-        let cipher = SecretCipher::from_base64("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=").expect("a valid key");
-        let store = herald_store::open_with(&url, cipher, &herald_store::StoreOptions::default())
-            .await
-            .expect("open the store");
+    /// Run the writer over a backlog of results queued at once (a wide fan-out's) on `store`, and check
+    /// that it goes in full batches of the store's size, then the rest, and that every result is
+    /// stored. The backlog is two batches and a bit, so that each engine's size shows.
+    async fn a_backlog_goes_in_batches_of_the_stores_size(store: SharedStore) {
         let most = store.results_per_call();
-        assert!(most < 1_000, "SQLite takes results in small batches ({most})");
-
+        let backlog = 2 * most + 3;
         let (app_id, message_id, endpoint_id) = (AppId::new(), MessageId::new(), EndpointId::new());
-        let (sender, queue) = mpsc::channel(1_000);
-        for seq in 1..=1_000 {
+        let (sender, queue) = mpsc::channel(backlog);
+        for seq in 1..=backlog {
+            let seq = i64::try_from(seq).expect("a small backlog");
             sender
                 .send(result(&app_id, &message_id, &endpoint_id, seq))
                 .await
@@ -152,19 +147,15 @@ mod tests {
 
         // Everything was queued before the writer started: full batches of the store's size, then the rest.
         let batches = batches.lock().expect("not poisoned").clone();
-        let mut expected = vec![most; 1_000 / most];
-        if 1_000 % most > 0 {
-            expected.push(1_000 % most);
-        }
-        assert_eq!(batches, expected, "batches of {most}, every result once");
+        assert_eq!(batches, [most, most, 3], "batches of {most}, every result once");
         let mut stored = 0;
         let mut page = PageRequest {
             limit: 250,
             after: None,
             reverse: false,
         };
-        // Four pages of 250; a few more at most, so that a listing that never ends fails the count.
-        for _ in 0..8 {
+        // A page more than the backlog needs at most, so that a listing that never ends fails the count.
+        for _ in 0..=backlog.div_ceil(250) {
             let found = store
                 .list_attempts_by_message(&app_id, &message_id, &AttemptFilter::default(), &page)
                 .await
@@ -175,6 +166,34 @@ mod tests {
             }
             page.after = found.iterator;
         }
-        assert_eq!(stored, 1_000, "the store holds every result");
+        assert_eq!(stored, backlog, "the store holds every result");
+    }
+
+    /// On SQLite, whose one writer makes ingest wait behind results, the batches are small.
+    #[tokio::test]
+    async fn sqlite_takes_a_backlog_of_results_in_small_batches() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+        let store = herald_store::open_with(&url, test_cipher(), &herald_store::StoreOptions::default())
+            .await
+            .expect("open the store");
+        let most = store.results_per_call();
+        assert!(most <= 128, "SQLite takes results in small batches ({most})");
+        a_backlog_goes_in_batches_of_the_stores_size(store).await;
+    }
+
+    /// On PostgreSQL, whose results take a connection beside ingest's, the batches are large; its store
+    /// is the bounded decorator, so this also shows the size passes through it.
+    #[tokio::test]
+    async fn postgres_takes_a_backlog_of_results_in_large_batches() {
+        let Some(database) = herald_store::testdb::fresh("recorder_backlog_in_large_batches").await else {
+            return;
+        };
+        let store = herald_store::open_with(&database.url, test_cipher(), &herald_store::StoreOptions::default())
+            .await
+            .expect("open the store");
+        let most = store.results_per_call();
+        assert!(most >= 1_000, "PostgreSQL takes results in large batches ({most})");
+        a_backlog_goes_in_batches_of_the_stores_size(store).await;
     }
 }
