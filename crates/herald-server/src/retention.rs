@@ -1,6 +1,6 @@
-//! The retention job: every `retention_interval`, delete attempts and sent operational events older than
-//! `retention` and expunge the payloads whose `payloadRetentionPeriod` has passed (metadata and attempts of
-//! those messages stay).
+//! The retention job: every `retention_interval`, delete attempts and operational events (sent or not)
+//! older than `retention` and expunge the payloads whose `payloadRetentionPeriod` has passed (metadata
+//! and attempts of those messages stay).
 //!
 //! It works in small batches, each its own short transaction, with a pause between them, so the single
 //! write connection is never held long: ingest and delivery results slip in between batches.
