@@ -3,30 +3,32 @@
 //! Svix clients send lists both as repeated keys and comma-joined, and some send times without an
 //! offset; both are accepted here, in one place.
 
+use std::borrow::Cow;
+
 use axum::http::Uri;
 use herald_core::clock::Millis;
 use herald_store::PageRequest;
 
 use crate::error::ApiError;
 
-/// The decoded query string of a request.
-pub(crate) struct Query {
-    pairs: Vec<(String, String)>,
+/// The decoded query string of a request, borrowing from it where nothing needed decoding.
+pub(crate) struct Query<'a> {
+    pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
-impl Query {
+impl<'a> Query<'a> {
     /// Decode the query of `uri`.
-    pub(crate) fn of(uri: &Uri) -> Self {
+    pub(crate) fn of(uri: &'a Uri) -> Self {
         let raw = uri.query().unwrap_or("");
         Self {
-            pairs: url::form_urlencoded::parse(raw.as_bytes()).into_owned().collect(),
+            pairs: url::form_urlencoded::parse(raw.as_bytes()).collect(),
         }
     }
 
     /// The last value of the first key present among `keys`.
     pub(crate) fn get(&self, keys: &[&str]) -> Option<&str> {
         keys.iter()
-            .find_map(|key| self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str()))
+            .find_map(|key| self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_ref()))
     }
 
     /// The most values a list parameter may carry.
@@ -37,7 +39,7 @@ impl Query {
         let items: Vec<String> = self
             .pairs
             .iter()
-            .filter(|(k, _)| keys.contains(&k.as_str()))
+            .filter(|(k, _)| keys.contains(&k.as_ref()))
             .flat_map(|(_, v)| v.split(','))
             .map(str::trim)
             .filter(|s| !s.is_empty())

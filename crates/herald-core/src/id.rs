@@ -115,7 +115,11 @@ impl<K: Kind> Id<K> {
     /// A new id, ordered after every id of any kind this process made before.
     #[allow(clippy::new_without_default)] // a default id would be a fresh one: better said out loud
     pub fn new() -> Self {
-        Self::trusted(new_id(K::KIND))
+        Self {
+            // Spelled on the stack: the shared text is the id's one allocation.
+            text: Spelled::new(K::KIND, uuid::Uuid::now_v7().as_u128()).as_str().into(),
+            kind: std::marker::PhantomData,
+        }
     }
 
     /// The id `text` spells, if it is one of this kind.
@@ -140,6 +144,11 @@ impl<K> Id<K> {
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The id's text, shared with this id: a bound SQL value or a map key that holds it costs no copy.
+    pub fn shared(&self) -> std::sync::Arc<str> {
+        std::sync::Arc::clone(&self.text)
     }
 
     /// The id as owned text.
@@ -348,11 +357,33 @@ const ENCODED_LEN: usize = 22;
 
 /// A new id of the given kind, ordered after every id this process made before.
 pub fn new_id(kind: IdKind) -> String {
-    let value = uuid::Uuid::now_v7().as_u128();
-    let mut out = String::with_capacity(kind.prefix().len() + ENCODED_LEN);
-    out.push_str(kind.prefix());
-    out.push_str(&encode_base62(value));
-    out
+    Spelled::new(kind, uuid::Uuid::now_v7().as_u128()).as_str().to_owned()
+}
+
+/// The longest prefix of any [`IdKind`].
+const MAX_PREFIX_LEN: usize = 6;
+
+/// An id's text spelled on the stack, so that making an id allocates only where its text is kept.
+struct Spelled {
+    bytes: [u8; MAX_PREFIX_LEN + ENCODED_LEN],
+    len: usize,
+}
+
+impl Spelled {
+    /// `kind`'s prefix and `value` in base62.
+    fn new(kind: IdKind, value: u128) -> Self {
+        let prefix = kind.prefix().as_bytes();
+        let mut bytes = [0; MAX_PREFIX_LEN + ENCODED_LEN];
+        bytes[..prefix.len()].copy_from_slice(prefix);
+        let len = prefix.len() + ENCODED_LEN;
+        encode_base62_into(value, &mut bytes[prefix.len()..len]);
+        Self { bytes, len }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only prefixes (ASCII) and base62 digits (ASCII) were written.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
 }
 
 /// The smallest id of this kind that can have been made at or after `at`: every id made from that
@@ -364,14 +395,19 @@ pub fn lower_bound(kind: IdKind, at: Millis) -> String {
     format!("{}{}", kind.prefix(), encode_base62(ms << 80))
 }
 
-fn encode_base62(mut value: u128) -> String {
+fn encode_base62(value: u128) -> String {
     let mut buf = [b'0'; ENCODED_LEN];
-    for slot in buf.iter_mut().rev() {
+    encode_base62_into(value, &mut buf);
+    // The buffer only ever holds bytes from ALPHABET, which is ASCII.
+    buf.iter().map(|&b| b as char).collect()
+}
+
+/// `value` in base62, most significant digit first, filling `out` (22 digits hold every u128).
+fn encode_base62_into(mut value: u128, out: &mut [u8]) {
+    for slot in out.iter_mut().rev() {
         *slot = ALPHABET[(value % 62) as usize];
         value /= 62;
     }
-    // The buffer only ever holds bytes from ALPHABET, which is ASCII.
-    buf.iter().map(|&b| b as char).collect()
 }
 
 #[cfg(test)]
@@ -396,6 +432,28 @@ mod tests {
         assert!(IdKind::Message.matches(&id));
         assert!(!IdKind::Endpoint.matches(&id));
         assert!(!IdKind::Message.matches("msg_short"));
+    }
+
+    #[test]
+    fn every_kind_is_spelled_whole_on_the_stack() {
+        let kinds = [
+            IdKind::Application,
+            IdKind::Endpoint,
+            IdKind::Message,
+            IdKind::Attempt,
+            IdKind::Task,
+            IdKind::InboxEvent,
+            IdKind::PollingEndpoint,
+        ];
+        for kind in kinds {
+            for value in [0, 61, u128::MAX] {
+                let spelled = Spelled::new(kind, value);
+                assert!(kind.matches(spelled.as_str()), "{}", spelled.as_str());
+                assert_eq!(&spelled.as_str()[kind.prefix().len()..], encode_base62(value));
+            }
+        }
+        assert!(MessageId::new().starts_with("msg_"));
+        assert!(IdKind::Task.matches(&TaskId::new()));
     }
 
     #[test]

@@ -710,7 +710,7 @@ pub(crate) async fn run<W: BatchWriter>(
                             splits: pending,
                         } => {
                             let _ = job.reply.send(Ok(Ingested::Created {
-                                message,
+                                message: Arc::new(message),
                                 deliveries: Vec::new(),
                             }));
                             splits.extend(pending);
@@ -809,9 +809,7 @@ async fn write_with_results<W: BatchWriter>(
 
 fn pending_of(ingested: &Ingested) -> Vec<PendingDelivery> {
     match ingested {
-        Ingested::Created { message, deliveries } if !deliveries.is_empty() => {
-            new_deliveries(&Arc::new(message.clone()), deliveries)
-        }
+        Ingested::Created { message, deliveries } if !deliveries.is_empty() => new_deliveries(message, deliveries),
         Ingested::Created { .. } | Ingested::Duplicate(_) => Vec::new(),
     }
 }

@@ -8,6 +8,7 @@
 //! specific; every decision lives here, once.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use herald_core::clock::Millis;
 use herald_core::id::{AppId, EndpointId, MessageId};
@@ -206,7 +207,7 @@ impl Plan<'_> {
             let mut created = deliveries.remove(&row.job).unwrap_or_default();
             created.sort_by_key(|d| d.seq);
             outcomes[row.job] = Outcome::Settled(Ok(Ingested::Created {
-                message: row.message,
+                message: Arc::new(row.message),
                 deliveries: created,
             }));
         }

@@ -66,8 +66,8 @@ pub struct CreatedDelivery {
 pub enum Ingested {
     /// A new message, committed with its deliveries.
     Created {
-        /// The message as stored.
-        message: Message,
+        /// The message as stored, shared with the deliveries handed to the engine.
+        message: Arc<Message>,
         /// Its deliveries.
         deliveries: Vec<CreatedDelivery>,
     },

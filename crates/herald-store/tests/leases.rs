@@ -88,7 +88,7 @@ pub(crate) fn message(app_id: &AppId) -> NewMessage {
 
 async fn ingest(store: &PgStore, app_id: &AppId) -> (MessageId, i64) {
     match store.ingest(message(app_id)).await.unwrap() {
-        Ingested::Created { message, deliveries } => (message.id, deliveries[0].seq),
+        Ingested::Created { message, deliveries } => (message.id.clone(), deliveries[0].seq),
         Ingested::Duplicate(m) => panic!("unexpected duplicate {}", m.id),
     }
 }

@@ -49,7 +49,7 @@ async fn promptly(ingest: JoinHandle<StoreResult<Ingested>>, what: &str) -> Stor
 /// The message `answer` created (`what`: whose).
 fn created(answer: StoreResult<Ingested>, what: &str) -> Message {
     match answer {
-        Ok(Ingested::Created { message, .. }) => message,
+        Ok(Ingested::Created { message, .. }) => Message::clone(&message),
         other => panic!("{what} was not created: {other:?}"),
     }
 }

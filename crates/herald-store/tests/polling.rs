@@ -34,7 +34,7 @@ async fn ingest_typed(store: &SharedStore, app_id: &AppId, event_type: &str) -> 
     let mut new = new_message(app_id, None, None);
     new.event_type = event_type.to_owned();
     match store.ingest(new).await.unwrap() {
-        herald_store::Ingested::Created { message, .. } => message.id,
+        herald_store::Ingested::Created { message, .. } => message.id.clone(),
         herald_store::Ingested::Duplicate(_) => panic!("not a duplicate"),
     }
 }

@@ -25,7 +25,7 @@ use herald_store::{AttemptFilter, Page, PageRequest};
 const SCAN_PAGE: usize = PageRequest::MAX_LIMIT;
 
 /// The attempt filters of a listing's query string.
-fn filter(query: &Query) -> ApiResult<AttemptFilter> {
+fn filter(query: &Query<'_>) -> ApiResult<AttemptFilter> {
     let success = match query.get(&["status"]) {
         None => None,
         Some("0") => Some(true),

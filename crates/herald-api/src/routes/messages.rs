@@ -173,32 +173,32 @@ async fn accept(
     let new = new_message(input, &app_id, idempotency_key)?;
     // Kept to compare with the stored message should the key turn out to be taken.
     let asked = new.idempotency_key.is_some().then(|| new.clone());
-    let (stored, duplicate) = ingest(&state, new).await?;
+    let ingested = ingest(&state, new).await?;
+    let (stored, duplicate) = stored_of(&ingested);
     if duplicate && let Some(asked) = &asked {
-        crate::idempotency::check_same_message(asked, &stored)?;
+        crate::idempotency::check_same_message(asked, stored)?;
     }
     span.record("msg", stored.id.as_str());
     span.record("duplicate", duplicate);
     tracing::debug!(event_type = %stored.event_type, "message accepted");
-    Ok((StatusCode::ACCEPTED, Json(convert::message(&stored, with_content))))
+    Ok((StatusCode::ACCEPTED, Json(convert::message(stored, with_content))))
 }
 
 /// Hand a message to the store, which answers once it and its deliveries are committed: the stored
 /// message, and whether it is an earlier one that this one repeats (by `eventId` or idempotency key).
-pub(super) async fn ingest(state: &AppState, new: NewMessage) -> ApiResult<(Message, bool)> {
-    let ingested = state
+/// The answer is the store's own, read through [`stored_of`], so the message is not copied on the hot path.
+pub(super) async fn ingest(state: &AppState, new: NewMessage) -> ApiResult<Ingested> {
+    state
         .store
         .ingest(new)
         .await
-        .map_err(|e| ApiError::from_store(e, "application"))?;
-    let (stored, duplicate) = stored_of(&ingested);
-    Ok((stored.clone(), duplicate))
+        .map_err(|e| ApiError::from_store(e, "application"))
 }
 
 /// The stored message of an ingest and whether it was there already (counted in the metrics).
-fn stored_of(ingested: &Ingested) -> (&Message, bool) {
+pub(super) fn stored_of(ingested: &Ingested) -> (&Message, bool) {
     let (stored, duplicate) = match ingested {
-        Ingested::Created { message, .. } => (message, false),
+        Ingested::Created { message, .. } => (&**message, false),
         Ingested::Duplicate(message) => (message, true),
     };
     crate::metrics::ingested(duplicate);

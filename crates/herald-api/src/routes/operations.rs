@@ -381,7 +381,7 @@ async fn expunge_attempt(
 }
 
 /// The `deliveryStatus` filter (Herald's names) or Svix's integer `status`.
-fn status_filter(query: &Query) -> ApiResult<Option<DeliveryStatus>> {
+fn status_filter(query: &Query<'_>) -> ApiResult<Option<DeliveryStatus>> {
     if let Some(name) = query.get(&["deliveryStatus", "delivery_status"]) {
         return convert::delivery_status_named(name).map(Some).ok_or_else(|| {
             ApiError::query(

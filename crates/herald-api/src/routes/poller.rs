@@ -102,7 +102,7 @@ struct ReadParams {
 }
 
 impl ReadParams {
-    fn of(query: &Query) -> ApiResult<Self> {
+    fn of(query: &Query<'_>) -> ApiResult<Self> {
         let limit = match query.get(&["limit"]) {
             Some(text) => text
                 .parse::<usize>()

@@ -121,8 +121,9 @@ async fn send_example(
         to_endpoint: Some(endpoint.id),
         payload_retention_ms: None,
     };
-    let (stored, _) = messages::ingest(&state, new).await?;
-    Ok((StatusCode::ACCEPTED, Json(convert::message(&stored, true))))
+    let ingested = messages::ingest(&state, new).await?;
+    let (stored, _) = messages::stored_of(&ingested);
+    Ok((StatusCode::ACCEPTED, Json(convert::message(stored, true))))
 }
 
 #[cfg(test)]

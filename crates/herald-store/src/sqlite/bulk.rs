@@ -407,9 +407,11 @@ async fn insert_rows(
         (11 + app_marks) * messages.len() + 3 * tags.len() + 5 * with_messages.len()
     );
     let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(cached(rows));
+    // Ids are bound as their shared text (`shared`): sqlx copies a bound `&str` into a new `Arc<String>`
+    // and keeps an `Arc<str>` as it is, and these binds are on the one writer's path.
     for row in messages {
         let m = &row.message;
-        query = query.bind(m.id.as_str()).bind(m.app_id.as_str());
+        query = query.bind(m.id.shared()).bind(m.app_id.shared());
         if let Some(checked) = checked {
             // An app missing here binds a version no row has: the check fails the statement.
             let known = checked.get(m.app_id.as_str());
@@ -503,8 +505,8 @@ fn bind_deliveries<'q>(
 ) -> sqlx::query::Query<'q, Sqlite, SqliteArguments> {
     for f in deliveries {
         query = query
-            .bind(f.message.id.as_str())
-            .bind(f.endpoint_id.as_str())
+            .bind(f.message.id.shared())
+            .bind(f.endpoint_id.shared())
             .bind(f.message.due_at())
             .bind(f.message.created_at)
             .bind(plan::window_start(f.message));
@@ -594,11 +596,11 @@ pub(crate) async fn write_attempts(
     for record in records {
         let a = &record.attempt;
         query = query
-            .bind(a.id.as_str())
+            .bind(a.id.shared())
             .bind(record.delivery_seq)
-            .bind(record.app_id.as_str())
-            .bind(a.message_id.as_str())
-            .bind(a.endpoint_id.as_str())
+            .bind(record.app_id.shared())
+            .bind(a.message_id.shared())
+            .bind(a.endpoint_id.shared())
             .bind(&a.url)
             .bind(i64::from(a.attempt_number))
             .bind(a.success)
