@@ -57,6 +57,11 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ));
         }
     }
+    // Nearly every body is read once, without tracking where the parser is: the tracking allocates each
+    // object key it passes. A body that fails is read again with it, to name the field that failed.
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let loc = body_location(error.path());
