@@ -81,42 +81,40 @@ pub(crate) fn load() {
     LazyLock::force(&CONTRACTS);
 }
 
+/// Most query parameters one operation may document: [`check`] keeps a count for each on the stack.
+const MAX_PARAMS: usize = 64;
+
 fn check(params: &[Param], query: &str) -> Result<(), ApiError> {
     if query.is_empty() {
         return Ok(());
     }
-    // The pairs are decoded again where needed rather than collected: this runs before every handler,
-    // a query holds a few pairs, and decoding borrows where nothing needed it. A repeat is looked for
-    // only for a parameter that is not a list, which can pass once, so the rescans stay short.
-    let pairs = || url::form_urlencoded::parse(query.as_bytes());
-    for (index, (name, value)) in pairs().enumerate() {
-        let Some(param) = params.iter().find(|p| p.name == name) else {
+    // One pass, nothing collected (this runs before every handler): by each parameter's index, how many
+    // times a parameter was given, or how many values a list got over all its repetitions.
+    let mut given = [0usize; MAX_PARAMS];
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let Some((index, param)) = params.iter().enumerate().find(|(_, p)| p.name == name) else {
             return Err(unknown(params, &name));
         };
         let is_list = matches!(param.schema, Schema::List { .. });
-        if !is_list && pairs().take(index).any(|(earlier, _)| earlier == name) {
+        if !is_list && given[index] > 0 {
             return Err(ApiError::query(&name, "given more than once"));
         }
         if let Err((problem, msg)) = param.schema.check(&value) {
             return Err(ApiError::invalid(Source::Query, &name, problem, msg));
         }
+        let values = if is_list { list_items(&value).count() } else { 1 };
+        given[index] = given[index].saturating_add(values);
     }
-    // A list's count is over all its repetitions.
-    for param in params {
+    for (param, count) in params.iter().zip(given) {
         if let Schema::List {
             max_items: Some(max), ..
         } = &param.schema
+            && count > *max
         {
-            let count: usize = pairs()
-                .filter(|(name, _)| *name == param.name.as_str())
-                .map(|(_, value)| list_items(&value).count())
-                .sum();
-            if count > *max {
-                return Err(ApiError::query(
-                    &param.name,
-                    format!("at most {max} values, got {count}"),
-                ));
-            }
+            return Err(ApiError::query(
+                &param.name,
+                format!("at most {max} values, got {count}"),
+            ));
         }
     }
     Ok(())
@@ -241,6 +239,9 @@ fn contracts(document: &str) -> Result<Contracts, String> {
                     name: name.to_owned(),
                     schema,
                 });
+            }
+            if params.len() > MAX_PARAMS {
+                return Err(format!("{method} {path}: more than {MAX_PARAMS} query parameters"));
             }
             out.entry(path.clone()).or_default().insert(method, params);
         }

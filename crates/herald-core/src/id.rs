@@ -360,8 +360,41 @@ pub fn new_id(kind: IdKind) -> String {
     Spelled::new(kind, uuid::Uuid::now_v7().as_u128()).as_str().to_owned()
 }
 
-/// The longest prefix of any [`IdKind`].
+/// The longest prefix of any [`IdKind`] (checked below, when the crate compiles).
 const MAX_PREFIX_LEN: usize = 6;
+
+/// Every kind, for the check that each prefix fits [`Spelled`]'s buffer.
+const ALL_KINDS: [IdKind; 7] = [
+    IdKind::Application,
+    IdKind::Endpoint,
+    IdKind::Message,
+    IdKind::Attempt,
+    IdKind::Task,
+    IdKind::InboxEvent,
+    IdKind::PollingEndpoint,
+];
+
+const _: () = {
+    let mut i = 0;
+    while i < ALL_KINDS.len() {
+        // Exhaustive on purpose: a kind added to `IdKind` stops the build here until it is listed in
+        // `ALL_KINDS` (and its prefix checked).
+        match ALL_KINDS[i] {
+            IdKind::Application
+            | IdKind::Endpoint
+            | IdKind::Message
+            | IdKind::Attempt
+            | IdKind::Task
+            | IdKind::InboxEvent
+            | IdKind::PollingEndpoint => {}
+        }
+        assert!(
+            ALL_KINDS[i].prefix().len() <= MAX_PREFIX_LEN,
+            "an id prefix is longer than MAX_PREFIX_LEN"
+        );
+        i += 1;
+    }
+};
 
 /// An id's text spelled on the stack, so that making an id allocates only where its text is kept.
 struct Spelled {
@@ -436,16 +469,7 @@ mod tests {
 
     #[test]
     fn every_kind_is_spelled_whole_on_the_stack() {
-        let kinds = [
-            IdKind::Application,
-            IdKind::Endpoint,
-            IdKind::Message,
-            IdKind::Attempt,
-            IdKind::Task,
-            IdKind::InboxEvent,
-            IdKind::PollingEndpoint,
-        ];
-        for kind in kinds {
+        for kind in ALL_KINDS {
             for value in [0, 61, u128::MAX] {
                 let spelled = Spelled::new(kind, value);
                 assert!(kind.matches(spelled.as_str()), "{}", spelled.as_str());
