@@ -117,7 +117,7 @@ impl<K: Kind> Id<K> {
     pub fn new() -> Self {
         Self {
             // Spelled on the stack: the shared text is the id's one allocation.
-            text: Spelled::new(K::KIND, uuid::Uuid::now_v7().as_u128()).as_str().into(),
+            text: Spelled::fresh(K::KIND).as_str().into(),
             kind: std::marker::PhantomData,
         }
     }
@@ -357,7 +357,7 @@ const ENCODED_LEN: usize = 22;
 
 /// A new id of the given kind, ordered after every id this process made before.
 pub fn new_id(kind: IdKind) -> String {
-    Spelled::new(kind, uuid::Uuid::now_v7().as_u128()).as_str().to_owned()
+    Spelled::fresh(kind).as_str().to_owned()
 }
 
 /// The longest prefix of any [`IdKind`] (checked below, when the crate compiles).
@@ -413,6 +413,11 @@ impl Spelled {
         Self { bytes, len }
     }
 
+    /// A new id of `kind`, ordered after every id this process made before (UUIDv7).
+    fn fresh(kind: IdKind) -> Self {
+        Self::new(kind, uuid::Uuid::now_v7().as_u128())
+    }
+
     fn as_str(&self) -> &str {
         // Only prefixes (ASCII) and base62 digits (ASCII) were written.
         std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
@@ -425,14 +430,7 @@ impl Spelled {
 pub fn lower_bound(kind: IdKind, at: Millis) -> String {
     // A UUIDv7 keeps its 48-bit millisecond timestamp in the top bits.
     let ms = u128::try_from(at.as_unix_ms().max(0)).unwrap_or(0) & ((1 << 48) - 1);
-    format!("{}{}", kind.prefix(), encode_base62(ms << 80))
-}
-
-fn encode_base62(value: u128) -> String {
-    let mut buf = [b'0'; ENCODED_LEN];
-    encode_base62_into(value, &mut buf);
-    // The buffer only ever holds bytes from ALPHABET, which is ASCII.
-    buf.iter().map(|&b| b as char).collect()
+    Spelled::new(kind, ms << 80).as_str().to_owned()
 }
 
 /// `value` in base62, most significant digit first, filling `out` (22 digits hold every u128).
@@ -446,6 +444,13 @@ fn encode_base62_into(mut value: u128, out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `value`'s 22 digits alone.
+    fn encode_base62(value: u128) -> String {
+        let mut buf = [b'0'; ENCODED_LEN];
+        encode_base62_into(value, &mut buf);
+        buf.iter().map(|&b| b as char).collect()
+    }
 
     #[test]
     fn a_lower_bound_separates_ids_by_time() {
