@@ -345,6 +345,53 @@ async fn a_node_that_shuts_down_hands_its_partitions_over_at_once() {
     .await;
 }
 
+/// A node that gives partitions up to a newcomer gives up only its share above, and keeps delivering for
+/// the rest while the given-up ones drain. The drain here outlasts several heartbeats, as in production
+/// (the longest attempt against a quarter of the lease time): a node that counted its draining partitions
+/// as still held gave up the rest at its next heartbeat, and the whole cluster stopped delivering until
+/// the drain ended.
+#[tokio::test]
+async fn a_node_keeps_its_share_while_the_partitions_it_gave_up_drain() {
+    let Some(database) = testdb::fresh("a_node_keeps_its_share_while_the_partitions_it_gave_up_drain").await else {
+        return;
+    };
+    let drain = Duration::from_secs(3);
+    let options = StoreOptions {
+        release_drain: drain,
+        ..options()
+    };
+    let a = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    // One endpoint id in each partition, to count the partitions a node schedules for.
+    let mut by_partition = BTreeMap::new();
+    while by_partition.len() < 256 {
+        let id = EndpointId::new();
+        by_partition.entry(partition_of(&id)).or_insert(id);
+    }
+    let oa = a.ownership().unwrap();
+    let active = || by_partition.values().filter(|id| oa.owns(id)).count();
+    assert_eq!(active(), 256, "a lone node schedules for every partition");
+
+    let b = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    // Sample through most of the drain: five heartbeats and more.
+    while started.elapsed() < drain - Duration::from_millis(500) {
+        seen.push(active());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen.contains(&128), "A gave half its partitions up: {seen:?}");
+    assert!(
+        seen.iter().all(|&n| n >= 128),
+        "A kept scheduling for its share while the rest drained: {seen:?}"
+    );
+    split_evenly(&database.url, &a, &b, Duration::from_secs(15)).await;
+    assert_eq!(active(), 128, "A schedules for its half once the hand-over ended");
+}
+
 /// Results the database cannot take right now (here: the attempt table locked past `lock_timeout`; a full
 /// disk alike) are an error for the result writer to retry, never records dropped as if refused for good:
 /// a dropped record leaves its delivery pending, to be sent again after a restart, and its attempt lost.

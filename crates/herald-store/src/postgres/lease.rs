@@ -349,8 +349,11 @@ impl Keeper {
         let total = usize::try_from(PARTITIONS).unwrap_or(0);
         let share = total.div_ceil(live);
         let (active, draining) = self.leases.counts();
-        if active + draining > share && active > 0 {
-            self.release((active + draining - share).min(active));
+        // Only active partitions are given up: the draining ones are already on their way out. Counting
+        // them here gave up the rest of a node's partitions at its next heartbeat, so a second node's
+        // arrival stopped every delivery of the cluster for the whole drain.
+        if active > share {
+            self.release(active - share);
         } else {
             let leases = self.leases.clone();
             let _scan = leases.scan.lock().await;
