@@ -34,16 +34,17 @@ use herald_core::scheduler::{
     EndpointLimits, EndpointSnapshot, Finished, Loaded, Refill, Scheduler, SchedulerConfig, Verdict,
 };
 use herald_store::{
-    AttemptRecord, Change, ChangeStream, OwnershipEvent, PendingDelivery, SendingRecord, SharedDeliveryStore,
-    StoreError, partition_of,
+    Change, ChangeStream, OwnershipEvent, PendingDelivery, SendingRecord, SharedDeliveryStore, StoreError, partition_of,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::attempt::{AttemptTask, EndpointKeys, Job, Outcome};
 use crate::client::{DeliveryClient, Destination};
 use crate::feed_gate::FeedGate;
+use crate::handover::{Held, InFlight};
 use crate::metrics::{EndpointCounters, EndpointRow, EngineMetrics};
 use crate::ownership::{Changes, Owner};
+use crate::recorder::Recorded;
 
 /// Settings of the delivery engine.
 #[derive(Debug, Clone)]
@@ -133,6 +134,8 @@ enum Event {
     Health(EndpointId, oneshot::Sender<Option<EndpointHealth>>),
     /// A scrape: the figures of the `top_n` oldest backlogs and every open breaker.
     Metrics(usize, oneshot::Sender<EngineMetrics>),
+    /// Nothing sent for these given-up partitions is in flight any more (see [`crate::handover`]).
+    Drained(Vec<i32>),
     /// The store counted an endpoint's pending deliveries (its backlog was not known).
     BacklogCounted(EndpointId, u64),
     /// Deliveries became pending in the store outside ingest (resend, recover, replay-missing).
@@ -318,7 +321,10 @@ pub struct Engine {
     cancelled: HashSet<i64>,
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
-    results: mpsc::Sender<AttemptRecord>,
+    results: mpsc::Sender<Recorded>,
+    /// What each partition has in flight, counted only when several nodes share the store: a partition
+    /// given up is cleared for its next owner once nothing of it is (see [`crate::handover`]).
+    in_flight: Arc<InFlight>,
     /// The endpoints this node delivers for (all of them unless several nodes share the store).
     owner: Owner,
     /// Which commit-feed batches may go straight to the queues.
@@ -363,6 +369,7 @@ impl Engine {
             events_tx: events_tx.clone(),
             events,
             results,
+            in_flight: Arc::default(),
             feed_gate: FeedGate::new(Owner::of(&store).is_shared()),
             owner: Owner::of(&store),
             counters: HashMap::new(),
@@ -479,11 +486,16 @@ impl Engine {
                 schedule: self.config.schedule.clone(),
                 traced: self.config.trace_attempts,
             };
+            let held = if self.owner.is_shared() {
+                self.in_flight.hold(partition_of(&key))
+            } else {
+                Held::NONE
+            };
             let events = self.events_tx.clone();
             let results = self.results.clone();
             tokio::spawn(async move {
                 let (record, outcome) = task.run().await;
-                let _ = results.send(record).await;
+                let _ = results.send(Recorded { record, held }).await;
                 let _ = events.send(Event::Attempted { endpoint: key, outcome });
             });
         }
@@ -729,6 +741,7 @@ impl Engine {
             Event::Metrics(top_n, reply) => {
                 let _ = reply.send(self.metrics(top_n, now));
             }
+            Event::Drained(partitions) => self.report_drained(partitions),
             Event::Cancelled(deliveries) => {
                 let mut by_endpoint: HashMap<EndpointId, HashSet<i64>> = HashMap::new();
                 for (endpoint, seq) in deliveries {
@@ -855,7 +868,29 @@ impl Engine {
                     self.endpoints.remove(&key);
                     self.counters.remove(&key);
                 }
+                // Tell the store once what was sent for them has ended and its results are written.
+                let (in_flight, events) = (self.in_flight.clone(), self.events_tx.clone());
+                let partitions: Vec<i32> = partitions.into_iter().collect();
+                tokio::spawn(async move {
+                    in_flight.until_idle(&partitions).await;
+                    let _ = events.send(Event::Drained(partitions));
+                });
             }
+        }
+    }
+
+    /// Report given-up partitions drained to the store. Checked again here, in the engine's own turn:
+    /// only a partition this node neither owns nor schedules anything for, with nothing in flight, so
+    /// nothing can be sent for it any more (a waiter from an earlier hand-over of a partition owned again
+    /// since must not clear the lease of the partition's next hand-over while it is still sending).
+    fn report_drained(&self, partitions: Vec<i32>) {
+        let scheduled: HashSet<i32> = self.scheduler.endpoint_keys().map(|key| partition_of(key)).collect();
+        let drained: Vec<i32> = partitions
+            .into_iter()
+            .filter(|&p| self.in_flight.is_idle(p) && !self.owner.owns_partition(p) && !scheduled.contains(&p))
+            .collect();
+        if !drained.is_empty() {
+            self.owner.drained(&drained);
         }
     }
 

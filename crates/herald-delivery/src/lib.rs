@@ -14,6 +14,7 @@ mod attempt;
 pub mod client;
 pub mod engine;
 mod feed_gate;
+mod handover;
 mod loader;
 pub mod metrics;
 pub mod operational;

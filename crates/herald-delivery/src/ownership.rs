@@ -26,6 +26,19 @@ impl Owner {
     pub(crate) fn owns(&self, endpoint_id: &str) -> bool {
         self.0.as_ref().is_none_or(|ownership| ownership.owns(endpoint_id))
     }
+
+    pub(crate) fn owns_partition(&self, partition: i32) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|ownership| ownership.owns_partition(partition))
+    }
+
+    /// Tell the store that nothing sent for these given-up partitions is in flight any more.
+    pub(crate) fn drained(&self, partitions: &[i32]) {
+        if let Some(ownership) = &self.0 {
+            ownership.drained(partitions);
+        }
+    }
 }
 
 /// The stream of ownership changes (empty on a single-node store).

@@ -10,6 +10,8 @@ use std::time::Duration;
 use herald_store::{AttemptRecord, SharedDeliveryStore, StoreResult};
 use tokio::sync::mpsc;
 
+use crate::handover::Held;
+
 /// How long the writer gathers results before it commits a batch that is not yet full.
 const LINGER: Duration = Duration::from_millis(5);
 
@@ -31,23 +33,45 @@ impl ResultSink for SharedDeliveryStore {
     }
 }
 
+/// An attempt's result on its way to the store, with its count in what a handed-over partition still
+/// has in flight (see [`crate::handover`]): dropped once the result is written.
+pub(crate) struct Recorded {
+    pub(crate) record: AttemptRecord,
+    pub(crate) held: Held,
+}
+
+impl From<AttemptRecord> for Recorded {
+    fn from(record: AttemptRecord) -> Self {
+        Self {
+            record,
+            held: Held::NONE,
+        }
+    }
+}
+
 /// Write batches until every sender is gone.
-pub(crate) async fn run(store: impl ResultSink, mut results: mpsc::Receiver<AttemptRecord>) {
+pub(crate) async fn run(store: impl ResultSink, mut results: mpsc::Receiver<Recorded>) {
     // At least one, or `recv_many` would take nothing and the loop would end at once.
     let most = store.per_batch().max(1);
+    let mut queued = Vec::with_capacity(most);
     let mut batch = Vec::with_capacity(most);
-    while results.recv_many(&mut batch, most).await > 0 {
+    let mut held = Vec::with_capacity(most);
+    while results.recv_many(&mut queued, most).await > 0 {
         // Results are off every latency path, ingest commits are not, and both take turns on the
         // database (on SQLite the group-commit writer writes both, results in its next ingest batch's
         // transaction). Gathering results for a moment turns many small writes into one.
-        if batch.len() < most {
+        if queued.len() < most {
             tokio::time::sleep(LINGER).await;
-            while batch.len() < most {
+            while queued.len() < most {
                 match results.try_recv() {
-                    Ok(record) => batch.push(record),
+                    Ok(record) => queued.push(record),
                     Err(_) => break,
                 }
             }
+        }
+        for Recorded { record, held: count } in queued.drain(..) {
+            batch.push(record);
+            held.push(count);
         }
         crate::metrics::results_queued(results.len());
         let oldest = batch.iter().map(|r| r.attempt.finished_at()).min();
@@ -62,6 +86,8 @@ pub(crate) async fn run(store: impl ResultSink, mut results: mpsc::Receiver<Atte
         }
         crate::metrics::results_committed(batch.len(), oldest.unwrap_or_default(), herald_core::clock::now());
         batch.clear();
+        // Written: what a handed-over partition has in flight drops only now.
+        held.clear();
     }
 }
 
@@ -130,7 +156,7 @@ mod tests {
         for seq in 1..=backlog {
             let seq = i64::try_from(seq).expect("a small backlog");
             sender
-                .send(result(&app_id, &message_id, &endpoint_id, seq))
+                .send(result(&app_id, &message_id, &endpoint_id, seq).into())
                 .await
                 .expect("queued");
         }

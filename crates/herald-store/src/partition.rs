@@ -20,10 +20,19 @@ pub fn partition_of(endpoint_id: &str) -> i32 {
 /// the endpoints (see [`partition_of`]), so per-endpoint caps, rate limits and breakers hold across the
 /// cluster with no per-delivery coordination.
 pub trait Ownership: Send + Sync + 'static {
+    /// Whether this node may send the deliveries of the partition's endpoints now.
+    fn owns_partition(&self, partition: i32) -> bool;
     /// Whether this node may send the endpoint's deliveries now.
-    fn owns(&self, endpoint_id: &str) -> bool;
+    fn owns(&self, endpoint_id: &str) -> bool {
+        self.owns_partition(partition_of(endpoint_id))
+    }
     /// Changes the delivery engine must act on. It can be taken once; later calls return `None`.
     fn take_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<OwnershipEvent>>;
+    /// The engine's word that nothing it sent for these partitions (given up: see
+    /// [`OwnershipEvent::Released`]) is still in flight or waiting for its result to be written. A
+    /// partition being handed over is then cleared for its next owner at once, instead of after the
+    /// longest attempt a request may take.
+    fn drained(&self, partitions: &[i32]);
 }
 
 /// A change in what this node should deliver.

@@ -392,6 +392,55 @@ async fn a_node_keeps_its_share_while_the_partitions_it_gave_up_drain() {
     assert_eq!(active(), 128, "A schedules for its half once the hand-over ended");
 }
 
+/// A partition given up is cleared for the next owner as soon as the engine says nothing of it is in
+/// flight (`Ownership::drained`), not after the longest attempt; word about partitions that are not
+/// draining changes nothing.
+#[tokio::test]
+async fn a_partition_given_up_goes_to_the_next_owner_once_reported_drained() {
+    let Some(database) = testdb::fresh("a_partition_given_up_goes_to_the_next_owner_once_reported_drained").await
+    else {
+        return;
+    };
+    // A drain far longer than the test waits: only the report can end it in time.
+    let options = StoreOptions {
+        release_drain: Duration::from_secs(120),
+        ..options()
+    };
+    let a = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    let oa = a.ownership().unwrap();
+    let b = PgStore::open(&database.url, testdb::test_cipher(), &options)
+        .await
+        .unwrap();
+    wait_until("A gave half its partitions up", Duration::from_secs(10), async || {
+        (0..herald_store::PARTITIONS).filter(|&p| oa.owns_partition(p)).count() == 128
+    })
+    .await;
+    let given_up: Vec<i32> = (0..herald_store::PARTITIONS)
+        .filter(|&p| !oa.owns_partition(p))
+        .collect();
+    // A report for partitions A still owns is ignored: they stay A's.
+    let kept: Vec<i32> = (0..herald_store::PARTITIONS)
+        .filter(|&p| oa.owns_partition(p))
+        .collect();
+    oa.drained(&kept);
+    // Half the given-up partitions first: B gets exactly those, the rest wait.
+    let (first, rest) = given_up.split_at(64);
+    oa.drained(first);
+    wait_until(
+        "B owns the first partitions reported drained",
+        Duration::from_secs(10),
+        async || owners(&database.url).await.get(b.node_id()) == Some(&64),
+    )
+    .await;
+    oa.drained(rest);
+    split_evenly(&database.url, &a, &b, Duration::from_secs(10)).await;
+    let ob = b.ownership().unwrap();
+    assert!(given_up.iter().all(|&p| ob.owns_partition(p)), "B owns what A gave up");
+    assert!(kept.iter().all(|&p| oa.owns_partition(p)), "A kept its share");
+}
+
 /// Results the database cannot take right now (here: the attempt table locked past `lock_timeout`; a full
 /// disk alike) are an error for the result writer to retry, never records dropped as if refused for good:
 /// a dropped record leaves its delivery pending, to be sent again after a restart, and its attempt lost.

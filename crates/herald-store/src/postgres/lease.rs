@@ -9,8 +9,9 @@
 //!    it (each takeover increments the partition's epoch) and gives up the ones above it.
 //!
 //! Giving a partition up is a hand-over, not a drop: the node stops scheduling its endpoints at once,
-//! keeps the lease for the longest attempt (`release_drain`) so that nothing it sent is still in flight,
-//! and only then clears the lease. So an endpoint's concurrency cap holds across the cluster even while
+//! keeps the lease until nothing it sent is still in flight and every result is written (the engine's
+//! word, [`Ownership::drained`]; at most the longest attempt, `release_drain`), and only then clears the
+//! lease. So an endpoint's concurrency cap holds across the cluster even while
 //! partitions move. When the database cannot be reached, the node stops sending before its leases can
 //! expire (a heartbeat early), since another node may then take them.
 //!
@@ -24,7 +25,7 @@
 //! owned endpoints have pending deliveries committed since its last look. `seq`s follow commit order
 //! (see [`super::bulk`]), so "since" is a plain cursor on `seq`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use super::channels::{ENDPOINT_CHANNEL, WORK_CHANNEL};
-use crate::{Change, Ownership, OwnershipEvent, PARTITIONS, StoreError, StoreOptions, StoreResult, partition_of};
+use crate::{Change, Ownership, OwnershipEvent, PARTITIONS, StoreError, StoreOptions, StoreResult};
 
 /// Dead nodes' rows are deleted after this long without a heartbeat.
 const FORGET_NODES_AFTER_MS: i64 = 24 * 3600 * 1000;
@@ -48,6 +49,8 @@ struct Held {
     /// Being given up: not scheduled any more, but the lease is kept (and its writes are valid) until
     /// what was in flight has ended.
     draining: HashMap<i32, i64>,
+    /// Draining partitions the engine reported drained ([`Ownership::drained`]).
+    drained: HashSet<i32>,
 }
 
 /// This node's leases: what the engine may deliver, and the fence for the store's writes.
@@ -59,18 +62,32 @@ pub(crate) struct Leases {
     /// Held by the watcher across "which partitions do I own" and its query, and by a takeover across
     /// "own" and "list the backlog": so no committed delivery falls between the two.
     scan: tokio::sync::Mutex<()>,
+    /// Woken when the engine reports partitions drained.
+    drained_changed: Notify,
 }
 
 impl Ownership for Leases {
-    fn owns(&self, endpoint_id: &str) -> bool {
+    fn owns_partition(&self, partition: i32) -> bool {
         self.held
             .read()
-            .map(|held| held.active.contains_key(&partition_of(endpoint_id)))
+            .map(|held| held.active.contains_key(&partition))
             .unwrap_or(false)
     }
 
     fn take_events(&self) -> Option<mpsc::UnboundedReceiver<OwnershipEvent>> {
         self.events_rx.lock().ok()?.take()
+    }
+
+    fn drained(&self, partitions: &[i32]) {
+        let Ok(mut held) = self.held.write() else {
+            return;
+        };
+        // Only a partition still draining: word about one already cleared (its drain ran out) must not
+        // cut short a later hand-over of the same partition.
+        let Held { draining, drained, .. } = &mut *held;
+        drained.extend(partitions.iter().filter(|p| draining.contains_key(p)));
+        drop(held);
+        self.drained_changed.notify_waiters();
     }
 }
 
@@ -161,6 +178,51 @@ impl Leases {
         Ok(())
     }
 
+    /// Wait until the engine has reported some of `draining` drained ([`Ownership::drained`]); those.
+    async fn next_drained(&self, draining: &[(i32, i64)]) -> Vec<(i32, i64)> {
+        loop {
+            // Registered before the check, so a report landing between the two still wakes this.
+            let changed = self.drained_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let drained: Vec<(i32, i64)> = self
+                .held
+                .read()
+                .map(|held| {
+                    draining
+                        .iter()
+                        .filter(|(p, _)| held.drained.contains(p))
+                        .copied()
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !drained.is_empty() {
+                return drained;
+            }
+            changed.await;
+        }
+    }
+
+    /// Clear the leases of these drained partitions for their next owner, and stop holding them.
+    async fn clear(&self, pool: &PgPool, drained: &[(i32, i64)]) {
+        if drained.is_empty() {
+            return;
+        }
+        let (partitions, epochs): (Vec<i32>, Vec<i64>) = drained.iter().copied().unzip();
+        // If this fails the lease simply expires; either way this node is done with them.
+        if let Err(error) = release(pool, &self.node_id, &partitions, &epochs).await {
+            tracing::warn!(%error, "clearing released leases failed; they expire instead");
+        }
+        self.update(|held| {
+            for (p, e) in drained {
+                if held.draining.get(p) == Some(e) {
+                    held.draining.remove(p);
+                    held.drained.remove(p);
+                }
+            }
+        });
+    }
+
     fn emit(&self, event: OwnershipEvent) {
         // Nobody listens when no engine runs on this store (e.g. in store tests): nothing to tell then.
         let _ = self.events.send(event);
@@ -197,6 +259,7 @@ pub(crate) async fn start(
         events,
         events_rx: Mutex::new(Some(events_rx)),
         scan: tokio::sync::Mutex::new(()),
+        drained_changed: Notify::new(),
     });
     let ttl = options.lease_ttl.max(Duration::from_secs(1));
     let timing = Timing {
@@ -424,6 +487,7 @@ impl Keeper {
                 for (p, e) in &highest {
                     held.active.remove(p);
                     held.draining.insert(*p, *e);
+                    held.drained.remove(p);
                 }
                 highest
             })
@@ -438,19 +502,20 @@ impl Keeper {
         let leases = self.leases.clone();
         let drain = self.timing.drain;
         tokio::spawn(async move {
-            tokio::time::sleep(drain).await;
-            let (partitions, epochs): (Vec<i32>, Vec<i64>) = released.iter().copied().unzip();
-            // If this fails the lease simply expires; either way this node is done with them.
-            if let Err(error) = release(&pool, &leases.node_id, &partitions, &epochs).await {
-                tracing::warn!(%error, "clearing released leases failed; they expire instead");
+            // Each partition is cleared as soon as the engine says nothing of it is in flight any more,
+            // the rest when the longest attempt has passed (a store without an engine, an attempt that
+            // hangs): one slow endpoint holds back only its own partition.
+            let deadline = tokio::time::Instant::now() + drain;
+            let mut waiting = released;
+            while !waiting.is_empty() {
+                let ready = tokio::time::timeout_at(deadline, leases.next_drained(&waiting)).await;
+                let cleared: Vec<(i32, i64)> = match ready {
+                    Ok(drained) => drained,
+                    Err(_) => waiting.clone(),
+                };
+                waiting.retain(|held| !cleared.contains(held));
+                leases.clear(&pool, &cleared).await;
             }
-            leases.update(|held| {
-                for (p, e) in &released {
-                    if held.draining.get(p) == Some(e) {
-                        held.draining.remove(p);
-                    }
-                }
-            });
         });
     }
 }

@@ -72,8 +72,9 @@ fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
         ("HERALD_RETRY_SCHEDULE".into(), "100ms,200ms".into()),
         ("HERALD_CONNECT_TIMEOUT".into(), "1s".into()),
         ("HERALD_REQUEST_TIMEOUT".into(), "2s".into()),
-        // A node handing a partition over waits out the longest attempt an endpoint may take (this bound):
-        // keep it at the request timeout so rebalancing in cluster tests takes seconds, not a minute.
+        // A node handing a partition over waits for its attempts in flight, at most the longest attempt an
+        // endpoint may take (this bound): kept at the request timeout, a hung attempt holds a partition
+        // for seconds, not a minute.
         ("HERALD_MAX_REQUEST_TIMEOUT".into(), "2s".into()),
         // A restarted node takes its predecessor's partitions over after at most this long.
         ("HERALD_LEASE_TTL".into(), "4s".into()),
