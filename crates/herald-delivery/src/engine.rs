@@ -322,7 +322,7 @@ pub struct Engine {
     events_tx: mpsc::UnboundedSender<Event>,
     events: mpsc::UnboundedReceiver<Event>,
     results: mpsc::Sender<Recorded>,
-    /// What each partition has in flight, counted only when several nodes share the store: a partition
+    /// What each partition has in flight, counted only on a store nodes may share: a partition
     /// given up is cleared for its next owner once nothing of it is (see [`crate::handover`]).
     in_flight: Arc<InFlight>,
     /// The endpoints this node delivers for (all of them unless several nodes share the store).
@@ -454,6 +454,13 @@ impl Engine {
             let Some((key, job)) = self.scheduler.next(now) else {
                 break;
             };
+            if self.owner.is_shared() && !self.owner.owns(&key) {
+                // Its partition went to another node a moment ago and the engine has not heard yet
+                // (`Released` comes next and drops the queue): the delivery stays pending in the store
+                // for the next owner, and nothing starts that the hand-over would have to wait for.
+                self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
+                continue;
+            }
             if self.cancelled.remove(&job.seq) {
                 // Cancelled by an operator while it waited on a timer: the store already says so.
                 self.scheduler.finish(key, Verdict::NotSent, Finished::Done(job), now);
@@ -730,6 +737,9 @@ impl Engine {
                 self.scheduler.refilled(refill, loaded, exhausted, now);
             }
             Event::RefillFailed { refill } => self.scheduler.refilled(refill, Vec::new(), false, now),
+            // Only the owner reads an endpoint's backlog; with several nodes the others must not queue it
+            // (the owner finds the requeued deliveries through the store).
+            Event::Backlog(id) if !self.owner.owns(&id) => {}
             Event::Backlog(id) => {
                 if let Some(key) = self.key_for(&id) {
                     let limits = self.unloaded_limits();
@@ -868,12 +878,23 @@ impl Engine {
                     self.endpoints.remove(&key);
                     self.counters.remove(&key);
                 }
-                // Tell the store once what was sent for them has ended and its results are written.
-                let (in_flight, events) = (self.in_flight.clone(), self.events_tx.clone());
-                let partitions: Vec<i32> = partitions.into_iter().collect();
+                // Tell the store, partition by partition, once what was sent for it has ended and its
+                // results are written: one slow attempt holds back only its own partition. A partition
+                // owned again meanwhile is no longer waited for (it is not being handed over any more).
+                let (in_flight, events, owner) = (self.in_flight.clone(), self.events_tx.clone(), self.owner.clone());
+                let mut waiting: Vec<i32> = partitions.into_iter().collect();
                 tokio::spawn(async move {
-                    in_flight.until_idle(&partitions).await;
-                    let _ = events.send(Event::Drained(partitions));
+                    loop {
+                        waiting.retain(|&p| !owner.owns_partition(p));
+                        if waiting.is_empty() {
+                            break;
+                        }
+                        let idle = in_flight.until_some_idle(&waiting).await;
+                        waiting.retain(|p| !idle.contains(p));
+                        if events.send(Event::Drained(idle)).is_err() {
+                            break;
+                        }
+                    }
                 });
             }
         }

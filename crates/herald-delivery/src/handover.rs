@@ -29,24 +29,30 @@ impl InFlight {
         Held(Some((self.clone(), partition)))
     }
 
-    /// Whether nothing is in flight for `partition`. A poisoned count answers `false`: the store's own
-    /// bound on the drain then applies.
+    /// Whether nothing is in flight for `partition`.
     pub(crate) fn is_idle(&self, partition: i32) -> bool {
-        self.counts
-            .lock()
-            .map(|counts| !counts.contains_key(&partition))
-            .unwrap_or(false)
+        !self.idle_among(&[partition]).is_empty()
     }
 
-    /// Wait until nothing is in flight for any of `partitions`.
-    pub(crate) async fn until_idle(&self, partitions: &[i32]) {
+    /// Those of `partitions` with nothing in flight. A poisoned count answers none: the store's own bound
+    /// on the drain then applies.
+    pub(crate) fn idle_among(&self, partitions: &[i32]) -> Vec<i32> {
+        self.counts
+            .lock()
+            .map(|counts| partitions.iter().copied().filter(|p| !counts.contains_key(p)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Wait until nothing is in flight for some of `partitions`; those.
+    pub(crate) async fn until_some_idle(&self, partitions: &[i32]) -> Vec<i32> {
         loop {
             // Registered before the check, so an attempt ending between the two still wakes this.
             let idle = self.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
-            if partitions.iter().all(|&p| self.is_idle(p)) {
-                return;
+            let found = self.idle_among(partitions);
+            if !found.is_empty() || partitions.is_empty() {
+                return found;
             }
             idle.await;
         }
@@ -98,21 +104,27 @@ mod tests {
         assert!(!in_flight.is_idle(7) && !in_flight.is_idle(8));
         assert!(in_flight.is_idle(9), "nothing was ever sent for 9");
 
+        assert_eq!(in_flight.until_some_idle(&[7, 8, 9]).await, [9], "the idle one at once");
+
         let waiting = tokio::spawn({
             let in_flight = in_flight.clone();
-            async move { in_flight.until_idle(&[7, 9]).await }
+            async move { in_flight.until_some_idle(&[7, 8]).await }
         });
         drop(first);
-        drop(other);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "one attempt for 7 is still in flight");
-        assert!(in_flight.is_idle(8));
+        assert!(
+            !waiting.is_finished(),
+            "one attempt for 7 and one for 8 are still in flight"
+        );
 
-        drop(second);
-        tokio::time::timeout(Duration::from_secs(5), waiting)
+        drop(other);
+        let idle = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
-            .expect("woken when the last attempt for 7 ended")
+            .expect("woken when the last attempt for 8 ended")
             .expect("the waiter ran to its end");
+        assert_eq!(idle, [8], "only 8: 7 still has an attempt in flight");
+        assert!(!in_flight.is_idle(7));
+        drop(second);
         assert!(in_flight.is_idle(7));
         drop(Held::NONE);
     }

@@ -195,6 +195,48 @@ mod tests {
         assert_eq!(stored, backlog, "the store holds every result");
     }
 
+    /// A store whose writes wait until the test lets one through.
+    struct Gated(Arc<tokio::sync::Semaphore>);
+
+    impl ResultSink for Gated {
+        fn per_batch(&self) -> usize {
+            16
+        }
+
+        async fn record(&self, _batch: &[AttemptRecord]) -> StoreResult<()> {
+            self.0.acquire().await.expect("the gate stays open").forget();
+            Ok(())
+        }
+    }
+
+    /// A handed-over partition's attempt counts as in flight until its result is written, not merely
+    /// handed to the writer: releasing the lease earlier would fence the result out and send the delivery
+    /// again.
+    #[tokio::test]
+    async fn an_attempt_counts_as_in_flight_until_its_result_is_written() {
+        let in_flight = Arc::new(crate::handover::InFlight::default());
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (sender, queue) = mpsc::channel(4);
+        let writer = tokio::spawn(run(Gated(gate.clone()), queue));
+        let (app_id, message_id, endpoint_id) = (AppId::new(), MessageId::new(), EndpointId::new());
+        sender
+            .send(Recorded {
+                record: result(&app_id, &message_id, &endpoint_id, 1),
+                held: in_flight.hold(5),
+            })
+            .await
+            .expect("queued");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!in_flight.is_idle(5), "taken by the writer, not yet written");
+
+        gate.add_permits(1);
+        tokio::time::timeout(Duration::from_secs(5), in_flight.until_some_idle(&[5]))
+            .await
+            .expect("idle once written");
+        drop(sender);
+        writer.await.expect("the writer stopped");
+    }
+
     /// On SQLite, whose one writer makes ingest wait behind results, the batches are small.
     #[tokio::test]
     async fn sqlite_takes_a_backlog_of_results_in_small_batches() {
