@@ -9,7 +9,6 @@ pub mod retention;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
@@ -99,8 +98,11 @@ impl Node {
         herald_api::metrics::register();
         let store_options = herald_store::StoreOptions {
             lease_ttl: settings.lease_ttl,
-            // A node giving a partition up waits out its longest attempt before another node may start.
-            release_drain: settings.request_timeout.max(settings.max_request_timeout) + Duration::from_secs(1),
+            // A node giving a partition up clears its lease once the engine reports nothing of it in flight
+            // and every result written; should that report not come (an attempt running to its bound),
+            // at most the longest attempt and then a lease time for its result to be written — a result
+            // fenced out would send its delivery again.
+            release_drain: settings.request_timeout.max(settings.max_request_timeout) + settings.lease_ttl,
             attempt_retention: settings.retention,
             database: settings.database_timeouts,
             sqlite_check: settings.sqlite_check,

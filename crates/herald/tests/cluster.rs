@@ -210,8 +210,9 @@ async fn a_node_that_joins_gets_its_share_in_seconds_and_the_caps_hold() {
         return;
     };
     let database = Arc::new(database);
-    // Waiting out the longest attempt would take 31 s; a heartbeat is half a second, shorter than an
-    // attempt, so a next owner that took a partition over too early would send what is still in flight.
+    // Waiting out the longest attempt and a lease time would take 32 s; a heartbeat is half a second,
+    // shorter than an attempt, so a next owner that took a partition over too early would send what is
+    // still in flight.
     let env = [("HERALD_MAX_REQUEST_TIMEOUT", "30s"), ("HERALD_LEASE_TTL", "2s")];
     let first = Herald::start_on(database.clone(), &env).await;
     let app = first.app("joining").await;

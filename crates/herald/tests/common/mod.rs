@@ -73,8 +73,8 @@ fn test_env(extra_env: &[(&str, &str)]) -> Vec<(String, String)> {
         ("HERALD_CONNECT_TIMEOUT".into(), "1s".into()),
         ("HERALD_REQUEST_TIMEOUT".into(), "2s".into()),
         // A node handing a partition over waits for its attempts in flight, at most the longest attempt an
-        // endpoint may take (this bound): kept at the request timeout, a hung attempt holds a partition
-        // for seconds, not a minute.
+        // endpoint may take (this bound) and a lease time: kept at the request timeout, a hung attempt
+        // holds a partition for seconds, not a minute.
         ("HERALD_MAX_REQUEST_TIMEOUT".into(), "2s".into()),
         // A restarted node takes its predecessor's partitions over after at most this long.
         ("HERALD_LEASE_TTL".into(), "4s".into()),
