@@ -901,14 +901,14 @@ impl Engine {
     }
 
     /// Report given-up partitions drained to the store. Checked again here, in the engine's own turn:
-    /// only a partition this node neither owns nor schedules anything for, with nothing in flight, so
-    /// nothing can be sent for it any more (a waiter from an earlier hand-over of a partition owned again
-    /// since must not clear the lease of the partition's next hand-over while it is still sending).
+    /// only a partition this node does not own, with nothing in flight. Dispatch sends nothing for a
+    /// partition it does not own, so nothing can be sent for it any more (a waiter from an earlier
+    /// hand-over of a partition owned again since must not clear the lease of the partition's next
+    /// hand-over while it is still sending).
     fn report_drained(&self, partitions: Vec<i32>) {
-        let scheduled: HashSet<i32> = self.scheduler.endpoint_keys().map(|key| partition_of(key)).collect();
         let drained: Vec<i32> = partitions
             .into_iter()
-            .filter(|&p| self.in_flight.is_idle(p) && !self.owner.owns_partition(p) && !scheduled.contains(&p))
+            .filter(|&p| self.in_flight.is_idle(p) && !self.owner.owns_partition(p))
             .collect();
         if !drained.is_empty() {
             self.owner.drained(&drained);

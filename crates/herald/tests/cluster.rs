@@ -70,6 +70,22 @@ async fn publish(nodes: Vec<String>, app: String, first: usize, count: usize) ->
         .await
 }
 
+/// Wait until two nodes own 128 partitions each, failing after `within`; how long that took.
+async fn split_in_two(url: &str, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let owned = owners(url).await;
+        if owned.len() == 2 && owned.values().all(|&n| n == 128) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "the partitions were not split in two within {within:?}: {owned:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Wait until every receiver got every acknowledged message (failing after `within`), and check that no
 /// endpoint ever saw more requests at once than its cap.
 async fn all_delivered_within_the_caps(receivers: &[Receiver], acknowledged: &BTreeSet<String>, within: Duration) {
@@ -240,19 +256,7 @@ async fn a_node_that_joins_gets_its_share_in_seconds_and_the_caps_hold() {
 
     let load = tokio::spawn(publish(vec![first.addr.to_string()], app.clone(), 1_000, 15));
     let second = Herald::start_on(database.clone(), &env).await;
-    let joined = Instant::now();
-    loop {
-        let owned = owners(&database.url).await;
-        if owned.len() == 2 && owned.values().all(|&n| n == 128) {
-            break;
-        }
-        assert!(
-            joined.elapsed() < Duration::from_secs(15),
-            "the partitions were not split within 15 s of the second node's start: {owned:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let split_after = joined.elapsed();
+    let split_after = split_in_two(&database.url, Duration::from_secs(15)).await;
     acknowledged.extend(load.await.expect("load"));
     let addresses = vec![first.addr.to_string(), second.addr.to_string()];
     acknowledged.extend(publish(addresses, app.clone(), 5_000, 5).await);
@@ -271,6 +275,61 @@ async fn a_node_that_joins_gets_its_share_in_seconds_and_the_caps_hold() {
         "joining: split after {split_after:?}, {} acknowledged, {} endpoints ({given_up} handed over)",
         acknowledged.len(),
         receivers.len()
+    );
+    drop((first, second));
+}
+
+/// A resend asked of a node that does not own the endpoint is sent once: the owner finds it through the
+/// store, and the node that took the request sends nothing for a partition it does not own (an endpoint
+/// sent to by two nodes at once would see its cap broken and the message twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_through_a_node_that_does_not_own_the_endpoint_is_sent_once() {
+    let Some(database) = testdb::fresh("a_resend_through_a_node_that_does_not_own_the_endpoint_is_sent_once").await
+    else {
+        return;
+    };
+    let database = Arc::new(database);
+    let first = Herald::start_on(database.clone(), &[]).await;
+    let second = Herald::start_on(database.clone(), &[]).await;
+    split_in_two(&database.url, Duration::from_secs(30)).await;
+    // The first node keeps the lower half of the partitions: an endpoint in the upper half is the second's.
+    // It answers slowly, so that a second sender would find the resend still pending.
+    let receiver = Receiver::start(Reply::status(200).delay(Duration::from_millis(500))).await;
+    let app = first.app("resending").await;
+    let endpoint = loop {
+        let (id, _) = first.endpoint(&app, json!({ "url": receiver.url() })).await;
+        if herald_store::partition_of(&id) >= herald_store::PARTITIONS / 2 {
+            break id;
+        }
+        first.call("DELETE", &format!("/app/{app}/endpoint/{id}"), None).await;
+    };
+    let message = publish(vec![first.addr.to_string()], app.clone(), 0, 1)
+        .await
+        .pop()
+        .expect("acknowledged");
+    receiver.wait_for(1, Duration::from_secs(15)).await;
+
+    let resend = format!("/app/{app}/msg/{message}/endpoint/{endpoint}/resend");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        // Refused until the first attempt's result is written.
+        let (status, body) = first.call("POST", &resend, None).await;
+        if status == 202 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resend was never accepted: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    receiver.wait_for(2, Duration::from_secs(15)).await;
+    // A few heartbeats, in which the owner's watcher polls the store too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        receiver.per_message().get(&message).map(|(sent, _)| *sent),
+        Some(2),
+        "the message and its resend, each once"
     );
     drop((first, second));
 }

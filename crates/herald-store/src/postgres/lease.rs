@@ -25,7 +25,7 @@
 //! owned endpoints have pending deliveries committed since its last look. `seq`s follow commit order
 //! (see [`super::bulk`]), so "since" is a plain cursor on `seq`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -48,9 +48,15 @@ struct Held {
     active: HashMap<i32, i64>,
     /// Being given up: not scheduled any more, but the lease is kept (and its writes are valid) until
     /// what was in flight has ended.
-    draining: HashMap<i32, i64>,
-    /// Draining partitions the engine reported drained ([`Ownership::drained`]).
-    drained: HashSet<i32>,
+    draining: HashMap<i32, Draining>,
+}
+
+/// A partition being given up.
+#[derive(Clone, Copy)]
+struct Draining {
+    epoch: i64,
+    /// The engine reported nothing of it in flight any more ([`Ownership::drained`]).
+    drained: bool,
 }
 
 /// This node's leases: what the engine may deliver, and the fence for the store's writes.
@@ -84,8 +90,11 @@ impl Ownership for Leases {
         };
         // Only a partition still draining: word about one already cleared (its drain ran out) must not
         // cut short a later hand-over of the same partition.
-        let Held { draining, drained, .. } = &mut *held;
-        drained.extend(partitions.iter().filter(|p| draining.contains_key(p)));
+        for partition in partitions {
+            if let Some(draining) = held.draining.get_mut(partition) {
+                draining.drained = true;
+            }
+        }
         drop(held);
         self.drained_changed.notify_waiters();
     }
@@ -103,7 +112,7 @@ impl Leases {
         };
         held.active
             .iter()
-            .chain(&held.draining)
+            .chain(held.draining.iter().map(|(p, d)| (p, &d.epoch)))
             .filter(|(p, _)| only.is_none_or(|only| only.contains(p)))
             .map(|(p, e)| (*p, *e))
             .unzip()
@@ -191,7 +200,7 @@ impl Leases {
                 .map(|held| {
                     draining
                         .iter()
-                        .filter(|(p, _)| held.drained.contains(p))
+                        .filter(|(p, e)| held.draining.get(p).is_some_and(|d| d.epoch == *e && d.drained))
                         .copied()
                         .collect()
                 })
@@ -215,9 +224,8 @@ impl Leases {
         }
         self.update(|held| {
             for (p, e) in drained {
-                if held.draining.get(p) == Some(e) {
+                if held.draining.get(p).is_some_and(|d| d.epoch == *e) {
                     held.draining.remove(p);
-                    held.drained.remove(p);
                 }
             }
         });
@@ -342,8 +350,8 @@ impl Keeper {
             .update(|held| {
                 held.active
                     .drain()
-                    .chain(held.draining.drain())
                     .map(|(p, _)| p)
+                    .chain(held.draining.drain().map(|(p, _)| p))
                     .collect()
             })
             .unwrap_or_default();
@@ -486,8 +494,13 @@ impl Keeper {
                 highest.truncate(count);
                 for (p, e) in &highest {
                     held.active.remove(p);
-                    held.draining.insert(*p, *e);
-                    held.drained.remove(p);
+                    held.draining.insert(
+                        *p,
+                        Draining {
+                            epoch: *e,
+                            drained: false,
+                        },
+                    );
                 }
                 highest
             })
