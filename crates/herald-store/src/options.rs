@@ -9,8 +9,10 @@ use crate::{custody, integrity};
 pub struct StoreOptions {
     /// PostgreSQL: how long a partition lease lasts without renewal (the fail-over bound).
     pub lease_ttl: Duration,
-    /// PostgreSQL: how long a node keeps a partition it gives up after it stopped sending to it, so
-    /// that its attempts in flight end before another node starts (the longest attempt).
+    /// PostgreSQL: the longest a node keeps a partition it gives up after it stopped sending to it, so
+    /// that its attempts in flight end and their results are written before another node starts (the
+    /// longest attempt and a lease time). The engine's report ([`crate::Ownership::drained`]) ends it
+    /// sooner.
     pub release_drain: Duration,
     /// PostgreSQL: attempts older than this are dropped, a day partition at a time.
     pub attempt_retention: Duration,

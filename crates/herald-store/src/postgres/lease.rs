@@ -10,8 +10,8 @@
 //!
 //! Giving a partition up is a hand-over, not a drop: the node stops scheduling its endpoints at once,
 //! keeps the lease until nothing it sent is still in flight and every result is written (the engine's
-//! word, [`Ownership::drained`]; at most the longest attempt, `release_drain`), and only then clears the
-//! lease. So an endpoint's concurrency cap holds across the cluster even while
+//! word, [`Ownership::drained`]; at most `release_drain`, the longest attempt and a lease time), and
+//! only then clears the lease. So an endpoint's concurrency cap holds across the cluster even while
 //! partitions move. When the database cannot be reached, the node stops sending before its leases can
 //! expire (a heartbeat early), since another node may then take them.
 //!
@@ -516,7 +516,7 @@ impl Keeper {
         let drain = self.timing.drain;
         tokio::spawn(async move {
             // Each partition is cleared as soon as the engine says nothing of it is in flight any more,
-            // the rest when the longest attempt has passed (a store without an engine, an attempt that
+            // the rest when `release_drain` has passed (a store without an engine, an attempt that
             // hangs): one slow endpoint holds back only its own partition.
             let deadline = tokio::time::Instant::now() + drain;
             let mut waiting = released;
